@@ -1,0 +1,10 @@
+# System libraries, all from Debian's packages (scripts/install-deps.sh installs them).
+find_package(OpenMP REQUIRED)
+find_package(PkgConfig REQUIRED)
+pkg_check_modules(OPENBLAS REQUIRED IMPORTED_TARGET openblas)
+pkg_check_modules(SENTENCEPIECE REQUIRED IMPORTED_TARGET sentencepiece)
+find_package(nlohmann_json 3.10 REQUIRED)
+find_package(CLI11 REQUIRED)
+if(ALPHA_BUILD_TESTS)
+  find_package(GTest REQUIRED)
+endif()

@@ -1,0 +1,46 @@
+// Differentiable ops on Variables. Each op's forward calls the tensor-op layer and its backward
+// (recorded only when an input needs a gradient) calls the matching *_backward tensor op.
+// Implementations live one family per file: functions_<family>.cpp.
+#pragma once
+#include <vector>
+
+#include "alpha/autograd/variable.h"
+#include "alpha/ops/attention.h"
+#include "alpha/ops/dropout.h"
+
+namespace alpha::autograd {
+
+// Element-wise (functions_elementwise.cpp).
+Variable add(const Variable& a, const Variable& b);
+Variable mul(const Variable& a, const Variable& b);
+Variable scale(const Variable& x, double alpha);
+Variable sum(const Variable& x);
+
+// Views (functions_view.cpp): gradients flow back into the viewed region.
+Variable reshape(const Variable& x, Shape shape);
+Variable slice(const Variable& x, int64_t dim, int64_t start, int64_t end);
+
+// Matrix products (functions_matmul.cpp).
+Variable matmul(const Variable& a, const Variable& b, bool trans_a = false, bool trans_b = false);
+Variable linear(const Variable& x, const Variable& weight, const Variable& bias);  // bias may be undefined
+
+// Normalisation and activations (functions_layernorm.cpp, functions_activation.cpp).
+Variable layernorm(const Variable& x, const Variable& weight, const Variable& bias, double eps);
+Variable gelu(const Variable& x);
+Variable softcap(const Variable& x, double cap);
+Variable softmax(const Variable& x);
+
+// Embedding and loss (functions_embedding.cpp, functions_cross_entropy.cpp). ids and targets are i32
+// tensors (not differentiable).
+Variable embedding(const Tensor& ids, const Variable& table);
+Variable cross_entropy(const Variable& logits, const Tensor& targets);  // mean over non-ignored rows
+
+// Dropout (functions_dropout.cpp).
+Variable dropout(const Variable& x, const ops::DropoutConfig& config);
+Variable residual_dropout_add(const Variable& residual, const Variable& x, const ops::DropoutConfig& config);
+
+// Reference attention (functions_attention.cpp): q [B,Tq,Hq,D], k [B,Tk,Hkv,D], v [B,Tk,Hkv,Dv].
+Variable attention_reference(const Variable& q, const Variable& k, const Variable& v,
+                             const ops::AttentionConfig& config);
+
+}  // namespace alpha::autograd

@@ -1,0 +1,27 @@
+#include "alpha/autograd/functions.h"
+
+namespace alpha::autograd {
+
+Variable reshape(const Variable& x, Shape shape) {
+  return record("reshape", x.value().reshape(std::move(shape)), {x}, [&] {
+    Shape in_shape = x.shape();
+    return BackwardFn([in_shape](const Tensor& g, const std::vector<bool>&) {
+      return std::vector<Tensor>{g.reshape(in_shape)};
+    });
+  });
+}
+
+Variable slice(const Variable& x, int64_t dim, int64_t start, int64_t end) {
+  return record("slice", x.value().slice(dim, start, end), {x}, [&] {
+    Shape in_shape = x.shape();
+    DType dtype = x.dtype();
+    Device device = x.value().device();
+    return BackwardFn([=](const Tensor& g, const std::vector<bool>&) {
+      Tensor full = Tensor::zeros(in_shape, dtype, device);
+      full.slice(dim, start, end).copy_from(g);
+      return std::vector<Tensor>{full};
+    });
+  });
+}
+
+}  // namespace alpha::autograd

@@ -1,0 +1,173 @@
+#include "alpha/autograd/variable.h"
+
+#include "alpha/ops/elementwise.h"
+
+namespace alpha::autograd {
+
+namespace {
+
+// Where an input's gradient goes: a leaf's buffer, or the output gradient of the node that made it.
+struct Edge {
+  std::shared_ptr<VariableState> leaf;  // set for leaves
+  int64_t node = -1;                    // set for non-leaves
+  bool needs_grad() const { return node >= 0 || (leaf && leaf->requires_grad); }
+};
+
+struct Node {
+  const char* op;
+  std::vector<Edge> inputs;
+  Shape output_shape;
+  Tensor grad_out;  // accumulated gradient of this node's output
+  BackwardFn backward;
+};
+
+struct Tape {
+  std::vector<Node> nodes;
+  uint64_t epoch = 1;  // advanced whenever the tape is cleared, so stale producer indices are detected
+  bool grad_enabled = true;
+};
+
+Tape& tape() {
+  thread_local Tape t;
+  return t;
+}
+
+// Adds g into a gradient slot, allocating the slot on first use.
+void accumulate(Tensor& slot, const Shape& shape, const Tensor& g, const char* op) {
+  if (g.shape() != shape)
+    raise<ShapeError>(op, "gradient", "shape " + shape_str(shape) + " (the input's)", shape_str(g.shape()));
+  if (!slot.defined()) {
+    // A fresh contiguous gradient becomes the slot; anything shared is copied, so no slot ever
+    // aliases another variable's value or gradient.
+    slot = (g.is_contiguous() && g.storage().use_count() == 1) ? g : g.clone();
+    return;
+  }
+  ops::add_(slot, g);
+}
+
+int64_t live_producer(const VariableState& state, const char* op) {
+  if (state.epoch != tape().epoch || state.producer < 0 || state.producer >= int64_t(tape().nodes.size()))
+    raise<ValueError>(op, "input", "a variable whose graph is still on the tape",
+                      "one whose graph was already consumed by backward or cleared");
+  return state.producer;
+}
+
+}  // namespace
+
+Variable::Variable(Tensor value, bool requires_grad, std::string name)
+    : state_(std::make_shared<VariableState>()) {
+  state_->value = std::move(value);
+  state_->requires_grad = requires_grad;
+  state_->name = std::move(name);
+}
+
+const Tensor& Variable::value() const {
+  if (!state_) raise<ValueError>("Variable::value", "self", "a defined variable", "an undefined variable");
+  return state_->value;
+}
+
+Tensor& Variable::mutable_value() {
+  if (!state_) raise<ValueError>("Variable::mutable_value", "self", "a defined variable", "an undefined variable");
+  return state_->value;
+}
+
+const Tensor& Variable::grad() const {
+  if (!state_) raise<ValueError>("Variable::grad", "self", "a defined variable", "an undefined variable");
+  return state_->grad;
+}
+
+const std::string& Variable::name() const {
+  static const std::string empty;
+  return state_ ? state_->name : empty;
+}
+
+void Variable::zero_grad() {
+  if (state_ && state_->grad.defined()) state_->grad.zero_();
+}
+
+void Variable::clear_grad() {
+  if (state_) state_->grad = Tensor();
+}
+
+bool grad_enabled() { return tape().grad_enabled; }
+
+bool needs_recording(const std::vector<Variable>& inputs) {
+  if (!grad_enabled()) return false;
+  for (const auto& v : inputs)
+    if (v.requires_grad()) return true;
+  return false;
+}
+
+Variable record(const char* op, Tensor output, const std::vector<Variable>& inputs,
+                const std::function<BackwardFn()>& backward_factory) {
+  if (!needs_recording(inputs)) return Variable(std::move(output));
+  Node node{op, {}, output.shape(), Tensor(), nullptr};
+  node.inputs.reserve(inputs.size());
+  for (const auto& v : inputs) {
+    Edge e;
+    if (v.defined() && v.requires_grad()) {
+      if (v.is_leaf()) e.leaf = v.state();
+      else e.node = live_producer(*v.state(), op);
+    }
+    node.inputs.push_back(std::move(e));
+  }
+  node.backward = backward_factory();
+  Variable result(std::move(output), true);
+  result.state()->is_leaf = false;
+  result.state()->producer = int64_t(tape().nodes.size());
+  result.state()->epoch = tape().epoch;
+  tape().nodes.push_back(std::move(node));
+  return result;
+}
+
+void backward(const Variable& root, const Tensor& grad_output) {
+  if (!root.requires_grad())
+    raise<ValueError>("backward", "root", "a variable that requires a gradient", "one that does not");
+  Tensor seed = grad_output;
+  if (!seed.defined()) {
+    if (root.value().numel() != 1)
+      raise<ShapeError>("backward", "grad_output", "given for a non-scalar root",
+                        "none for shape " + shape_str(root.shape()));
+    seed = Tensor::full(root.shape(), 1.0, root.dtype(), root.value().device());
+  }
+  if (root.is_leaf()) {
+    accumulate(root.state()->grad, root.shape(), seed, "backward");
+    return;
+  }
+  auto& nodes = tape().nodes;
+  int64_t start = live_producer(*root.state(), "backward");
+  accumulate(nodes[size_t(start)].grad_out, root.shape(), seed, "backward");
+
+  NoGradGuard no_grad;  // backward functions run ops; they must not record
+  for (int64_t i = start; i >= 0; --i) {
+    Node& node = nodes[size_t(i)];
+    if (node.grad_out.defined()) {
+      std::vector<bool> needs(node.inputs.size());
+      for (size_t j = 0; j < needs.size(); ++j) needs[j] = node.inputs[j].needs_grad();
+      std::vector<Tensor> grads = node.backward(node.grad_out, needs);
+      for (size_t j = 0; j < needs.size() && j < grads.size(); ++j) {
+        if (!needs[j] || !grads[j].defined()) continue;
+        const Edge& e = node.inputs[j];
+        if (e.leaf) accumulate(e.leaf->grad, e.leaf->value.shape(), grads[j], node.op);
+        else accumulate(nodes[size_t(e.node)].grad_out, nodes[size_t(e.node)].output_shape, grads[j], node.op);
+      }
+    }
+    // Destroy what the node holds (saved tensors, output gradient) as soon as backward is past it.
+    node.backward = nullptr;
+    node.grad_out = Tensor();
+    node.inputs.clear();
+  }
+  clear_tape();
+}
+
+void clear_tape() {
+  tape().nodes.clear();
+  ++tape().epoch;
+}
+
+size_t tape_size() { return tape().nodes.size(); }
+
+NoGradGuard::NoGradGuard() : previous_(tape().grad_enabled) { tape().grad_enabled = false; }
+NoGradGuard::~NoGradGuard() { tape().grad_enabled = previous_; }
+
+}  // namespace alpha::autograd

@@ -1,0 +1,89 @@
+// Reverse-mode autograd on a tape. A Variable is a tensor value plus, for a leaf that requires a
+// gradient (a parameter), a dedicated gradient buffer that backward accumulates into in place.
+// Every differentiable op run while gradients are enabled and with at least one input that requires a
+// gradient appends a node to the thread's tape; ops whose inputs need no gradient record nothing
+// (needs-grad propagation). A node points at its inputs' producing nodes, not at their values, so an
+// intermediate activation lives only as long as some node saved it for its backward.
+// backward() walks the tape in reverse, asks each node only for the gradients its inputs need, and
+// destroys each node (releasing the tensors it saved and its output gradient) as soon as it has run.
+#pragma once
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "alpha/tensor/tensor.h"
+
+namespace alpha::autograd {
+
+struct VariableState {
+  Tensor value;
+  Tensor grad;              // undefined until a gradient arrives
+  bool requires_grad = false;
+  bool is_leaf = true;      // created by the user (parameters, inputs), not by an op
+  int64_t producer = -1;    // non-leaf: index of the node that made it, on the tape of `epoch`
+  uint64_t epoch = 0;
+  std::string name;
+};
+
+class Variable {
+ public:
+  Variable() = default;
+  explicit Variable(Tensor value, bool requires_grad = false, std::string name = {});
+
+  bool defined() const { return state_ != nullptr; }
+  const Tensor& value() const;
+  Tensor& mutable_value();  // for in-place parameter updates by optimisers
+  const Tensor& grad() const;  // leaves only; undefined until a gradient arrives
+  bool requires_grad() const { return state_ && state_->requires_grad; }
+  bool is_leaf() const { return !state_ || state_->is_leaf; }
+  const std::string& name() const;
+  void zero_grad();  // zeros the buffer in place (keeps it allocated)
+  void clear_grad();  // releases the buffer
+  const std::shared_ptr<VariableState>& state() const { return state_; }
+
+  // Shorthands for the value's metadata.
+  const Shape& shape() const { return value().shape(); }
+  int64_t size(int64_t d) const { return value().size(d); }
+  DType dtype() const { return value().dtype(); }
+
+ private:
+  std::shared_ptr<VariableState> state_;
+};
+
+// Computes input gradients from the output gradient. needs[i] says whether input i wants one;
+// entries for inputs that do not may be left undefined.
+using BackwardFn = std::function<std::vector<Tensor>(const Tensor& grad_out, const std::vector<bool>& needs)>;
+
+// Records an op's output. inputs are the op's differentiable inputs, in the order backward returns
+// their gradients. When no input requires a gradient (or gradients are disabled) nothing is recorded
+// and the result is a plain Variable; backward_factory is then never called, so ops save nothing.
+Variable record(const char* op, Tensor output, const std::vector<Variable>& inputs,
+                const std::function<BackwardFn()>& backward_factory);
+
+// True when an op with these inputs would be recorded.
+bool needs_recording(const std::vector<Variable>& inputs);
+
+// Backpropagates from a scalar (seed gradient 1) or from `grad_output` of the root's shape, then clears
+// the tape. Gradients of leaves that require them are accumulated into their grad buffers.
+void backward(const Variable& root, const Tensor& grad_output = {});
+
+// Drops every recorded node without running it (e.g. after an evaluation under gradients).
+void clear_tape();
+size_t tape_size();
+
+bool grad_enabled();
+
+// Disables recording in its scope.
+class NoGradGuard {
+ public:
+  NoGradGuard();
+  ~NoGradGuard();
+  NoGradGuard(const NoGradGuard&) = delete;
+  NoGradGuard& operator=(const NoGradGuard&) = delete;
+
+ private:
+  bool previous_;
+};
+
+}  // namespace alpha::autograd

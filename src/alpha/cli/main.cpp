@@ -1,0 +1,28 @@
+// The `alpha` command line: subcommands for the tokenizer, data preparation, training and sampling.
+// Errors from the engine are typed; they are printed as one line and the exit code is 1.
+#include <CLI/CLI.hpp>
+
+#include <iostream>
+
+#include "alpha/core/error.h"
+
+int main(int argc, char** argv) {
+  CLI::App app{"Alpha: train transformer language models on the CPU or a CUDA GPU"};
+  app.set_version_flag("--version", std::string("alpha ") + ALPHA_VERSION);
+  app.require_subcommand(0, 1);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  }
+  try {
+    if (app.get_subcommands().empty()) {
+      std::cout << app.help();
+      return 0;
+    }
+  } catch (const alpha::Error& e) {
+    std::cerr << "alpha: " << e.what() << "\n";
+    return 1;
+  }
+  return 0;
+}

@@ -1,0 +1,50 @@
+// Philox4x32-10 (Salmon et al., "Parallel random numbers: as easy as 1, 2, 3", SC'11), a counter-based
+// generator: the random bits of element i depend only on (seed, offset + i), never on thread order,
+// so the CPU and CUDA backends draw identical dropout masks and a backward pass regenerates the
+// forward's mask instead of storing it.
+#pragma once
+#include <cstdint>
+
+#include "alpha/core/hd.h"
+
+namespace alpha {
+
+struct Philox4x32 {
+  uint32_t c[4];
+};
+
+ALPHA_HD Philox4x32 philox4x32_10(uint32_t c0, uint32_t c1, uint32_t c2, uint32_t c3, uint32_t k0, uint32_t k1) {
+  constexpr uint32_t kMul0 = 0xD2511F53u, kMul1 = 0xCD9E8D57u;
+  constexpr uint32_t kWeyl0 = 0x9E3779B9u, kWeyl1 = 0xBB67AE85u;
+  for (int round = 0; round < 10; ++round) {
+    uint64_t p0 = uint64_t(kMul0) * c0;
+    uint64_t p1 = uint64_t(kMul1) * c2;
+    uint32_t n0 = uint32_t(p1 >> 32) ^ c1 ^ k0;
+    uint32_t n2 = uint32_t(p0 >> 32) ^ c3 ^ k1;
+    c1 = uint32_t(p1);
+    c3 = uint32_t(p0);
+    c0 = n0;
+    c2 = n2;
+    k0 += kWeyl0;
+    k1 += kWeyl1;
+  }
+  return {{c0, c1, c2, c3}};
+}
+
+// The 32 random bits for element `index` of a stream keyed by `seed`: one Philox call yields four
+// elements' bits, so element i uses lane i % 4 of the block whose counter is i / 4.
+ALPHA_HD uint32_t philox_bits(uint64_t seed, uint64_t index) {
+  uint64_t block = index >> 2;
+  Philox4x32 r = philox4x32_10(uint32_t(block), uint32_t(block >> 32), 0u, 0u, uint32_t(seed), uint32_t(seed >> 32));
+  return r.c[index & 3];
+}
+
+// Uniform in [0, 1) with 24 random bits, exactly representable in f32 on every backend.
+ALPHA_HD float philox_uniform(uint64_t seed, uint64_t index) {
+  return float(philox_bits(seed, index) >> 8) * (1.0f / 16777216.0f);
+}
+
+// Dropout keeps element `index` when its uniform draw is at least p.
+ALPHA_HD bool dropout_keep(uint64_t seed, uint64_t index, float p) { return philox_uniform(seed, index) >= p; }
+
+}  // namespace alpha

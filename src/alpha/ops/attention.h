@@ -1,0 +1,36 @@
+// Reference attention: naive and materialising (holds one [Tq, Tk] score matrix per head at a time),
+// in f32 or f64. It is the oracle every fused attention kernel is tested against, so it also returns
+// the per-row statistics the fused kernels save: m = rowmax(S) and l = rowsum(exp(S − m)), with
+// S = softcap(q·kᵀ·scale) (masked entries excluded) and P = exp(S − m) / l.
+#pragma once
+#include <cstdint>
+
+#include "alpha/tensor/tensor.h"
+
+namespace alpha::ops {
+
+struct AttentionConfig {
+  double scale = 0.0;       // 0 means 1/√D
+  bool causal = false;      // bottom-right aligned: query i sees keys j <= i + (Tk − Tq)
+  double softcap = 0.0;     // 0 disables; else S = c·tanh(S/c)
+  double dropout_p = 0.0;   // on P, mask from Philox(seed, offset + ((b·Hq + h)·Tq + i)·Tk + j)
+  uint64_t dropout_seed = 0;
+  uint64_t dropout_offset = 0;
+};
+
+struct AttentionOutput {
+  Tensor out;      // [B, Tq, Hq, Dv]
+  Tensor row_max;  // [B, Hq, Tq], accumulation dtype; -inf for a fully masked row
+  Tensor row_sum;  // [B, Hq, Tq]; 0 for a fully masked row (whose output is 0)
+};
+// q [B, Tq, Hq, D], k [B, Tk, Hkv, D], v [B, Tk, Hkv, Dv]; Hq a multiple of Hkv (GQA/MQA).
+AttentionOutput attention_reference(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionConfig& config);
+
+struct AttentionGrads {
+  Tensor dq, dk, dv;  // dk, dv summed over each GQA group
+};
+AttentionGrads attention_reference_backward(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v,
+                                            const Tensor& out, const Tensor& row_max, const Tensor& row_sum,
+                                            const AttentionConfig& config);
+
+}  // namespace alpha::ops

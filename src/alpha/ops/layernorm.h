@@ -1,0 +1,21 @@
+// Layer normalisation over the last dimension, one pass (Welford) per row.
+#pragma once
+#include "alpha/tensor/tensor.h"
+
+namespace alpha::ops {
+
+struct LayerNormOutput {
+  Tensor y;     // x's shape
+  Tensor mean;  // [rows] in the accumulation dtype (f32, or f64 for f64 inputs)
+  Tensor rstd;  // [rows], 1/sqrt(var + eps)
+};
+// x [..., C]; weight and bias [C] (bias may be undefined).
+LayerNormOutput layernorm(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps);
+
+struct LayerNormGrads {
+  Tensor dx, dweight, dbias;
+};
+LayerNormGrads layernorm_backward(const Tensor& dy, const Tensor& x, const Tensor& weight, const Tensor& mean,
+                                  const Tensor& rstd, bool need_dx, bool need_dweight, bool need_dbias);
+
+}  // namespace alpha::ops

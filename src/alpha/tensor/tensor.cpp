@@ -1,0 +1,441 @@
+#include "alpha/tensor/tensor.h"
+
+#include <algorithm>
+#include <cstring>
+#include <numeric>
+#include <random>
+
+#include "alpha/tensor/allocator.h"
+
+namespace alpha {
+
+std::string shape_str(std::span<const int64_t> shape) {
+  std::string s = "[";
+  for (size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
+  return s + "]";
+}
+
+int64_t shape_numel(std::span<const int64_t> shape) {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  return n;
+}
+
+Shape contiguous_strides(std::span<const int64_t> shape) {
+  Shape strides(shape.size());
+  int64_t s = 1;
+  for (size_t i = shape.size(); i-- > 0;) {
+    strides[i] = s;
+    s *= std::max<int64_t>(shape[i], 1);
+  }
+  return strides;
+}
+
+Storage::Storage(Device device, size_t bytes)
+    : device_(device), bytes_(bytes), data_(allocator_for(device).allocate(std::max<size_t>(bytes, 1))) {}
+
+Storage::~Storage() { allocator_for(device_).free(data_); }
+
+Tensor::Tensor(std::shared_ptr<Storage> storage, Shape shape, Shape strides, int64_t offset, DType dtype)
+    : storage_(std::move(storage)), shape_(std::move(shape)), strides_(std::move(strides)), offset_(offset),
+      dtype_(dtype) {}
+
+Tensor Tensor::empty(Shape shape, DType dtype, Device device) {
+  for (int64_t d : shape)
+    if (d < 0) raise<ShapeError>("Tensor::empty", "shape", "non-negative sizes", shape_str(shape));
+  size_t bytes = size_t(shape_numel(shape)) * dtype_size(dtype);
+  auto storage = std::make_shared<Storage>(device, bytes);
+  Shape strides = contiguous_strides(shape);
+  return Tensor(std::move(storage), std::move(shape), std::move(strides), 0, dtype);
+}
+
+namespace {
+
+// Calls fn(T{}) with the C++ type of a dtype.
+template <class Fn>
+void visit_dtype(DType t, Fn&& fn) {
+  switch (t) {
+    case DType::f32: fn(float{}); break;
+    case DType::f64: fn(double{}); break;
+    case DType::bf16: fn(bf16{}); break;
+    case DType::f16: fn(f16{}); break;
+    case DType::i32: fn(int32_t{}); break;
+    case DType::i64: fn(int64_t{}); break;
+    case DType::u16: fn(uint16_t{}); break;
+    case DType::u8: fn(uint8_t{}); break;
+  }
+}
+
+template <class T> double to_double(T v) { return double(static_cast<float>(v)); }
+template <> double to_double(double v) { return v; }
+template <> double to_double(int32_t v) { return double(v); }
+template <> double to_double(int64_t v) { return double(v); }
+template <> double to_double(uint16_t v) { return double(v); }
+template <> double to_double(uint8_t v) { return double(v); }
+
+template <class T> T from_double(double v) {
+  if constexpr (std::is_same_v<T, bf16> || std::is_same_v<T, f16>) return T(float(v));
+  else return static_cast<T>(v);
+}
+
+// Visits every element's offset (in elements, relative to the storage start) in row-major order.
+template <class Fn>
+void for_each_offset(const Shape& shape, const Shape& strides, int64_t base, Fn&& fn) {
+  int64_t n = shape_numel(shape);
+  if (n == 0) return;
+  std::vector<int64_t> idx(shape.size(), 0);
+  int64_t off = base;
+  for (int64_t i = 0; i < n; ++i) {
+    fn(i, off);
+    for (size_t d = shape.size(); d-- > 0;) {
+      if (++idx[d] < shape[d]) {
+        off += strides[d];
+        break;
+      }
+      off -= strides[d] * (shape[d] - 1);
+      idx[d] = 0;
+    }
+  }
+}
+
+void require_cpu(const Tensor& t, const char* op) {
+  if (!t.device().is_cpu())
+    raise<DeviceError>(op, "self", "a CPU tensor (host element access)", t.device().str());
+}
+
+void require_defined(const Tensor& t, const char* op) {
+  if (!t.defined()) raise<ValueError>(op, "self", "a defined tensor", "an undefined tensor");
+}
+
+}  // namespace
+
+Tensor Tensor::zeros(Shape shape, DType dtype, Device device) {
+  Tensor t = empty(std::move(shape), dtype, device);
+  t.zero_();
+  return t;
+}
+
+Tensor Tensor::full(Shape shape, double value, DType dtype, Device device) {
+  Tensor t = empty(std::move(shape), dtype, device);
+  t.fill_(value);
+  return t;
+}
+
+Tensor Tensor::uniform(Shape shape, double lo, double hi, uint64_t seed, DType dtype, Device device) {
+  Tensor t = empty(shape, DType::f64);
+  std::mt19937_64 gen(seed);
+  std::uniform_real_distribution<double> dist(lo, hi);
+  double* p = t.data<double>();
+  for (int64_t i = 0; i < t.numel(); ++i) p[i] = dist(gen);
+  return t.to(dtype).to(device);
+}
+
+Tensor Tensor::normal(Shape shape, double mean, double stddev, uint64_t seed, DType dtype, Device device) {
+  Tensor t = empty(shape, DType::f64);
+  std::mt19937_64 gen(seed);
+  std::normal_distribution<double> dist(mean, stddev);
+  double* p = t.data<double>();
+  for (int64_t i = 0; i < t.numel(); ++i) p[i] = dist(gen);
+  return t.to(dtype).to(device);
+}
+
+template <class T>
+Tensor Tensor::from_vector(const std::vector<T>& values, Shape shape, Device device) {
+  if (int64_t(values.size()) != shape_numel(shape))
+    raise<ShapeError>("Tensor::from_vector", "values", std::to_string(shape_numel(shape)) + " elements for shape " +
+                      shape_str(shape), std::to_string(values.size()) + " elements");
+  Tensor t = empty(std::move(shape), dtype_of<T>);
+  std::copy(values.begin(), values.end(), t.data<T>());
+  return t.to(device);
+}
+
+int64_t Tensor::normalize_dim(int64_t d, const char* op, int64_t extra) const {
+  int64_t n = dim() + extra;
+  int64_t r = d < 0 ? d + n : d;
+  if (r < 0 || r >= n)
+    raise<ShapeError>(op, "dim", "a dimension in [" + std::to_string(-n) + ", " + std::to_string(n) + ")",
+                      std::to_string(d));
+  return r;
+}
+
+int64_t Tensor::size(int64_t d) const { return shape_[normalize_dim(d, "Tensor::size")]; }
+int64_t Tensor::stride(int64_t d) const { return strides_[normalize_dim(d, "Tensor::stride")]; }
+
+bool Tensor::is_contiguous() const {
+  int64_t expected = 1;
+  for (size_t i = shape_.size(); i-- > 0;) {
+    if (shape_[i] == 1) continue;
+    if (strides_[i] != expected) return false;
+    expected *= shape_[i];
+  }
+  return true;
+}
+
+void* Tensor::raw_data() const {
+  require_defined(*this, "Tensor::raw_data");
+  return static_cast<char*>(storage_->data()) + offset_ * int64_t(dtype_size(dtype_));
+}
+
+Tensor Tensor::slice(int64_t d, int64_t start, int64_t end, int64_t step) const {
+  d = normalize_dim(d, "Tensor::slice");
+  int64_t n = shape_[d];
+  if (step <= 0) raise<ValueError>("Tensor::slice", "step", "a positive step", std::to_string(step));
+  if (start < 0) start += n;
+  if (end < 0) end += n;
+  if (start < 0 || end > n || start > end)
+    raise<ShapeError>("Tensor::slice", "start/end", "0 <= start <= end <= " + std::to_string(n),
+                      "start " + std::to_string(start) + ", end " + std::to_string(end));
+  Tensor r = *this;
+  r.shape_[d] = (end - start + step - 1) / step;
+  r.strides_[d] = strides_[d] * step;
+  r.offset_ = offset_ + start * strides_[d];
+  return r;
+}
+
+Tensor Tensor::select(int64_t d, int64_t index) const {
+  d = normalize_dim(d, "Tensor::select");
+  if (index < 0) index += shape_[d];
+  if (index < 0 || index >= shape_[d])
+    raise<ShapeError>("Tensor::select", "index", "an index in [0, " + std::to_string(shape_[d]) + ")",
+                      std::to_string(index));
+  Tensor r = *this;
+  r.offset_ = offset_ + index * strides_[d];
+  r.shape_.erase(r.shape_.begin() + d);
+  r.strides_.erase(r.strides_.begin() + d);
+  return r;
+}
+
+namespace {
+Shape infer_shape(Shape shape, int64_t numel, const Shape& from, const char* op) {
+  int64_t known = 1, infer_at = -1;
+  for (size_t i = 0; i < shape.size(); ++i) {
+    if (shape[i] == -1 && infer_at < 0) infer_at = int64_t(i);
+    else if (shape[i] < 0) raise<ShapeError>(op, "shape", "sizes >= 0 and at most one -1", shape_str(shape));
+    else known *= shape[i];
+  }
+  if (infer_at >= 0 && known > 0 && numel % known == 0) shape[infer_at] = numel / known;
+  if (shape_numel(shape) != numel)
+    raise<ShapeError>(op, "shape", "a shape with " + std::to_string(numel) + " elements (from " + shape_str(from) + ")",
+                      shape_str(shape));
+  return shape;
+}
+}  // namespace
+
+Tensor Tensor::view(Shape shape) const {
+  require_defined(*this, "Tensor::view");
+  shape = infer_shape(std::move(shape), numel(), shape_, "Tensor::view");
+  // Groups the source dimensions into runs that are contiguous among themselves; each run can be
+  // re-split into any new dimensions whose sizes multiply to the run's size (PyTorch's rule).
+  Shape new_strides(shape.size(), 1);
+  bool ok = true;
+  if (numel() == 0 || shape_.empty()) {
+    new_strides = contiguous_strides(shape);
+  } else {
+    int64_t view_d = int64_t(shape.size()) - 1;
+    int64_t base_stride = strides_.back(), run_numel = 1, view_numel = 1;
+    for (int64_t d = int64_t(shape_.size()) - 1; d >= 0; --d) {
+      run_numel *= shape_[d];
+      bool run_ends = d == 0 || (shape_[d - 1] != 1 && strides_[d - 1] != run_numel * base_stride);
+      if (!run_ends) continue;
+      while (view_d >= 0 && (view_numel < run_numel || shape[view_d] == 1)) {
+        new_strides[view_d] = view_numel * base_stride;
+        view_numel *= shape[view_d];
+        --view_d;
+      }
+      if (view_numel != run_numel) ok = false;
+      if (d > 0) base_stride = strides_[d - 1], run_numel = 1, view_numel = 1;
+    }
+    if (view_d != -1) ok = false;
+  }
+  if (!ok)
+    raise<LayoutError>("Tensor::view", "shape", "a shape compatible with the strides " + shape_str(strides_) +
+                       " of shape " + shape_str(shape_) + " (use reshape or contiguous)", shape_str(shape));
+  Tensor r = *this;
+  r.shape_ = std::move(shape);
+  r.strides_ = std::move(new_strides);
+  return r;
+}
+
+Tensor Tensor::reshape(Shape shape) const {
+  require_defined(*this, "Tensor::reshape");
+  if (is_contiguous()) return view(std::move(shape));
+  return contiguous().view(std::move(shape));
+}
+
+Tensor Tensor::transpose(int64_t d0, int64_t d1) const {
+  d0 = normalize_dim(d0, "Tensor::transpose");
+  d1 = normalize_dim(d1, "Tensor::transpose");
+  Tensor r = *this;
+  std::swap(r.shape_[d0], r.shape_[d1]);
+  std::swap(r.strides_[d0], r.strides_[d1]);
+  return r;
+}
+
+Tensor Tensor::permute(const std::vector<int64_t>& order) const {
+  if (int64_t(order.size()) != dim())
+    raise<ShapeError>("Tensor::permute", "order", std::to_string(dim()) + " dimensions", shape_str(order));
+  std::vector<bool> seen(order.size(), false);
+  Tensor r = *this;
+  for (size_t i = 0; i < order.size(); ++i) {
+    int64_t d = normalize_dim(order[i], "Tensor::permute");
+    if (seen[d]) raise<ShapeError>("Tensor::permute", "order", "a permutation of the dimensions", shape_str(order));
+    seen[d] = true;
+    r.shape_[i] = shape_[d];
+    r.strides_[i] = strides_[d];
+  }
+  return r;
+}
+
+Tensor Tensor::unsqueeze(int64_t d) const {
+  d = normalize_dim(d, "Tensor::unsqueeze", 1);
+  Tensor r = *this;
+  int64_t s = d < dim() ? strides_[d] * shape_[d] : 1;
+  r.shape_.insert(r.shape_.begin() + d, 1);
+  r.strides_.insert(r.strides_.begin() + d, s);
+  return r;
+}
+
+Tensor Tensor::squeeze(int64_t d) const {
+  d = normalize_dim(d, "Tensor::squeeze");
+  if (shape_[d] != 1)
+    raise<ShapeError>("Tensor::squeeze", "dim", "a dimension of size 1", "size " + std::to_string(shape_[d]));
+  Tensor r = *this;
+  r.shape_.erase(r.shape_.begin() + d);
+  r.strides_.erase(r.strides_.begin() + d);
+  return r;
+}
+
+void Tensor::copy_from(const Tensor& src) {
+  require_defined(*this, "Tensor::copy_from");
+  require_defined(src, "Tensor::copy_from");
+  if (src.shape_ != shape_)
+    raise<ShapeError>("Tensor::copy_from", "src", "shape " + shape_str(shape_), shape_str(src.shape_));
+  require_cpu(*this, "Tensor::copy_from");
+  require_cpu(src, "Tensor::copy_from");
+  if (dtype_ == src.dtype_ && is_contiguous() && src.is_contiguous()) {
+    std::memmove(raw_data(), src.raw_data(), nbytes());
+    return;
+  }
+  char* dst_base = static_cast<char*>(storage_->data());
+  const char* src_base = static_cast<const char*>(src.storage_->data());
+  visit_dtype(dtype_, [&](auto dst_tag) {
+    using D = decltype(dst_tag);
+    visit_dtype(src.dtype_, [&](auto src_tag) {
+      using S = decltype(src_tag);
+      std::vector<D> staged(static_cast<size_t>(numel()));  // staging makes overlapping copies safe
+      for_each_offset(src.shape_, src.strides_, src.offset_, [&](int64_t i, int64_t off) {
+        S v;
+        std::memcpy(&v, src_base + off * int64_t(sizeof(S)), sizeof(S));
+        if constexpr (std::is_same_v<D, S>) staged[size_t(i)] = v;
+        else staged[size_t(i)] = from_double<D>(to_double(v));
+      });
+      for_each_offset(shape_, strides_, offset_, [&](int64_t i, int64_t off) {
+        std::memcpy(dst_base + off * int64_t(sizeof(D)), &staged[size_t(i)], sizeof(D));
+      });
+    });
+  });
+}
+
+Tensor Tensor::contiguous() const {
+  require_defined(*this, "Tensor::contiguous");
+  if (is_contiguous()) return *this;
+  return clone();
+}
+
+Tensor Tensor::clone() const {
+  require_defined(*this, "Tensor::clone");
+  Tensor r = empty(shape_, dtype_, device());
+  r.copy_from(*this);
+  return r;
+}
+
+Tensor Tensor::to(Device target) const {
+  require_defined(*this, "Tensor::to");
+  if (target == device()) return *this;
+  raise<DeviceError>("Tensor::to", "device", "a device with a registered backend (this build has the CPU only)",
+                     target.str());
+}
+
+Tensor Tensor::to(DType target) const {
+  require_defined(*this, "Tensor::to");
+  if (target == dtype_) return *this;
+  Tensor r = empty(shape_, target, device());
+  r.copy_from(*this);
+  return r;
+}
+
+void Tensor::fill_(double value) {
+  require_defined(*this, "Tensor::fill_");
+  require_cpu(*this, "Tensor::fill_");
+  char* base = static_cast<char*>(storage_->data());
+  visit_dtype(dtype_, [&](auto tag) {
+    using T = decltype(tag);
+    T v = from_double<T>(value);
+    for_each_offset(shape_, strides_, offset_,
+                    [&](int64_t, int64_t off) { std::memcpy(base + off * int64_t(sizeof(T)), &v, sizeof(T)); });
+  });
+}
+
+void Tensor::zero_() {
+  require_defined(*this, "Tensor::zero_");
+  if (is_contiguous() && device().is_cpu()) std::memset(raw_data(), 0, nbytes());
+  else fill_(0.0);
+}
+
+double Tensor::at(std::initializer_list<int64_t> index) const {
+  require_defined(*this, "Tensor::at");
+  require_cpu(*this, "Tensor::at");
+  if (int64_t(index.size()) != dim())
+    raise<ShapeError>("Tensor::at", "index", std::to_string(dim()) + " indices", std::to_string(index.size()));
+  int64_t off = offset_;
+  size_t d = 0;
+  for (int64_t i : index) {
+    if (i < 0 || i >= shape_[d])
+      raise<ShapeError>("Tensor::at", "index", "an index in [0, " + std::to_string(shape_[d]) + ") for dim " +
+                        std::to_string(d), std::to_string(i));
+    off += i * strides_[d++];
+  }
+  double out = 0;
+  const char* base = static_cast<const char*>(storage_->data());
+  visit_dtype(dtype_, [&](auto tag) {
+    using T = decltype(tag);
+    T v;
+    std::memcpy(&v, base + off * int64_t(sizeof(T)), sizeof(T));
+    out = to_double(v);
+  });
+  return out;
+}
+
+double Tensor::item() const {
+  if (numel() != 1) raise<ShapeError>("Tensor::item", "self", "a tensor with one element", shape_str(shape_));
+  return reshape({}).at({});
+}
+
+template <class T>
+std::vector<T> Tensor::to_vector() const {
+  require_defined(*this, "Tensor::to_vector");
+  Tensor c = to(dtype_of<T>).contiguous();
+  require_cpu(c, "Tensor::to_vector");
+  const T* p = c.data<T>();
+  return std::vector<T>(p, p + c.numel());
+}
+
+std::string Tensor::describe() const {
+  if (!defined()) return "undefined tensor";
+  return std::string(dtype_name(dtype_)) + shape_str(shape_) + " on " + device().str();
+}
+
+#define ALPHA_TENSOR_INSTANTIATE(T)                                                     \
+  template Tensor Tensor::from_vector<T>(const std::vector<T>&, Shape, Device);       \
+  template std::vector<T> Tensor::to_vector<T>() const;
+ALPHA_TENSOR_INSTANTIATE(float)
+ALPHA_TENSOR_INSTANTIATE(double)
+ALPHA_TENSOR_INSTANTIATE(bf16)
+ALPHA_TENSOR_INSTANTIATE(f16)
+ALPHA_TENSOR_INSTANTIATE(int32_t)
+ALPHA_TENSOR_INSTANTIATE(int64_t)
+ALPHA_TENSOR_INSTANTIATE(uint16_t)
+ALPHA_TENSOR_INSTANTIATE(uint8_t)
+#undef ALPHA_TENSOR_INSTANTIATE
+
+}  // namespace alpha

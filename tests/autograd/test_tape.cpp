@@ -1,0 +1,85 @@
+// The tape itself: needs-grad propagation, in-place accumulation, release of saved tensors, no_grad.
+#include <gtest/gtest.h>
+
+#include "alpha/autograd/functions.h"
+#include "support/checks.h"
+
+namespace alpha::autograd {
+namespace {
+
+TEST(Tape, RecordsOnlyWhenAnInputNeedsAGradient) {
+  clear_tape();
+  Variable a(test::random({3})), b(test::random({3}));
+  Variable c = add(a, b);
+  EXPECT_FALSE(c.requires_grad());
+  EXPECT_EQ(tape_size(), 0u);
+  Variable w(test::random({3}), true);
+  Variable d = mul(c, w);
+  EXPECT_TRUE(d.requires_grad());
+  EXPECT_EQ(tape_size(), 1u);
+  {
+    NoGradGuard no_grad;
+    Variable e = mul(d, w);
+    EXPECT_FALSE(e.requires_grad());
+    EXPECT_EQ(tape_size(), 1u);
+  }
+  clear_tape();
+}
+
+TEST(Tape, BackwardComputesOnlyNeededGradientsAndReleasesTheTape) {
+  Variable x(test::random({4}, DType::f64), true);
+  Variable y(test::random({4}, DType::f64));  // no gradient wanted
+  Variable loss = sum(mul(x, y));
+  backward(loss);
+  EXPECT_EQ(tape_size(), 0u);
+  EXPECT_TRUE(test::all_close(x.grad(), y.value(), "elementwise"));
+  EXPECT_FALSE(y.grad().defined());
+}
+
+TEST(Tape, GradientsAccumulateInPlaceIntoTheSameBuffer) {
+  Variable x(test::random({5}, DType::f64), true);
+  backward(sum(scale(x, 2.0)));
+  const void* buffer = x.grad().raw_data();
+  backward(sum(scale(x, 3.0)));
+  EXPECT_EQ(x.grad().raw_data(), buffer);
+  EXPECT_TRUE(test::all_close(x.grad(), Tensor::full({5}, 5.0, DType::f64), "elementwise"));
+  x.zero_grad();
+  EXPECT_EQ(x.grad().raw_data(), buffer);
+  EXPECT_EQ(x.grad().at({2}), 0.0);
+}
+
+TEST(Tape, AVariableUsedTwiceGetsBothContributions) {
+  Variable x(test::random({6}, DType::f64), true);
+  backward(sum(add(x, x)));
+  EXPECT_TRUE(test::all_close(x.grad(), Tensor::full({6}, 2.0, DType::f64), "elementwise"));
+}
+
+TEST(Tape, SavedTensorsAreReleasedWhenBackwardPassesTheirNode) {
+  Variable x(test::random({8}, DType::f64), true);
+  std::weak_ptr<Storage> saved;
+  Variable loss;
+  {
+    Variable t(test::random({8}, DType::f64));
+    saved = t.value().storage();
+    loss = sum(mul(x, t));  // mul saves t
+  }
+  EXPECT_FALSE(saved.expired());
+  backward(loss);
+  EXPECT_TRUE(saved.expired());
+}
+
+TEST(Tape, ViewGradientsFlowIntoTheViewedRegion) {
+  EXPECT_TRUE(test::gradcheck(
+      [](const auto& v) { return reshape(slice(v[0], 1, 2, 5), {3, 3}); }, {test::random({3, 6}, DType::f64)}));
+}
+
+TEST(Tape, BackwardOnANonScalarNeedsASeed) {
+  Variable x(test::random({3}, DType::f64), true);
+  Variable y = scale(x, 2.0);
+  EXPECT_ALPHA_ERROR(backward(y), ShapeError, "[backward]", "grad_output");
+  clear_tape();
+  EXPECT_ALPHA_ERROR(backward(Variable(test::random({1}))), ValueError, "[backward]", "root");
+}
+
+}  // namespace
+}  // namespace alpha::autograd

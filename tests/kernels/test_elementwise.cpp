@@ -1,0 +1,100 @@
+// Element-wise ops against naive f64 loops, through the kernel arguments directly (into poisoned
+// outputs) and through the tensor ops, with gradient checks and bad-input tests.
+#include <gtest/gtest.h>
+#include <omp.h>
+
+#include <limits>
+
+#include "alpha/autograd/functions.h"
+#include "alpha/kernels/elementwise.h"
+#include "alpha/ops/check.h"
+#include "alpha/ops/elementwise.h"
+#include "support/checks.h"
+
+namespace alpha {
+namespace {
+
+using test::all_close;
+using test::random;
+
+class ElementwiseSizes : public ::testing::TestWithParam<std::tuple<int64_t, DType>> {};
+
+TEST_P(ElementwiseSizes, KernelsMatchF64Loops) {
+  auto [n, dtype] = GetParam();
+  Tensor a = random({n}, dtype), b = random({n}, dtype);
+  std::vector<double> av = a.to_vector<double>(), bv = b.to_vector<double>();
+  std::vector<double> want_add(n), want_mul(n), want_scale(n), want_axpy(n);
+  double want_sum = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    want_add[i] = av[i] + bv[i];
+    want_mul[i] = av[i] * bv[i];
+    want_scale[i] = -1.75 * av[i];
+    want_axpy[i] = bv[i] + 0.5 * av[i];
+    want_sum += av[i];
+  }
+  auto expect = [&](const std::vector<double>& v) { return Tensor::from_vector(v, {n}); };
+  ops::dispatch_cpu_float("test", a, [&]<class T>() {
+    Tensor out = test::poisoned({n}, dtype);
+    kernels::cpu::add(kernels::BinaryArgs<T>{a.data<T>(), b.data<T>(), out.data<T>(), n});
+    EXPECT_TRUE(all_close(out, expect(want_add), "elementwise"));
+    out = test::poisoned({n}, dtype);
+    kernels::cpu::mul(kernels::BinaryArgs<T>{a.data<T>(), b.data<T>(), out.data<T>(), n});
+    EXPECT_TRUE(all_close(out, expect(want_mul), "elementwise"));
+    out = test::poisoned({n}, dtype);
+    kernels::cpu::scale(kernels::ScaleArgs<T>{a.data<T>(), out.data<T>(), acc_t<T>(-1.75), n});
+    EXPECT_TRUE(all_close(out, expect(want_scale), "elementwise"));
+    Tensor y = b.clone();
+    kernels::cpu::axpy(kernels::AxpyArgs<T>{y.data<T>(), a.data<T>(), acc_t<T>(0.5), n});
+    EXPECT_TRUE(all_close(y, expect(want_axpy), "elementwise"));
+    acc_t<T> total = std::numeric_limits<acc_t<T>>::quiet_NaN();
+    kernels::cpu::sum(kernels::SumArgs<T>{a.data<T>(), &total, n});
+    EXPECT_TRUE(all_close(Tensor::from_vector<double>({double(total)}, {1}).to(dtype),
+                          Tensor::from_vector<double>({want_sum}, {1}), "sum"));
+  });
+}
+
+INSTANTIATE_TEST_SUITE_P(AllSizes, ElementwiseSizes,
+                         ::testing::Combine(::testing::ValuesIn(test::kSizes),
+                                            ::testing::Values(DType::f32, DType::f64)));
+
+TEST(Elementwise, OpsOnOddStridedShapes) {
+  Tensor a = random({7, 13}, DType::f64).transpose(0, 1);  // non-contiguous input
+  Tensor b = random({13, 7}, DType::f64);
+  Tensor s = ops::add(a, b);
+  for (int64_t i = 0; i < 13; ++i)
+    for (int64_t j = 0; j < 7; ++j) EXPECT_DOUBLE_EQ(s.at({i, j}), a.at({i, j}) + b.at({i, j}));
+  Tensor total = ops::sum(a);
+  double want = 0;
+  for (int64_t i = 0; i < 13; ++i)
+    for (int64_t j = 0; j < 7; ++j) want += a.at({i, j});
+  EXPECT_NEAR(total.item(), want, 1e-12);
+}
+
+TEST(Elementwise, SumIsIdenticalAcrossThreadCounts) {
+  Tensor a = random({300001}, DType::f32);
+  double first = ops::sum(a).item();
+  for (int threads : {1, 2, 3}) {
+    omp_set_num_threads(threads);
+    EXPECT_EQ(ops::sum(a).item(), first);
+  }
+}
+
+TEST(Elementwise, GradientsMatchFiniteDifferences) {
+  EXPECT_TRUE(test::gradcheck([](const auto& v) { return autograd::mul(autograd::add(v[0], v[1]), v[0]); },
+                              {random({3, 5}, DType::f64), random({3, 5}, DType::f64)}));
+  EXPECT_TRUE(test::gradcheck([](const auto& v) { return autograd::sum(autograd::scale(v[0], -3.0)); },
+                              {random({17}, DType::f64)}));
+}
+
+TEST(Elementwise, BadInputsRaise) {
+  Tensor a = random({4}), b = random({5});
+  EXPECT_ALPHA_ERROR(ops::add(a, b), ShapeError, "[add]", "'b'", "[4]", "[5]");
+  EXPECT_ALPHA_ERROR(ops::mul(a, random({4}, DType::f64)), DTypeError, "[mul]", "'b'", "f32", "f64");
+  EXPECT_ALPHA_ERROR(ops::scale(Tensor::zeros({4}, DType::i32), 2), DTypeError, "[scale]", "'x'", "i32");
+  Tensor strided = random({4, 4}).transpose(0, 1);
+  EXPECT_ALPHA_ERROR(ops::add_(strided, random({4, 4})), LayoutError, "[add_]", "'y'", "contiguous");
+  EXPECT_ALPHA_ERROR(ops::sum(Tensor()), ValueError, "[sum]", "'x'", "undefined");
+}
+
+}  // namespace
+}  // namespace alpha

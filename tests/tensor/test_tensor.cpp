@@ -1,0 +1,178 @@
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdlib>
+
+#include "alpha/core/philox.h"
+#include "alpha/tensor/allocator.h"
+#include "alpha/tensor/tensor.h"
+#include "support/checks.h"
+
+namespace alpha {
+namespace {
+
+TEST(Tensor, EmptyHasContiguousStridesAndSize) {
+  Tensor t = Tensor::empty({2, 3, 4}, DType::f32);
+  EXPECT_EQ(t.strides(), (Shape{12, 4, 1}));
+  EXPECT_EQ(t.numel(), 24);
+  EXPECT_EQ(t.nbytes(), 96u);
+  EXPECT_TRUE(t.is_contiguous());
+  EXPECT_EQ(t.describe(), "f32[2, 3, 4] on cpu");
+}
+
+TEST(Tensor, SliceTransposePermuteShareStorageAndIndexCorrectly) {
+  std::vector<float> v(24);
+  for (int i = 0; i < 24; ++i) v[i] = float(i);
+  Tensor t = Tensor::from_vector(v, {2, 3, 4});
+  Tensor s = t.slice(2, 1, 4, 2);  // columns 1 and 3
+  EXPECT_EQ(s.shape(), (Shape{2, 3, 2}));
+  EXPECT_TRUE(s.shares_storage(t));
+  EXPECT_EQ(s.at({1, 2, 1}), 1 * 12 + 2 * 4 + 3);
+  Tensor tr = t.transpose(0, 2);
+  EXPECT_EQ(tr.shape(), (Shape{4, 3, 2}));
+  EXPECT_EQ(tr.at({3, 1, 1}), 12 + 4 + 3);
+  EXPECT_FALSE(tr.is_contiguous());
+  Tensor p = t.permute({1, 2, 0});
+  EXPECT_EQ(p.at({2, 3, 1}), 12 + 8 + 3);
+  Tensor c = p.contiguous();
+  EXPECT_TRUE(c.is_contiguous());
+  EXPECT_FALSE(c.shares_storage(t));
+  for (int64_t i = 0; i < 3; ++i)
+    for (int64_t j = 0; j < 4; ++j)
+      for (int64_t k = 0; k < 2; ++k) EXPECT_EQ(c.at({i, j, k}), p.at({i, j, k}));
+  EXPECT_EQ(t.select(1, 2).at({1, 3}), 12 + 8 + 3);
+}
+
+TEST(Tensor, ViewAndReshape) {
+  Tensor t = test::random({4, 6}, DType::f64);
+  Tensor v = t.view({2, 2, -1});
+  EXPECT_EQ(v.shape(), (Shape{2, 2, 6}));
+  EXPECT_TRUE(v.shares_storage(t));
+  EXPECT_EQ(v.at({1, 1, 5}), t.at({3, 5}));
+  // A transposed tensor cannot be flattened as a view, but reshape copies.
+  Tensor tr = t.transpose(0, 1);
+  EXPECT_ALPHA_ERROR(tr.view({24}), LayoutError, "Tensor::view", "shape");
+  Tensor r = tr.reshape({24});
+  EXPECT_FALSE(r.shares_storage(t));
+  EXPECT_EQ(r.at({7}), t.at({3, 1}));  // r[7] = tr[1][3] = t[3][1]
+  // Splitting a contiguous run of a strided tensor stays a view.
+  Tensor sl = test::random({3, 8}, DType::f32).slice(1, 0, 4);
+  Tensor sv = sl.view({3, 2, 2});
+  EXPECT_EQ(sv.at({2, 1, 0}), sl.at({2, 2}));
+  EXPECT_ALPHA_ERROR(t.view({5, 5}), ShapeError, "Tensor::view", "24 elements");
+  EXPECT_EQ(t.unsqueeze(0).shape(), (Shape{1, 4, 6}));
+  EXPECT_EQ(t.unsqueeze(2).squeeze(2).shape(), (Shape{4, 6}));
+}
+
+TEST(Tensor, DTypeConversionsRoundToNearestEven) {
+  Tensor t = Tensor::from_vector<float>({1.0f, 1.00390625f, 1.01171875f, -2.5f, 65504.0f, 1e-7f, 70000.0f}, {7});
+  std::vector<double> b = t.to(DType::bf16).to_vector<double>();
+  EXPECT_EQ(b[0], 1.0);
+  EXPECT_EQ(b[1], 1.0);         // halfway between 1 and 1+2^-7 rounds to even (1)
+  EXPECT_EQ(b[2], 1.015625);    // halfway between 1+2^-7 and 1+2^-6 rounds to even (1+2^-6)
+  EXPECT_EQ(b[3], -2.5);
+  std::vector<double> h = t.to(DType::f16).to_vector<double>();
+  EXPECT_EQ(h[3], -2.5);
+  EXPECT_EQ(h[4], 65504.0);
+  EXPECT_EQ(h[5], 2.0 / 16777216.0);  // f16 subnormal: 1e-7 rounds to 2·2^-24
+  EXPECT_TRUE(std::isinf(h[6]));
+  Tensor ints = Tensor::from_vector<int32_t>({-3, 7}, {2});
+  EXPECT_EQ(ints.to(DType::f64).to_vector<double>(), (std::vector<double>{-3, 7}));
+}
+
+TEST(Tensor, BadAccessRaisesTypedErrors) {
+  Tensor t = Tensor::zeros({2, 3}, DType::f32);
+  EXPECT_ALPHA_ERROR(t.data<double>(), DTypeError, "Tensor::data", "f32", "f64");
+  EXPECT_ALPHA_ERROR(t.size(2), ShapeError, "Tensor::size", "dim");
+  EXPECT_ALPHA_ERROR(t.slice(1, 2, 5), ShapeError, "Tensor::slice", "start/end");
+  EXPECT_ALPHA_ERROR(t.permute({0, 0}), ShapeError, "Tensor::permute");
+  EXPECT_ALPHA_ERROR(t.at({2, 0}), ShapeError, "Tensor::at", "index");
+  EXPECT_ALPHA_ERROR(t.item(), ShapeError, "Tensor::item");
+  EXPECT_ALPHA_ERROR(t.to(Device::cuda(0)), DeviceError, "Tensor::to", "cuda:0");
+  EXPECT_ALPHA_ERROR(Tensor::empty({2, -1}, DType::f32), ShapeError, "Tensor::empty");
+  EXPECT_ALPHA_ERROR(Tensor().contiguous(), ValueError, "Tensor::contiguous");
+  EXPECT_ALPHA_ERROR(Tensor::from_vector<float>({1, 2, 3}, {2, 2}), ShapeError, "from_vector", "4 elements");
+  EXPECT_ALPHA_ERROR(parse_dtype("f8", "--dtype"), ConfigError, "--dtype", "'f8'");
+  EXPECT_ALPHA_ERROR(Device::parse("gpu", "--device"), ConfigError, "--device", "'gpu'");
+  EXPECT_EQ(Device::parse("cuda:3", "--device"), Device::cuda(3));
+}
+
+TEST(Allocator, SizeClassesBoundWaste) {
+  EXPECT_EQ(CachingAllocator::size_class(1), 512u);
+  EXPECT_EQ(CachingAllocator::size_class(512), 512u);
+  EXPECT_EQ(CachingAllocator::size_class(513), 1024u);
+  for (size_t bytes : {1000u, 4097u, 100000u, 5u << 20, 123456789u}) {
+    size_t c = CachingAllocator::size_class(bytes);
+    EXPECT_GE(c, bytes);
+    EXPECT_LE(double(c), 1.25 * double(bytes) + 512);
+  }
+}
+
+TEST(Allocator, ReusesFreedBlocksAndTracksStatistics) {
+  CachingAllocator alloc(Device::cpu(), RawMemory{[](size_t n) { return std::aligned_alloc(64, n); },
+                                                  [](void* p, size_t) { std::free(p); }});
+  void* a = alloc.allocate(1000);
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(a) % 64, 0u);
+  alloc.free(a);
+  void* b = alloc.allocate(900);  // same size class
+  EXPECT_EQ(a, b);
+  void* c = alloc.allocate(1 << 20);
+  AllocatorStats s = alloc.stats();
+  EXPECT_EQ(s.allocations, 3u);
+  EXPECT_EQ(s.pool_hits, 1u);
+  EXPECT_EQ(s.pool_misses, 2u);
+  EXPECT_EQ(s.bytes_in_use, 1024u + (1u << 20));
+  EXPECT_EQ(s.peak_bytes_in_use, s.bytes_in_use);
+  alloc.free(b);
+  alloc.free(c);
+  EXPECT_EQ(alloc.stats().bytes_in_use, 0u);
+  EXPECT_EQ(alloc.stats().bytes_reserved, 1024u + (1u << 20));
+  alloc.empty_pool();
+  EXPECT_EQ(alloc.stats().bytes_reserved, 0u);
+  int local = 0;
+  EXPECT_ALPHA_ERROR(alloc.free(&local), ValueError, "free", "unknown pointer");
+}
+
+TEST(Allocator, TensorsReturnStorageToThePool) {
+  auto& alloc = allocator_for(Device::cpu());
+  { Tensor warm = Tensor::empty({1000}, DType::f32); }
+  AllocatorStats before = alloc.stats();
+  { Tensor t = Tensor::empty({1000}, DType::f32); }
+  AllocatorStats after = alloc.stats();
+  EXPECT_EQ(after.pool_hits, before.pool_hits + 1);
+  EXPECT_EQ(after.bytes_in_use, before.bytes_in_use);
+}
+
+TEST(Philox, MatchesRandom123KnownAnswers) {
+  // Known-answer vectors for philox4x32_10 from the Random123 distribution (kat_vectors).
+  Philox4x32 zero = philox4x32_10(0, 0, 0, 0, 0, 0);
+  EXPECT_EQ(zero.c[0], 0x6627e8d5u);
+  EXPECT_EQ(zero.c[1], 0xe169c58du);
+  EXPECT_EQ(zero.c[2], 0xbc57ac4cu);
+  EXPECT_EQ(zero.c[3], 0x9b00dbd8u);
+  Philox4x32 ones = philox4x32_10(~0u, ~0u, ~0u, ~0u, ~0u, ~0u);
+  EXPECT_EQ(ones.c[0], 0x408f276du);
+  EXPECT_EQ(ones.c[1], 0x41c83b0eu);
+  EXPECT_EQ(ones.c[2], 0xa20bc7c6u);
+  EXPECT_EQ(ones.c[3], 0x6d5451fdu);
+  Philox4x32 pi = philox4x32_10(0x243f6a88u, 0x85a308d3u, 0x13198a2eu, 0x03707344u, 0xa4093822u, 0x299f31d0u);
+  EXPECT_EQ(pi.c[0], 0xd16cfe09u);
+  EXPECT_EQ(pi.c[1], 0x94fdccebu);
+  EXPECT_EQ(pi.c[2], 0x5001e420u);
+  EXPECT_EQ(pi.c[3], 0x24126ea1u);
+}
+
+TEST(Philox, UniformIsInRangeAndUnbiased) {
+  double mean = 0;
+  const int n = 100000;
+  for (int i = 0; i < n; ++i) {
+    float u = philox_uniform(42, uint64_t(i));
+    ASSERT_GE(u, 0.0f);
+    ASSERT_LT(u, 1.0f);
+    mean += u;
+  }
+  EXPECT_NEAR(mean / n, 0.5, 0.005);
+}
+
+}  // namespace
+}  // namespace alpha
