@@ -1,18 +1,27 @@
-# One entry point. `make test` installs missing packages, configures, builds and runs every test;
+# One entry point. `make test` installs what is missing (Debian packages, a Python venv with the
+# `safetensors` package over Debian's PyTorch), configures, builds and runs every test;
 # `make run` does the same setup, then trains the default model on the built-in corpus and samples.
 JOBS ?= $(shell nproc)
 PRESET ?= release
 BUILD := build/$(PRESET)
+PYENV := build/pyenv
+RUN_DIR ?= runs/default
 
-.PHONY: all deps configure build test run clean
+.PHONY: all deps pyenv configure build test run clean
 
 all: build
 
 deps:
 	./scripts/install-deps.sh
 
-configure: deps
-	cmake --preset $(PRESET)
+# Python is only a test reference (a client that reads our checkpoints); Debian's python3-torch is the
+# light CPU PyTorch, and the venv sees it through --system-site-packages.
+pyenv: deps
+	@test -x $(PYENV)/bin/python || /usr/bin/python3 -m venv --system-site-packages $(PYENV)
+	@$(PYENV)/bin/python -c "import safetensors" 2>/dev/null || $(PYENV)/bin/pip install -q safetensors
+
+configure: deps pyenv
+	cmake --preset $(PRESET) -DALPHA_PYTHON=$(CURDIR)/$(PYENV)/bin/python
 
 build: configure
 	cmake --build $(BUILD) -j $(JOBS)
@@ -21,7 +30,7 @@ test: build
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
 
 run: build
-	$(BUILD)/alpha --version
+	$(BUILD)/alpha train --out $(RUN_DIR)
 
 clean:
 	rm -rf build

@@ -4,6 +4,13 @@
 
 namespace alpha::ops {
 
+namespace {
+thread_local uint64_t launches = 0;
+}
+
+uint64_t kernel_launches() { return launches; }
+void count_kernel_launch() { ++launches; }
+
 void check_defined(std::string_view op, std::string_view arg, const Tensor& t) {
   if (!t.defined()) raise<ValueError>(op, arg, "a defined tensor", "an undefined tensor");
 }

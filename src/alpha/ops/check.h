@@ -20,11 +20,16 @@ void check_size(std::string_view op, std::string_view arg, const Tensor& t, int6
 // The float dtypes the CPU backend computes in: f32, and f64 (the reference precision).
 void check_cpu_float(std::string_view op, std::string_view arg, const Tensor& t);
 
+// Kernel launches since the process started (this thread), for the trainer's ops-per-step telemetry.
+uint64_t kernel_launches();
+void count_kernel_launch();
+
 // Calls fn.template operator()<T>() with T = float or double for a CPU float tensor, raising DeviceError
-// for a device whose backend has no kernel for this op.
+// for a device whose backend has no kernel for this op. Counts one kernel launch.
 template <class Fn>
 void dispatch_cpu_float(std::string_view op, const Tensor& t, Fn&& fn) {
   check_cpu_float(op, "input", t);
+  count_kernel_launch();
   if (t.dtype() == DType::f64) fn.template operator()<double>();
   else fn.template operator()<float>();
 }
