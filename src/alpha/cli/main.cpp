@@ -4,25 +4,23 @@
 
 #include <iostream>
 
+#include "alpha/cli/commands.h"
 #include "alpha/core/error.h"
 
 int main(int argc, char** argv) {
   CLI::App app{"Alpha: train transformer language models on the CPU or a CUDA GPU"};
   app.set_version_flag("--version", std::string("alpha ") + ALPHA_VERSION);
   app.require_subcommand(0, 1);
+  alpha::cli::add_tokenizer_command(app);
+  alpha::cli::add_prepare_command(app);
   try {
-    app.parse(argc, argv);
+    app.parse(argc, argv);  // runs the chosen subcommand's callback
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
-  }
-  try {
-    if (app.get_subcommands().empty()) {
-      std::cout << app.help();
-      return 0;
-    }
   } catch (const alpha::Error& e) {
     std::cerr << "alpha: " << e.what() << "\n";
     return 1;
   }
+  if (app.get_subcommands().empty()) std::cout << app.help();
   return 0;
 }
