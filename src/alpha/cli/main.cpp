@@ -13,6 +13,7 @@ int main(int argc, char** argv) {
   app.require_subcommand(0, 1);
   alpha::cli::add_tokenizer_command(app);
   alpha::cli::add_prepare_command(app);
+  alpha::cli::add_train_commands(app);
   try {
     app.parse(argc, argv);  // runs the chosen subcommand's callback
   } catch (const CLI::ParseError& e) {

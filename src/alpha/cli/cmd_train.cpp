@@ -1,0 +1,158 @@
+// `alpha train`, `alpha sample` and `alpha logits`.
+// Every field of the model config and of the train config is also a flag (--n-layer, --lr, ...), made
+// from the configs' JSON fields so that a new field needs no CLI code; flags override the config file,
+// and on --resume they override the configs the run was saved with.
+#include <CLI/CLI.hpp>
+
+#include <filesystem>
+#include <iostream>
+#include <memory>
+
+#include "alpha/autograd/variable.h"
+#include "alpha/cli/commands.h"
+#include "alpha/core/error.h"
+#include "alpha/nn/gpt_config.h"
+#include "alpha/train/safetensors.h"
+#include "alpha/train/trainer.h"
+
+namespace alpha::cli {
+namespace {
+
+namespace fs = std::filesystem;
+
+fs::path configs_dir() {
+  if (const char* env = std::getenv("ALPHA_CONFIGS_DIR")) return env;
+  return ALPHA_DEFAULT_CONFIGS_DIR;
+}
+
+// One string flag per JSON field (snake_case field -> --kebab-case flag); the given ones are parsed with
+// the type of the field's default value.
+class ConfigFlags {
+ public:
+  ConfigFlags(CLI::App& cmd, const nlohmann::json& defaults, const std::string& group) : defaults_(defaults) {
+    for (auto it = defaults.begin(); it != defaults.end(); ++it) {
+      std::string flag = "--" + it.key();
+      std::replace(flag.begin(), flag.end(), '_', '-');
+      auto& slot = values_[it.key()];
+      options_[it.key()] = cmd.add_option(flag, slot, "default: " + it.value().dump())->group(group);
+    }
+  }
+
+  nlohmann::json given() const {
+    nlohmann::json out = nlohmann::json::object();
+    for (const auto& [field, option] : options_) {
+      if (option->count() == 0) continue;
+      const std::string& text = values_.at(field);
+      const nlohmann::json& like = defaults_.at(field);
+      nlohmann::json value;
+      if (like.is_string()) value = text;
+      else value = nlohmann::json::parse(text, nullptr, false);
+      bool fits = like.is_string() || (like.is_boolean() && value.is_boolean()) ||
+                  (like.is_number_integer() && value.is_number_integer()) || (like.is_number_float() && value.is_number());
+      if (!fits) raise<ConfigError>("train", option->get_name(), "a value like " + like.dump(), "'" + text + "'");
+      out[field] = value;
+    }
+    return out;
+  }
+
+ private:
+  nlohmann::json defaults_;
+  std::map<std::string, std::string> values_;
+  std::map<std::string, CLI::Option*> options_;
+};
+
+struct TrainArgs {
+  std::string config = "tiny";
+  std::vector<std::string> data;
+  std::string out = "runs/latest";
+  bool resume = false;
+  std::unique_ptr<ConfigFlags> model_flags, train_flags;
+};
+
+void run_train(const TrainArgs& args) {
+  nlohmann::json model_json, train_json;
+  if (args.resume) {
+    train::SavedConfigs saved = train::saved_configs(args.out);
+    model_json = saved.model;
+    train_json = saved.train;
+  } else {
+    model_json = nn::load_gpt_config(args.config, configs_dir()).to_json();
+    train_json = train::TrainConfig().to_json();
+  }
+  train::TrainerOptions options;
+  options.model = nn::GPTConfig::from_json(train::merge_fields(model_json, args.model_flags->given(), "model config"));
+  options.train = train::TrainConfig::from_json(train::merge_fields(train_json, args.train_flags->given(), "train config"));
+  options.run_dir = args.out;
+  options.data = args.data;
+  options.resume = args.resume;
+  train::Trainer(options).run();
+}
+
+struct SampleArgs {
+  std::string checkpoint;
+  std::string prompt;
+  int64_t tokens = 200;
+  double temperature = 0.8;
+  int64_t top_k = 40;
+  uint64_t seed = 0;
+};
+
+void run_sample(const SampleArgs& args) {
+  train::LoadedModel loaded = train::load_model(args.checkpoint);
+  std::cout << args.prompt
+            << train::sample_text(*loaded.model, loaded.tokenizer(), args.prompt, args.tokens, args.temperature,
+                                  args.top_k, args.seed)
+            << "\n";
+}
+
+struct LogitsArgs {
+  std::string checkpoint, input, out;
+};
+
+// Runs a token batch through a checkpoint's model and writes the logits: a bridge for other programs
+// (tests use it to compare Alpha's forward pass with an independent PyTorch model).
+void run_logits(const LogitsArgs& args) {
+  train::LoadedModel loaded = train::load_model(args.checkpoint);
+  train::SafetensorsContents in = train::read_safetensors(args.input);
+  auto ids = std::find_if(in.tensors.begin(), in.tensors.end(), [](const auto& t) { return t.first == "ids"; });
+  if (ids == in.tensors.end()) raise<ConfigError>("logits", "--input", "a tensor named 'ids' (i32 [B, T])", args.input);
+  autograd::NoGradGuard no_grad;
+  Tensor logits = loaded.model->forward(ids->second).logits.value();
+  train::write_safetensors(args.out, {{"logits", logits}});
+  std::cout << "wrote logits " << shape_str(logits.shape()) << " to " << args.out << "\n";
+}
+
+}  // namespace
+
+void add_train_commands(CLI::App& app) {
+  auto* train_cmd = app.add_subcommand("train", "Train a GPT (built-in corpus unless --data is given), then sample");
+  auto targs = std::make_shared<TrainArgs>();
+  train_cmd->add_option("--config", targs->config, "Model config: a name in configs/ (tiny, seed, gpt2-124m) or a JSON file")
+      ->capture_default_str();
+  train_cmd->add_option("--data", targs->data, "Text file(s) or folder(s) of .txt, or a folder made by `alpha prepare`");
+  train_cmd->add_option("--out", targs->out, "Run directory")->capture_default_str();
+  train_cmd->add_flag("--resume", targs->resume, "Continue the run in --out from its latest checkpoint");
+  targs->model_flags = std::make_unique<ConfigFlags>(*train_cmd, nn::GPTConfig().to_json(), "Model");
+  targs->train_flags = std::make_unique<ConfigFlags>(*train_cmd, train::TrainConfig().to_json(), "Training");
+  train_cmd->callback([targs] { run_train(*targs); });
+
+  auto* sample_cmd = app.add_subcommand("sample", "Sample text from a checkpoint");
+  auto sargs = std::make_shared<SampleArgs>();
+  sample_cmd->add_option("--checkpoint", sargs->checkpoint, "A run directory (its latest checkpoint) or a step directory")
+      ->required();
+  sample_cmd->add_option("--prompt", sargs->prompt, "Text to continue (default: start of a document)");
+  sample_cmd->add_option("--tokens", sargs->tokens, "Tokens to generate")->capture_default_str();
+  sample_cmd->add_option("--temperature", sargs->temperature, "0 = greedy")->capture_default_str();
+  sample_cmd->add_option("--top-k", sargs->top_k, "0 = the whole vocabulary")->capture_default_str();
+  sample_cmd->add_option("--seed", sargs->seed, "Sampling seed")->capture_default_str();
+  sample_cmd->callback([sargs] { run_sample(*sargs); });
+
+  auto* logits_cmd = app.add_subcommand("logits", "Write a checkpoint's logits for a token batch (safetensors in, out)");
+  auto largs = std::make_shared<LogitsArgs>();
+  logits_cmd->add_option("--checkpoint", largs->checkpoint, "A run directory or a step directory")->required();
+  logits_cmd->add_option("--input", largs->input, "safetensors file with 'ids': i32 [B, T]")->required();
+  logits_cmd->add_option("--out", largs->out, "safetensors file to write 'logits' to")->required();
+  logits_cmd->callback([largs] { run_logits(*largs); });
+}
+
+}  // namespace alpha::cli

@@ -1,0 +1,99 @@
+#include "alpha/train/train_config.h"
+
+#include "alpha/core/device.h"
+#include "alpha/core/error.h"
+
+namespace alpha::train {
+
+namespace {
+
+constexpr const char* kWhat = "train config";
+
+void require(bool ok, const char* field, const std::string& expected, const std::string& got) {
+  if (!ok) raise<ConfigError>(kWhat, field, expected, got);
+}
+
+// Reads field `name` into `value` when present, raising ConfigError when the JSON type does not fit.
+template <class T>
+void read_field(const nlohmann::json& j, const char* name, T& value) {
+  auto it = j.find(name);
+  if (it == j.end()) return;
+  bool fits;
+  if constexpr (std::is_same_v<T, bool>) fits = it->is_boolean();
+  else if constexpr (std::is_same_v<T, std::string>) fits = it->is_string();
+  else if constexpr (std::is_floating_point_v<T>) fits = it->is_number();
+  else if constexpr (std::is_unsigned_v<T>) fits = it->is_number_unsigned();
+  else fits = it->is_number_integer();
+  if (!fits) raise<ConfigError>(kWhat, name, "a value of the field's type", it->dump());
+  value = it->get<T>();
+}
+
+}  // namespace
+
+#define ALPHA_TRAIN_FIELDS(X)                                                                          \
+  X(steps) X(batch_size) X(seq_len) X(grad_accum) X(lr) X(min_lr) X(warmup_steps) X(lr_decay_steps)    \
+  X(weight_decay) X(decay_embeddings) X(beta1) X(beta2) X(adam_eps) X(grad_clip) X(eval_every)         \
+  X(eval_batches) X(save_every) X(keep_last) X(data_seed) X(val_fraction) X(sample_tokens)             \
+  X(temperature) X(top_k) X(prompt) X(device)
+
+TrainConfig TrainConfig::from_json(const nlohmann::json& j) {
+  if (!j.is_object()) raise<ConfigError>(kWhat, "(root)", "a JSON object", j.dump());
+  TrainConfig c;
+  nlohmann::json known = c.to_json();
+  for (auto it = j.begin(); it != j.end(); ++it)
+    if (!known.contains(it.key())) raise<ConfigError>(kWhat, it.key(), "a known field", "an unknown field");
+#define X(field) read_field(j, #field, c.field);
+  ALPHA_TRAIN_FIELDS(X)
+#undef X
+  c.validate();
+  return c;
+}
+
+nlohmann::json TrainConfig::to_json() const {
+  nlohmann::json j;
+#define X(field) j[#field] = field;
+  ALPHA_TRAIN_FIELDS(X)
+#undef X
+  return j;
+}
+
+#undef ALPHA_TRAIN_FIELDS
+
+void TrainConfig::validate() const {
+  auto str = [](auto v) { return nlohmann::json(v).dump(); };
+  require(steps >= 1, "steps", ">= 1", str(steps));
+  require(batch_size >= 1, "batch_size", ">= 1", str(batch_size));
+  require(seq_len >= 0, "seq_len", ">= 0 (0 = block_size)", str(seq_len));
+  require(grad_accum >= 1, "grad_accum", ">= 1", str(grad_accum));
+  require(lr > 0, "lr", "> 0", str(lr));
+  require(min_lr >= 0 && min_lr <= lr, "min_lr", "in [0, lr]", str(min_lr));
+  require(warmup_steps >= 0, "warmup_steps", ">= 0", str(warmup_steps));
+  require(lr_decay_steps >= 0, "lr_decay_steps", ">= 0 (0 = steps)", str(lr_decay_steps));
+  require(warmup_steps <= effective_decay_steps(), "warmup_steps", "<= the decay steps (lr_decay_steps or steps)",
+          str(warmup_steps));
+  require(weight_decay >= 0, "weight_decay", ">= 0", str(weight_decay));
+  require(beta1 >= 0 && beta1 < 1, "beta1", "in [0, 1)", str(beta1));
+  require(beta2 >= 0 && beta2 < 1, "beta2", "in [0, 1)", str(beta2));
+  require(adam_eps > 0, "adam_eps", "> 0", str(adam_eps));
+  require(grad_clip >= 0, "grad_clip", ">= 0 (0 = off)", str(grad_clip));
+  require(eval_every >= 0, "eval_every", ">= 0", str(eval_every));
+  require(eval_batches >= 1, "eval_batches", ">= 1", str(eval_batches));
+  require(save_every >= 0, "save_every", ">= 0", str(save_every));
+  require(keep_last >= 0, "keep_last", ">= 0 (0 = all)", str(keep_last));
+  require(val_fraction >= 0 && val_fraction < 1, "val_fraction", "in [0, 1)", str(val_fraction));
+  require(sample_tokens >= 0, "sample_tokens", ">= 0", str(sample_tokens));
+  require(temperature >= 0, "temperature", ">= 0 (0 = greedy)", str(temperature));
+  require(top_k >= 0, "top_k", ">= 0 (0 = whole vocabulary)", str(top_k));
+  Device::parse(device, "device");
+}
+
+nlohmann::json merge_fields(const nlohmann::json& base, const nlohmann::json& overrides, const std::string& what) {
+  nlohmann::json merged = base;
+  for (auto it = overrides.begin(); it != overrides.end(); ++it) {
+    if (!base.contains(it.key())) raise<ConfigError>(what, it.key(), "a known field", "an unknown field");
+    merged[it.key()] = it.value();
+  }
+  return merged;
+}
+
+}  // namespace alpha::train

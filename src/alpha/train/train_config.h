@@ -1,0 +1,51 @@
+// The trainer's settings (everything that is not the model's shape), read from and written to JSON with
+// the same strictness as the model config: unknown fields and bad values raise ConfigError naming the
+// field, so a typo never falls back to a default silently.
+#pragma once
+#include <cstdint>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+namespace alpha::train {
+
+struct TrainConfig {
+  int64_t steps = 300;           // optimiser steps in total (a resumed run continues up to this)
+  int64_t batch_size = 16;       // sequences per micro-batch
+  int64_t seq_len = 0;           // tokens per sequence; 0 = the model's block_size
+  int64_t grad_accum = 1;        // micro-batches per optimiser step
+  double lr = 3e-3;              // peak learning rate
+  double min_lr = 3e-4;          // floor of the cosine decay
+  int64_t warmup_steps = 30;
+  int64_t lr_decay_steps = 0;    // step where the cosine reaches min_lr; 0 = steps
+  double weight_decay = 0.1;     // decoupled; only on matrices (not biases, norms, embeddings)
+  bool decay_embeddings = false; // also decay wte/wpe
+  double beta1 = 0.9;
+  double beta2 = 0.95;
+  double adam_eps = 1e-8;
+  double grad_clip = 1.0;        // global-norm clipping threshold; 0 = off
+  int64_t eval_every = 50;       // validation loss every N steps (and at the last step); 0 = never
+  int64_t eval_batches = 4;
+  int64_t save_every = 100;      // checkpoint every N steps (and at the last step); 0 = only at the end
+  int64_t keep_last = 3;         // checkpoints kept; 0 = all
+  uint64_t data_seed = 1;        // shuffling of the training windows
+  double val_fraction = 0.1;     // share of each document held out when text is prepared
+  int64_t sample_tokens = 200;   // tokens sampled at the end; 0 = none
+  double temperature = 0.8;
+  int64_t top_k = 40;
+  std::string prompt = "";       // sampling prompt; empty = start from the end-of-text token
+  std::string device = "cpu";
+
+  int64_t effective_seq_len(int64_t block_size) const { return seq_len > 0 ? seq_len : block_size; }
+  int64_t effective_decay_steps() const { return lr_decay_steps > 0 ? lr_decay_steps : steps; }
+
+  void validate() const;  // ConfigError naming the first bad field
+  static TrainConfig from_json(const nlohmann::json& j);  // every field optional
+  nlohmann::json to_json() const;
+};
+
+// Returns `base` with each field of `overrides` replaced; a field `base` does not have raises
+// ConfigError naming it (`what` says which config, e.g. "model config"). Used for command-line flags.
+nlohmann::json merge_fields(const nlohmann::json& base, const nlohmann::json& overrides, const std::string& what);
+
+}  // namespace alpha::train

@@ -1,0 +1,291 @@
+#include "alpha/train/trainer.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <sstream>
+
+#include "alpha/autograd/functions.h"
+#include "alpha/data/loader.h"
+#include "alpha/data/prepare.h"
+#include "alpha/nn/sampling.h"
+#include "alpha/train/atomic_file.h"
+#include "alpha/train/checkpoint.h"
+#include "alpha/train/optimizer.h"
+#include "alpha/train/schedule.h"
+#include "alpha/train/telemetry.h"
+
+namespace alpha::train {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+constexpr const char* kOp = "train";
+constexpr const char* kTokenizerFile = "tokenizer.model";
+// The built-in corpus's word lists support about 1400 tokenizer pieces; a larger model vocabulary
+// simply leaves rows unused.
+constexpr int kBuiltinVocabCap = 1024;
+
+std::vector<std::string> shards_with_prefix(const fs::path& dir, const std::string& prefix) {
+  std::vector<std::string> paths;
+  if (!fs::is_directory(dir)) return paths;
+  for (const auto& entry : fs::directory_iterator(dir)) {
+    std::string name = entry.path().filename().string();
+    if (name.starts_with(prefix) && name.ends_with(".bin")) paths.push_back(entry.path().string());
+  }
+  std::sort(paths.begin(), paths.end());
+  return paths;
+}
+
+bool is_prepared_folder(const fs::path& dir) {
+  return fs::is_directory(dir) && fs::exists(dir / kTokenizerFile) && !shards_with_prefix(dir, "train_").empty();
+}
+
+// Copies named tensors into a module's parameters by name; every parameter must be present with its shape.
+void restore_parameters(const std::vector<nn::NamedParameter>& parameters,
+                        const std::vector<std::pair<std::string, Tensor>>& saved, const fs::path& source) {
+  if (saved.size() != parameters.size())
+    raise<ConfigError>("load_model", source.string(), std::to_string(parameters.size()) + " weight tensors",
+                       std::to_string(saved.size()));
+  for (const auto& p : parameters) {
+    auto it = std::find_if(saved.begin(), saved.end(), [&](const auto& s) { return s.first == p.name; });
+    if (it == saved.end()) raise<ConfigError>("load_model", source.string(), "a tensor named " + p.name, "none");
+    if (it->second.shape() != p.variable.shape())
+      raise<ConfigError>("load_model", p.name, "shape " + shape_str(p.variable.shape()), shape_str(it->second.shape()));
+    autograd::Variable v = p.variable;
+    v.mutable_value().copy_from(it->second);
+  }
+}
+
+// Keeps the metrics lines of the steps a checkpoint holds, so a resumed run's log has no step twice.
+void truncate_metrics(const fs::path& run_dir, int64_t steps_done) {
+  fs::path path = run_dir / "metrics.jsonl";
+  if (!fs::exists(path)) return;
+  std::istringstream lines(read_file(path));
+  std::string line, kept;
+  while (std::getline(lines, line)) {
+    if (line.empty()) continue;
+    nlohmann::json record = nlohmann::json::parse(line, nullptr, false);
+    if (!record.is_discarded() && record.value("step", int64_t(0)) <= steps_done) kept += line + "\n";
+  }
+  write_file_atomic(path, kept);
+}
+
+}  // namespace
+
+struct Trainer::Data {
+  std::optional<data::Tokenizer> tokenizer;  // set by prepare_data
+  std::unique_ptr<data::Loader> train;
+  std::unique_ptr<data::Loader> val;  // null without validation shards
+  std::unique_ptr<AdamW> optimizer;
+  std::unique_ptr<WarmupCosineSchedule> schedule;
+  std::unique_ptr<MetricsWriter> metrics;
+};
+
+SavedConfigs saved_configs(const fs::path& run_dir) {
+  auto latest = latest_checkpoint(run_dir);
+  if (!latest)
+    raise<ConfigError>(kOp, "--resume", "a run directory with a checkpoint", "none in '" + run_dir.string() + "'");
+  nlohmann::json state = nlohmann::json::parse(read_file(*latest / "state.json"));
+  return {state.at("model_config"), state.at("train_config")};
+}
+
+Trainer::Trainer(TrainerOptions options) : options_(std::move(options)), data_(std::make_unique<Data>()) {
+  options_.model.validate();
+  options_.train.validate();
+  Device device = Device::parse(options_.train.device, "device");
+  fs::create_directories(options_.run_dir);
+  prepare_data();
+  model_ = std::make_unique<nn::GPT>(options_.model, DType::f32, device);
+
+  const TrainConfig& t = options_.train;
+  std::vector<nn::NamedParameter> parameters = model_->named_parameters();
+  if (t.decay_embeddings)
+    for (auto& p : parameters) p.decay |= p.name == "wte.weight" || p.name == "wpe.weight";
+  data_->optimizer = std::make_unique<AdamW>(parameters, AdamWOptions{t.beta1, t.beta2, t.adam_eps, t.weight_decay});
+  data_->schedule = std::make_unique<WarmupCosineSchedule>(t.lr, t.min_lr, t.warmup_steps, t.effective_decay_steps());
+  if (options_.resume) resume_from_checkpoint();
+  data_->metrics = std::make_unique<MetricsWriter>(options_.run_dir, options_.resume);
+
+  nlohmann::json run_config = {{"model", options_.model.to_json()}, {"train", t.to_json()}};
+  write_file_atomic(options_.run_dir / "config.json", run_config.dump(2) + "\n");
+}
+
+Trainer::~Trainer() = default;
+
+void Trainer::prepare_data() {
+  fs::path data_dir = options_.run_dir / "data";
+  const auto& inputs = options_.data;
+  bool prepared_input = inputs.size() == 1 && is_prepared_folder(inputs[0]);
+  if (prepared_input) {
+    data_dir = inputs[0];
+  } else if (!(options_.resume && is_prepared_folder(data_dir))) {
+    data::PrepareOptions prep;
+    prep.out_dir = data_dir.string();
+    prep.val_fraction = options_.train.val_fraction;
+    if (inputs.empty()) {
+      prep.builtin_corpus = true;
+      prep.vocab_size = int(std::min<int64_t>(options_.model.vocab_size, kBuiltinVocabCap));
+    } else {
+      prep.inputs = inputs;
+      prep.vocab_size = int(std::min<int64_t>(options_.model.vocab_size, data::kMaxVocabSize));
+    }
+    if (options_.echo) std::printf("preparing data in %s\n", data_dir.c_str());
+    data::prepare(prep);
+  }
+  data_->tokenizer = data::Tokenizer::load((data_dir / kTokenizerFile).string());
+  int vocab = data_->tokenizer->vocab_size();
+  if (vocab > options_.model.vocab_size)
+    raise<ConfigError>(kOp, "vocab_size", ">= the tokenizer's vocabulary " + std::to_string(vocab),
+                       std::to_string(options_.model.vocab_size));
+
+  const TrainConfig& t = options_.train;
+  data::LoaderOptions lo;
+  lo.batch_size = t.batch_size;
+  lo.seq_len = t.effective_seq_len(options_.model.block_size);
+  if (lo.seq_len > options_.model.block_size)
+    raise<ConfigError>(kOp, "seq_len", "<= block_size " + std::to_string(options_.model.block_size),
+                       std::to_string(lo.seq_len));
+  lo.vocab_size = vocab;
+  lo.seed = t.data_seed;
+  data_->train = std::make_unique<data::Loader>(shards_with_prefix(data_dir, "train_"), lo);
+  std::vector<std::string> val_shards = shards_with_prefix(data_dir, "val_");
+  if (!val_shards.empty() && t.eval_every > 0) {
+    lo.shuffle = false;
+    lo.batch_size = 1;  // validation sets are small: one sequence per batch keeps even short ones usable
+    data_->val = std::make_unique<data::Loader>(val_shards, lo);
+  }
+}
+
+void Trainer::resume_from_checkpoint() {
+  CheckpointData ckpt = load_checkpoint(options_.run_dir);
+  restore_parameters(model_->named_parameters(), ckpt.weights, options_.run_dir);
+  std::vector<NamedTensor> moments;
+  for (auto& [name, tensor] : ckpt.optimizer) moments.push_back({name, tensor});
+  data_->optimizer->load_state(moments, ckpt.state.at("optimizer_step").get<int64_t>());
+  data_->train->seek(ckpt.state.at("data").get<data::LoaderPosition>());
+  steps_done_ = ckpt.state.at("step").get<int64_t>();
+  truncate_metrics(options_.run_dir, steps_done_);
+}
+
+double Trainer::validation_loss() {
+  if (!data_->val) return std::nan("");
+  autograd::NoGradGuard no_grad;
+  data_->val->seek({0, 0});
+  int64_t batches = std::min(options_.train.eval_batches, data_->val->batches_per_epoch());
+  double total = 0;
+  for (int64_t i = 0; i < batches; ++i) {
+    data::Batch b = data_->val->next();
+    total += model_->forward(b.inputs, b.targets).loss.value().item();
+  }
+  return total / double(batches);
+}
+
+void Trainer::save(int64_t steps_done) {
+  CheckpointData ckpt;
+  for (const auto& p : model_->named_parameters()) ckpt.weights.emplace_back(p.name, p.variable.value());
+  for (const auto& s : data_->optimizer->state_tensors()) ckpt.optimizer.emplace_back(s.name, s.tensor);
+  ckpt.state = {{"model_config", options_.model.to_json()},
+                {"train_config", options_.train.to_json()},
+                {"data", data_->train->position()},
+                {"rng", {{"model_seed", options_.model.seed}, {"data_seed", options_.train.data_seed}}},
+                {"optimizer_step", data_->optimizer->step_count()}};
+  save_checkpoint(options_.run_dir, steps_done, ckpt, int(options_.train.keep_last));
+}
+
+std::string Trainer::run(std::optional<int64_t> stop_at_step) {
+  const TrainConfig& t = options_.train;
+  int64_t last = std::min(t.steps, stop_at_step.value_or(t.steps));
+  Device device = model_->device();
+  int64_t tokens_per_step = t.batch_size * t.effective_seq_len(options_.model.block_size) * t.grad_accum;
+  ProgressBar progress(steps_done_, last);
+  if (options_.echo)
+    std::printf("training %lld parameters for steps %lld..%lld (%lld tokens per step) in %s\n",
+                static_cast<long long>(model_->num_parameters()), static_cast<long long>(steps_done_ + 1),
+                static_cast<long long>(last), static_cast<long long>(tokens_per_step), options_.run_dir.c_str());
+
+  for (int64_t step = steps_done_; step < last; ++step) {
+    CounterSnapshot counters = CounterSnapshot::take(device);
+    Stopwatch clock;
+    double lr = data_->schedule->lr(step), loss_sum = 0, forward_s = 0, backward_s = 0;
+    for (int64_t micro = 0; micro < t.grad_accum; ++micro) {
+      Stopwatch phase;
+      data::Batch batch = data_->train->next();
+      nn::ForwardOptions fo{true, uint64_t(step), uint64_t(micro)};
+      autograd::Variable loss = model_->forward(batch.inputs, batch.targets, fo).loss;
+      loss_sum += loss.value().item();
+      if (t.grad_accum > 1) loss = autograd::scale(loss, 1.0 / double(t.grad_accum));
+      forward_s += phase.seconds();
+      phase.restart();
+      autograd::backward(loss);
+      backward_s += phase.seconds();
+    }
+    Stopwatch phase;
+    ClipResult clip = t.grad_clip > 0 ? data_->optimizer->clip_grad_norm(t.grad_clip)
+                                      : ClipResult{data_->optimizer->grad_norm(), 1.0};
+    data_->optimizer->step(lr);
+    data_->optimizer->zero_grad();
+    double optimizer_s = phase.seconds();
+    double step_s = clock.seconds();
+    StepCounters used = StepCounters::since(counters, device);
+    steps_done_ = step + 1;
+
+    double loss = loss_sum / double(t.grad_accum);
+    bool final_step = steps_done_ == last;
+    bool evaluate = t.eval_every > 0 && (steps_done_ % t.eval_every == 0 || final_step);
+    double val_loss = evaluate ? validation_loss() : std::nan("");
+    double tokens_per_second = double(tokens_per_step) / step_s;
+    nlohmann::json record = {{"step", steps_done_},     {"loss", loss},
+                             {"lr", lr},                {"grad_norm", clip.norm},
+                             {"clip_coef", clip.clip_coef},
+                             {"tokens_per_second", tokens_per_second},
+                             {"step_time_s", step_s},   {"forward_s", forward_s},
+                             {"backward_s", backward_s}, {"optimizer_s", optimizer_s},
+                             {"ops", used.ops},         {"allocations", used.allocations},
+                             {"fresh_allocations", used.fresh_allocations}, {"peak_bytes", used.peak_bytes}};
+    record["val_loss"] = std::isnan(val_loss) ? nlohmann::json(nullptr) : nlohmann::json(val_loss);
+    data_->metrics->write(record);
+    progress.update(steps_done_, loss, tokens_per_second);
+    if (options_.echo && (evaluate || (!progress.enabled() && steps_done_ == 1))) {
+      progress.finish();
+      std::printf("step %5lld  loss %.4f  val_loss %s  lr %.2e  grad_norm %.3f  %.0f tok/s  ops %llu  allocs %llu  peak %.1f MiB\n",
+                  static_cast<long long>(steps_done_), loss, std::isnan(val_loss) ? "-" : std::to_string(val_loss).c_str(),
+                  lr, clip.norm, tokens_per_second, static_cast<unsigned long long>(used.ops),
+                  static_cast<unsigned long long>(used.allocations), double(used.peak_bytes) / (1 << 20));
+      std::fflush(stdout);
+    }
+    if ((t.save_every > 0 && steps_done_ % t.save_every == 0) || final_step) save(steps_done_);
+  }
+  progress.finish();
+  if (steps_done_ < t.steps || t.sample_tokens == 0) return "";
+  std::string text = sample_text(*model_, *data_->tokenizer, t.prompt, t.sample_tokens, t.temperature, t.top_k,
+                                 options_.model.seed);
+  if (options_.echo) std::printf("--- sample (%lld tokens) ---\n%s%s\n---\n", static_cast<long long>(t.sample_tokens),
+                                 t.prompt.c_str(), text.c_str());
+  return text;
+}
+
+data::Tokenizer LoadedModel::tokenizer() const {
+  return data::Tokenizer::load((run_dir / "data" / kTokenizerFile).string());
+}
+
+LoadedModel load_model(const fs::path& checkpoint) {
+  CheckpointData ckpt = load_checkpoint(checkpoint);
+  fs::path step_dir = fs::exists(checkpoint / "state.json") ? checkpoint : *latest_checkpoint(checkpoint);
+  LoadedModel loaded;
+  loaded.run_dir = step_dir.parent_path().parent_path();
+  loaded.state = ckpt.state;
+  loaded.model = std::make_unique<nn::GPT>(nn::GPTConfig::from_json(ckpt.state.at("model_config")));
+  restore_parameters(loaded.model->named_parameters(), ckpt.weights, step_dir);
+  return loaded;
+}
+
+std::string sample_text(const nn::GPT& model, const data::Tokenizer& tokenizer, const std::string& prompt,
+                        int64_t tokens, double temperature, int64_t top_k, uint64_t seed) {
+  std::vector<int32_t> ids = prompt.empty() ? std::vector<int32_t>{tokenizer.eot_id()} : tokenizer.encode(prompt);
+  std::vector<int32_t> generated = nn::generate(model, ids, tokens, nn::SamplingOptions{temperature, top_k, seed});
+  return tokenizer.decode(generated);
+}
+
+}  // namespace alpha::train
