@@ -1,0 +1,87 @@
+// Reference attention, naive and materialising: for one (batch, head) at a time it builds the whole
+// [Tq, Tk] score matrix S = softcap(q·kᵀ·scale) with the causal mask applied, then the softmax
+// statistics m = rowmax(S), l = rowsum(exp(S − m)) and P = exp(S − m) / l, then out = dropout(P)·V.
+// It fuses nothing on purpose: it is the oracle the fused attention kernels (flash, JVP, NSA) are
+// tested against, so it favours the plainest correct computation, accumulated in acc_t<T>.
+//
+// Conventions shared by forward and backward:
+// - Causal masking is bottom-right aligned: query i sees key j iff j <= i + (Tk − Tq). A query row that
+//   sees no key (possible when Tq > Tk) has m = −inf, l = 0, output 0 and contributes no gradient.
+// - Dropout acts on the normalised P, so m and l are those of the undropped softmax. Element (b, h, i, j)
+//   is kept iff dropout_keep(seed, offset + ((b·Hq + h)·Tq + i)·Tk + j, p); kept values are scaled by
+//   1/(1 − p). The backward regenerates the same mask.
+// - GQA/MQA: query head h reads kv head h / (Hq / Hkv); dk and dv sum over the Hq / Hkv query heads of
+//   each group.
+//
+// Backward, with Z the scaled dropout mask (Z_ij = keep_ij / (1 − p)), P̃ = P∘Z and O = P̃·V:
+//   dV = P̃ᵀ·dO,   dP = (dO·Vᵀ)∘Z,   dS = P∘(dP − D),   D_i = Σ_j P_ij·dP_ij.
+// D_i = Σ_j P_ij·Z_ij·(dO_i·V_j) = dO_i·(Σ_j P̃_ij·V_j) = dO_i·O_i, so D = rowsum(dO∘O) holds with O the
+// forward's (dropped) output and the kernel never needs the dP row sum. Through the softcap
+// S = c·tanh(S_raw/c), dS_raw = dS∘(1 − (S/c)²); then dQ = dS_raw·K·scale and dK = dS_rawᵀ·Q·scale.
+#pragma once
+#include <cstdint>
+
+#include "alpha/core/dtype.h"
+
+namespace alpha::kernels {
+
+// Element strides of a [B, T, H, features] operand; the feature dimension is unit-stride, so q, k and v
+// may be slices of one fused qkv tensor.
+struct AttentionStrides {
+  int64_t batch;
+  int64_t time;
+  int64_t head;
+};
+
+// Shapes, layouts and configuration, shared by the forward and backward arguments.
+template <class T>
+struct AttentionParams {
+  int64_t batch;       // B
+  int64_t q_len;       // Tq
+  int64_t kv_len;      // Tk
+  int64_t q_heads;     // Hq, a multiple of Hkv
+  int64_t kv_heads;    // Hkv
+  int64_t head_dim;    // D, of q and k
+  int64_t value_dim;   // Dv, of v and out
+  AttentionStrides q_strides, k_strides, v_strides;
+  acc_t<T> scale;      // multiplies q·kᵀ
+  acc_t<T> softcap;    // 0 disables
+  bool causal;
+  float dropout_p;     // in [0, 1); 0 disables. f32, as dropout_keep compares an f32 uniform draw with it
+  acc_t<T> dropout_scale;  // 1/(1 − p), from the configuration's f64 p
+  uint64_t dropout_seed;
+  uint64_t dropout_offset;
+};
+
+template <class T>
+struct AttentionForwardArgs {
+  const T* q;           // (B, Tq, Hq, D), strided
+  const T* k;           // (B, Tk, Hkv, D), strided
+  const T* v;           // (B, Tk, Hkv, Dv), strided
+  T* out;               // (B, Tq, Hq, Dv), contiguous
+  acc_t<T>* row_max;    // (B, Hq, Tq), contiguous
+  acc_t<T>* row_sum;    // (B, Hq, Tq), contiguous
+  AttentionParams<T> params;
+};
+
+template <class T>
+struct AttentionBackwardArgs {
+  const T* dout;             // (B, Tq, Hq, Dv), contiguous
+  const T* q;                // (B, Tq, Hq, D), strided
+  const T* k;                // (B, Tk, Hkv, D), strided
+  const T* v;                // (B, Tk, Hkv, Dv), strided
+  const T* out;              // (B, Tq, Hq, Dv), contiguous: the forward's output
+  const acc_t<T>* row_max;   // (B, Hq, Tq), contiguous: the forward's statistics
+  const acc_t<T>* row_sum;   // (B, Hq, Tq), contiguous
+  T* dq;                     // (B, Tq, Hq, D), contiguous
+  T* dk;                     // (B, Tk, Hkv, D), contiguous
+  T* dv;                     // (B, Tk, Hkv, Dv), contiguous
+  AttentionParams<T> params;
+};
+
+namespace cpu {
+template <class T> void attention_reference_forward(const AttentionForwardArgs<T>& args);
+template <class T> void attention_reference_backward(const AttentionBackwardArgs<T>& args);
+}  // namespace cpu
+
+}  // namespace alpha::kernels

@@ -1,0 +1,43 @@
+// Layer normalisation over the last dimension: y = (x − mean)·rstd·weight + bias, rstd = 1/√(var + eps).
+// The forward reads each row once for its statistics (Welford's update: no catastrophic cancellation of
+// E[x²] − E[x]²) and saves mean and rstd per row so the backward need not recompute them.
+// The backward fuses dx (per row) with the weight and bias gradients (sums over rows), reading dy and x
+// once; the sums over rows use a fixed order, so they do not depend on the thread count.
+#pragma once
+#include <cstdint>
+
+#include "alpha/core/dtype.h"
+
+namespace alpha::kernels {
+
+template <class T>
+struct LayerNormArgs {
+  const T* x;       // (rows, cols)
+  const T* weight;  // (cols)
+  const T* bias;    // (cols), or nullptr for none
+  T* y;             // (rows, cols)
+  acc_t<T>* mean;   // (rows)
+  acc_t<T>* rstd;   // (rows)
+  int64_t rows, cols;
+  acc_t<T> eps;
+};
+
+template <class T>
+struct LayerNormBackwardArgs {
+  const T* dy;            // (rows, cols)
+  const T* x;             // (rows, cols)
+  const T* weight;        // (cols)
+  const acc_t<T>* mean;   // (rows), from the forward
+  const acc_t<T>* rstd;   // (rows), from the forward
+  T* dx;                  // (rows, cols), or nullptr when not wanted
+  T* dweight;             // (cols), or nullptr when not wanted
+  T* dbias;               // (cols), or nullptr when not wanted
+  int64_t rows, cols;
+};
+
+namespace cpu {
+template <class T> void layernorm(const LayerNormArgs<T>& args);
+template <class T> void layernorm_backward(const LayerNormBackwardArgs<T>& args);
+}  // namespace cpu
+
+}  // namespace alpha::kernels

@@ -1,0 +1,129 @@
+#include "alpha/ops/attention.h"
+
+#include <cmath>
+#include <string>
+#include <tuple>
+#include <utility>
+
+#include "alpha/kernels/attention_reference.h"
+#include "alpha/ops/check.h"
+
+namespace alpha::ops {
+
+namespace {
+
+constexpr std::string_view kForward = "attention_reference";
+constexpr std::string_view kBackward = "attention_reference_backward";
+
+// The feature dimension must be unit-stride; the other three may have any strides.
+void check_unit_last_stride(std::string_view op, std::string_view arg, const Tensor& t) {
+  if (t.size(3) > 1 && t.stride(3) != 1)
+    raise<LayoutError>(op, arg, "unit stride in the last dimension",
+                       "strides " + shape_str(t.strides()) + " for shape " + shape_str(t.shape()));
+}
+
+// Validates q, k, v and the configuration (shared by forward and backward).
+void check_inputs(std::string_view op, const Tensor& q, const Tensor& k, const Tensor& v,
+                  const AttentionConfig& config) {
+  check_cpu_float(op, "q", q);
+  for (auto [name, t] : {std::pair<std::string_view, const Tensor&>{"k", k}, {"v", v}}) {
+    check_same_device(op, name, t, q);
+    check_same_dtype(op, name, t, q);
+  }
+  check_dim(op, "q", q, 4);
+  check_dim(op, "k", k, 4);
+  check_dim(op, "v", v, 4);
+  check_size(op, "k", k, 0, q.size(0));
+  check_size(op, "k", k, 3, q.size(3));
+  check_size(op, "v", v, 0, q.size(0));
+  check_size(op, "v", v, 1, k.size(1));
+  check_size(op, "v", v, 2, k.size(2));
+  if (q.size(3) < 1) raise<ShapeError>(op, "q", "a head dimension of at least 1", shape_str(q.shape()));
+  if (k.size(2) < 1 || q.size(2) % k.size(2) != 0)
+    raise<ShapeError>(op, "k", "a head count (dimension 2) dividing q's " + std::to_string(q.size(2)),
+                      shape_str(k.shape()));
+  check_unit_last_stride(op, "q", q);
+  check_unit_last_stride(op, "k", k);
+  check_unit_last_stride(op, "v", v);
+  if (!std::isfinite(config.scale))
+    raise<ValueError>(op, "config.scale", "a finite scale (0 for 1/sqrt(D))", std::to_string(config.scale));
+  if (!(config.softcap >= 0) || !std::isfinite(config.softcap))
+    raise<ValueError>(op, "config.softcap", "a finite value >= 0 (0 disables)", std::to_string(config.softcap));
+  if (!(config.dropout_p >= 0 && config.dropout_p < 1))
+    raise<ValueError>(op, "config.dropout_p", "a probability in [0, 1)", std::to_string(config.dropout_p));
+}
+
+kernels::AttentionStrides strides_of(const Tensor& t) { return {t.stride(0), t.stride(1), t.stride(2)}; }
+
+template <class T>
+kernels::AttentionParams<T> params_of(const Tensor& q, const Tensor& k, const Tensor& v,
+                                      const AttentionConfig& config) {
+  kernels::AttentionParams<T> params;
+  params.batch = q.size(0);
+  params.q_len = q.size(1);
+  params.kv_len = k.size(1);
+  params.q_heads = q.size(2);
+  params.kv_heads = k.size(2);
+  params.head_dim = q.size(3);
+  params.value_dim = v.size(3);
+  params.q_strides = strides_of(q);
+  params.k_strides = strides_of(k);
+  params.v_strides = strides_of(v);
+  params.scale = acc_t<T>(config.scale != 0 ? config.scale : 1.0 / std::sqrt(double(q.size(3))));
+  params.softcap = acc_t<T>(config.softcap);
+  params.causal = config.causal;
+  params.dropout_p = float(config.dropout_p);
+  params.dropout_scale = acc_t<T>(1.0 / (1.0 - config.dropout_p));
+  params.dropout_seed = config.dropout_seed;
+  params.dropout_offset = config.dropout_offset;
+  return params;
+}
+
+}  // namespace
+
+AttentionOutput attention_reference(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionConfig& config) {
+  check_inputs(kForward, q, k, v, config);
+  int64_t batch = q.size(0), q_len = q.size(1), q_heads = q.size(2);
+  AttentionOutput result;
+  result.out = Tensor::empty({batch, q_len, q_heads, v.size(3)}, q.dtype(), q.device());
+  // The statistics are in the accumulation dtype, which for the CPU float dtypes is the input's.
+  result.row_max = Tensor::empty({batch, q_heads, q_len}, q.dtype(), q.device());
+  result.row_sum = Tensor::empty({batch, q_heads, q_len}, q.dtype(), q.device());
+  dispatch_cpu_float(kForward, q, [&]<class T>() {
+    kernels::cpu::attention_reference_forward(kernels::AttentionForwardArgs<T>{
+        q.data<T>(), k.data<T>(), v.data<T>(), result.out.data<T>(), result.row_max.data<acc_t<T>>(),
+        result.row_sum.data<acc_t<T>>(), params_of<T>(q, k, v, config)});
+  });
+  return result;
+}
+
+AttentionGrads attention_reference_backward(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v,
+                                            const Tensor& out, const Tensor& row_max, const Tensor& row_sum,
+                                            const AttentionConfig& config) {
+  check_inputs(kBackward, q, k, v, config);
+  Shape out_shape = {q.size(0), q.size(1), q.size(2), v.size(3)};
+  Shape stats_shape = {q.size(0), q.size(2), q.size(1)};
+  for (auto [name, t, shape] : {std::tuple<std::string_view, const Tensor&, const Shape&>{"dout", dout, out_shape},
+                                {"out", out, out_shape},
+                                {"row_max", row_max, stats_shape},
+                                {"row_sum", row_sum, stats_shape}}) {
+    check_same_device(kBackward, name, t, q);
+    check_same_dtype(kBackward, name, t, q);  // the statistics' accumulation dtype is the input's on the CPU
+    check_shape(kBackward, name, t, shape);
+  }
+  Tensor dout_c = dout.contiguous(), out_c = out.contiguous();
+  Tensor row_max_c = row_max.contiguous(), row_sum_c = row_sum.contiguous();
+  AttentionGrads grads;
+  grads.dq = Tensor::empty(q.shape(), q.dtype(), q.device());
+  grads.dk = Tensor::empty(k.shape(), k.dtype(), k.device());
+  grads.dv = Tensor::empty(v.shape(), v.dtype(), v.device());
+  dispatch_cpu_float(kBackward, q, [&]<class T>() {
+    kernels::cpu::attention_reference_backward(kernels::AttentionBackwardArgs<T>{
+        dout_c.data<T>(), q.data<T>(), k.data<T>(), v.data<T>(), out_c.data<T>(), row_max_c.data<acc_t<T>>(),
+        row_sum_c.data<acc_t<T>>(), grads.dq.data<T>(), grads.dk.data<T>(), grads.dv.data<T>(),
+        params_of<T>(q, k, v, config)});
+  });
+  return grads;
+}
+
+}  // namespace alpha::ops

@@ -1,0 +1,411 @@
+// Reference attention against a naive f64 loop written here in the plainest way (the full S, P and
+// dropout mask per (batch, head), and the textbook softmax backward rather than the rowsum(dO∘O)
+// identity the kernel uses), through the kernels directly (into poisoned outputs) and through the
+// tensor ops; finite-difference gradient checks through autograd; statistics sanity; bad inputs.
+#include <gtest/gtest.h>
+#include <omp.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "alpha/autograd/functions.h"
+#include "alpha/core/philox.h"
+#include "alpha/kernels/attention_reference.h"
+#include "alpha/ops/attention.h"
+#include "alpha/ops/check.h"
+#include "support/checks.h"
+
+namespace alpha {
+namespace {
+
+using test::all_close;
+using test::random;
+
+// How q, k and v are laid out in memory: each its own contiguous tensor, slices of one fused
+// [B, T, Hq + 2·Hkv, D] qkv tensor, or head-major [B, H, T, D] tensors transposed to [B, T, H, D].
+enum class Layout { contiguous, fused_qkv, head_major };
+
+struct AttentionCase {
+  std::string name;
+  int64_t batch, q_len, kv_len, q_heads, kv_heads, head_dim, value_dim;
+  bool causal = false;
+  double softcap = 0.0;
+  double dropout_p = 0.0;
+  double scale = 0.0;
+  Layout layout = Layout::contiguous;
+};
+
+std::ostream& operator<<(std::ostream& os, const AttentionCase& c) { return os << c.name; }
+
+struct Inputs {
+  Tensor q, k, v, dout;
+};
+
+Inputs make_inputs(const AttentionCase& c, DType dtype) {
+  Inputs in;
+  switch (c.layout) {
+    case Layout::contiguous:
+      in.q = random({c.batch, c.q_len, c.q_heads, c.head_dim}, dtype);
+      in.k = random({c.batch, c.kv_len, c.kv_heads, c.head_dim}, dtype);
+      in.v = random({c.batch, c.kv_len, c.kv_heads, c.value_dim}, dtype);
+      break;
+    case Layout::fused_qkv: {
+      EXPECT_EQ(c.q_len, c.kv_len) << "a fused qkv tensor needs Tq == Tk";
+      EXPECT_EQ(c.head_dim, c.value_dim) << "a fused qkv tensor needs D == Dv";
+      Tensor qkv = random({c.batch, c.q_len, c.q_heads + 2 * c.kv_heads, c.head_dim}, dtype);
+      in.q = qkv.slice(2, 0, c.q_heads);
+      in.k = qkv.slice(2, c.q_heads, c.q_heads + c.kv_heads);
+      in.v = qkv.slice(2, c.q_heads + c.kv_heads, c.q_heads + 2 * c.kv_heads);
+      break;
+    }
+    case Layout::head_major:
+      in.q = random({c.batch, c.q_heads, c.q_len, c.head_dim}, dtype).transpose(1, 2);
+      in.k = random({c.batch, c.kv_heads, c.kv_len, c.head_dim}, dtype).transpose(1, 2);
+      in.v = random({c.batch, c.kv_heads, c.kv_len, c.value_dim}, dtype).transpose(1, 2);
+      break;
+  }
+  in.dout = random({c.batch, c.q_len, c.q_heads, c.value_dim}, dtype);
+  return in;
+}
+
+ops::AttentionConfig config_of(const AttentionCase& c) {
+  ops::AttentionConfig config;
+  config.scale = c.scale;
+  config.causal = c.causal;
+  config.softcap = c.softcap;
+  config.dropout_p = c.dropout_p;
+  config.dropout_seed = test::fresh_seed();
+  config.dropout_offset = 1000003;
+  return config;
+}
+
+struct Expected {
+  Tensor out, row_max, row_sum, dq, dk, dv;  // f64
+};
+
+// The naive f64 oracle: per (b, h) the full score matrix S, the probabilities P and the scaled dropout
+// mask Z, then O = (P∘Z)·V; backward through dP = (dO·Vᵀ)∘Z and the softmax Jacobian
+// dS_ij = P_ij·(dP_ij − Σ_k P_ik·dP_ik), then through the softcap.
+Expected naive_attention(const Inputs& in, const ops::AttentionConfig& config) {
+  int64_t B = in.q.size(0), Tq = in.q.size(1), Hq = in.q.size(2), D = in.q.size(3);
+  int64_t Tk = in.k.size(1), Hkv = in.k.size(2), Dv = in.v.size(3);
+  std::vector<double> q = in.q.contiguous().to_vector<double>(), k = in.k.contiguous().to_vector<double>();
+  std::vector<double> v = in.v.contiguous().to_vector<double>(), dout = in.dout.contiguous().to_vector<double>();
+  double scale = config.scale != 0 ? config.scale : 1.0 / std::sqrt(double(D));
+  double c = config.softcap, p = config.dropout_p;
+  auto at4 = [](int64_t i0, int64_t i1, int64_t i2, int64_t i3, int64_t n1, int64_t n2, int64_t n3) {
+    return size_t(((i0 * n1 + i1) * n2 + i2) * n3 + i3);
+  };
+  std::vector<double> out(size_t(B * Tq * Hq * Dv), 0.0), m(size_t(B * Hq * Tq)), l(size_t(B * Hq * Tq));
+  std::vector<double> dq(size_t(B * Tq * Hq * D), 0.0), dk(size_t(B * Tk * Hkv * D), 0.0);
+  std::vector<double> dv(size_t(B * Tk * Hkv * Dv), 0.0);
+  for (int64_t b = 0; b < B; ++b) {
+    for (int64_t h = 0; h < Hq; ++h) {
+      int64_t g = h / (Hq / Hkv);
+      std::vector<std::vector<double>> raw(Tq, std::vector<double>(Tk)), S = raw, P = raw, Z = raw, dP = raw;
+      std::vector<std::vector<bool>> visible(Tq, std::vector<bool>(Tk));
+      for (int64_t i = 0; i < Tq; ++i) {
+        for (int64_t j = 0; j < Tk; ++j) {
+          visible[i][j] = !config.causal || j <= i + (Tk - Tq);
+          double dot = 0;
+          for (int64_t d = 0; d < D; ++d) dot += q[at4(b, i, h, d, Tq, Hq, D)] * k[at4(b, j, g, d, Tk, Hkv, D)];
+          raw[i][j] = dot * scale;
+          S[i][j] = c > 0 ? c * std::tanh(raw[i][j] / c) : raw[i][j];
+          uint64_t index = config.dropout_offset + uint64_t(((b * Hq + h) * Tq + i) * Tk + j);
+          bool keep = p == 0 || dropout_keep(config.dropout_seed, index, float(p));
+          Z[i][j] = keep ? 1.0 / (1.0 - p) : 0.0;
+        }
+        double row_max = -std::numeric_limits<double>::infinity(), row_sum = 0;
+        for (int64_t j = 0; j < Tk; ++j)
+          if (visible[i][j]) row_max = std::max(row_max, S[i][j]);
+        for (int64_t j = 0; j < Tk; ++j)
+          if (visible[i][j]) row_sum += std::exp(S[i][j] - row_max);
+        m[size_t((b * Hq + h) * Tq + i)] = row_max;
+        l[size_t((b * Hq + h) * Tq + i)] = row_sum;
+        for (int64_t j = 0; j < Tk; ++j) P[i][j] = visible[i][j] ? std::exp(S[i][j] - row_max) / row_sum : 0.0;
+        for (int64_t j = 0; j < Tk; ++j)
+          for (int64_t d = 0; d < Dv; ++d)
+            out[at4(b, i, h, d, Tq, Hq, Dv)] += P[i][j] * Z[i][j] * v[at4(b, j, g, d, Tk, Hkv, Dv)];
+      }
+      for (int64_t i = 0; i < Tq; ++i) {
+        double row_dot = 0;  // Σ_k P_ik·dP_ik
+        for (int64_t j = 0; j < Tk; ++j) {
+          double dropped_dp = 0;
+          for (int64_t d = 0; d < Dv; ++d) {
+            dropped_dp += dout[at4(b, i, h, d, Tq, Hq, Dv)] * v[at4(b, j, g, d, Tk, Hkv, Dv)];
+            dv[at4(b, j, g, d, Tk, Hkv, Dv)] += P[i][j] * Z[i][j] * dout[at4(b, i, h, d, Tq, Hq, Dv)];
+          }
+          dP[i][j] = dropped_dp * Z[i][j];
+          row_dot += P[i][j] * dP[i][j];
+        }
+        for (int64_t j = 0; j < Tk; ++j) {
+          double dS = P[i][j] * (dP[i][j] - row_dot);
+          double t = c > 0 ? std::tanh(raw[i][j] / c) : 0.0;
+          double draw = dS * (1 - t * t);
+          for (int64_t d = 0; d < D; ++d) {
+            dq[at4(b, i, h, d, Tq, Hq, D)] += draw * scale * k[at4(b, j, g, d, Tk, Hkv, D)];
+            dk[at4(b, j, g, d, Tk, Hkv, D)] += draw * scale * q[at4(b, i, h, d, Tq, Hq, D)];
+          }
+        }
+      }
+    }
+  }
+  return {Tensor::from_vector(out, {B, Tq, Hq, Dv}), Tensor::from_vector(m, {B, Hq, Tq}),
+          Tensor::from_vector(l, {B, Hq, Tq}),       Tensor::from_vector(dq, {B, Tq, Hq, D}),
+          Tensor::from_vector(dk, {B, Tk, Hkv, D}),  Tensor::from_vector(dv, {B, Tk, Hkv, Dv})};
+}
+
+// Kernel parameters for a direct call, built here from the case rather than through the ops layer.
+template <class T>
+kernels::AttentionParams<T> kernel_params(const Inputs& in, const ops::AttentionConfig& config) {
+  auto strides = [](const Tensor& t) { return kernels::AttentionStrides{t.stride(0), t.stride(1), t.stride(2)}; };
+  kernels::AttentionParams<T> params;
+  params.batch = in.q.size(0);
+  params.q_len = in.q.size(1);
+  params.kv_len = in.k.size(1);
+  params.q_heads = in.q.size(2);
+  params.kv_heads = in.k.size(2);
+  params.head_dim = in.q.size(3);
+  params.value_dim = in.v.size(3);
+  params.q_strides = strides(in.q);
+  params.k_strides = strides(in.k);
+  params.v_strides = strides(in.v);
+  params.scale = acc_t<T>(config.scale != 0 ? config.scale : 1.0 / std::sqrt(double(in.q.size(3))));
+  params.softcap = acc_t<T>(config.softcap);
+  params.causal = config.causal;
+  params.dropout_p = float(config.dropout_p);
+  params.dropout_scale = acc_t<T>(1.0 / (1.0 - config.dropout_p));
+  params.dropout_seed = config.dropout_seed;
+  params.dropout_offset = config.dropout_offset;
+  return params;
+}
+
+struct KernelResults {
+  Tensor out, row_max, row_sum, dq, dk, dv;
+};
+
+KernelResults run_kernels(const Inputs& in, const ops::AttentionConfig& config) {
+  DType dtype = in.q.dtype();
+  Shape stats = {in.q.size(0), in.q.size(2), in.q.size(1)};
+  KernelResults r{test::poisoned(in.dout.shape(), dtype), test::poisoned(stats, dtype),
+                  test::poisoned(stats, dtype),           test::poisoned(in.q.shape(), dtype),
+                  test::poisoned(in.k.shape(), dtype),    test::poisoned(in.v.shape(), dtype)};
+  ops::dispatch_cpu_float("test", in.q, [&]<class T>() {
+    kernels::AttentionParams<T> params = kernel_params<T>(in, config);
+    kernels::cpu::attention_reference_forward(kernels::AttentionForwardArgs<T>{
+        in.q.data<T>(), in.k.data<T>(), in.v.data<T>(), r.out.data<T>(), r.row_max.data<acc_t<T>>(),
+        r.row_sum.data<acc_t<T>>(), params});
+    kernels::cpu::attention_reference_backward(kernels::AttentionBackwardArgs<T>{
+        in.dout.data<T>(), in.q.data<T>(), in.k.data<T>(), in.v.data<T>(), r.out.data<T>(),
+        r.row_max.data<acc_t<T>>(), r.row_sum.data<acc_t<T>>(), r.dq.data<T>(), r.dk.data<T>(), r.dv.data<T>(),
+        params});
+  });
+  return r;
+}
+
+class AttentionReference : public ::testing::TestWithParam<std::tuple<AttentionCase, DType>> {};
+
+TEST_P(AttentionReference, KernelsAndOpsMatchNaiveF64Loop) {
+  auto [c, dtype] = GetParam();
+  Inputs in = make_inputs(c, dtype);
+  ops::AttentionConfig config = config_of(c);
+  Expected want = naive_attention(in, config);
+
+  KernelResults got = run_kernels(in, config);
+  EXPECT_TRUE(all_close(got.out, want.out, "attention"));
+  EXPECT_TRUE(all_close(got.row_max, want.row_max, "attention"));
+  EXPECT_TRUE(all_close(got.row_sum, want.row_sum, "attention"));
+  EXPECT_TRUE(all_close(got.dq, want.dq, "attention"));
+  EXPECT_TRUE(all_close(got.dk, want.dk, "attention"));
+  EXPECT_TRUE(all_close(got.dv, want.dv, "attention"));
+
+  ops::AttentionOutput fwd = ops::attention_reference(in.q, in.k, in.v, config);
+  EXPECT_TRUE(all_close(fwd.out, want.out, "attention"));
+  EXPECT_TRUE(all_close(fwd.row_max, want.row_max, "attention"));
+  EXPECT_TRUE(all_close(fwd.row_sum, want.row_sum, "attention"));
+  ops::AttentionGrads grads = ops::attention_reference_backward(in.dout, in.q, in.k, in.v, fwd.out, fwd.row_max,
+                                                                fwd.row_sum, config);
+  EXPECT_TRUE(all_close(grads.dq, want.dq, "attention"));
+  EXPECT_TRUE(all_close(grads.dk, want.dk, "attention"));
+  EXPECT_TRUE(all_close(grads.dv, want.dv, "attention"));
+}
+
+// Reconstructs P from the returned statistics and the naive scores: every row with a visible key sums
+// to 1; a row with none has m = −inf, l = 0 and a zero output.
+TEST_P(AttentionReference, StatisticsReconstructNormalisedRows) {
+  auto [c, dtype] = GetParam();
+  Inputs in = make_inputs(c, dtype);
+  ops::AttentionConfig config = config_of(c);
+  ops::AttentionOutput fwd = ops::attention_reference(in.q, in.k, in.v, config);
+  int64_t B = c.batch, Tq = c.q_len, Tk = c.kv_len, Hq = c.q_heads, D = c.head_dim;
+  double scale = c.scale != 0 ? c.scale : 1.0 / std::sqrt(double(D));
+  test::Tolerance tol = test::tolerance("attention", dtype);
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t h = 0; h < Hq; ++h)
+      for (int64_t i = 0; i < Tq; ++i) {
+        double m = fwd.row_max.at({b, h, i}), l = fwd.row_sum.at({b, h, i});
+        int64_t visible = c.causal ? std::clamp<int64_t>(i + Tk - Tq + 1, 0, Tk) : Tk;
+        if (visible == 0) {
+          EXPECT_EQ(m, -std::numeric_limits<double>::infinity()) << "row " << i;
+          EXPECT_EQ(l, 0.0) << "row " << i;
+          for (int64_t d = 0; d < c.value_dim; ++d) EXPECT_EQ(fwd.out.at({b, i, h, d}), 0.0);
+          continue;
+        }
+        double total = 0;
+        for (int64_t j = 0; j < visible; ++j) {
+          double dot = 0;
+          for (int64_t d = 0; d < D; ++d) dot += in.q.at({b, i, h, d}) * in.k.at({b, j, h / (Hq / c.kv_heads), d});
+          double s = c.softcap > 0 ? c.softcap * std::tanh(dot * scale / c.softcap) : dot * scale;
+          total += std::exp(s - m) / l;
+        }
+        EXPECT_NEAR(total, 1.0, tol.abs + tol.rel) << "b " << b << " h " << h << " row " << i;
+      }
+}
+
+const AttentionCase kCases[] = {
+    // name, B, Tq, Tk, Hq, Hkv, D, Dv, causal, softcap, dropout_p, scale, layout
+    {"mha_square", 2, 7, 7, 2, 2, 5, 5},
+    {"gqa_causal_square", 2, 13, 13, 4, 2, 16, 16, true},
+    {"mqa_causal_q_shorter_d_ne_dv", 1, 7, 13, 3, 1, 5, 7, true},
+    {"gqa_causal_q_longer_masked_rows", 2, 13, 7, 4, 2, 5, 3, true},
+    {"noncausal_q_longer_d1", 1, 33, 7, 2, 2, 1, 1},
+    {"softcap_explicit_scale", 1, 33, 33, 4, 2, 16, 16, true, 0.5, 0.0, 0.9},
+    {"dropout_gqa", 2, 13, 13, 4, 2, 16, 5, true, 0.0, 0.3},
+    {"everything", 2, 33, 13, 4, 2, 5, 16, true, 2.0, 0.2},
+    {"single_token", 1, 1, 1, 1, 1, 1, 1},
+    {"single_query_many_keys", 3, 1, 33, 2, 1, 16, 5, true, 1.5, 0.5},
+    {"single_key_causal", 2, 7, 1, 2, 1, 5, 5, true, 0.0, 0.25},
+    {"fused_qkv_gqa", 2, 13, 13, 4, 2, 16, 16, true, 1.0, 0.1, 0.0, Layout::fused_qkv},
+    {"fused_qkv_mha", 1, 7, 7, 3, 3, 5, 5, false, 0.0, 0.0, 0.0, Layout::fused_qkv},
+    {"head_major_mqa", 2, 7, 33, 4, 1, 5, 16, true, 0.0, 0.5, 0.0, Layout::head_major},
+    {"head_major_q_longer", 1, 33, 13, 2, 2, 16, 1, true, 3.0, 0.0, 0.0, Layout::head_major},
+};
+
+INSTANTIATE_TEST_SUITE_P(Cases, AttentionReference,
+                         ::testing::Combine(::testing::ValuesIn(kCases), ::testing::Values(DType::f32, DType::f64)),
+                         [](const auto& info) {
+                           return std::get<0>(info.param).name + "_" +
+                                  std::string(dtype_name(std::get<1>(info.param)));
+                         });
+
+TEST(AttentionReferenceOps, DropoutChangesTheOutputAndSeedsReproduceIt) {
+  AttentionCase c{"dropout", 1, 7, 7, 2, 2, 5, 5, true, 0.0, 0.5};
+  Inputs in = make_inputs(c, DType::f64);
+  ops::AttentionConfig config = config_of(c);
+  ops::AttentionOutput first = ops::attention_reference(in.q, in.k, in.v, config);
+  ops::AttentionOutput again = ops::attention_reference(in.q, in.k, in.v, config);
+  EXPECT_EQ(first.out.to_vector<double>(), again.out.to_vector<double>());
+  config.dropout_p = 0;
+  ops::AttentionOutput undropped = ops::attention_reference(in.q, in.k, in.v, config);
+  EXPECT_NE(first.out.to_vector<double>(), undropped.out.to_vector<double>());
+  // Dropout acts after normalisation: the statistics are those of the undropped softmax.
+  EXPECT_EQ(first.row_max.to_vector<double>(), undropped.row_max.to_vector<double>());
+  EXPECT_EQ(first.row_sum.to_vector<double>(), undropped.row_sum.to_vector<double>());
+}
+
+TEST(AttentionReferenceOps, IdenticalAcrossThreadCounts) {
+  AttentionCase c{"threads", 2, 13, 13, 4, 2, 16, 16, true, 1.0, 0.2};
+  Inputs in = make_inputs(c, DType::f32);
+  ops::AttentionConfig config = config_of(c);
+  int previous = omp_get_max_threads();
+  std::vector<std::vector<float>> first;
+  for (int threads : {1, 2, 3}) {
+    omp_set_num_threads(threads);
+    ops::AttentionOutput fwd = ops::attention_reference(in.q, in.k, in.v, config);
+    ops::AttentionGrads grads = ops::attention_reference_backward(in.dout, in.q, in.k, in.v, fwd.out,
+                                                                  fwd.row_max, fwd.row_sum, config);
+    std::vector<std::vector<float>> results;
+    for (const Tensor& t : {fwd.out, fwd.row_max, fwd.row_sum, grads.dq, grads.dk, grads.dv})
+      results.push_back(t.to_vector<float>());
+    if (first.empty()) first = results;
+    else EXPECT_EQ(results, first) << threads << " threads";
+  }
+  omp_set_num_threads(previous);
+}
+
+TEST(AttentionReferenceAutograd, GradientsMatchFiniteDifferences) {
+  const AttentionCase cases[] = {
+      {"gqa_causal_q_longer_softcap_dropout", 1, 5, 3, 4, 2, 3, 2, true, 1.0, 0.3},
+      {"mqa_q_shorter_dropout", 2, 3, 5, 2, 1, 2, 3, false, 0.0, 0.4},
+      {"mha_causal_square", 1, 4, 4, 2, 2, 3, 3, true},
+  };
+  for (const AttentionCase& c : cases) {
+    SCOPED_TRACE(c.name);
+    Inputs in = make_inputs(c, DType::f64);
+    ops::AttentionConfig config = config_of(c);
+    EXPECT_TRUE(test::gradcheck(
+        [&](const auto& x) { return autograd::attention_reference(x[0], x[1], x[2], config); },
+        {in.q.contiguous(), in.k.contiguous(), in.v.contiguous()}));
+  }
+}
+
+TEST(AttentionReferenceAutograd, GradientsFlowIntoAFusedQkv) {
+  // q, k and v as slices of one fused tensor: the three gradients land in their regions of its gradient.
+  int64_t Hq = 2, Hkv = 1;
+  ops::AttentionConfig config = config_of({"fused", 1, 4, 4, Hq, Hkv, 3, 3, true, 0.5, 0.25});
+  EXPECT_TRUE(test::gradcheck(
+      [&](const auto& x) {
+        return autograd::attention_reference(autograd::slice(x[0], 2, 0, Hq),
+                                             autograd::slice(x[0], 2, Hq, Hq + Hkv),
+                                             autograd::slice(x[0], 2, Hq + Hkv, Hq + 2 * Hkv), config);
+      },
+      {random({1, 4, Hq + 2 * Hkv, 3}, DType::f64)}));
+}
+
+TEST(AttentionReferenceOps, BadInputsRaise) {
+  constexpr const char* kOp = "[attention_reference]";
+  Tensor q = random({2, 4, 4, 8}), k = random({2, 6, 2, 8}), v = random({2, 6, 2, 5});
+  ops::AttentionConfig ok;
+  EXPECT_ALPHA_ERROR(ops::attention_reference(q, random({2, 6, 3, 8}), random({2, 6, 3, 5}), ok), ShapeError, kOp,
+                     "'k'", "dividing", "[2, 6, 3, 8]");
+  EXPECT_ALPHA_ERROR(ops::attention_reference(q, random({2, 6, 2, 7}), v, ok), ShapeError, kOp, "'k'",
+                     "[2, 6, 2, 7]");
+  EXPECT_ALPHA_ERROR(ops::attention_reference(q, random({3, 6, 2, 8}), v, ok), ShapeError, kOp, "'k'");
+  EXPECT_ALPHA_ERROR(ops::attention_reference(q, k, random({3, 6, 2, 5}), ok), ShapeError, kOp, "'v'");
+  EXPECT_ALPHA_ERROR(ops::attention_reference(q, k, random({2, 5, 2, 5}), ok), ShapeError, kOp, "'v'",
+                     "[2, 5, 2, 5]");
+  EXPECT_ALPHA_ERROR(ops::attention_reference(q, k, random({2, 6, 1, 5}), ok), ShapeError, kOp, "'v'");
+  EXPECT_ALPHA_ERROR(ops::attention_reference(random({2, 4, 32}), k, v, ok), ShapeError, kOp, "'q'",
+                     "4 dimensions");
+  Tensor wide = random({2, 4, 4, 16});
+  EXPECT_ALPHA_ERROR(ops::attention_reference(wide.slice(3, 0, 16, 2), k, v, ok), LayoutError, kOp, "'q'",
+                     "unit stride");
+  EXPECT_ALPHA_ERROR(ops::attention_reference(q, random({2, 6, 2, 16}).slice(3, 0, 16, 2), v, ok), LayoutError,
+                     kOp, "'k'", "unit stride");
+  EXPECT_ALPHA_ERROR(ops::attention_reference(Tensor::zeros({2, 4, 4, 8}, DType::i32), k, v, ok), DTypeError, kOp,
+                     "'q'", "i32");
+  EXPECT_ALPHA_ERROR(ops::attention_reference(q, k, random({2, 6, 2, 5}, DType::f64), ok), DTypeError, kOp, "'v'",
+                     "f32", "f64");
+  auto with = [](auto set) {
+    ops::AttentionConfig config;
+    set(config);
+    return config;
+  };
+  EXPECT_ALPHA_ERROR(ops::attention_reference(q, k, v, with([](auto& c) { c.dropout_p = -0.1; })), ValueError, kOp,
+                     "'config.dropout_p'", "[0, 1)");
+  EXPECT_ALPHA_ERROR(ops::attention_reference(q, k, v, with([](auto& c) { c.dropout_p = 1.0; })), ValueError, kOp,
+                     "'config.dropout_p'");
+  EXPECT_ALPHA_ERROR(ops::attention_reference(q, k, v, with([](auto& c) { c.softcap = -1.0; })), ValueError, kOp,
+                     "'config.softcap'");
+
+  constexpr const char* kBackOp = "[attention_reference_backward]";
+  ops::AttentionOutput fwd = ops::attention_reference(q, k, v, ok);
+  Tensor dout = random({2, 4, 4, 5});
+  EXPECT_ALPHA_ERROR(
+      ops::attention_reference_backward(random({2, 4, 4, 8}), q, k, v, fwd.out, fwd.row_max, fwd.row_sum, ok),
+      ShapeError, kBackOp, "'dout'", "[2, 4, 4, 5]");
+  EXPECT_ALPHA_ERROR(ops::attention_reference_backward(dout, q, k, v, fwd.out, random({2, 4, 3}), fwd.row_sum, ok),
+                     ShapeError, kBackOp, "'row_max'");
+  EXPECT_ALPHA_ERROR(
+      ops::attention_reference_backward(dout, q, k, v, fwd.out, fwd.row_max, fwd.row_sum.to(DType::f64), ok),
+      DTypeError, kBackOp, "'row_sum'");
+  EXPECT_ALPHA_ERROR(ops::attention_reference_backward(dout, q, random({2, 6, 3, 8}), random({2, 6, 3, 5}),
+                                                       fwd.out, fwd.row_max, fwd.row_sum, ok),
+                     ShapeError, kBackOp, "'k'", "dividing");
+}
+
+}  // namespace
+}  // namespace alpha
