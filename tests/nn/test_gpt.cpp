@@ -59,8 +59,7 @@ int64_t parameter_count_formula(const GPTConfig& c) {
   int64_t qkv_out = (c.n_head + 2 * c.n_kv_head) * D;
   int64_t norm = C * (1 + b);
   int64_t per_layer = 2 * norm + qkv_out * (C + b) + C * (C + b) + 4 * C * (C + b) + C * (4 * C + b);
-  return c.vocab_size * C + c.block_size * C + c.n_layer * per_layer + norm +
-         (c.tie_embeddings ? 0 : c.vocab_size * C);
+  return c.vocab_size * C + c.block_size * C + c.n_layer * per_layer + norm + (c.tie_embeddings ? 0 : c.vocab_size * C);
 }
 
 double sample_std(const Tensor& t) {
@@ -171,10 +170,9 @@ TEST(GPTModel, ForwardRejectsBadInputs) {
   Tensor ids = test::random_ids({2, 8}, c.vocab_size);
   EXPECT_ALPHA_ERROR(model.forward(ids.to(DType::f32)), DTypeError, "GPT::forward", "ids");
   EXPECT_ALPHA_ERROR(model.forward(test::random_ids({16}, c.vocab_size)), ShapeError, "GPT::forward", "ids");
-  EXPECT_ALPHA_ERROR(model.forward(test::random_ids({1, c.block_size + 1}, c.vocab_size)), ShapeError,
-                     "GPT::forward", "ids", "block_size (64)");
-  EXPECT_ALPHA_ERROR(model.forward(ids, test::random_ids({2, 7}, c.vocab_size)), ShapeError, "GPT::forward",
-                     "targets");
+  EXPECT_ALPHA_ERROR(model.forward(test::random_ids({1, c.block_size + 1}, c.vocab_size)), ShapeError, "GPT::forward",
+                     "ids", "block_size (64)");
+  EXPECT_ALPHA_ERROR(model.forward(ids, test::random_ids({2, 7}, c.vocab_size)), ShapeError, "GPT::forward", "targets");
   autograd::clear_tape();
 }
 
@@ -267,7 +265,7 @@ TEST(GPTModel, OverfitsOneBatch) {
     optimizer.step(1e-2);
   }
   EXPECT_NEAR(first, std::log(double(c.vocab_size)), 0.05);
-  EXPECT_LT(last, 0.25 * first) << "first " << first << ", last " << last;
+  EXPECT_LT(last, 0.05 * first) << "first " << first << ", last " << last;
 }
 
 }  // namespace

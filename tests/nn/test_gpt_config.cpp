@@ -88,8 +88,10 @@ TEST(GPTConfigParse, EveryBadValueNamesTheFieldAndWhatWasExpected) {
   for (const auto& c : cases) {
     SCOPED_TRACE(std::string(c.field) + " = " + c.value.dump());
     json j = minimal();
-    if (c.value.is_null()) j.erase(c.field);
-    else j[c.field] = c.value;
+    if (c.value.is_null())
+      j.erase(c.field);
+    else
+      j[c.field] = c.value;
     EXPECT_ALPHA_ERROR(GPTConfig::from_json(j), ConfigError, "GPTConfig", c.field, c.expected_fragment);
   }
 }
@@ -146,8 +148,8 @@ TEST(GPTConfigParse, FileErrorsNameTheFile) {
   j["dropout"] = 2.0;
   auto bad_value = write_temp("alpha_bad_value.json", j.dump());
   EXPECT_ALPHA_ERROR(load_gpt_config_file(bad_value), ConfigError, "alpha_bad_value.json", "dropout");
-  EXPECT_ALPHA_ERROR(load_gpt_config_file(std::filesystem::path(::testing::TempDir()) / "alpha_missing.json"),
-                     IOError, "alpha_missing.json");
+  EXPECT_ALPHA_ERROR(load_gpt_config_file(std::filesystem::path(::testing::TempDir()) / "alpha_missing.json"), IOError,
+                     "alpha_missing.json");
 }
 
 TEST(GPTConfigParse, ModelRefusesAttentionThisBuildLacks) {

@@ -95,7 +95,8 @@ TEST(GPTSampling, GreedyGenerationFollowsTheArgmaxOverACroppedContext) {
   autograd::NoGradGuard no_grad;
   for (int32_t token : got) {
     std::vector<int32_t> window(context.end() - block, context.end());
-    Tensor logits = model.forward(Tensor::from_vector(window, {1, block})).logits.value().select(0, 0).select(0, block - 1);
+    Tensor logits =
+        model.forward(Tensor::from_vector(window, {1, block})).logits.value().select(0, 0).select(0, block - 1);
     EXPECT_EQ(token, sample_from_logits(logits.to_vector<double>(), 0.0, 0, 0.5));
     context.push_back(token);
   }
@@ -108,7 +109,7 @@ TEST(GPTSampling, RejectsBadArguments) {
   EXPECT_ALPHA_ERROR(generate(model, {1}, -1, {}), ConfigError, "generate", "max_new_tokens");
   EXPECT_ALPHA_ERROR(generate(model, {1}, 3, {.temperature = -1.0}), ConfigError, "temperature");
   EXPECT_ALPHA_ERROR(generate(model, {1}, 3, {.top_k = -2}), ConfigError, "top_k");
-  EXPECT_ALPHA_ERROR(generate(model, {1, 99}, 3, {}), ValueError);
+  EXPECT_ALPHA_ERROR(generate(model, {1, 99}, 3, {}), ValueError, "99");
 }
 
 }  // namespace

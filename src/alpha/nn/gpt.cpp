@@ -76,7 +76,8 @@ class MLP : public Module {
   MLP(std::string prefix, const GPTConfig& c, const ParameterOptions& o)
       : Module(std::move(prefix)),
         fc_(child_prefix("fc"), c.n_embd, 4 * c.n_embd, c.bias, c.init_std, o),
-        proj_(child_prefix("proj"), 4 * c.n_embd, c.n_embd, c.bias, c.init_std / std::sqrt(2.0 * double(c.n_layer)), o) {
+        proj_(child_prefix("proj"), 4 * c.n_embd, c.n_embd, c.bias, c.init_std / std::sqrt(2.0 * double(c.n_layer)),
+              o) {
     add_child(fc_);
     add_child(proj_);
   }
@@ -141,7 +142,8 @@ GPT::GPT(const GPTConfig& config, DType dtype, Device device)
   }
   add_child(ln_f_);
   if (!config_.tie_embeddings) {
-    lm_head_ = std::make_unique<Linear>("lm_head", config_.n_embd, config_.vocab_size, false, config_.init_std, options_);
+    lm_head_ =
+        std::make_unique<Linear>("lm_head", config_.n_embd, config_.vocab_size, false, config_.init_std, options_);
     add_child(*lm_head_);
   }
 }
@@ -155,8 +157,8 @@ GPTOutput GPT::forward(const Tensor& ids, const Tensor& targets, const ForwardOp
   ops::check_dim(op, "ids", ids, 2);
   int64_t B = ids.size(0), T = ids.size(1);
   if (B < 1 || T < 1 || T > config_.block_size)
-    raise<ShapeError>(op, "ids", "[B, T] with B >= 1 and 1 <= T <= block_size (" +
-                                     std::to_string(config_.block_size) + ")",
+    raise<ShapeError>(op, "ids",
+                      "[B, T] with B >= 1 and 1 <= T <= block_size (" + std::to_string(config_.block_size) + ")",
                       shape_str(ids.shape()));
   if (targets.defined()) {
     ops::check_dtype(op, "targets", targets, {DType::i32});

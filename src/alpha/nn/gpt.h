@@ -20,7 +20,7 @@
 namespace alpha::nn {
 
 struct ForwardOptions {
-  bool training = false;    // dropout is active only when training (and config.dropout > 0)
+  bool training = false;  // dropout is active only when training (and config.dropout > 0)
   // Dropout masks are a pure function of (config.seed, step, micro_step), so a resumed run redraws
   // exactly the masks of the run it continues. micro_step tells gradient-accumulation micro-batches
   // of one step apart.

@@ -16,10 +16,9 @@ using nlohmann::json;
 
 constexpr std::string_view kOp = "GPTConfig";
 
-constexpr std::string_view kFields[] = {"n_layer",       "n_embd",         "n_head",    "n_kv_head",
-                                        "block_size",    "vocab_size",     "dropout",   "attn_softcap",
-                                        "logit_softcap", "bias",           "tie_embeddings", "attention",
-                                        "layernorm_eps", "init_std",       "seed"};
+constexpr std::string_view kFields[] = {"n_layer",        "n_embd",    "n_head",        "n_kv_head",     "block_size",
+                                        "vocab_size",     "dropout",   "attn_softcap",  "logit_softcap", "bias",
+                                        "tie_embeddings", "attention", "layernorm_eps", "init_std",      "seed"};
 constexpr std::string_view kRequired[] = {"n_layer", "n_embd", "n_head", "block_size", "vocab_size"};
 
 std::string json_desc(const json& v) { return std::string(v.type_name()) + " " + v.dump(); }
@@ -38,7 +37,8 @@ int64_t read_int(const json& v, std::string_view field) {
 }
 
 uint64_t read_unsigned(const json& v, std::string_view field) {
-  if (!v.is_number_unsigned()) raise<ConfigError>(kOp, field, "a non-negative integer", json_desc(v));
+  if (!v.is_number_integer() || (!v.is_number_unsigned() && v.get<int64_t>() < 0))
+    raise<ConfigError>(kOp, field, "a non-negative integer", json_desc(v));
   return v.get<uint64_t>();
 }
 
@@ -77,8 +77,7 @@ void GPTConfig::validate() const {
   if (vocab_size > std::numeric_limits<int32_t>::max())
     raise<ConfigError>(kOp, "vocab_size", "at most 2^31 - 1 (token ids are i32)", std::to_string(vocab_size));
   if (n_embd % n_head != 0)
-    raise<ConfigError>(kOp, "n_embd", "a multiple of n_head (" + std::to_string(n_head) + ")",
-                       std::to_string(n_embd));
+    raise<ConfigError>(kOp, "n_embd", "a multiple of n_head (" + std::to_string(n_head) + ")", std::to_string(n_embd));
   if (n_head % n_kv_head != 0)
     raise<ConfigError>(kOp, "n_head", "a multiple of n_kv_head (" + std::to_string(n_kv_head) + ")",
                        std::to_string(n_head));

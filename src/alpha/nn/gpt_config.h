@@ -15,18 +15,18 @@ struct GPTConfig {
   int64_t n_layer = 2;
   int64_t n_embd = 64;
   int64_t n_head = 4;
-  int64_t n_kv_head = 4;      // key/value heads (GQA); n_head is a multiple of it; JSON default: n_head
-  int64_t block_size = 64;    // context length
+  int64_t n_kv_head = 4;    // key/value heads (GQA); n_head is a multiple of it; JSON default: n_head
+  int64_t block_size = 64;  // context length
   int64_t vocab_size = 512;
-  double dropout = 0.0;       // residual, embedding and attention-probability dropout, in [0, 1)
-  double attn_softcap = 0.0;  // 0 = off; else attention scores S = c·tanh(S/c)
-  double logit_softcap = 0.0; // 0 = off; else logits = c·tanh(logits/c)
-  bool bias = true;           // biases in the linear layers and LayerNorms
-  bool tie_embeddings = true; // the output head reuses wte.weight
+  double dropout = 0.0;                 // residual, embedding and attention-probability dropout, in [0, 1)
+  double attn_softcap = 0.0;            // 0 = off; else attention scores S = c·tanh(S/c)
+  double logit_softcap = 0.0;           // 0 = off; else logits = c·tanh(logits/c)
+  bool bias = true;                     // biases in the linear layers and LayerNorms
+  bool tie_embeddings = true;           // the output head reuses wte.weight
   std::string attention = "reference";  // "reference", "flash" or "nsa"
   double layernorm_eps = 1e-5;
   double init_std = 0.02;
-  uint64_t seed = 1337;       // parameter initialisation and dropout masks
+  uint64_t seed = 1337;  // parameter initialisation and dropout masks
 
   int64_t head_dim() const { return n_embd / n_head; }
 

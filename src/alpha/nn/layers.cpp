@@ -15,8 +15,9 @@ Tensor normal_init(const std::string& name, Shape shape, double stddev, const Pa
 Linear::Linear(std::string prefix, int64_t in_features, int64_t out_features, bool bias, double init_std,
                const ParameterOptions& options)
     : Module(std::move(prefix)) {
-  weight_ = &add_parameter("weight", normal_init(child_prefix("weight"), {out_features, in_features}, init_std, options),
-                           /*decay=*/true);
+  weight_ =
+      &add_parameter("weight", normal_init(child_prefix("weight"), {out_features, in_features}, init_std, options),
+                     /*decay=*/true);
   if (bias) bias_ = &add_parameter("bias", Tensor::zeros({out_features}, options.dtype, options.device), false);
 }
 

@@ -12,8 +12,10 @@ std::vector<NamedParameter> Module::named_parameters() const {
 
 void Module::collect(std::vector<NamedParameter>& out) const {
   for (const Entry& e : entries_) {
-    if (e.parameter) out.push_back({e.parameter->name, e.parameter->variable, e.parameter->decay});
-    else e.child->collect(out);
+    if (e.parameter)
+      out.push_back({e.parameter->name, e.parameter->variable, e.parameter->decay});
+    else
+      e.child->collect(out);
   }
 }
 

@@ -15,9 +15,9 @@
 namespace alpha::nn {
 
 struct NamedParameter {
-  std::string name;              // full hierarchical name
-  autograd::Variable variable;   // shares state with the module's parameter
-  bool decay = false;            // whether weight decay applies
+  std::string name;             // full hierarchical name
+  autograd::Variable variable;  // shares state with the module's parameter
+  bool decay = false;           // whether weight decay applies
 };
 
 class Module {

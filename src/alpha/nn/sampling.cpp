@@ -11,8 +11,8 @@
 namespace alpha::nn {
 
 double philox_uniform53(uint64_t seed, uint64_t index) {
-  uint64_t high = philox_bits(seed, 2 * index) >> 5;      // 27 bits
-  uint64_t low = philox_bits(seed, 2 * index + 1) >> 6;   // 26 bits
+  uint64_t high = philox_bits(seed, 2 * index) >> 5;     // 27 bits
+  uint64_t low = philox_bits(seed, 2 * index + 1) >> 6;  // 26 bits
   return double((high << 26) | low) * 0x1p-53;
 }
 
@@ -33,14 +33,16 @@ int32_t sample_from_logits(std::span<const double> logits, double temperature, i
   // Candidate ids by decreasing logit, ties toward the lower id, cut to the top k.
   std::vector<int32_t> order(static_cast<size_t>(n));
   std::iota(order.begin(), order.end(), 0);
-  std::stable_sort(order.begin(), order.end(), [&](int32_t a, int32_t b) { return logits[size_t(a)] > logits[size_t(b)]; });
+  std::stable_sort(order.begin(), order.end(),
+                   [&](int32_t a, int32_t b) { return logits[size_t(a)] > logits[size_t(b)]; });
   if (temperature == 0.0) return order.front();
   if (top_k > 0 && top_k < n) order.resize(size_t(top_k));
 
   double max_logit = logits[size_t(order.front())];
   std::vector<double> weights(order.size());
   double total = 0.0;
-  for (size_t i = 0; i < order.size(); ++i) total += weights[i] = std::exp((logits[size_t(order[i])] - max_logit) / temperature);
+  for (size_t i = 0; i < order.size(); ++i)
+    total += weights[i] = std::exp((logits[size_t(order[i])] - max_logit) / temperature);
   double target = uniform * total, cumulative = 0.0;
   for (size_t i = 0; i < order.size(); ++i) {
     cumulative += weights[i];
@@ -65,7 +67,8 @@ std::vector<int32_t> generate(const GPT& model, const std::vector<int32_t>& prom
     Tensor ids = Tensor::from_vector(window, {1, T}).to(model.device());
     Tensor logits = model.forward(ids).logits.value().select(0, 0).select(0, T - 1);  // (V)
     std::vector<double> row = logits.to(Device::cpu()).to_vector<double>();
-    int32_t token = sample_from_logits(row, options.temperature, options.top_k, philox_uniform53(options.seed, uint64_t(n)));
+    int32_t token =
+        sample_from_logits(row, options.temperature, options.top_k, philox_uniform53(options.seed, uint64_t(n)));
     context.push_back(token);
     generated.push_back(token);
   }

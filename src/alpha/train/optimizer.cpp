@@ -52,7 +52,8 @@ std::vector<Tensor> AdamW::gradients(const char* op) const {
 }
 
 void AdamW::step(double lr) {
-  if (!(lr >= 0.0 && std::isfinite(lr))) raise<ValueError>("AdamW::step", "lr", "a finite value >= 0", std::to_string(lr));
+  if (!(lr >= 0.0 && std::isfinite(lr)))
+    raise<ValueError>("AdamW::step", "lr", "a finite value >= 0", std::to_string(lr));
   std::vector<Tensor> grads = gradients("AdamW::step");
   ++step_count_;
   ops::AdamWConfig config{lr, options_.beta1, options_.beta2, options_.eps, 0.0, step_count_};
@@ -90,7 +91,8 @@ void AdamW::load_state(const std::vector<NamedTensor>& tensors, int64_t step_cou
   if (step_count < 0) raise<ValueError>(op, "step_count", "a value >= 0", std::to_string(step_count));
   std::map<std::string, const Tensor*> by_name;
   for (const auto& t : tensors)
-    if (!by_name.emplace(t.name, &t.tensor).second) raise<ValueError>(op, t.name, "a unique tensor name", "a duplicate");
+    if (!by_name.emplace(t.name, &t.tensor).second)
+      raise<ValueError>(op, t.name, "a unique tensor name", "a duplicate");
   // Validate everything before copying anything, so a failed load leaves the state untouched.
   std::vector<NamedTensor> expected = state_tensors();
   std::vector<const Tensor*> sources;
@@ -103,8 +105,8 @@ void AdamW::load_state(const std::vector<NamedTensor>& tensors, int64_t step_cou
     by_name.erase(it);
   }
   if (!by_name.empty())
-    raise<ValueError>(op, by_name.begin()->first, "only the names m/<param> and v/<param> of this optimiser's parameters",
-                      "an unknown name");
+    raise<ValueError>(op, by_name.begin()->first,
+                      "only the names m/<param> and v/<param> of this optimiser's parameters", "an unknown name");
   for (size_t i = 0; i < expected.size(); ++i) expected[i].tensor.copy_from(*sources[i]);
   step_count_ = step_count;
 }
