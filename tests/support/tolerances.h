@@ -28,8 +28,10 @@ inline constexpr ToleranceRow kTolerances[] = {
     // Forward and backward kernels against naive f64 loops.
     {"elementwise", DType::f32, {1e-6, 1e-6}},
     {"elementwise", DType::f64, {1e-13, 1e-13}},
-    {"sum", DType::f32, {1e-5, 1e-5}},
-    {"sum", DType::f64, {1e-11, 1e-12}},
+    // sum: abs is per unit of Σ|x| (the test scales it), since cancellation leaves the rounding of the
+    // partial sums in a small result; f32 blocks accumulate n·2⁻²⁴ worst case, √n typical.
+    {"sum", DType::f32, {1e-6, 1e-5}},
+    {"sum", DType::f64, {1e-14, 1e-12}},
     {"matmul", DType::f32, {1e-5, 1e-5}},
     {"matmul", DType::f64, {1e-11, 1e-11}},
     {"layernorm", DType::f32, {1e-5, 1e-5}},

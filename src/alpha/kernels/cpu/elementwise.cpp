@@ -1,7 +1,7 @@
 // CPU element-wise kernels: OpenMP over contiguous buffers. sum is deterministic (fixed block tree).
 #include "alpha/kernels/elementwise.h"
 
-#include <vector>
+#include "alpha/kernels/cpu/reduce.h"
 
 namespace alpha::kernels::cpu {
 
@@ -31,19 +31,7 @@ void axpy(const AxpyArgs<T>& args) {
 
 template <class T>
 void sum(const SumArgs<T>& args) {
-  using A = acc_t<T>;
-  int64_t blocks = (args.n + kSumBlock - 1) / kSumBlock;
-  std::vector<A> partial(size_t(std::max<int64_t>(blocks, 1)), A(0));
-#pragma omp parallel for schedule(static)
-  for (int64_t b = 0; b < blocks; ++b) {
-    A s = 0;
-    int64_t end = std::min(args.n, (b + 1) * kSumBlock);
-    for (int64_t i = b * kSumBlock; i < end; ++i) s += A(args.x[i]);
-    partial[size_t(b)] = s;
-  }
-  for (size_t width = 1; width < partial.size(); width *= 2)
-    for (size_t i = 0; i + width < partial.size(); i += 2 * width) partial[i] += partial[i + width];
-  *args.out = partial[0];
+  *args.out = deterministic_sum<acc_t<T>>(args.n, [&](int64_t i) { return args.x[i]; });
 }
 
 #define ALPHA_INSTANTIATE(T)                              \

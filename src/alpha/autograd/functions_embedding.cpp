@@ -1,0 +1,15 @@
+#include "alpha/autograd/functions.h"
+#include "alpha/ops/embedding.h"
+
+namespace alpha::autograd {
+
+Variable embedding(const Tensor& ids, const Variable& table) {
+  return record("embedding", ops::embedding(ids, table.value()), {table}, [&] {
+    int64_t vocab_size = table.size(0);
+    return BackwardFn([ids, vocab_size](const Tensor& g, const std::vector<bool>&) {
+      return std::vector<Tensor>{ops::embedding_backward(g, ids, vocab_size)};
+    });
+  });
+}
+
+}  // namespace alpha::autograd

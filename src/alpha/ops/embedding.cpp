@@ -1,0 +1,57 @@
+#include "alpha/ops/embedding.h"
+
+#include "alpha/kernels/embedding.h"
+#include "alpha/ops/check.h"
+#include "alpha/ops/index_check.h"
+
+namespace alpha::ops {
+
+namespace {
+
+// Validated, contiguous ids on the reference tensor's device.
+Tensor checked_ids(std::string_view op, const Tensor& ids, const Tensor& reference, int64_t vocab_size) {
+  check_dtype(op, "ids", ids, {DType::i32});
+  check_same_device(op, "ids", ids, reference);
+  Tensor contiguous_ids = ids.contiguous();
+  check_index_range(op, "ids", contiguous_ids, vocab_size, "position");
+  return contiguous_ids;
+}
+
+}  // namespace
+
+Tensor embedding(const Tensor& ids, const Tensor& table) {
+  check_cpu_float("embedding", "table", table);
+  check_dim("embedding", "table", table, 2);
+  const int64_t V = table.size(0), C = table.size(1);
+  Tensor idc = checked_ids("embedding", ids, table, V);
+  Tensor tc = table.contiguous();
+  Shape out_shape = ids.shape();
+  out_shape.push_back(C);
+  Tensor out = Tensor::empty(out_shape, table.dtype(), table.device());
+  dispatch_cpu_float("embedding", table, [&]<class T>() {
+    kernels::cpu::embedding(
+        kernels::EmbeddingArgs<T>{idc.data<int32_t>(), tc.data<T>(), out.data<T>(), idc.numel(), V, C});
+  });
+  return out;
+}
+
+Tensor embedding_backward(const Tensor& dy, const Tensor& ids, int64_t vocab_size) {
+  check_cpu_float("embedding_backward", "dy", dy);
+  if (vocab_size < 1)
+    raise<ValueError>("embedding_backward", "vocab_size", "at least 1", std::to_string(vocab_size));
+  check_min_dim("embedding_backward", "dy", dy, 1);
+  const int64_t C = dy.size(-1);
+  Tensor idc = checked_ids("embedding_backward", ids, dy, vocab_size);
+  Shape dy_shape = ids.shape();
+  dy_shape.push_back(C);
+  check_shape("embedding_backward", "dy", dy, dy_shape);
+  Tensor dyc = dy.contiguous();
+  Tensor dtable = Tensor::empty({vocab_size, C}, dy.dtype(), dy.device());
+  dispatch_cpu_float("embedding_backward", dy, [&]<class T>() {
+    kernels::cpu::embedding_backward(kernels::EmbeddingBackwardArgs<T>{
+        dyc.data<T>(), idc.data<int32_t>(), dtable.data<T>(), idc.numel(), vocab_size, C});
+  });
+  return dtable;
+}
+
+}  // namespace alpha::ops

@@ -1,0 +1,186 @@
+// Fused softmax cross-entropy against naive f64 loops: kernels called directly into poisoned outputs,
+// ignored rows, odd shapes through the ops, numerical stability, a deterministic mean, a gradient
+// check, and bad targets.
+#include <gtest/gtest.h>
+#include <omp.h>
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+
+#include "alpha/autograd/functions.h"
+#include "alpha/kernels/cross_entropy.h"
+#include "alpha/ops/check.h"
+#include "alpha/ops/cross_entropy.h"
+#include "kernels/kernel_helpers.h"
+#include "support/checks.h"
+
+namespace alpha {
+namespace {
+
+using ops::kIgnoreIndex;
+using test::all_close;
+using test::random;
+
+struct NaiveCrossEntropy {
+  Tensor lse;       // [N] f64
+  double loss = 0;
+  int64_t counted = 0;
+  Tensor dlogits;   // logits' shape, f64, for dloss
+};
+
+NaiveCrossEntropy naive_cross_entropy(const Tensor& logits, const Tensor& targets, double dloss) {
+  const int64_t V = logits.size(-1), N = logits.numel() / V;
+  std::vector<double> x = logits.contiguous().to_vector<double>();
+  std::vector<int32_t> t = targets.contiguous().to_vector<int32_t>();
+  std::vector<double> lse(static_cast<size_t>(N)), grad(x.size(), 0.0);
+  NaiveCrossEntropy r;
+  for (int64_t i = 0; i < N; ++i) {
+    double max = -INFINITY, sum = 0;
+    for (int64_t j = 0; j < V; ++j) max = std::max(max, x[size_t(i * V + j)]);
+    for (int64_t j = 0; j < V; ++j) sum += std::exp(x[size_t(i * V + j)] - max);
+    lse[size_t(i)] = max + std::log(sum);
+    if (t[size_t(i)] == kIgnoreIndex) continue;
+    r.loss += lse[size_t(i)] - x[size_t(i * V + t[size_t(i)])];
+    ++r.counted;
+  }
+  if (r.counted > 0) r.loss /= double(r.counted);
+  for (int64_t i = 0; i < N && r.counted > 0; ++i) {
+    if (t[size_t(i)] == kIgnoreIndex) continue;
+    for (int64_t j = 0; j < V; ++j) {
+      double p = std::exp(x[size_t(i * V + j)] - lse[size_t(i)]);
+      grad[size_t(i * V + j)] = dloss * (p - (j == t[size_t(i)] ? 1.0 : 0.0)) / double(r.counted);
+    }
+  }
+  r.lse = Tensor::from_vector(lse, {N});
+  r.dlogits = Tensor::from_vector(grad, logits.shape());
+  return r;
+}
+
+// Targets in [0, V) with every third row ignored (when there is more than one row).
+Tensor random_targets(int64_t rows, int32_t vocab) {
+  Tensor t = test::random_indices({rows}, vocab);
+  int32_t* p = t.data<int32_t>();
+  for (int64_t i = 1; i < rows; i += 3) p[i] = kIgnoreIndex;
+  return t;
+}
+
+Tensor scalar(double value) { return Tensor::from_vector<double>({value}, {}); }
+
+class CrossEntropySizes : public ::testing::TestWithParam<std::tuple<int64_t, DType>> {};
+
+TEST_P(CrossEntropySizes, KernelsMatchF64Loops) {
+  auto [n, dtype] = GetParam();
+  // n logits as N rows of V classes.
+  const int64_t V = n == 1 ? 1 : n == 64 ? 16 : n == 4096 ? 64 : 512, N = n / V;
+  Tensor logits = random({N, V}, dtype, -4.0, 4.0);
+  Tensor targets = random_targets(N, int32_t(V));
+  const double dloss = 0.75;
+  NaiveCrossEntropy want = naive_cross_entropy(logits, targets, dloss);
+  ops::dispatch_cpu_float("test", logits, [&]<class T>() {
+    using A = acc_t<T>;
+    Tensor lse = test::poisoned({N}, dtype_of<A>);
+    A loss = std::numeric_limits<A>::quiet_NaN();
+    int64_t counted = -1;
+    kernels::cpu::cross_entropy(kernels::CrossEntropyArgs<T>{logits.data<T>(), targets.data<int32_t>(),
+                                                             lse.data<A>(), &loss, &counted, N, V, kIgnoreIndex});
+    EXPECT_TRUE(all_close(lse, want.lse, "cross_entropy"));
+    EXPECT_TRUE(all_close(scalar(double(loss)).to(dtype), scalar(want.loss), "cross_entropy"));
+    EXPECT_EQ(counted, want.counted);
+    Tensor dlogits = test::poisoned({N, V}, dtype);
+    kernels::cpu::cross_entropy_backward(kernels::CrossEntropyBackwardArgs<T>{
+        logits.data<T>(), targets.data<int32_t>(), lse.data<A>(), dlogits.data<T>(), A(dloss / double(counted)), N,
+        V, kIgnoreIndex});
+    EXPECT_TRUE(all_close(dlogits, want.dlogits, "cross_entropy"));
+  });
+}
+
+INSTANTIATE_TEST_SUITE_P(AllSizes, CrossEntropySizes,
+                         ::testing::Combine(::testing::ValuesIn(test::kSizes),
+                                            ::testing::Values(DType::f32, DType::f64)));
+
+TEST(CrossEntropy, OpsOnOddShapes) {
+  for (DType dtype : {DType::f32, DType::f64}) {
+    // [3, 5, 11] logits with [3, 5] targets, and [7, 13] with flat targets.
+    Tensor logits = random({3, 5, 11}, dtype, -3.0, 3.0);
+    Tensor targets = random_targets(15, 11).reshape({3, 5});
+    NaiveCrossEntropy want = naive_cross_entropy(logits, targets, -1.5);
+    ops::CrossEntropyOutput got = ops::cross_entropy(logits, targets);
+    EXPECT_TRUE(all_close(got.loss, scalar(want.loss), "cross_entropy"));
+    EXPECT_TRUE(all_close(got.lse, want.lse, "cross_entropy"));
+    EXPECT_EQ(got.counted_rows, want.counted);
+    EXPECT_TRUE(all_close(ops::cross_entropy_backward(-1.5, logits, targets, got.lse, got.counted_rows),
+                          want.dlogits, "cross_entropy"));
+    Tensor logits2 = random({13, 7}, dtype).transpose(0, 1);  // non-contiguous: [7, 13]
+    Tensor targets2 = random_targets(7, 13);
+    EXPECT_TRUE(all_close(ops::cross_entropy(logits2, targets2).loss,
+                          scalar(naive_cross_entropy(logits2, targets2, 1.0).loss), "cross_entropy"));
+  }
+}
+
+TEST(CrossEntropy, LargeLogitsStayFinite) {
+  // Logits beyond exp's overflow (88 in f32, 709 in f64): without the max shift Σ exp is inf.
+  for (auto [dtype, big] : {std::pair{DType::f32, 100.0}, std::pair{DType::f64, 1000.0}}) {
+    Tensor logits =
+        Tensor::from_vector<double>({big, big - 1, -big, big - 2, big, big + 1}, {2, 3}).to(dtype);
+    Tensor targets = Tensor::from_vector<int32_t>({1, 2}, {2});
+    ops::CrossEntropyOutput got = ops::cross_entropy(logits, targets);
+    NaiveCrossEntropy want = naive_cross_entropy(logits, targets, 1.0);
+    EXPECT_TRUE(all_close(got.loss, scalar(want.loss), "cross_entropy"));
+    EXPECT_TRUE(all_close(ops::cross_entropy_backward(1.0, logits, targets, got.lse, got.counted_rows),
+                          want.dlogits, "cross_entropy"));
+  }
+}
+
+TEST(CrossEntropy, AllRowsIgnoredGiveZeroLossAndGradient) {
+  Tensor logits = random({4, 6});
+  Tensor targets = Tensor::full({4}, kIgnoreIndex, DType::i32);
+  ops::CrossEntropyOutput got = ops::cross_entropy(logits, targets);
+  EXPECT_EQ(got.counted_rows, 0);
+  EXPECT_EQ(got.loss.item(), 0.0);
+  Tensor grad = ops::cross_entropy_backward(1.0, logits, targets, got.lse, 0);
+  EXPECT_TRUE(all_close(grad, Tensor::zeros({4, 6}, DType::f64), "cross_entropy"));
+}
+
+TEST(CrossEntropy, MeanIsIdenticalAcrossThreadCounts) {
+  // 20000 rows span several reduction blocks.
+  test::ThreadCountGuard restore;
+  Tensor logits = random({20000, 3}, DType::f32, -5.0, 5.0);
+  Tensor targets = random_targets(20000, 3);
+  omp_set_num_threads(1);
+  float one = ops::cross_entropy(logits, targets).loss.data<float>()[0];
+  omp_set_num_threads(3);
+  float three = ops::cross_entropy(logits, targets).loss.data<float>()[0];
+  EXPECT_EQ(std::memcmp(&one, &three, sizeof one), 0) << one << " vs " << three;
+}
+
+TEST(CrossEntropy, GradientMatchesFiniteDifferences) {
+  Tensor targets = Tensor::from_vector<int32_t>({2, kIgnoreIndex, 0, 5}, {4});
+  EXPECT_TRUE(test::gradcheck([&](const auto& v) { return autograd::cross_entropy(v[0], targets); },
+                              {random({4, 6}, DType::f64, -2.0, 2.0)}));
+  Tensor targets3d = Tensor::from_vector<int32_t>({1, 0, 3, 3, kIgnoreIndex, 2}, {2, 3});
+  EXPECT_TRUE(test::gradcheck([&](const auto& v) { return autograd::cross_entropy(v[0], targets3d); },
+                              {random({2, 3, 5}, DType::f64, -2.0, 2.0)}));
+}
+
+TEST(CrossEntropy, BadInputsRaise) {
+  Tensor logits = random({4, 6});
+  EXPECT_ALPHA_ERROR(ops::cross_entropy(logits, Tensor::from_vector<int32_t>({0, 5, 6, 1}, {4})), ValueError,
+                     "[cross_entropy]", "'targets'", "[0, 6)", "got 6", "row 2");
+  EXPECT_ALPHA_ERROR(ops::cross_entropy(logits, Tensor::from_vector<int32_t>({0, -2, 1, 1}, {4})), ValueError,
+                     "[cross_entropy]", "'targets'", "got -2", "row 1");
+  EXPECT_ALPHA_ERROR(ops::cross_entropy(logits, random({4})), DTypeError, "[cross_entropy]", "'targets'", "i32");
+  EXPECT_ALPHA_ERROR(ops::cross_entropy(logits, test::random_indices({5}, 6)), ShapeError, "[cross_entropy]",
+                     "'targets'", "[4]", "[5]");
+  EXPECT_ALPHA_ERROR(ops::cross_entropy(Tensor::zeros({4, 6}, DType::i32), test::random_indices({4}, 6)),
+                     DTypeError, "[cross_entropy]", "'logits'", "i32");
+  Tensor targets = test::random_indices({4}, 6);
+  ops::CrossEntropyOutput out = ops::cross_entropy(logits, targets);
+  EXPECT_ALPHA_ERROR(ops::cross_entropy_backward(1.0, logits, targets, random({3}), 4), ShapeError,
+                     "[cross_entropy_backward]", "'lse'", "[4]", "[3]");
+  EXPECT_ALPHA_ERROR(ops::cross_entropy_backward(1.0, logits, targets, out.lse, 5), ValueError,
+                     "[cross_entropy_backward]", "'counted_rows'", "got 5");
+}
+
+}  // namespace
+}  // namespace alpha

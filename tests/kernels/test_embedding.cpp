@@ -1,0 +1,128 @@
+// Embedding lookup and its deterministic backward against naive f64 loops: kernels called directly
+// into poisoned outputs, the tensor ops on odd shapes, a gradient check, thread-count independence
+// and bad ids.
+#include <gtest/gtest.h>
+#include <omp.h>
+
+#include <cstring>
+
+#include "alpha/autograd/functions.h"
+#include "alpha/kernels/embedding.h"
+#include "alpha/ops/check.h"
+#include "alpha/ops/embedding.h"
+#include "kernels/kernel_helpers.h"
+#include "support/checks.h"
+
+namespace alpha {
+namespace {
+
+using test::all_close;
+using test::random;
+using test::random_indices;
+
+// Naive references: out[..., c] = table[ids[...], c]; dtable[v, c] = Σ_{i: ids[i] = v} dy[i, c].
+Tensor naive_embedding(const Tensor& ids, const Tensor& table) {
+  std::vector<int32_t> idv = ids.contiguous().to_vector<int32_t>();
+  std::vector<double> tv = table.contiguous().to_vector<double>(), out;
+  const int64_t C = table.size(1);
+  for (int32_t id : idv)
+    for (int64_t c = 0; c < C; ++c) out.push_back(tv[size_t(id * C + c)]);
+  Shape shape = ids.shape();
+  shape.push_back(C);
+  return Tensor::from_vector(out, shape);
+}
+
+Tensor naive_embedding_backward(const Tensor& dy, const Tensor& ids, int64_t V) {
+  std::vector<int32_t> idv = ids.contiguous().to_vector<int32_t>();
+  std::vector<double> dyv = dy.contiguous().to_vector<double>();
+  const int64_t C = dy.size(-1);
+  std::vector<double> dtable(size_t(V * C), 0.0);
+  for (size_t i = 0; i < idv.size(); ++i)
+    for (int64_t c = 0; c < C; ++c) dtable[size_t(idv[i] * C + c)] += dyv[i * size_t(C) + size_t(c)];
+  return Tensor::from_vector(dtable, {V, C});
+}
+
+class EmbeddingSizes : public ::testing::TestWithParam<std::tuple<int64_t, DType>> {};
+
+TEST_P(EmbeddingSizes, KernelsMatchF64Loops) {
+  auto [n, dtype] = GetParam();
+  // n output elements as N positions of C channels; V = 37 leaves unused rows at small N and makes
+  // rows repeat at large N.
+  const int64_t C = std::min<int64_t>(n, 16), N = n / C, V = 37;
+  Tensor ids = random_indices({N}, int32_t(V));
+  Tensor table = random({V, C}, dtype), dy = random({N, C}, dtype);
+  ops::dispatch_cpu_float("test", table, [&]<class T>() {
+    Tensor out = test::poisoned({N, C}, dtype);
+    kernels::cpu::embedding(kernels::EmbeddingArgs<T>{ids.data<int32_t>(), table.data<T>(), out.data<T>(), N, V, C});
+    EXPECT_TRUE(all_close(out, naive_embedding(ids, table), "embedding"));
+    Tensor dtable = test::poisoned({V, C}, dtype);
+    kernels::cpu::embedding_backward(
+        kernels::EmbeddingBackwardArgs<T>{dy.data<T>(), ids.data<int32_t>(), dtable.data<T>(), N, V, C});
+    EXPECT_TRUE(all_close(dtable, naive_embedding_backward(dy, ids, V), "embedding"));
+  });
+}
+
+INSTANTIATE_TEST_SUITE_P(AllSizes, EmbeddingSizes,
+                         ::testing::Combine(::testing::ValuesIn(test::kSizes),
+                                            ::testing::Values(DType::f32, DType::f64)));
+
+TEST(Embedding, OpsOnOddShapes) {
+  for (DType dtype : {DType::f32, DType::f64}) {
+    Tensor table = random({11, 13}, dtype);
+    Tensor ids = random_indices({3, 5}, 11);
+    Tensor out = ops::embedding(ids, table);
+    EXPECT_EQ(out.shape(), (Shape{3, 5, 13}));
+    EXPECT_TRUE(all_close(out, naive_embedding(ids, table), "embedding"));
+    Tensor dy = random({3, 5, 13}, dtype);
+    EXPECT_TRUE(all_close(ops::embedding_backward(dy, ids, 11), naive_embedding_backward(dy, ids, 11), "embedding"));
+  }
+  // Strided ids and a transposed (non-contiguous) table.
+  Tensor ids = random_indices({13, 7}, 5).transpose(0, 1);
+  Tensor table = random({9, 5}, DType::f64).transpose(0, 1);
+  EXPECT_TRUE(all_close(ops::embedding(ids, table), naive_embedding(ids, table), "embedding"));
+}
+
+TEST(Embedding, BackwardIsIdenticalAcrossThreadCounts) {
+  // Many positions per row (N = 200000 over V = 50), so each row sums a long bucket of f32 terms.
+  test::ThreadCountGuard restore;
+  Tensor ids = random_indices({200000}, 50);
+  Tensor dy = random({200000, 8}, DType::f32);
+  omp_set_num_threads(1);
+  std::vector<float> one = ops::embedding_backward(dy, ids, 50).to_vector<float>();
+  omp_set_num_threads(3);
+  std::vector<float> three = ops::embedding_backward(dy, ids, 50).to_vector<float>();
+  EXPECT_EQ(std::memcmp(one.data(), three.data(), one.size() * sizeof(float)), 0);
+}
+
+TEST(Embedding, GradientMatchesFiniteDifferences) {
+  // Repeated ids: rows 1 and 3 receive several contributions, row 4 none.
+  Tensor ids = Tensor::from_vector<int32_t>({1, 3, 1, 0, 2, 3, 1}, {7});
+  EXPECT_TRUE(test::gradcheck([&](const auto& v) { return autograd::embedding(ids, v[0]); },
+                              {random({5, 4}, DType::f64)}));
+  Tensor ids2d = random_indices({2, 3}, 6);
+  EXPECT_TRUE(test::gradcheck([&](const auto& v) { return autograd::embedding(ids2d, v[0]); },
+                              {random({6, 3}, DType::f64)}));
+}
+
+TEST(Embedding, BadInputsRaise) {
+  Tensor table = random({10, 4});
+  Tensor too_big = Tensor::from_vector<int32_t>({0, 9, 3, 10, 2}, {5});
+  EXPECT_ALPHA_ERROR(ops::embedding(too_big, table), ValueError, "[embedding]", "'ids'", "[0, 10)", "got 10",
+                     "position 3");
+  Tensor negative = Tensor::from_vector<int32_t>({0, 1, 2, 3, 4, 5, -1}, {7});
+  EXPECT_ALPHA_ERROR(ops::embedding(negative, table), ValueError, "[embedding]", "'ids'", "got -1", "position 6");
+  EXPECT_ALPHA_ERROR(ops::embedding(random({5}), table), DTypeError, "[embedding]", "'ids'", "i32", "f32");
+  Tensor ids = random_indices({5}, 10);
+  EXPECT_ALPHA_ERROR(ops::embedding(ids, random({40})), ShapeError, "[embedding]", "'table'", "2 dimensions");
+  EXPECT_ALPHA_ERROR(ops::embedding(ids, Tensor::zeros({10, 4}, DType::i32)), DTypeError, "[embedding]", "'table'",
+                     "i32");
+  EXPECT_ALPHA_ERROR(ops::embedding_backward(random({5, 4}), too_big, 10), ValueError, "[embedding_backward]",
+                     "'ids'", "position 3");
+  EXPECT_ALPHA_ERROR(ops::embedding_backward(random({6, 4}), ids, 10), ShapeError, "[embedding_backward]", "'dy'",
+                     "[5, 4]", "[6, 4]");
+  EXPECT_ALPHA_ERROR(ops::embedding_backward(random({5, 4}), ids, 0), ValueError, "[embedding_backward]",
+                     "'vocab_size'");
+}
+
+}  // namespace
+}  // namespace alpha

@@ -1,0 +1,184 @@
+// Optimiser kernels against naive f64 loops: three consecutive fused AdamW steps, the global grad norm
+// (and its independence of the thread count), clipping, and bad arguments.
+#include <gtest/gtest.h>
+#include <omp.h>
+
+#include <cmath>
+#include <cstring>
+
+#include "alpha/kernels/optim.h"
+#include "alpha/ops/check.h"
+#include "alpha/ops/optim.h"
+#include "kernels/kernel_helpers.h"
+#include "support/checks.h"
+
+namespace alpha {
+namespace {
+
+using test::all_close;
+using test::random;
+
+// Naive AdamW on f64 copies of (param, m, v), one step.
+struct NaiveAdamW {
+  std::vector<double> param, m, v;
+
+  void step(const std::vector<double>& grad, const ops::AdamWConfig& c, double grad_scale) {
+    double bc1 = 1 - std::pow(c.beta1, double(c.step)), bc2 = 1 - std::pow(c.beta2, double(c.step));
+    for (size_t i = 0; i < param.size(); ++i) {
+      double g = grad[i] * grad_scale;
+      m[i] = c.beta1 * m[i] + (1 - c.beta1) * g;
+      v[i] = c.beta2 * v[i] + (1 - c.beta2) * g * g;
+      param[i] -= c.lr * c.weight_decay * param[i];
+      param[i] -= c.lr * (m[i] / bc1) / (std::sqrt(v[i] / bc2) + c.eps);
+    }
+  }
+};
+
+// Inputs of one AdamW run: random param, moments (v > 0) and three gradients.
+struct AdamWCase {
+  Tensor param, m, v;
+  std::vector<Tensor> grads;
+  AdamWCase(const Shape& shape, DType dtype)
+      : param(random(shape, dtype)), m(random(shape, dtype, -0.1, 0.1)), v(random(shape, dtype, 0.01, 1.0)) {
+    for (int k = 0; k < 3; ++k) grads.push_back(random(shape, dtype));
+  }
+  NaiveAdamW naive() const { return {param.to_vector<double>(), m.to_vector<double>(), v.to_vector<double>()}; }
+};
+
+const ops::AdamWConfig kConfig{/*lr=*/1e-2, /*beta1=*/0.9, /*beta2=*/0.95, /*eps=*/1e-8, /*weight_decay=*/0.1,
+                               /*step=*/1};
+constexpr double kGradScale = 0.7;
+
+void expect_state(const Tensor& param, const Tensor& m, const Tensor& v, const NaiveAdamW& want, int step) {
+  const Shape& s = param.shape();
+  EXPECT_TRUE(all_close(m, Tensor::from_vector(want.m, s), "adamw")) << "m after step " << step;
+  EXPECT_TRUE(all_close(v, Tensor::from_vector(want.v, s), "adamw")) << "v after step " << step;
+  EXPECT_TRUE(all_close(param, Tensor::from_vector(want.param, s), "adamw")) << "param after step " << step;
+}
+
+class OptimSizes : public ::testing::TestWithParam<std::tuple<int64_t, DType>> {};
+
+TEST_P(OptimSizes, ThreeAdamWStepsMatchF64Loop) {
+  auto [n, dtype] = GetParam();
+  AdamWCase c({n}, dtype);
+  NaiveAdamW want = c.naive();
+  ops::dispatch_cpu_float("test", c.param, [&]<class T>() {
+    using A = acc_t<T>;
+    for (int step = 1; step <= 3; ++step) {
+      ops::AdamWConfig config = kConfig;
+      config.step = step;
+      want.step(c.grads[size_t(step - 1)].to_vector<double>(), config, kGradScale);
+      kernels::cpu::adamw_step(kernels::AdamWArgs<T>{
+          c.param.data<T>(), c.grads[size_t(step - 1)].data<T>(), c.m.data<T>(), c.v.data<T>(), A(config.lr),
+          A(config.beta1), A(config.beta2), A(config.eps), A(config.weight_decay), A(kGradScale), step, n});
+      expect_state(c.param, c.m, c.v, want, step);
+    }
+  });
+}
+
+TEST_P(OptimSizes, SumOfSquaresAndGradNormMatchF64Loop) {
+  auto [n, dtype] = GetParam();
+  Tensor g = random({n}, dtype);
+  double want = 0;
+  for (double x : g.to_vector<double>()) want += x * x;
+  test::Tolerance tol = test::tolerance("grad_norm", dtype);
+  ops::dispatch_cpu_float("test", g, [&]<class T>() {
+    double got = std::nan("");
+    kernels::cpu::sum_squares(kernels::SumSquaresArgs<T>{g.data<T>(), &got, n});
+    EXPECT_NEAR(got, want, tol.abs + tol.rel * want);
+  });
+  std::vector<Tensor> grads = {g, random({7, 13}, dtype), random({3, 5, 11}, dtype).transpose(0, 2)};
+  for (size_t k = 1; k < grads.size(); ++k)
+    for (double x : grads[k].contiguous().to_vector<double>()) want += x * x;
+  EXPECT_NEAR(ops::global_grad_norm(grads), std::sqrt(want), tol.abs + tol.rel * std::sqrt(want));
+}
+
+INSTANTIATE_TEST_SUITE_P(AllSizes, OptimSizes,
+                         ::testing::Combine(::testing::ValuesIn(test::kSizes),
+                                            ::testing::Values(DType::f32, DType::f64)));
+
+TEST(Optim, AdamWOpOnOddShapeWithStridedGrad) {
+  for (DType dtype : {DType::f32, DType::f64}) {
+    AdamWCase c({7, 13}, dtype);
+    NaiveAdamW want = c.naive();
+    for (int step = 1; step <= 3; ++step) {
+      ops::AdamWConfig config = kConfig;
+      config.step = step + 10;  // resumed training: the bias corrections use the global step
+      // The grad arrives as a transposed view of a [13, 7] buffer.
+      Tensor grad = c.grads[size_t(step - 1)].transpose(0, 1).contiguous().transpose(0, 1);
+      want.step(c.grads[size_t(step - 1)].to_vector<double>(), config, kGradScale);
+      ops::adamw_step(c.param, grad, c.m, c.v, config, kGradScale);
+      expect_state(c.param, c.m, c.v, want, step);
+    }
+  }
+}
+
+TEST(Optim, GradNormIsIdenticalAcrossThreadCounts) {
+  test::ThreadCountGuard restore;
+  std::vector<Tensor> grads = {random({300001}), random({65537}, DType::f64), random({3, 5, 11})};
+  omp_set_num_threads(1);
+  double one = ops::global_grad_norm(grads);
+  omp_set_num_threads(3);
+  double three = ops::global_grad_norm(grads);
+  EXPECT_EQ(std::memcmp(&one, &three, sizeof one), 0) << one << " vs " << three;
+}
+
+TEST(Optim, ClipScalesGradsToMaxNorm) {
+  std::vector<Tensor> grads = {random({64}, DType::f64, -3, 3), random({7, 13}, DType::f64, -3, 3)};
+  std::vector<std::vector<double>> before = {grads[0].to_vector<double>(), grads[1].to_vector<double>()};
+  double norm = ops::global_grad_norm(grads);
+  ASSERT_GT(norm, 1.0);
+  double coefficient = ops::clip_grad_norm(grads, 1.0, norm);
+  EXPECT_DOUBLE_EQ(coefficient, 1.0 / (norm + 1e-6));
+  for (size_t k = 0; k < grads.size(); ++k) {
+    std::vector<double> after = grads[k].to_vector<double>();
+    for (size_t i = 0; i < after.size(); ++i) EXPECT_DOUBLE_EQ(after[i], before[k][i] * coefficient);
+  }
+  EXPECT_NEAR(ops::global_grad_norm(grads), 1.0, 1e-5);
+  // Under the limit nothing changes.
+  std::vector<double> unclipped = grads[1].to_vector<double>();
+  EXPECT_EQ(ops::clip_grad_norm(grads, 10.0, ops::global_grad_norm(grads)), 1.0);
+  EXPECT_EQ(grads[1].to_vector<double>(), unclipped);
+}
+
+TEST(Optim, BadInputsRaise) {
+  Tensor param = random({4, 4}), grad = random({4, 4}), m = random({4, 4}), v = random({4, 4}, DType::f32, 0, 1);
+  EXPECT_ALPHA_ERROR(ops::adamw_step(param, random({4, 5}), m, v, kConfig), ShapeError, "[adamw_step]", "'grad'",
+                     "[4, 4]", "[4, 5]");
+  Tensor m64 = random({4, 4}, DType::f64);
+  EXPECT_ALPHA_ERROR(ops::adamw_step(param, grad, m64, v, kConfig), DTypeError, "[adamw_step]", "'m'", "f32", "f64");
+  Tensor strided = random({4, 4}).transpose(0, 1);
+  EXPECT_ALPHA_ERROR(ops::adamw_step(strided, grad, m, v, kConfig), LayoutError, "[adamw_step]", "'param'",
+                     "contiguous");
+  EXPECT_ALPHA_ERROR(ops::adamw_step(param, grad, m, strided, kConfig), LayoutError, "[adamw_step]", "'v'");
+  auto with = [](auto field, double value) {
+    ops::AdamWConfig c = kConfig;
+    c.*field = value;
+    return c;
+  };
+  EXPECT_ALPHA_ERROR(ops::adamw_step(param, grad, m, v, with(&ops::AdamWConfig::beta1, 1.0)), ValueError,
+                     "[adamw_step]", "'beta1'", "[0, 1)", "got 1");
+  EXPECT_ALPHA_ERROR(ops::adamw_step(param, grad, m, v, with(&ops::AdamWConfig::beta2, -0.5)), ValueError,
+                     "[adamw_step]", "'beta2'", "got -0.5");
+  EXPECT_ALPHA_ERROR(ops::adamw_step(param, grad, m, v, with(&ops::AdamWConfig::eps, 0.0)), ValueError,
+                     "[adamw_step]", "'eps'");
+  EXPECT_ALPHA_ERROR(ops::adamw_step(param, grad, m, v, with(&ops::AdamWConfig::lr, -1e-3)), ValueError,
+                     "[adamw_step]", "'lr'", "got -0.001");
+  ops::AdamWConfig step0 = kConfig;
+  step0.step = 0;
+  EXPECT_ALPHA_ERROR(ops::adamw_step(param, grad, m, v, step0), ValueError, "[adamw_step]", "'step'", "got 0");
+  EXPECT_ALPHA_ERROR(ops::adamw_step(param, grad, m, v, kConfig, std::nan("")), ValueError, "[adamw_step]",
+                     "'grad_scale'");
+  std::vector<Tensor> grads = {random({3}), Tensor::zeros({3}, DType::i32)};
+  EXPECT_ALPHA_ERROR(ops::global_grad_norm(grads), DTypeError, "[global_grad_norm]", "'grads[1]'", "i32");
+  std::vector<Tensor> ok = {random({3})};
+  EXPECT_ALPHA_ERROR(ops::clip_grad_norm(ok, 0.0, 1.0), ValueError, "[clip_grad_norm]", "'max_norm'");
+  EXPECT_ALPHA_ERROR(ops::clip_grad_norm(ok, 1.0, std::nan("")), ValueError, "[clip_grad_norm]", "'norm'");
+  std::vector<Tensor> mixed = {random({3}), random({4, 4}).transpose(0, 1)};
+  std::vector<float> first = mixed[0].to_vector<float>();
+  EXPECT_ALPHA_ERROR(ops::clip_grad_norm(mixed, 1.0, 100.0), LayoutError, "[clip_grad_norm]", "'grads[1]'");
+  EXPECT_EQ(mixed[0].to_vector<float>(), first);  // nothing was scaled before the error
+}
+
+}  // namespace
+}  // namespace alpha
