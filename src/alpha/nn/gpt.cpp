@@ -27,11 +27,6 @@ class DropoutSites {
   uint64_t site_ = 0;
 };
 
-// x + dropout(y), fused.
-Variable residual_add(const Variable& x, const Variable& y, DropoutSites& dropout) {
-  return autograd::residual_dropout_add(x, y, dropout.next());
-}
-
 }  // namespace
 
 class CausalSelfAttention : public Module {
@@ -104,8 +99,11 @@ class Block : public Module {
   }
 
   Variable forward(const Variable& x, DropoutSites& dropout) const {
-    Variable h = residual_add(x, attn_.forward(ln1_.forward(x), dropout), dropout);
-    return residual_add(h, mlp_.forward(ln2_.forward(h)), dropout);
+    // Sites are drawn in statement order (argument evaluation order is unspecified): attention, then the
+    // two residual branches.
+    Variable attn = attn_.forward(ln1_.forward(x), dropout);
+    Variable h = autograd::residual_dropout_add(x, attn, dropout.next());
+    return autograd::residual_dropout_add(h, mlp_.forward(ln2_.forward(h)), dropout.next());
   }
 
  private:

@@ -162,10 +162,12 @@ GPTConfig load_gpt_config(std::string_view name_or_path, const std::filesystem::
   for (const auto& entry : std::filesystem::directory_iterator(configs_dir, ec))
     if (entry.is_regular_file() && entry.path().extension() == ".json") names.push_back(entry.path().stem().string());
   std::sort(names.begin(), names.end());
+  std::string got = "'";  // appended rather than "'" + name, which trips GCC 12's -Wrestrict false positive
+  got.append(name_or_path).append("'");
   raise<ConfigError>("load_gpt_config", "config",
                      "an existing file or a config name in '" + configs_dir.string() + "' (" +
                          (names.empty() ? std::string("none there") : joined(names)) + ")",
-                     "'" + std::string(name_or_path) + "'");
+                     got);
 }
 
 }  // namespace alpha::nn

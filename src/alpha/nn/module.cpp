@@ -30,8 +30,9 @@ autograd::Variable& Module::parameter(std::string_view name) {
     if (e.parameter && e.parameter->name == name) return e.parameter->variable;
     if (e.child && name.starts_with(e.child->prefix_ + ".")) return e.child->parameter(name);
   }
-  raise<ValueError>("Module::parameter", "name", "the name of a parameter of '" + prefix_ + "'",
-                    "'" + std::string(name) + "'");
+  std::string got = "'";  // appended rather than "'" + name, which trips GCC 12's -Wrestrict false positive
+  got.append(name).append("'");
+  raise<ValueError>("Module::parameter", "name", "the name of a parameter of '" + prefix_ + "'", got);
 }
 
 void Module::zero_grad() {
