@@ -1,0 +1,187 @@
+#include "alpha/nn/gpt.h"
+
+#include <cmath>
+#include <string>
+
+#include "alpha/autograd/functions.h"
+#include "alpha/ops/check.h"
+
+namespace alpha::nn {
+
+using autograd::Variable;
+
+namespace {
+
+// Hands out the dropout configuration of each dropout site in forward order. Every site gets its own
+// Philox stream (a seed derived from the step's seed and the site's index), so no two sites share bits
+// whatever their sizes. When inactive every site gets p = 0.
+class DropoutSites {
+ public:
+  DropoutSites(double p, uint64_t step_seed) : p_(p), step_seed_(step_seed) {}
+  bool active() const { return p_ > 0.0; }
+  ops::DropoutConfig next() { return {p_, derive_seed(step_seed_, site_++), 0}; }
+
+ private:
+  double p_;
+  uint64_t step_seed_;
+  uint64_t site_ = 0;
+};
+
+}  // namespace
+
+class CausalSelfAttention : public Module {
+ public:
+  CausalSelfAttention(std::string prefix, const GPTConfig& c, const ParameterOptions& o)
+      : Module(std::move(prefix)),
+        config_(c),
+        qkv_(child_prefix("qkv"), c.n_embd, (c.n_head + 2 * c.n_kv_head) * c.head_dim(), c.bias, c.init_std, o),
+        proj_(child_prefix("proj"), c.n_embd, c.n_embd, c.bias, c.init_std / std::sqrt(2.0 * double(c.n_layer)), o) {
+    add_child(qkv_);
+    add_child(proj_);
+  }
+
+  Variable forward(const Variable& x, DropoutSites& dropout) const {  // (B, T, C)
+    int64_t B = x.size(0), T = x.size(1), D = config_.head_dim();
+    int64_t q_width = config_.n_head * D, kv_width = config_.n_kv_head * D;
+    Variable qkv = qkv_.forward(x);  // (B, T, (Hq + 2·Hkv)·D)
+    // Strided views of qkv: the attention reads them in place (unit stride along D).
+    Variable q = autograd::reshape(autograd::slice(qkv, 2, 0, q_width), {B, T, config_.n_head, D});
+    Variable k = autograd::reshape(autograd::slice(qkv, 2, q_width, q_width + kv_width), {B, T, config_.n_kv_head, D});
+    Variable v = autograd::reshape(autograd::slice(qkv, 2, q_width + kv_width, q_width + 2 * kv_width),
+                                   {B, T, config_.n_kv_head, D});
+    ops::AttentionConfig attention;
+    attention.causal = true;
+    attention.softcap = config_.attn_softcap;
+    ops::DropoutConfig probs = dropout.next();
+    attention.dropout_p = probs.p;
+    attention.dropout_seed = probs.seed;
+    attention.dropout_offset = probs.offset;
+    Variable y = autograd::attention_reference(q, k, v, attention);  // (B, T, Hq, D)
+    return proj_.forward(autograd::reshape(y, {B, T, config_.n_embd}));
+  }
+
+ private:
+  const GPTConfig& config_;
+  Linear qkv_;
+  Linear proj_;
+};
+
+class MLP : public Module {
+ public:
+  MLP(std::string prefix, const GPTConfig& c, const ParameterOptions& o)
+      : Module(std::move(prefix)),
+        fc_(child_prefix("fc"), c.n_embd, 4 * c.n_embd, c.bias, c.init_std, o),
+        proj_(child_prefix("proj"), 4 * c.n_embd, c.n_embd, c.bias, c.init_std / std::sqrt(2.0 * double(c.n_layer)),
+              o) {
+    add_child(fc_);
+    add_child(proj_);
+  }
+
+  Variable forward(const Variable& x) const { return proj_.forward(autograd::gelu(fc_.forward(x))); }
+
+ private:
+  Linear fc_;
+  Linear proj_;
+};
+
+class Block : public Module {
+ public:
+  Block(std::string prefix, const GPTConfig& c, const ParameterOptions& o)
+      : Module(std::move(prefix)),
+        ln1_(child_prefix("ln1"), c.n_embd, c.bias, c.layernorm_eps, o),
+        attn_(child_prefix("attn"), c, o),
+        ln2_(child_prefix("ln2"), c.n_embd, c.bias, c.layernorm_eps, o),
+        mlp_(child_prefix("mlp"), c, o) {
+    add_child(ln1_);
+    add_child(attn_);
+    add_child(ln2_);
+    add_child(mlp_);
+  }
+
+  Variable forward(const Variable& x, DropoutSites& dropout) const {
+    // Sites are drawn in statement order (argument evaluation order is unspecified): attention, then the
+    // two residual branches.
+    Variable attn = attn_.forward(ln1_.forward(x), dropout);
+    Variable h = autograd::residual_dropout_add(x, attn, dropout.next());
+    return autograd::residual_dropout_add(h, mlp_.forward(ln2_.forward(h)), dropout.next());
+  }
+
+ private:
+  LayerNorm ln1_;
+  CausalSelfAttention attn_;
+  LayerNorm ln2_;
+  MLP mlp_;
+};
+
+namespace {
+
+const GPTConfig& checked(const GPTConfig& config) {
+  config.validate();
+  if (config.attention != "reference")
+    raise<ConfigError>("GPT", "attention", "\"reference\" (the only attention implementation in this build)",
+                       "\"" + config.attention + "\"");
+  return config;
+}
+
+}  // namespace
+
+GPT::GPT(const GPTConfig& config, DType dtype, Device device)
+    : Module(""),
+      config_(checked(config)),
+      options_{config.seed, dtype, device},
+      wte_("wte", config.vocab_size, config.n_embd, config.init_std, options_),
+      wpe_("wpe", config.block_size, config.n_embd, config.init_std, options_),
+      ln_f_("ln_f", config.n_embd, config.bias, config.layernorm_eps, options_) {
+  add_child(wte_);
+  add_child(wpe_);
+  for (int64_t i = 0; i < config_.n_layer; ++i) {
+    blocks_.push_back(std::make_unique<Block>("blocks." + std::to_string(i), config_, options_));
+    add_child(*blocks_.back());
+  }
+  add_child(ln_f_);
+  if (!config_.tie_embeddings) {
+    lm_head_ =
+        std::make_unique<Linear>("lm_head", config_.n_embd, config_.vocab_size, false, config_.init_std, options_);
+    add_child(*lm_head_);
+  }
+}
+
+GPT::~GPT() = default;
+
+GPTOutput GPT::forward(const Tensor& ids, const Tensor& targets, const ForwardOptions& options) const {
+  constexpr const char* op = "GPT::forward";
+  ops::check_defined(op, "ids", ids);
+  ops::check_dtype(op, "ids", ids, {DType::i32});
+  ops::check_dim(op, "ids", ids, 2);
+  int64_t B = ids.size(0), T = ids.size(1);
+  if (B < 1 || T < 1 || T > config_.block_size)
+    raise<ShapeError>(op, "ids",
+                      "[B, T] with B >= 1 and 1 <= T <= block_size (" + std::to_string(config_.block_size) + ")",
+                      shape_str(ids.shape()));
+  if (targets.defined()) {
+    ops::check_dtype(op, "targets", targets, {DType::i32});
+    ops::check_shape(op, "targets", targets, ids.shape());
+  }
+
+  double p = options.training ? config_.dropout : 0.0;
+  DropoutSites dropout(p, derive_seed(derive_seed(config_.seed, options.step), options.micro_step));
+
+  std::vector<int32_t> positions(size_t(B * T));
+  for (int64_t i = 0; i < B * T; ++i) positions[size_t(i)] = int32_t(i % T);
+  Tensor position_ids = Tensor::from_vector(positions, {B, T}).to(device());
+
+  Variable x = autograd::add(wte_.forward(ids.to(device())), wpe_.forward(position_ids));  // (B, T, C)
+  if (dropout.active()) x = autograd::dropout(x, dropout.next());
+  for (const auto& block : blocks_) x = block->forward(x, dropout);
+  x = ln_f_.forward(x);
+  Variable logits = lm_head_ ? lm_head_->forward(x) : autograd::linear(x, wte_.weight(), Variable());  // (B, T, V)
+  if (config_.logit_softcap > 0.0) logits = autograd::softcap(logits, config_.logit_softcap);
+
+  GPTOutput out{logits, Variable()};
+  if (targets.defined())
+    out.loss = autograd::cross_entropy(autograd::reshape(logits, {B * T, config_.vocab_size}),
+                                       targets.to(device()).reshape({B * T}));
+  return out;
+}
+
+}  // namespace alpha::nn

@@ -1,0 +1,65 @@
+// The GPT: token + learned position embeddings, n_layer pre-LayerNorm transformer blocks
+//   x = x + dropout(attn(ln1(x)));  x = x + dropout(mlp(ln2(x)))
+// a final LayerNorm, and an output head (tied to wte or separate) with an optional logit softcap.
+// Attention is causal self-attention (grouped-query when n_kv_head < n_head) computed from one fused
+// qkv projection whose output features are all q heads, then all k heads, then all v heads.
+//
+// Parameter names: wte.weight, wpe.weight, blocks.{i}.{ln1,ln2}.{weight,bias},
+// blocks.{i}.attn.{qkv,proj}.{weight,bias}, blocks.{i}.mlp.{fc,proj}.{weight,bias}, ln_f.{weight,bias},
+// lm_head.weight (only when untied); biases only when config.bias.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "alpha/autograd/variable.h"
+#include "alpha/nn/gpt_config.h"
+#include "alpha/nn/layers.h"
+#include "alpha/nn/module.h"
+
+namespace alpha::nn {
+
+struct ForwardOptions {
+  bool training = false;  // dropout is active only when training (and config.dropout > 0)
+  // Dropout masks are a pure function of (config.seed, step, micro_step), so a resumed run redraws
+  // exactly the masks of the run it continues. micro_step tells gradient-accumulation micro-batches
+  // of one step apart.
+  uint64_t step = 0;
+  uint64_t micro_step = 0;
+};
+
+struct GPTOutput {
+  autograd::Variable logits;  // [B, T, vocab_size]
+  autograd::Variable loss;    // 0-dimensional mean cross-entropy; undefined when no targets were given
+};
+
+class Block;  // one transformer block (gpt.cpp)
+
+class GPT : public Module {
+ public:
+  // Validates the config; raises ConfigError for an attention implementation this build lacks.
+  // Parameters are initialised deterministically from config.seed: weights ~ normal(0, init_std), the
+  // residual projections (attn.proj, mlp.proj) with init_std/√(2·n_layer) as in GPT-2, LayerNorm
+  // weights 1, biases 0.
+  explicit GPT(const GPTConfig& config, DType dtype = DType::f32, Device device = Device::cpu());
+  ~GPT() override;
+
+  const GPTConfig& config() const { return config_; }
+  DType dtype() const { return options_.dtype; }
+  Device device() const { return options_.device; }
+
+  // ids [B, T] i32 with 1 <= T <= block_size; targets [B, T] i32 (or undefined), entries in
+  // [0, vocab_size) or ops::kIgnoreIndex.
+  GPTOutput forward(const Tensor& ids, const Tensor& targets = {}, const ForwardOptions& options = {}) const;
+
+ private:
+  GPTConfig config_;
+  ParameterOptions options_;
+  Embedding wte_;
+  Embedding wpe_;
+  std::vector<std::unique_ptr<Block>> blocks_;
+  LayerNorm ln_f_;
+  std::unique_ptr<Linear> lm_head_;  // null when tied to wte
+};
+
+}  // namespace alpha::nn

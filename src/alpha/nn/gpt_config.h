@@ -1,0 +1,55 @@
+// The shape and regularisation of a GPT model, read from JSON. Validation is strict: every bad value
+// and every unknown field raises ConfigError naming the field and what it should have been, so a typo
+// in a config file never silently falls back to a default.
+#pragma once
+#include <cstdint>
+#include <filesystem>
+#include <string>
+#include <string_view>
+
+#include <nlohmann/json.hpp>
+
+namespace alpha::nn {
+
+struct GPTConfig {
+  int64_t n_layer = 2;
+  int64_t n_embd = 64;
+  int64_t n_head = 4;
+  int64_t n_kv_head = 4;    // key/value heads (GQA); n_head is a multiple of it; JSON default: n_head
+  int64_t block_size = 64;  // context length
+  int64_t vocab_size = 512;
+  double dropout = 0.0;                 // residual, embedding and attention-probability dropout, in [0, 1)
+  double attn_softcap = 0.0;            // 0 = off; else attention scores S = c·tanh(S/c)
+  double logit_softcap = 0.0;           // 0 = off; else logits = c·tanh(logits/c)
+  bool bias = true;                     // biases in the linear layers and LayerNorms
+  bool tie_embeddings = true;           // the output head reuses wte.weight
+  std::string attention = "reference";  // "reference", "flash" or "nsa"
+  double layernorm_eps = 1e-5;
+  double init_std = 0.02;
+  uint64_t seed = 1337;  // parameter initialisation and dropout masks
+
+  int64_t head_dim() const { return n_embd / n_head; }
+
+  // Throws ConfigError for the first invalid field.
+  void validate() const;
+
+  // Required fields: n_layer, n_embd, n_head, block_size, vocab_size; the rest default as above.
+  static GPTConfig from_json(const nlohmann::json& j);
+  nlohmann::json to_json() const;
+
+  bool operator==(const GPTConfig&) const = default;
+};
+
+// The attention implementations a config may name.
+inline constexpr std::string_view kAttentionKinds[] = {"reference", "flash", "nsa"};
+
+// Reads and validates a config file; an unreadable file raises IOError, bad JSON or values ConfigError
+// (the message names the file).
+GPTConfig load_gpt_config_file(const std::filesystem::path& path);
+
+// `name_or_path` is either a path to an existing file, or a name looked up as
+// <configs_dir>/<name>.json ("tiny" -> configs_dir/tiny.json). An unknown name raises ConfigError
+// listing the names configs_dir holds.
+GPTConfig load_gpt_config(std::string_view name_or_path, const std::filesystem::path& configs_dir);
+
+}  // namespace alpha::nn

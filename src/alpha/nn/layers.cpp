@@ -1,0 +1,45 @@
+#include "alpha/nn/layers.h"
+
+#include "alpha/autograd/functions.h"
+
+namespace alpha::nn {
+
+namespace {
+
+Tensor normal_init(const std::string& name, Shape shape, double stddev, const ParameterOptions& o) {
+  return Tensor::normal(std::move(shape), 0.0, stddev, parameter_seed(o.seed, name), o.dtype, o.device);
+}
+
+}  // namespace
+
+Linear::Linear(std::string prefix, int64_t in_features, int64_t out_features, bool bias, double init_std,
+               const ParameterOptions& options)
+    : Module(std::move(prefix)) {
+  weight_ =
+      &add_parameter("weight", normal_init(child_prefix("weight"), {out_features, in_features}, init_std, options),
+                     /*decay=*/true);
+  if (bias) bias_ = &add_parameter("bias", Tensor::zeros({out_features}, options.dtype, options.device), false);
+}
+
+autograd::Variable Linear::forward(const autograd::Variable& x) const {
+  return autograd::linear(x, *weight_, bias_ ? *bias_ : autograd::Variable());
+}
+
+LayerNorm::LayerNorm(std::string prefix, int64_t dim, bool bias, double eps, const ParameterOptions& options)
+    : Module(std::move(prefix)), eps_(eps) {
+  weight_ = &add_parameter("weight", Tensor::full({dim}, 1.0, options.dtype, options.device), false);
+  if (bias) bias_ = &add_parameter("bias", Tensor::zeros({dim}, options.dtype, options.device), false);
+}
+
+autograd::Variable LayerNorm::forward(const autograd::Variable& x) const {
+  return autograd::layernorm(x, *weight_, bias_ ? *bias_ : autograd::Variable(), eps_);
+}
+
+Embedding::Embedding(std::string prefix, int64_t num, int64_t dim, double init_std, const ParameterOptions& options)
+    : Module(std::move(prefix)) {
+  weight_ = &add_parameter("weight", normal_init(child_prefix("weight"), {num, dim}, init_std, options), false);
+}
+
+autograd::Variable Embedding::forward(const Tensor& ids) const { return autograd::embedding(ids, *weight_); }
+
+}  // namespace alpha::nn

@@ -1,0 +1,56 @@
+// The parameterised building blocks of the GPT: Linear, LayerNorm, Embedding. Weight decay applies to
+// linear weights only; biases, norm gains and embedding tables are registered without it.
+#pragma once
+#include <cstdint>
+#include <string>
+
+#include "alpha/autograd/variable.h"
+#include "alpha/core/device.h"
+#include "alpha/core/dtype.h"
+#include "alpha/nn/module.h"
+
+namespace alpha::nn {
+
+// Where and in what precision parameters are created, and the model seed their values derive from.
+struct ParameterOptions {
+  uint64_t seed = 0;
+  DType dtype = DType::f32;
+  Device device = Device::cpu();
+};
+
+// y = x·Wᵀ + b: weight [out, in] ~ normal(0, init_std), bias [out] zeros (when `bias`).
+class Linear : public Module {
+ public:
+  Linear(std::string prefix, int64_t in_features, int64_t out_features, bool bias, double init_std,
+         const ParameterOptions& options);
+  autograd::Variable forward(const autograd::Variable& x) const;  // [..., in] -> [..., out]
+
+ private:
+  autograd::Variable* weight_;
+  autograd::Variable* bias_ = nullptr;
+};
+
+// Normalises the last dimension: weight [dim] ones, bias [dim] zeros (when `bias`).
+class LayerNorm : public Module {
+ public:
+  LayerNorm(std::string prefix, int64_t dim, bool bias, double eps, const ParameterOptions& options);
+  autograd::Variable forward(const autograd::Variable& x) const;
+
+ private:
+  autograd::Variable* weight_;
+  autograd::Variable* bias_ = nullptr;
+  double eps_;
+};
+
+// A lookup table [num, dim] ~ normal(0, init_std).
+class Embedding : public Module {
+ public:
+  Embedding(std::string prefix, int64_t num, int64_t dim, double init_std, const ParameterOptions& options);
+  autograd::Variable forward(const Tensor& ids) const;  // i32 [...] -> [..., dim]
+  const autograd::Variable& weight() const { return *weight_; }
+
+ private:
+  autograd::Variable* weight_;
+};
+
+}  // namespace alpha::nn

@@ -1,0 +1,114 @@
+#include "alpha/train/optimizer.h"
+
+#include <cmath>
+#include <map>
+#include <set>
+
+#include "alpha/core/error.h"
+#include "alpha/ops/optim.h"
+
+namespace alpha::train {
+
+namespace {
+
+void require(bool ok, const char* field, const char* expected, double value) {
+  if (!ok) raise<ConfigError>("AdamWOptions", field, expected, std::to_string(value));
+}
+
+}  // namespace
+
+void AdamWOptions::validate() const {
+  require(beta1 >= 0.0 && beta1 < 1.0, "beta1", "a value in [0, 1)", beta1);
+  require(beta2 >= 0.0 && beta2 < 1.0, "beta2", "a value in [0, 1)", beta2);
+  require(eps > 0.0 && std::isfinite(eps), "eps", "a finite value > 0", eps);
+  require(weight_decay >= 0.0 && std::isfinite(weight_decay), "weight_decay", "a finite value >= 0", weight_decay);
+}
+
+AdamW::AdamW(std::vector<nn::NamedParameter> parameters, const AdamWOptions& options)
+    : parameters_(std::move(parameters)), options_(options) {
+  options_.validate();
+  std::set<std::string> seen;
+  for (const auto& p : parameters_) {
+    if (!p.variable.defined() || !p.variable.is_leaf() || !p.variable.requires_grad())
+      raise<ValueError>("AdamW", p.name, "a leaf variable that requires a gradient", "something else");
+    if (!is_floating(p.variable.dtype()))
+      raise<DTypeError>("AdamW", p.name, "a floating-point parameter", std::string(dtype_name(p.variable.dtype())));
+    if (!seen.insert(p.name).second) raise<ValueError>("AdamW", p.name, "a unique parameter name", "a duplicate");
+    const Tensor& value = p.variable.value();
+    m_.push_back(Tensor::zeros(value.shape(), value.dtype(), value.device()));
+    v_.push_back(Tensor::zeros(value.shape(), value.dtype(), value.device()));
+  }
+}
+
+std::vector<Tensor> AdamW::gradients(const char* op) const {
+  std::vector<Tensor> grads;
+  grads.reserve(parameters_.size());
+  for (const auto& p : parameters_) {
+    if (!p.variable.grad().defined())
+      raise<ValueError>(op, p.name, "a parameter with a gradient (run backward first)", "none");
+    grads.push_back(p.variable.grad());
+  }
+  return grads;
+}
+
+void AdamW::step(double lr) {
+  if (!(lr >= 0.0 && std::isfinite(lr)))
+    raise<ValueError>("AdamW::step", "lr", "a finite value >= 0", std::to_string(lr));
+  std::vector<Tensor> grads = gradients("AdamW::step");
+  ++step_count_;
+  ops::AdamWConfig config{lr, options_.beta1, options_.beta2, options_.eps, 0.0, step_count_};
+  for (size_t i = 0; i < parameters_.size(); ++i) {
+    config.weight_decay = parameters_[i].decay ? options_.weight_decay : 0.0;
+    ops::adamw_step(parameters_[i].variable.mutable_value(), grads[i], m_[i], v_[i], config);
+  }
+}
+
+double AdamW::grad_norm() const { return ops::global_grad_norm(gradients("AdamW::grad_norm")); }
+
+ClipResult AdamW::clip_grad_norm(double max_norm) {
+  if (!(max_norm > 0.0))
+    raise<ValueError>("AdamW::clip_grad_norm", "max_norm", "a value > 0", std::to_string(max_norm));
+  std::vector<Tensor> grads = gradients("AdamW::clip_grad_norm");
+  double norm = ops::global_grad_norm(grads);
+  double coef = ops::clip_grad_norm(grads, max_norm, norm);
+  return {norm, coef};
+}
+
+void AdamW::zero_grad() {
+  for (auto& p : parameters_) p.variable.zero_grad();
+}
+
+std::vector<NamedTensor> AdamW::state_tensors() const {
+  std::vector<NamedTensor> out;
+  out.reserve(2 * parameters_.size());
+  for (size_t i = 0; i < parameters_.size(); ++i) out.push_back({"m/" + parameters_[i].name, m_[i]});
+  for (size_t i = 0; i < parameters_.size(); ++i) out.push_back({"v/" + parameters_[i].name, v_[i]});
+  return out;
+}
+
+void AdamW::load_state(const std::vector<NamedTensor>& tensors, int64_t step_count) {
+  constexpr const char* op = "AdamW::load_state";
+  if (step_count < 0) raise<ValueError>(op, "step_count", "a value >= 0", std::to_string(step_count));
+  std::map<std::string, const Tensor*> by_name;
+  for (const auto& t : tensors)
+    if (!by_name.emplace(t.name, &t.tensor).second)
+      raise<ValueError>(op, t.name, "a unique tensor name", "a duplicate");
+  // Validate everything before copying anything, so a failed load leaves the state untouched.
+  std::vector<NamedTensor> expected = state_tensors();
+  std::vector<const Tensor*> sources;
+  for (const auto& e : expected) {
+    auto it = by_name.find(e.name);
+    if (it == by_name.end()) raise<ValueError>(op, e.name, "a tensor of that name in the state", "none");
+    if (it->second->shape() != e.tensor.shape())
+      raise<ShapeError>(op, e.name, "shape " + shape_str(e.tensor.shape()), shape_str(it->second->shape()));
+    sources.push_back(it->second);
+    by_name.erase(it);
+  }
+  if (!by_name.empty())
+    raise<ValueError>(op, by_name.begin()->first,
+                      "only the names m/<param> and v/<param> of this optimiser's parameters", "an unknown name");
+  for (size_t i = 0; i < expected.size(); ++i) expected[i].tensor.copy_from(*sources[i]);
+  step_count_ = step_count;
+}
+
+}  // namespace alpha::train

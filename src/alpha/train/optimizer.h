@@ -1,0 +1,68 @@
+// AdamW with decoupled weight decay over a model's named parameters. Moments m and v live beside each
+// parameter (same shape, dtype and device); weight decay applies only to parameters flagged for it.
+// The state exports as named tensors (m/<name>, v/<name>) plus the step count, so a checkpoint restores
+// it exactly and a resumed run continues bit for bit.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "alpha/nn/module.h"
+#include "alpha/tensor/tensor.h"
+
+namespace alpha::train {
+
+struct AdamWOptions {
+  double beta1 = 0.9;
+  double beta2 = 0.95;
+  double eps = 1e-8;
+  double weight_decay = 0.1;  // applied to parameters whose decay flag is set
+  void validate() const;      // ConfigError naming the field
+};
+
+struct ClipResult {
+  double norm;       // global L2 norm of all gradients before clipping
+  double clip_coef;  // factor the gradients were scaled by: min(1, max_norm / (norm + 1e-6))
+};
+
+struct NamedTensor {
+  std::string name;
+  Tensor tensor;
+};
+
+class AdamW {
+ public:
+  // Parameter names must be unique and every variable a floating leaf that requires a gradient.
+  AdamW(std::vector<nn::NamedParameter> parameters, const AdamWOptions& options);
+
+  // Advances the step count and updates every parameter from its gradient with learning rate lr.
+  // Raises ValueError when a parameter has no gradient (backward was not run).
+  void step(double lr);
+
+  // Global L2 norm of the gradients (deterministic order), without changing them.
+  double grad_norm() const;
+  // Scales the gradients in place so their global norm is at most max_norm (> 0).
+  ClipResult clip_grad_norm(double max_norm);
+  void zero_grad();
+
+  int64_t step_count() const { return step_count_; }
+  const AdamWOptions& options() const { return options_; }
+  const std::vector<nn::NamedParameter>& parameters() const { return parameters_; }
+
+  // m/<name> then v/<name> for each parameter in order. The tensors are the live state (clone to keep a
+  // snapshot).
+  std::vector<NamedTensor> state_tensors() const;
+  // Restores a state exported by state_tensors: every name must be present with the parameter's shape
+  // and no other names may appear; values are copied (converting dtype).
+  void load_state(const std::vector<NamedTensor>& tensors, int64_t step_count);
+
+ private:
+  std::vector<Tensor> gradients(const char* op) const;
+
+  std::vector<nn::NamedParameter> parameters_;
+  std::vector<Tensor> m_, v_;
+  AdamWOptions options_;
+  int64_t step_count_ = 0;
+};
+
+}  // namespace alpha::train

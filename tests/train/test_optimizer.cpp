@@ -1,0 +1,232 @@
+// The AdamW optimiser against a naive f64 loop (decay only where flagged, clipping), its state export and
+// import, argument errors; and the warmup + cosine learning-rate schedule.
+#include <cmath>
+#include <numbers>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "alpha/autograd/functions.h"
+#include "alpha/train/optimizer.h"
+#include "alpha/train/schedule.h"
+#include "nn/nn_helpers.h"
+#include "support/checks.h"
+
+namespace alpha::train {
+namespace {
+
+using autograd::Variable;
+
+// Parameters of odd shapes, the first two decayed, the third not.
+std::vector<nn::NamedParameter> make_parameters(DType dtype) {
+  return {{"w1", Variable(test::random({7, 13}, dtype), true, "w1"), true},
+          {"w2", Variable(test::random({3, 5, 11}, dtype), true, "w2"), true},
+          {"b", Variable(test::random({64}, dtype), true, "b"), false}};
+}
+
+// Sets each parameter's gradient to the given tensor through autograd (d/dp Σ p∘g = g).
+void set_gradients(const std::vector<nn::NamedParameter>& params, const std::vector<Tensor>& grads) {
+  for (size_t i = 0; i < params.size(); ++i) {
+    Variable p = params[i].variable;
+    p.clear_grad();
+    autograd::backward(autograd::sum(autograd::mul(p, Variable(grads[i]))));
+  }
+}
+
+struct NaiveAdamW {
+  std::vector<std::vector<double>> p, m, v;
+  int64_t t = 0;
+
+  explicit NaiveAdamW(const std::vector<nn::NamedParameter>& params) {
+    for (const auto& q : params) {
+      p.push_back(q.variable.value().to_vector<double>());
+      m.emplace_back(p.back().size(), 0.0);
+      v.emplace_back(p.back().size(), 0.0);
+    }
+  }
+
+  void step(const std::vector<std::vector<double>>& grads, const std::vector<bool>& decay, double lr,
+            const AdamWOptions& o) {
+    ++t;
+    double bc1 = 1 - std::pow(o.beta1, double(t)), bc2 = 1 - std::pow(o.beta2, double(t));
+    for (size_t k = 0; k < p.size(); ++k)
+      for (size_t i = 0; i < p[k].size(); ++i) {
+        double g = grads[k][i];
+        m[k][i] = o.beta1 * m[k][i] + (1 - o.beta1) * g;
+        v[k][i] = o.beta2 * v[k][i] + (1 - o.beta2) * g * g;
+        double update = (m[k][i] / bc1) / (std::sqrt(v[k][i] / bc2) + o.eps);
+        p[k][i] -= lr * (update + (decay[k] ? o.weight_decay * p[k][i] : 0.0));
+      }
+  }
+};
+
+TEST(AdamWOptimizer, MatchesANaiveLoopWithDecayOnlyWhereFlaggedAndClipping) {
+  for (DType dtype : {DType::f32, DType::f64}) {
+    SCOPED_TRACE(std::string(dtype_name(dtype)));
+    std::vector<nn::NamedParameter> params = make_parameters(dtype);
+    AdamWOptions options{.beta1 = 0.8, .beta2 = 0.9, .eps = 1e-6, .weight_decay = 0.3};
+    AdamW optimizer(params, options);
+    NaiveAdamW naive(params);
+    const double lrs[] = {1e-2, 3e-2, 5e-3, 2e-2};
+    for (int step = 0; step < 4; ++step) {
+      std::vector<Tensor> grads;
+      std::vector<std::vector<double>> g;
+      for (const auto& q : params) {
+        grads.push_back(test::random(q.variable.shape(), dtype, -2.0, 2.0));
+        g.push_back(grads.back().to_vector<double>());
+      }
+      set_gradients(params, grads);
+      // Clip on odd steps, with a max norm below the gradients' norm (about 6.7 here).
+      if (step % 2 == 1) {
+        double norm_sq = 0;
+        for (const auto& gk : g)
+          for (double x : gk) norm_sq += x * x;
+        double norm = std::sqrt(norm_sq), coef = std::min(1.0, 2.0 / (norm + 1e-6));
+        ClipResult clip = optimizer.clip_grad_norm(2.0);
+        EXPECT_TRUE(test::all_close(Tensor::full({}, clip.norm, DType::f64), Tensor::full({}, norm, DType::f64),
+                                    test::tolerance("grad_norm", dtype)));
+        EXPECT_TRUE(test::all_close(Tensor::full({}, clip.clip_coef, DType::f64), Tensor::full({}, coef, DType::f64),
+                                    test::tolerance("grad_norm", dtype)));
+        EXPECT_LT(coef, 1.0);
+        for (auto& gk : g)
+          for (double& x : gk) x *= coef;
+      }
+      optimizer.step(lrs[step]);
+      naive.step(g, {true, true, false}, lrs[step], options);
+      EXPECT_EQ(optimizer.step_count(), step + 1);
+    }
+    for (size_t k = 0; k < params.size(); ++k)
+      EXPECT_TRUE(test::all_close(params[k].variable.value(),
+                                  Tensor::from_vector(naive.p[k], params[k].variable.shape()).to(dtype), "adamw"))
+          << params[k].name;
+  }
+}
+
+TEST(AdamWOptimizer, ClippingBelowTheLimitLeavesGradientsAlone) {
+  std::vector<nn::NamedParameter> params = make_parameters(DType::f64);
+  AdamW optimizer(params, {});
+  std::vector<Tensor> grads;
+  for (const auto& q : params) grads.push_back(test::random(q.variable.shape(), DType::f64, -0.01, 0.01));
+  set_gradients(params, grads);
+  ClipResult clip = optimizer.clip_grad_norm(100.0);
+  EXPECT_EQ(clip.clip_coef, 1.0);
+  EXPECT_GT(clip.norm, 0.0);
+  EXPECT_EQ(optimizer.grad_norm(), clip.norm);
+  for (size_t k = 0; k < params.size(); ++k) EXPECT_TRUE(test::identical(params[k].variable.grad(), grads[k]));
+  optimizer.zero_grad();
+  EXPECT_EQ(optimizer.grad_norm(), 0.0);
+}
+
+// Exporting the state and importing it into a fresh optimiser over copies of the parameters continues
+// bit for bit.
+TEST(AdamWOptimizer, StateRoundTripResumesBitForBit) {
+  std::vector<nn::NamedParameter> params = make_parameters(DType::f32);
+  AdamW optimizer(params, {});
+  auto random_grads = [&] {
+    std::vector<Tensor> grads;
+    for (const auto& q : params) grads.push_back(test::random(q.variable.shape()));
+    return grads;
+  };
+  for (int step = 0; step < 3; ++step) {
+    set_gradients(params, random_grads());
+    optimizer.step(1e-2);
+  }
+  std::vector<NamedTensor> state = optimizer.state_tensors();
+  ASSERT_EQ(state.size(), 6u);
+  EXPECT_EQ(state[0].name, "m/w1");
+  EXPECT_EQ(state[2].name, "m/b");
+  EXPECT_EQ(state[3].name, "v/w1");
+  EXPECT_EQ(state[5].name, "v/b");
+
+  std::vector<nn::NamedParameter> copies;
+  for (const auto& q : params) copies.push_back({q.name, Variable(q.variable.value().clone(), true, q.name), q.decay});
+  AdamW resumed(copies, {});
+  std::vector<NamedTensor> saved;
+  for (const auto& t : state) saved.push_back({t.name, t.tensor.clone()});
+  resumed.load_state(saved, optimizer.step_count());
+  EXPECT_EQ(resumed.step_count(), 3);
+
+  std::vector<Tensor> grads = random_grads();
+  set_gradients(params, grads);
+  set_gradients(copies, grads);
+  optimizer.step(2e-2);
+  resumed.step(2e-2);
+  for (size_t k = 0; k < params.size(); ++k)
+    EXPECT_TRUE(test::identical(copies[k].variable.value(), params[k].variable.value())) << params[k].name;
+}
+
+TEST(AdamWOptimizer, LoadStateRejectsMismatchesAndLeavesTheStateAlone) {
+  std::vector<nn::NamedParameter> params = make_parameters(DType::f32);
+  AdamW optimizer(params, {});
+  std::vector<NamedTensor> good;
+  for (const auto& t : optimizer.state_tensors()) good.push_back({t.name, test::random(t.tensor.shape())});
+
+  std::vector<NamedTensor> missing(good.begin() + 1, good.end());
+  EXPECT_ALPHA_ERROR(optimizer.load_state(missing, 1), ValueError, "AdamW::load_state", "m/w1");
+  std::vector<NamedTensor> extra = good;
+  extra.push_back({"m/unknown", test::random({2})});
+  EXPECT_ALPHA_ERROR(optimizer.load_state(extra, 1), ValueError, "m/unknown");
+  std::vector<NamedTensor> misshapen = good;
+  misshapen[4].tensor = test::random({5, 3, 11});
+  EXPECT_ALPHA_ERROR(optimizer.load_state(misshapen, 1), ShapeError, "v/w2", "[3, 5, 11]", "[5, 3, 11]");
+  EXPECT_ALPHA_ERROR(optimizer.load_state(good, -1), ValueError, "step_count");
+
+  EXPECT_EQ(optimizer.step_count(), 0);
+  for (const auto& t : optimizer.state_tensors())
+    EXPECT_TRUE(test::identical(t.tensor, Tensor::zeros(t.tensor.shape(), DType::f32))) << t.name;
+}
+
+TEST(AdamWOptimizer, RejectsBadParametersOptionsAndCalls) {
+  auto params = make_parameters(DType::f32);
+  auto duplicated = params;
+  duplicated[1].name = "w1";
+  EXPECT_ALPHA_ERROR(AdamW(duplicated, {}), ValueError, "AdamW", "w1", "unique");
+  auto frozen = params;
+  frozen[2].variable = Variable(test::random({4}));
+  EXPECT_ALPHA_ERROR(AdamW(frozen, {}), ValueError, "AdamW", "'b'", "requires a gradient");
+  EXPECT_ALPHA_ERROR(AdamW(params, {.beta1 = 1.0}), ConfigError, "beta1", "[0, 1)");
+  EXPECT_ALPHA_ERROR(AdamW(params, {.beta2 = -0.1}), ConfigError, "beta2");
+  EXPECT_ALPHA_ERROR(AdamW(params, {.eps = 0.0}), ConfigError, "eps");
+  EXPECT_ALPHA_ERROR(AdamW(params, {.weight_decay = -1.0}), ConfigError, "weight_decay");
+
+  AdamW optimizer(params, {});
+  EXPECT_ALPHA_ERROR(optimizer.step(1e-3), ValueError, "AdamW::step", "w1", "run backward first");
+  EXPECT_EQ(optimizer.step_count(), 0);
+  EXPECT_ALPHA_ERROR(optimizer.clip_grad_norm(0.0), ValueError, "max_norm");
+  set_gradients(params, {test::random({7, 13}), test::random({3, 5, 11}), test::random({64})});
+  EXPECT_ALPHA_ERROR(optimizer.step(-1.0), ValueError, "lr");
+  EXPECT_ALPHA_ERROR(optimizer.step(std::nan("")), ValueError, "lr");
+}
+
+TEST(LrSchedule, WarmupThenCosineThenFloor) {
+  const double max_lr = 6e-4, min_lr = 6e-5;
+  WarmupCosineSchedule s(max_lr, min_lr, 10, 110);
+  for (int64_t step = 0; step < 10; ++step) EXPECT_DOUBLE_EQ(s.lr(step), max_lr * double(step + 1) / 10.0);
+  EXPECT_DOUBLE_EQ(s.lr(10), max_lr);
+  EXPECT_DOUBLE_EQ(s.lr(60), 0.5 * (max_lr + min_lr));  // halfway through the decay
+  EXPECT_DOUBLE_EQ(s.lr(35), min_lr + 0.5 * (1 + std::cos(std::numbers::pi * 0.25)) * (max_lr - min_lr));
+  EXPECT_DOUBLE_EQ(s.lr(110), min_lr);
+  EXPECT_DOUBLE_EQ(s.lr(100000), min_lr);
+  for (int64_t step = 10; step < 110; ++step) EXPECT_LT(s.lr(step + 1), s.lr(step)) << step;
+
+  WarmupCosineSchedule no_warmup(1.0, 0.0, 0, 4);
+  EXPECT_DOUBLE_EQ(no_warmup.lr(0), 1.0);
+  EXPECT_DOUBLE_EQ(no_warmup.lr(2), 0.5);
+  WarmupCosineSchedule warmup_only(1.0, 0.1, 4, 4);
+  EXPECT_DOUBLE_EQ(warmup_only.lr(3), 1.0);
+  EXPECT_DOUBLE_EQ(warmup_only.lr(4), 0.1);
+}
+
+TEST(LrSchedule, RejectsBadParameters) {
+  EXPECT_ALPHA_ERROR(WarmupCosineSchedule(0.0, 0.0, 0, 10), ConfigError, "WarmupCosineSchedule", "max_lr");
+  EXPECT_ALPHA_ERROR(WarmupCosineSchedule(1e-3, 2e-3, 0, 10), ConfigError, "min_lr");
+  EXPECT_ALPHA_ERROR(WarmupCosineSchedule(1e-3, -1.0, 0, 10), ConfigError, "min_lr");
+  EXPECT_ALPHA_ERROR(WarmupCosineSchedule(1e-3, 0.0, 11, 10), ConfigError, "warmup_steps", "decay_steps = 10");
+  EXPECT_ALPHA_ERROR(WarmupCosineSchedule(1e-3, 0.0, -1, 10), ConfigError, "warmup_steps");
+  EXPECT_ALPHA_ERROR(WarmupCosineSchedule(1e-3, 0.0, 0, 0), ConfigError, "decay_steps");
+  EXPECT_ALPHA_ERROR(WarmupCosineSchedule(1e-3, 0.0, 0, 10).lr(-1), ValueError, "step");
+}
+
+}  // namespace
+}  // namespace alpha::train
