@@ -7,7 +7,7 @@
 
 #include "alpha/data/loader.h"
 #include "alpha/data/shard.h"
-#include "data/temp_dir.h"
+#include "core/file_test_util.h"
 #include "support/checks.h"
 
 namespace alpha::data {

@@ -2,16 +2,15 @@
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
-#include <fstream>
 
 #include <gtest/gtest.h>
 
+#include "alpha/core/file_io.h"
 #include "alpha/data/builtin_corpus.h"
-#include "alpha/data/file_io.h"
 #include "alpha/data/prepare.h"
 #include "alpha/data/shard.h"
 #include "alpha/data/tokenizer.h"
-#include "data/temp_dir.h"
+#include "core/file_test_util.h"
 #include "support/checks.h"
 
 namespace alpha::data {
@@ -21,7 +20,7 @@ namespace fs = std::filesystem;
 
 void write_text(const fs::path& path, std::string_view text) {
   fs::create_directories(path.parent_path());
-  std::ofstream(path, std::ios::binary) << text;
+  test::write_raw(path, text);
 }
 
 std::vector<uint16_t> read_all(const std::vector<std::string>& shards, int vocab) {

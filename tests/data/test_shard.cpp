@@ -5,9 +5,9 @@
 
 #include <gtest/gtest.h>
 
-#include "alpha/data/file_io.h"
+#include "alpha/core/file_io.h"
 #include "alpha/data/shard.h"
-#include "data/temp_dir.h"
+#include "core/file_test_util.h"
 #include "support/checks.h"
 
 namespace alpha::data {

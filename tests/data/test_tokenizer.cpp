@@ -1,22 +1,17 @@
 // The tokenizer: exact round trips on tricky text, training errors, model files, chunked encoding.
-#include <fstream>
 
 #include <gtest/gtest.h>
 
+#include "alpha/core/file_io.h"
 #include "alpha/data/builtin_corpus.h"
-#include "alpha/data/file_io.h"
 #include "alpha/data/tokenizer.h"
-#include "data/temp_dir.h"
+#include "core/file_test_util.h"
 #include "support/checks.h"
 
 namespace alpha::data {
 namespace {
 
 constexpr int kVocab = 512;
-
-void write_text(const std::string& path, std::string_view text) {
-  std::ofstream(path, std::ios::binary) << text;
-}
 
 // One small tokenizer for the suite: trained on 200 kB of the built-in corpus (about a second).
 class TokenizerTest : public ::testing::Test {
@@ -122,8 +117,8 @@ TEST_F(TokenizerTest, SavedModelLoadsToTheSameTokenizer) {
 
 TEST(TokenizerTrain, TrainsFromFilesToTheGivenPath) {
   test::TempDir dir;
-  write_text(dir.file("a.txt"), builtin_corpus(5, 40'000));
-  write_text(dir.file("b.txt"), builtin_corpus(6, 40'000));
+  test::write_raw(dir.file("a.txt"), builtin_corpus(5, 40'000));
+  test::write_raw(dir.file("b.txt"), builtin_corpus(6, 40'000));
   Tokenizer tok = Tokenizer::train({dir.file("a.txt"), dir.file("b.txt")}, dir.file("out.model"), {.vocab_size = 400});
   EXPECT_EQ(tok.vocab_size(), 400);
   EXPECT_EQ(Tokenizer::load(dir.file("out.model")).vocab_size(), 400);
@@ -140,7 +135,7 @@ TEST(TokenizerTrain, IsDeterministic) {
 
 TEST(TokenizerTrain, ReportsBadInputs) {
   test::TempDir dir;
-  write_text(dir.file("small.txt"), "just a few words\nand a second line\n");
+  test::write_raw(dir.file("small.txt"), "just a few words\nand a second line\n");
   std::string model = dir.file("m.model");
   EXPECT_ALPHA_ERROR(Tokenizer::train({dir.file("missing.txt")}, model), IOError, "missing.txt");
   EXPECT_ALPHA_ERROR(Tokenizer::train({dir.file("small.txt")}, model, {.vocab_size = 70000}), ConfigError,
@@ -149,7 +144,7 @@ TEST(TokenizerTrain, ReportsBadInputs) {
                      "vocab_size", "100");
   EXPECT_ALPHA_ERROR(Tokenizer::train({dir.file("small.txt")}, model, {.vocab_size = 4096}), ConfigError,
                      "vocab_size", "small.txt", "4096");
-  write_text(dir.file("latin1.txt"), "caf\xE9 au lait\n");
+  test::write_raw(dir.file("latin1.txt"), "caf\xE9 au lait\n");
   EXPECT_ALPHA_ERROR(Tokenizer::train({dir.file("latin1.txt")}, model, {.vocab_size = 300}), IOError,
                      "latin1.txt", "byte offset 3", "UTF-8");
   EXPECT_FALSE(std::filesystem::exists(model));
@@ -158,7 +153,7 @@ TEST(TokenizerTrain, ReportsBadInputs) {
 TEST(TokenizerLoad, ReportsMissingAndForeignFiles) {
   test::TempDir dir;
   EXPECT_ALPHA_ERROR(Tokenizer::load(dir.file("none.model")), IOError, "Tokenizer::load", "none.model");
-  write_text(dir.file("junk.model"), "this is not a model");
+  test::write_raw(dir.file("junk.model"), "this is not a model");
   EXPECT_ALPHA_ERROR(Tokenizer::load(dir.file("junk.model")), IOError, "junk.model");
 }
 

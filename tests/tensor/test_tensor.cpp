@@ -20,6 +20,18 @@ TEST(Tensor, EmptyHasContiguousStridesAndSize) {
   EXPECT_EQ(t.describe(), "f32[2, 3, 4] on cpu");
 }
 
+TEST(Tensor, ZeroSizeTensorsAreContiguous) {
+  for (const Shape& shape : {Shape{0}, Shape{3, 0, 2}, Shape{0, 5}, Shape{4, 0}}) {
+    Tensor t = Tensor::empty(shape, DType::f32);
+    EXPECT_EQ(t.numel(), 0);
+    EXPECT_TRUE(t.is_contiguous()) << t.describe();
+    EXPECT_TRUE(t.contiguous().is_contiguous()) << t.describe();
+  }
+  // Strides from a non-empty tensor: a zero-length slice has nothing out of place either.
+  Tensor wide = Tensor::empty({4, 6}, DType::f32);
+  EXPECT_TRUE(wide.transpose(0, 1).slice(0, 2, 2).is_contiguous());
+}
+
 TEST(Tensor, SliceTransposePermuteShareStorageAndIndexCorrectly) {
   std::vector<float> v(24);
   for (int i = 0; i < 24; ++i) v[i] = float(i);

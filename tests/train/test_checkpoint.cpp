@@ -4,7 +4,6 @@
 #include <functional>
 #include <limits>
 
-#include "alpha/train/atomic_file.h"
 #include "alpha/train/checkpoint.h"
 #include "alpha/train/safetensors.h"
 #include "support/checks.h"

@@ -8,8 +8,8 @@
 #include <regex>
 
 #include "alpha/core/error.h"
+#include "alpha/core/file_io.h"
 #include "alpha/data/builtin_corpus.h"
-#include "alpha/data/file_io.h"
 #include "alpha/data/shard.h"
 #include "alpha/data/tokenizer.h"
 

@@ -32,8 +32,10 @@ void write_shard(const std::string& path, std::span<const uint16_t> tokens) {
   header[0] = kShardMagic;
   header[1] = kShardVersion;
   header[2] = int32_t(tokens.size());
-  const std::array<std::span<const std::byte>, 2> parts = {std::as_bytes(std::span(header)), std::as_bytes(tokens)};
-  write_file_atomic(path, parts, "write_shard");
+  AtomicFileWriter file(path, "write_shard");
+  file.write(std::as_bytes(std::span(header)));
+  file.write(std::as_bytes(tokens));
+  file.commit();
 }
 
 ShardReader::ShardReader(const std::string& path, int vocab_size) : file_(path, kReadOp) {

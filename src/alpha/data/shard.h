@@ -3,10 +3,11 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <filesystem>
 #include <span>
 #include <string>
 
-#include "alpha/data/file_io.h"
+#include "alpha/core/file_io.h"
 
 namespace alpha::data {
 
@@ -26,7 +27,7 @@ class ShardReader {
   ShardReader(const std::string& path, int vocab_size);
   std::span<const uint16_t> tokens() const { return tokens_; }
   size_t size() const { return tokens_.size(); }
-  const std::string& path() const { return file_.path(); }
+  const std::filesystem::path& path() const { return file_.path(); }
 
  private:
   MappedFile file_;

@@ -11,7 +11,7 @@
 #include <unordered_map>
 
 #include "alpha/core/error.h"
-#include "alpha/data/file_io.h"
+#include "alpha/core/file_io.h"
 
 namespace alpha::data {
 namespace {

@@ -162,6 +162,7 @@ int64_t Tensor::size(int64_t d) const { return shape_[normalize_dim(d, "Tensor::
 int64_t Tensor::stride(int64_t d) const { return strides_[normalize_dim(d, "Tensor::stride")]; }
 
 bool Tensor::is_contiguous() const {
+  if (numel() == 0) return true;  // no element to be out of place, whatever the strides
   int64_t expected = 1;
   for (size_t i = shape_.size(); i-- > 0;) {
     if (shape_[i] == 1) continue;

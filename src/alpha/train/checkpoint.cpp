@@ -9,7 +9,7 @@
 #include <set>
 
 #include "alpha/core/error.h"
-#include "alpha/train/atomic_file.h"
+#include "alpha/core/file_io.h"
 #include "alpha/train/safetensors.h"
 
 namespace alpha::train {
@@ -138,7 +138,7 @@ void prune(const fs::path& run_dir, int64_t saved_step, int keep_last) {
 }
 
 nlohmann::json read_state(const fs::path& file) {
-  std::string text = read_file(file);
+  std::string text = read_file(file, kLoadOp);
   nlohmann::json state;
   try {
     state = nlohmann::json::parse(text);
@@ -181,7 +181,7 @@ fs::path save_checkpoint(const fs::path& run_dir, int64_t step, const Checkpoint
 
   const fs::path dir = checkpoints_dir(run_dir);
   create_directories(kSaveOp, dir);
-  fsync_directory(dir.parent_path());  // the run directory, which may have just gained checkpoints/
+  fsync_directory(dir.parent_path(), kSaveOp);  // the run directory, which may have just gained checkpoints/
   const fs::path final_dir = checkpoint_dir(run_dir, step);
   const fs::path temporary = dir / (std::string(kTemporaryPrefix) + final_dir.filename().string());
   remove_all(kSaveOp, temporary);  // left by a save that crashed
@@ -189,17 +189,17 @@ fs::path save_checkpoint(const fs::path& run_dir, int64_t step, const Checkpoint
   try {
     write_safetensors(temporary / kModelFile, data.weights, file_metadata(state, step, "model"));
     write_safetensors(temporary / kOptimizerFile, data.optimizer, file_metadata(state, step, "optimizer"));
-    write_file_atomic(temporary / kStateFile, state.dump(2) + "\n");
+    write_file_atomic(temporary / kStateFile, state.dump(2) + "\n", kSaveOp);
     publish(temporary, final_dir);
   } catch (...) {
     std::error_code ignored;
     fs::remove_all(temporary, ignored);
     throw;
   }
-  fsync_directory(dir);
-  write_file_atomic(dir / kLatestFile, final_dir.filename().string() + "\n");
+  fsync_directory(dir, kSaveOp);
+  write_file_atomic(dir / kLatestFile, final_dir.filename().string() + "\n", kSaveOp);
   prune(run_dir, step, keep_last);
-  fsync_directory(dir);
+  fsync_directory(dir, kSaveOp);
   return final_dir;
 }
 
@@ -210,7 +210,7 @@ std::optional<fs::path> latest_checkpoint(const fs::path& run_dir) {
     if (ec) raise_fs(kLatestOp, latest, "checking", ec);
     return std::nullopt;
   }
-  std::string name = read_file(latest);
+  std::string name = read_file(latest, kLatestOp);
   if (name.ends_with('\n')) name.pop_back();
   if (!parse_step_name(name))
     raise_io(kLatestOp, latest.string(), 0, "expected one line 'step_<8 digits>', got '" + name + "'");

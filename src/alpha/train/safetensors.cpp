@@ -6,7 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "alpha/core/error.h"
-#include "alpha/train/atomic_file.h"
+#include "alpha/core/file_io.h"
 
 namespace alpha::train {
 
@@ -175,7 +175,7 @@ void write_safetensors(const std::filesystem::path& path, const NamedTensors& te
   text.append((kHeaderAlignment - text.size() % kHeaderAlignment) % kHeaderAlignment, ' ');
   uint64_t header_length = text.size();
 
-  AtomicFileWriter file(path);
+  AtomicFileWriter file(path, kWriteOp);
   file.write(&header_length, sizeof header_length);
   file.write(text);
   for (const Tensor& t : contiguous)
@@ -185,7 +185,7 @@ void write_safetensors(const std::filesystem::path& path, const NamedTensors& te
 
 SafetensorsContents read_safetensors(const std::filesystem::path& path) {
   const std::string where = path.string();
-  InputFile file(path);
+  InputFile file(path, kReadOp);
   if (file.size() < kHeaderLengthBytes)
     raise_io(kReadOp, where, 0, "the file has " + std::to_string(file.size()) +
                                     " bytes, fewer than the 8-byte header length");
