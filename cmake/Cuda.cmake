@@ -1,5 +1,5 @@
-# Resolves ALPHA_CUDA into ALPHA_WITH_CUDA. The CUDA kernels themselves arrive with the CUDA backend;
-# until then a CUDA build compiles the device-side headers so they stay valid for nvcc.
+# Resolves ALPHA_CUDA into ALPHA_WITH_CUDA. With it, the .cu files under src/alpha (the CUDA runtime and
+# kernels) join the library, compiled for CMAKE_CUDA_ARCHITECTURES (default 90a: H100).
 include(CheckLanguage)
 set(ALPHA_WITH_CUDA OFF)
 if(ALPHA_CUDA STREQUAL "ON" OR ALPHA_CUDA STREQUAL "AUTO")
@@ -18,6 +18,11 @@ if(ALPHA_WITH_CUDA)
   endif()
   set(CMAKE_CUDA_STANDARD 20)
   enable_language(CUDA)
+  # CMake before 3.26 does not know nvcc's C++20 flag (nvcc has it since CUDA 12.0).
+  if(NOT DEFINED CMAKE_CUDA20_STANDARD_COMPILE_OPTION)
+    set(CMAKE_CUDA20_STANDARD_COMPILE_OPTION "-std=c++20")
+    set(CMAKE_CUDA20_EXTENSION_COMPILE_OPTION "-std=c++20")
+  endif()
   find_package(CUDAToolkit REQUIRED)
 endif()
 message(STATUS "Alpha CUDA backend: ${ALPHA_WITH_CUDA} (ALPHA_CUDA=${ALPHA_CUDA})")

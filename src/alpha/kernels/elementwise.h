@@ -6,6 +6,7 @@
 #include <cstdint>
 
 #include "alpha/core/dtype.h"
+#include "alpha/core/stream.h"
 
 namespace alpha::kernels {
 
@@ -49,5 +50,18 @@ template <class T> void scale(const ScaleArgs<T>& args);
 template <class T> void axpy(const AxpyArgs<T>& args);
 template <class T> void sum(const SumArgs<T>& args);
 }  // namespace cpu
+
+#if ALPHA_WITH_CUDA
+// Device pointers; queued on `stream` (Stream{}: the current device's default stream). T = float, bf16 or
+// f16 (computing in f32, rounding once to T); add, mul, scale and axpy round exactly as the CPU kernels do.
+// sum reduces in a fixed order (chunks of kSumBlock, then one final block), so it is deterministic too.
+namespace cuda {
+template <class T> void add(const BinaryArgs<T>& args, Stream stream);
+template <class T> void mul(const BinaryArgs<T>& args, Stream stream);
+template <class T> void scale(const ScaleArgs<T>& args, Stream stream);
+template <class T> void axpy(const AxpyArgs<T>& args, Stream stream);
+template <class T> void sum(const SumArgs<T>& args, Stream stream);
+}  // namespace cuda
+#endif
 
 }  // namespace alpha::kernels

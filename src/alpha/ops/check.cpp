@@ -76,4 +76,10 @@ void check_cpu_float(std::string_view op, std::string_view arg, const Tensor& t)
   check_dtype(op, arg, t, {DType::f32, DType::f64});
 }
 
+void check_backend_float(std::string_view op, std::string_view arg, const Tensor& t) {
+  check_defined(op, arg, t);
+  if (t.device().is_cpu()) check_dtype(op, arg, t, {DType::f32, DType::f64});
+  else check_dtype(op, arg, t, {DType::f32, DType::bf16, DType::f16});
+}
+
 }  // namespace alpha::ops

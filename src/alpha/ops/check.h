@@ -3,8 +3,13 @@
 #pragma once
 #include <initializer_list>
 #include <string_view>
+#include <type_traits>
 
+#include "alpha/core/stream.h"
 #include "alpha/tensor/tensor.h"
+#if ALPHA_WITH_CUDA
+#include "alpha/runtime/cuda_backend.h"
+#endif
 
 namespace alpha::ops {
 
@@ -20,6 +25,10 @@ void check_size(std::string_view op, std::string_view arg, const Tensor& t, int6
 // The float dtypes the CPU backend computes in: f32, and f64 (the reference precision).
 void check_cpu_float(std::string_view op, std::string_view arg, const Tensor& t);
 
+// The float dtypes the tensor's backend computes in: f32 and f64 (the reference precision) on the CPU;
+// f32, bf16 and f16 (storage, computing in f32) on a CUDA device.
+void check_backend_float(std::string_view op, std::string_view arg, const Tensor& t);
+
 // Kernel launches since the process started (this thread), for the trainer's ops-per-step telemetry.
 uint64_t kernel_launches();
 void count_kernel_launch();
@@ -34,4 +43,48 @@ void dispatch_cpu_float(std::string_view op, const Tensor& t, Fn&& fn) {
   else fn.template operator()<float>();
 }
 
+// Where a kernel runs, handed to an op's launch: the CPU, or a CUDA device (made current) and its stream.
+struct OnCpu {};
+struct OnCuda {
+  Stream stream;
+};
+
+// Calls fn.template operator()<T>(where) with the tensor's element type and backend: T = float or double
+// with OnCpu, T = float, bf16 or f16 with OnCuda (the tensor's device made current, its default stream).
+// Raises like check_backend_float for other dtypes. Counts one kernel launch.
+template <class Fn>
+void dispatch_float(std::string_view op, const Tensor& t, Fn&& fn) {
+  check_backend_float(op, "input", t);
+  count_kernel_launch();
+  if (t.device().is_cpu()) {
+    if (t.dtype() == DType::f64) fn.template operator()<double>(OnCpu{});
+    else fn.template operator()<float>(OnCpu{});
+    return;
+  }
+#if ALPHA_WITH_CUDA
+  OnCuda where{cuda::default_stream(t.device().index)};
+  cuda::set_device(t.device().index);
+  switch (t.dtype()) {
+    case DType::bf16: fn.template operator()<bf16>(where); break;
+    case DType::f16: fn.template operator()<f16>(where); break;
+    default: fn.template operator()<float>(where); break;
+  }
+#endif
+}
+
 }  // namespace alpha::ops
+
+// A callable (where, args) running the kernel `name` of the backend `where` names:
+// kernels::cpu::name(args) for OnCpu, kernels::cuda::name(args, stream) for OnCuda. The CUDA kernel is
+// referred to only in builds that have it, so ops need no #if of their own.
+#if ALPHA_WITH_CUDA
+#define ALPHA_KERNEL(name)                                                                    \
+  [](const auto& where, const auto& args) {                                                   \
+    if constexpr (std::is_same_v<std::decay_t<decltype(where)>, ::alpha::ops::OnCuda>)        \
+      ::alpha::kernels::cuda::name(args, where.stream);                                       \
+    else                                                                                      \
+      ::alpha::kernels::cpu::name(args);                                                      \
+  }
+#else
+#define ALPHA_KERNEL(name) [](const ::alpha::ops::OnCpu&, const auto& args) { ::alpha::kernels::cpu::name(args); }
+#endif

@@ -6,6 +6,9 @@
 #include <memory>
 
 #include "alpha/core/error.h"
+#if ALPHA_WITH_CUDA
+#include "alpha/runtime/cuda_backend.h"
+#endif
 
 namespace alpha {
 
@@ -25,6 +28,13 @@ Registry& registry() {
   return r;
 }
 std::pair<int, int> key_of(Device d) { return {int(d.type), d.index}; }
+
+#if !ALPHA_WITH_CUDA
+[[noreturn]] void raise_without_backend(std::string_view op, Device device) {
+  raise<DeviceError>(op, "device", "the CPU (this build has no CUDA backend: configure with -DALPHA_CUDA=ON)",
+                     device.str());
+}
+#endif
 
 }  // namespace
 
@@ -123,8 +133,23 @@ CachingAllocator& allocator_for(Device device) {
     slot = std::make_unique<CachingAllocator>(device, RawMemory{cpu_allocate, cpu_release});
     return *slot;
   }
-  raise<DeviceError>("allocator_for", "device", "a device with a registered backend (this build has the CPU only)",
-                     device.str());
+#if ALPHA_WITH_CUDA
+  // A GPU's allocator is created on first use, drawing on cudaMalloc/cudaFree of that device.
+  cuda::require_device("allocator_for", device);
+  auto allocator = std::make_unique<CachingAllocator>(device, cuda::device_memory(device.index));
+  return *(r.allocators[key_of(device)] = std::move(allocator));
+#else
+  raise_without_backend("allocator_for", device);
+#endif
+}
+
+void require_available(std::string_view op, Device device) {
+  if (device.is_cpu()) return;
+#if ALPHA_WITH_CUDA
+  cuda::require_device(op, device);
+#else
+  raise_without_backend(op, device);
+#endif
 }
 
 }  // namespace alpha

@@ -7,6 +7,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <mutex>
+#include <string_view>
 #include <unordered_map>
 #include <vector>
 
@@ -58,9 +59,12 @@ class CachingAllocator {
   AllocatorStats stats_;
 };
 
-// The allocator of a device. The CPU one always exists; a CUDA one exists once the CUDA backend
-// registers its RawMemory, otherwise asking for it throws DeviceError.
+// The allocator of a device. The CPU one always exists. A CUDA one is created on first use in builds with
+// the CUDA backend (cudaMalloc/cudaFree of that device), unless registered before; asking for a device this
+// build or machine does not have throws DeviceError.
 CachingAllocator& allocator_for(Device device);
+// Raises DeviceError naming `op` unless this build has a backend for the device and this machine has it.
+void require_available(std::string_view op, Device device);
 void register_device_memory(Device device, RawMemory raw);
 
 }  // namespace alpha

@@ -6,6 +6,9 @@
 #include <random>
 
 #include "alpha/tensor/allocator.h"
+#if ALPHA_WITH_CUDA
+#include "alpha/runtime/cuda_backend.h"
+#endif
 
 namespace alpha {
 
@@ -105,6 +108,60 @@ void require_cpu(const Tensor& t, const char* op) {
 
 void require_defined(const Tensor& t, const char* op) {
   if (!t.defined()) raise<ValueError>(op, "self", "a defined tensor", "an undefined tensor");
+}
+
+// Byte copies and zeroing where a GPU is involved go through its backend. A build without one cannot
+// hold a GPU tensor (its allocation is refused), so there these only raise.
+void copy_device_bytes(void* dst, Device dst_device, const void* src, Device src_device, size_t bytes) {
+#if ALPHA_WITH_CUDA
+  cuda::copy_bytes(dst, dst_device, src, src_device, bytes);
+#else
+  (void)dst, (void)src, (void)bytes;
+  raise<DeviceError>("Tensor::copy_from", "device", "the CPU (this build has no CUDA backend)",
+                     (dst_device.is_cpu() ? src_device : dst_device).str());
+#endif
+}
+
+void zero_device_bytes(void* dst, Device device, size_t bytes) {
+#if ALPHA_WITH_CUDA
+  cuda::zero_bytes(dst, device, bytes);
+#else
+  (void)dst, (void)bytes;
+  raise<DeviceError>("Tensor::zero_", "device", "the CPU (this build has no CUDA backend)", device.str());
+#endif
+}
+
+// Elements from a view's first to its last element, inclusive (strides are never negative).
+int64_t span_elements(const Tensor& t) {
+  int64_t last = 0;
+  for (int64_t d = 0; d < t.dim(); ++d) last += (t.shape()[size_t(d)] - 1) * t.strides()[size_t(d)];
+  return last + 1;
+}
+
+// Copies src into dst, both in host memory: any strides, any dtypes, overlapping views allowed.
+void copy_on_host(const Tensor& dst, const Tensor& src) {
+  if (dst.dtype() == src.dtype() && dst.is_contiguous() && src.is_contiguous()) {
+    std::memmove(dst.raw_data(), src.raw_data(), dst.nbytes());
+    return;
+  }
+  char* dst_base = static_cast<char*>(dst.storage()->data());
+  const char* src_base = static_cast<const char*>(src.storage()->data());
+  visit_dtype(dst.dtype(), [&](auto dst_tag) {
+    using D = decltype(dst_tag);
+    visit_dtype(src.dtype(), [&](auto src_tag) {
+      using S = decltype(src_tag);
+      std::vector<D> staged(static_cast<size_t>(dst.numel()));  // staging makes overlapping copies safe
+      for_each_offset(src.shape(), src.strides(), src.offset(), [&](int64_t i, int64_t off) {
+        S v;
+        std::memcpy(&v, src_base + off * int64_t(sizeof(S)), sizeof(S));
+        if constexpr (std::is_same_v<D, S>) staged[size_t(i)] = v;
+        else staged[size_t(i)] = from_double<D>(to_double(v));
+      });
+      for_each_offset(dst.shape(), dst.strides(), dst.offset(), [&](int64_t i, int64_t off) {
+        std::memcpy(dst_base + off * int64_t(sizeof(D)), &staged[size_t(i)], sizeof(D));
+      });
+    });
+  });
 }
 
 }  // namespace
@@ -311,30 +368,28 @@ void Tensor::copy_from(const Tensor& src) {
   require_defined(src, "Tensor::copy_from");
   if (src.shape_ != shape_)
     raise<ShapeError>("Tensor::copy_from", "src", "shape " + shape_str(shape_), shape_str(src.shape_));
-  require_cpu(*this, "Tensor::copy_from");
-  require_cpu(src, "Tensor::copy_from");
-  if (dtype_ == src.dtype_ && is_contiguous() && src.is_contiguous()) {
-    std::memmove(raw_data(), src.raw_data(), nbytes());
-    return;
-  }
-  char* dst_base = static_cast<char*>(storage_->data());
-  const char* src_base = static_cast<const char*>(src.storage_->data());
-  visit_dtype(dtype_, [&](auto dst_tag) {
-    using D = decltype(dst_tag);
-    visit_dtype(src.dtype_, [&](auto src_tag) {
-      using S = decltype(src_tag);
-      std::vector<D> staged(static_cast<size_t>(numel()));  // staging makes overlapping copies safe
-      for_each_offset(src.shape_, src.strides_, src.offset_, [&](int64_t i, int64_t off) {
-        S v;
-        std::memcpy(&v, src_base + off * int64_t(sizeof(S)), sizeof(S));
-        if constexpr (std::is_same_v<D, S>) staged[size_t(i)] = v;
-        else staged[size_t(i)] = from_double<D>(to_double(v));
-      });
-      for_each_offset(shape_, strides_, offset_, [&](int64_t i, int64_t off) {
-        std::memcpy(dst_base + off * int64_t(sizeof(D)), &staged[size_t(i)], sizeof(D));
-      });
-    });
-  });
+  if (device().is_cpu() && src.device().is_cpu()) return copy_on_host(*this, src);
+  if (numel() == 0) return;
+  // Whole contiguous ranges in different storages move as bytes (cudaMemcpy forbids overlapping ranges).
+  if (dtype_ == src.dtype_ && is_contiguous() && src.is_contiguous() && !shares_storage(src))
+    return copy_device_bytes(raw_data(), device(), src.raw_data(), src.device(), nbytes());
+  // Any other copy that involves a GPU goes through host memory: each GPU side's span (its first to its
+  // last element) comes to the host as a view with the same layout, the host copies, and the destination's
+  // span goes back. Correct for any layout, dtype pair and overlap; device kernels for strided and
+  // converting copies come with the ops that need their speed.
+  auto on_host = [](const Tensor& t, bool read) {
+    if (t.device().is_cpu()) return t;
+    size_t bytes = size_t(span_elements(t)) * dtype_size(t.dtype_);
+    auto host = std::make_shared<Storage>(Device::cpu(), bytes);
+    if (read) copy_device_bytes(host->data(), Device::cpu(), t.raw_data(), t.device(), bytes);
+    return Tensor(std::move(host), t.shape_, t.strides_, 0, t.dtype_);
+  };
+  Tensor src_host = on_host(src, true);
+  // A contiguous destination is overwritten whole; a strided one keeps the elements between its own.
+  Tensor dst_host = on_host(*this, !is_contiguous());
+  copy_on_host(dst_host, src_host);
+  if (!device().is_cpu())
+    copy_device_bytes(raw_data(), device(), dst_host.raw_data(), Device::cpu(), dst_host.storage()->bytes());
 }
 
 Tensor Tensor::contiguous() const {
@@ -353,8 +408,10 @@ Tensor Tensor::clone() const {
 Tensor Tensor::to(Device target) const {
   require_defined(*this, "Tensor::to");
   if (target == device()) return *this;
-  raise<DeviceError>("Tensor::to", "device", "a device with a registered backend (this build has the CPU only)",
-                     target.str());
+  require_available("Tensor::to", target);
+  Tensor r = empty(shape_, dtype_, target);
+  r.copy_from(*this);
+  return r;
 }
 
 Tensor Tensor::to(DType target) const {
@@ -367,7 +424,7 @@ Tensor Tensor::to(DType target) const {
 
 void Tensor::fill_(double value) {
   require_defined(*this, "Tensor::fill_");
-  require_cpu(*this, "Tensor::fill_");
+  if (!device().is_cpu()) return copy_from(full(shape_, value, dtype_));  // the value, filled on the host
   char* base = static_cast<char*>(storage_->data());
   visit_dtype(dtype_, [&](auto tag) {
     using T = decltype(tag);
@@ -379,8 +436,9 @@ void Tensor::fill_(double value) {
 
 void Tensor::zero_() {
   require_defined(*this, "Tensor::zero_");
-  if (is_contiguous() && device().is_cpu()) std::memset(raw_data(), 0, nbytes());
-  else fill_(0.0);
+  if (!is_contiguous()) fill_(0.0);
+  else if (device().is_cpu()) std::memset(raw_data(), 0, nbytes());
+  else zero_device_bytes(raw_data(), device(), nbytes());
 }
 
 double Tensor::at(std::initializer_list<int64_t> index) const {

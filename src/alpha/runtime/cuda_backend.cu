@@ -1,0 +1,146 @@
+// The CUDA runtime behind cuda_backend.h: checked calls, device count, lazily created per-device default
+// streams, cudaMalloc/cudaFree for the caching allocator, and copies between any two devices.
+#include "alpha/runtime/cuda_backend.h"
+
+#include <array>
+#include <mutex>
+#include <string>
+#include <utility>
+
+#include "alpha/core/error.h"
+#include "alpha/runtime/cuda_check.cuh"
+
+namespace alpha::cuda {
+
+void check(cudaError_t status, const char* call, const char* file, int line) {
+  if (status == cudaSuccess) return;
+  raise<BackendError>(call, "status", "cudaSuccess",
+                      std::string(cudaGetErrorName(status)) + " (" + cudaGetErrorString(status) + ") at " + file +
+                          ":" + std::to_string(line));
+}
+
+int device_count() {
+  // Asked once: the set of visible devices is fixed when the process first touches CUDA.
+  static const int count = [] {
+    int n = 0;
+    cudaError_t status = cudaGetDeviceCount(&n);
+    // No GPU, no driver, or only the driver's stub library: a machine without CUDA, not a failure.
+    if (status == cudaErrorNoDevice || status == cudaErrorInsufficientDriver || status == cudaErrorStubLibrary) {
+      cudaGetLastError();  // clears the error so later checked calls do not report it
+      return 0;
+    }
+    check(status, "cudaGetDeviceCount(&n)", __FILE__, __LINE__);
+    return n;
+  }();
+  return count;
+}
+
+void require_device(std::string_view op, Device device) {
+  int count = device_count();
+  if (device.is_cuda() && device.index >= 0 && device.index < count && device.index < kMaxDevices) return;
+  std::string expected = count == 0 ? "a CUDA device (this machine has none: no GPU or no driver)"
+                                    : "a CUDA device in cuda:0..cuda:" + std::to_string(std::min(count, kMaxDevices) - 1);
+  raise<DeviceError>(op, "device", expected, device.str());
+}
+
+void set_device(int ordinal) { ALPHA_CUDA_CHECK(cudaSetDevice(ordinal)); }
+
+namespace {
+
+template <int Ordinal>
+void* allocate_on(size_t bytes) {
+  set_device(Ordinal);
+  void* ptr = nullptr;
+  cudaError_t status = cudaMalloc(&ptr, bytes);
+  if (status == cudaErrorMemoryAllocation) {  // the caching allocator empties its pool, retries, then raises
+    cudaGetLastError();
+    return nullptr;
+  }
+  check(status, "cudaMalloc(&ptr, bytes)", __FILE__, __LINE__);
+  return ptr;
+}
+
+template <int Ordinal>
+void release_on(void* ptr, size_t) {
+  cudaError_t status = cudaSetDevice(Ordinal);
+  if (status == cudaSuccess) status = cudaFree(ptr);
+  // At process exit the CUDA runtime may be torn down before the allocators: the driver frees everything then.
+  if (status == cudaErrorCudartUnloading) return;
+  check(status, "cudaFree(ptr)", __FILE__, __LINE__);
+}
+
+template <size_t... Ordinals>
+constexpr std::array<RawMemory, sizeof...(Ordinals)> memory_table(std::index_sequence<Ordinals...>) {
+  return {RawMemory{&allocate_on<int(Ordinals)>, &release_on<int(Ordinals)>}...};
+}
+constexpr auto kDeviceMemory = memory_table(std::make_index_sequence<kMaxDevices>());
+
+struct Streams {
+  std::mutex mutex;
+  std::array<cudaStream_t, kMaxDevices> handles{};
+};
+Streams& streams() {
+  static Streams s;  // never destroyed before the process ends: streams live as long as the contexts
+  return s;
+}
+
+}  // namespace
+
+RawMemory device_memory(int ordinal) {
+  require_device("device_memory", Device::cuda(ordinal));
+  return kDeviceMemory[size_t(ordinal)];
+}
+
+Stream default_stream(int ordinal) {
+  require_device("default_stream", Device::cuda(ordinal));
+  auto& s = streams();
+  std::lock_guard lock(s.mutex);
+  cudaStream_t& handle = s.handles[size_t(ordinal)];
+  if (!handle) {
+    set_device(ordinal);
+    // A blocking stream: it also orders against work on the legacy default stream (libraries' defaults).
+    ALPHA_CUDA_CHECK(cudaStreamCreateWithFlags(&handle, cudaStreamDefault));
+  }
+  return Stream{handle};
+}
+
+cudaStream_t stream_handle(Stream stream) {
+  if (stream.handle) return static_cast<cudaStream_t>(stream.handle);
+  int ordinal = 0;
+  ALPHA_CUDA_CHECK(cudaGetDevice(&ordinal));
+  return static_cast<cudaStream_t>(default_stream(ordinal).handle);
+}
+
+void synchronize(int ordinal) {
+  cudaStream_t stream = static_cast<cudaStream_t>(default_stream(ordinal).handle);
+  set_device(ordinal);
+  ALPHA_CUDA_CHECK(cudaStreamSynchronize(stream));
+}
+
+void copy_bytes(void* dst, Device dst_device, const void* src, Device src_device, size_t bytes) {
+  if (bytes == 0) return;
+  if (dst_device.is_cuda() && src_device.is_cuda() && dst_device != src_device) {
+    // Between two GPUs: wait for the source's producers, copy on the destination's stream, then wait for
+    // the copy, so neither device's pool hands its block out again while the copy still uses it.
+    synchronize(src_device.index);
+    cudaStream_t stream = static_cast<cudaStream_t>(default_stream(dst_device.index).handle);
+    set_device(dst_device.index);
+    ALPHA_CUDA_CHECK(cudaMemcpyPeerAsync(dst, dst_device.index, src, src_device.index, bytes, stream));
+    ALPHA_CUDA_CHECK(cudaStreamSynchronize(stream));
+    return;
+  }
+  int ordinal = dst_device.is_cuda() ? dst_device.index : src_device.index;
+  cudaStream_t stream = static_cast<cudaStream_t>(default_stream(ordinal).handle);
+  set_device(ordinal);
+  // From pageable host memory the call returns once the source has been staged, so the host buffer may go.
+  ALPHA_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, stream));
+  if (dst_device.is_cpu()) ALPHA_CUDA_CHECK(cudaStreamSynchronize(stream));  // the host reads it next
+}
+
+void zero_bytes(void* dst, Device device, size_t bytes) {
+  cudaStream_t stream = static_cast<cudaStream_t>(default_stream(device.index).handle);
+  set_device(device.index);
+  ALPHA_CUDA_CHECK(cudaMemsetAsync(dst, 0, bytes, stream));
+}
+
+}  // namespace alpha::cuda

@@ -1,0 +1,47 @@
+// The CUDA runtime as the tensor layer and the ops see it: how many GPUs there are, the raw memory the
+// caching allocator draws from on each, one default stream per device, and byte copies between any two
+// devices. Plain C++ (no CUDA headers), so .cpp files may call it; it exists only in builds with
+// ALPHA_WITH_CUDA (definitions in cuda_backend.cu). Every CUDA call behind it is checked and a failure
+// raises BackendError naming the call, the file and the line (cuda_check.cuh).
+//
+// Ordering: all work for a device goes to its default stream, so a block the caching allocator hands out
+// again is only touched after the work that used it before; copies that hand data to the host, or
+// between two GPUs, wait for their stream. Alpha never relies on the current device persisting: each
+// entry point makes current the device it works on.
+#pragma once
+#if ALPHA_WITH_CUDA
+#include <cstddef>
+#include <string_view>
+
+#include "alpha/core/device.h"
+#include "alpha/core/stream.h"
+#include "alpha/tensor/allocator.h"
+
+namespace alpha::cuda {
+
+// Ordinals Alpha addresses in one process (RawMemory holds plain function pointers, one pair per ordinal).
+inline constexpr int kMaxDevices = 16;
+
+// Number of CUDA devices; 0, not an error, when the machine has no GPU or no driver.
+int device_count();
+// Raises DeviceError naming `op` unless `device` is a CUDA device present on this machine.
+void require_device(std::string_view op, Device device);
+// Makes the device current for the calling thread.
+void set_device(int ordinal);
+// cudaMalloc / cudaFree on the device (allocate returns nullptr when the device is out of memory).
+RawMemory device_memory(int ordinal);
+// The device's default stream, created on first use and kept for the life of the process.
+Stream default_stream(int ordinal);
+// Waits for everything queued on the device's default stream.
+void synchronize(int ordinal);
+// Copies `bytes` bytes between two devices of which at least one is a GPU (host<->device, within a
+// device, between devices).
+// Returns once the destination may be read from its own device's point of view: at once for a copy
+// into a GPU (stream order), after completion for a copy into host memory.
+void copy_bytes(void* dst, Device dst_device, const void* src, Device src_device, size_t bytes);
+// Sets `bytes` bytes of device memory to zero (stream-ordered).
+void zero_bytes(void* dst, Device device, size_t bytes);
+
+}  // namespace alpha::cuda
+
+#endif  // ALPHA_WITH_CUDA
