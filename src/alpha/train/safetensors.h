@@ -33,7 +33,7 @@ std::string_view safetensors_dtype_name(DType dtype);
 bool parse_safetensors_dtype(std::string_view name, DType& dtype);
 
 // Writes the tensors (any strides; copied to contiguous CPU memory as needed) in the given order, with
-// the metadata, atomically (see atomic_file.h). Names must be non-empty, unique and not "__metadata__"
+// the metadata, atomically (see alpha/core/file_io.h). Names must be non-empty, unique and not "__metadata__"
 // (ValueError); tensors must be defined (ValueError).
 void write_safetensors(const std::filesystem::path& path, const NamedTensors& tensors,
                        const SafetensorsMetadata& metadata = {});

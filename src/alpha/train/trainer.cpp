@@ -6,10 +6,10 @@
 #include <sstream>
 
 #include "alpha/autograd/functions.h"
+#include "alpha/core/file_io.h"
 #include "alpha/data/loader.h"
 #include "alpha/data/prepare.h"
 #include "alpha/nn/sampling.h"
-#include "alpha/train/atomic_file.h"
 #include "alpha/train/checkpoint.h"
 #include "alpha/train/optimizer.h"
 #include "alpha/train/schedule.h"
@@ -62,14 +62,14 @@ void restore_parameters(const std::vector<nn::NamedParameter>& parameters,
 void truncate_metrics(const fs::path& run_dir, int64_t steps_done) {
   fs::path path = run_dir / "metrics.jsonl";
   if (!fs::exists(path)) return;
-  std::istringstream lines(read_file(path));
+  std::istringstream lines(read_file(path, kOp));
   std::string line, kept;
   while (std::getline(lines, line)) {
     if (line.empty()) continue;
     nlohmann::json record = nlohmann::json::parse(line, nullptr, false);
     if (!record.is_discarded() && record.value("step", int64_t(0)) <= steps_done) kept += line + "\n";
   }
-  write_file_atomic(path, kept);
+  write_file_atomic(path, kept, kOp);
 }
 
 }  // namespace
@@ -87,7 +87,7 @@ SavedConfigs saved_configs(const fs::path& run_dir) {
   auto latest = latest_checkpoint(run_dir);
   if (!latest)
     raise<ConfigError>(kOp, "--resume", "a run directory with a checkpoint", "none in '" + run_dir.string() + "'");
-  nlohmann::json state = nlohmann::json::parse(read_file(*latest / "state.json"));
+  nlohmann::json state = nlohmann::json::parse(read_file(*latest / "state.json", kOp));
   return {state.at("model_config"), state.at("train_config")};
 }
 
@@ -109,7 +109,7 @@ Trainer::Trainer(TrainerOptions options) : options_(std::move(options)), data_(s
   data_->metrics = std::make_unique<MetricsWriter>(options_.run_dir, options_.resume);
 
   nlohmann::json run_config = {{"model", options_.model.to_json()}, {"train", t.to_json()}};
-  write_file_atomic(options_.run_dir / "config.json", run_config.dump(2) + "\n");
+  write_file_atomic(options_.run_dir / "config.json", run_config.dump(2) + "\n", kOp);
 }
 
 Trainer::~Trainer() = default;
