@@ -18,7 +18,8 @@ deps:
 # light CPU PyTorch, and the venv sees it through --system-site-packages.
 pyenv: deps
 	@test -x $(PYENV)/bin/python || /usr/bin/python3 -m venv --system-site-packages $(PYENV)
-	@$(PYENV)/bin/python -c "import safetensors" 2>/dev/null || $(PYENV)/bin/pip install -q safetensors
+	@$(PYENV)/bin/python -c "import safetensors, ml_dtypes" 2>/dev/null || \
+	  $(PYENV)/bin/pip install -q --no-deps safetensors ml_dtypes==0.4.1  # keep Debian's numpy 1.x for its torch
 
 configure: deps pyenv
 	cmake --preset $(PRESET) -DALPHA_PYTHON=$(CURDIR)/$(PYENV)/bin/python

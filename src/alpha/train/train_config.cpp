@@ -69,8 +69,6 @@ void TrainConfig::validate() const {
   require(min_lr >= 0 && min_lr <= lr, "min_lr", "in [0, lr]", str(min_lr));
   require(warmup_steps >= 0, "warmup_steps", ">= 0", str(warmup_steps));
   require(lr_decay_steps >= 0, "lr_decay_steps", ">= 0 (0 = steps)", str(lr_decay_steps));
-  require(warmup_steps <= effective_decay_steps(), "warmup_steps", "<= the decay steps (lr_decay_steps or steps)",
-          str(warmup_steps));
   require(weight_decay >= 0, "weight_decay", ">= 0", str(weight_decay));
   require(beta1 >= 0 && beta1 < 1, "beta1", "in [0, 1)", str(beta1));
   require(beta2 >= 0 && beta2 < 1, "beta2", "in [0, 1)", str(beta2));

@@ -2,6 +2,7 @@
 // the same strictness as the model config: unknown fields and bad values raise ConfigError naming the
 // field, so a typo never falls back to a default silently.
 #pragma once
+#include <algorithm>
 #include <cstdint>
 #include <string>
 
@@ -16,7 +17,7 @@ struct TrainConfig {
   int64_t grad_accum = 1;        // micro-batches per optimiser step
   double lr = 3e-3;              // peak learning rate
   double min_lr = 3e-4;          // floor of the cosine decay
-  int64_t warmup_steps = 30;
+  int64_t warmup_steps = 30;     // capped at the decay steps, so a short run still works
   int64_t lr_decay_steps = 0;    // step where the cosine reaches min_lr; 0 = steps
   double weight_decay = 0.1;     // decoupled; only on matrices (not biases, norms, embeddings)
   bool decay_embeddings = false; // also decay wte/wpe
@@ -38,6 +39,7 @@ struct TrainConfig {
 
   int64_t effective_seq_len(int64_t block_size) const { return seq_len > 0 ? seq_len : block_size; }
   int64_t effective_decay_steps() const { return lr_decay_steps > 0 ? lr_decay_steps : steps; }
+  int64_t effective_warmup_steps() const { return std::min(warmup_steps, effective_decay_steps()); }
 
   void validate() const;  // ConfigError naming the first bad field
   static TrainConfig from_json(const nlohmann::json& j);  // every field optional

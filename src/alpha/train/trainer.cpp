@@ -104,7 +104,7 @@ Trainer::Trainer(TrainerOptions options) : options_(std::move(options)), data_(s
   if (t.decay_embeddings)
     for (auto& p : parameters) p.decay |= p.name == "wte.weight" || p.name == "wpe.weight";
   data_->optimizer = std::make_unique<AdamW>(parameters, AdamWOptions{t.beta1, t.beta2, t.adam_eps, t.weight_decay});
-  data_->schedule = std::make_unique<WarmupCosineSchedule>(t.lr, t.min_lr, t.warmup_steps, t.effective_decay_steps());
+  data_->schedule = std::make_unique<WarmupCosineSchedule>(t.lr, t.min_lr, t.effective_warmup_steps(), t.effective_decay_steps());
   if (options_.resume) resume_from_checkpoint();
   data_->metrics = std::make_unique<MetricsWriter>(options_.run_dir, options_.resume);
 
@@ -232,8 +232,8 @@ std::string Trainer::run(std::optional<int64_t> stop_at_step) {
     steps_done_ = step + 1;
 
     double loss = loss_sum / double(t.grad_accum);
-    bool final_step = steps_done_ == last;
-    bool evaluate = t.eval_every > 0 && (steps_done_ % t.eval_every == 0 || final_step);
+    bool run_complete = steps_done_ == t.steps;
+    bool evaluate = t.eval_every > 0 && (steps_done_ % t.eval_every == 0 || run_complete);
     double val_loss = evaluate ? validation_loss() : std::nan("");
     double tokens_per_second = double(tokens_per_step) / step_s;
     nlohmann::json record = {{"step", steps_done_},     {"loss", loss},
@@ -255,7 +255,8 @@ std::string Trainer::run(std::optional<int64_t> stop_at_step) {
                   static_cast<unsigned long long>(used.allocations), double(used.peak_bytes) / (1 << 20));
       std::fflush(stdout);
     }
-    if ((t.save_every > 0 && steps_done_ % t.save_every == 0) || final_step) save(steps_done_);
+    // A stop before the end (stop_at_step) checkpoints too, so the run can be resumed from there.
+    if ((t.save_every > 0 && steps_done_ % t.save_every == 0) || steps_done_ == last) save(steps_done_);
   }
   progress.finish();
   if (steps_done_ < t.steps || t.sample_tokens == 0) return "";
