@@ -1,5 +1,6 @@
 // Where a tensor lives: the CPU, or a CUDA device by ordinal.
 #pragma once
+#include <cstdint>
 #include <string>
 #include <string_view>
 
