@@ -10,6 +10,7 @@ cmake --preset cuda -DALPHA_PYTHON= > "$out/configure.log" 2>&1 || { tail -30 "$
 cmake --build build/cuda -j 16 > "$out/build.log" 2>&1 || { grep -E "error" "$out/build.log" | head -30; exit 1; }
 cd build/cuda
 ctest -L cuda --output-on-failure -j 4 > "$out/ctest-cuda.log" 2>&1; cuda_rc=$?
+grep -q "Syntax Error" "$out/ctest-cuda.log" && sed -n 8p tests/alpha_tests*_tests.cmake | cut -c1-300
 ./tests/alpha_tests --gtest_filter='Cuda*:*/Cuda*' > "$out/cuda-harness.log" 2>&1
 ctest -L cpu -j 16 > "$out/ctest-cpu.log" 2>&1; cpu_rc=$?
 grep -E "max_abs" "$out/cuda-harness.log" | sort -u | head -40

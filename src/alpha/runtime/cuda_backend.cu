@@ -14,6 +14,7 @@ namespace alpha::cuda {
 
 void check(cudaError_t status, const char* call, const char* file, int line) {
   if (status == cudaSuccess) return;
+  cudaGetLastError();  // a non-sticky error would otherwise be reported again by the next launch check
   raise<BackendError>(call, "status", "cudaSuccess",
                       std::string(cudaGetErrorName(status)) + " (" + cudaGetErrorString(status) + ") at " + file +
                           ":" + std::to_string(line));
