@@ -17,7 +17,7 @@ Device Device::parse(std::string_view text, std::string_view what) {
     auto [end, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), ordinal);
     if (ec == std::errc() && end == digits.data() + digits.size() && ordinal >= 0) return cuda(ordinal);
   }
-  raise<ConfigError>("Device::parse", what, "'cpu', 'cuda' or 'cuda:N'", "'" + std::string(text) + "'");
+  raise<ConfigError>("Device::parse", what, "'cpu', 'cuda' or 'cuda:N'", quoted(text));
 }
 
 }  // namespace alpha

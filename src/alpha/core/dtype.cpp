@@ -27,7 +27,7 @@ DType parse_dtype(std::string_view name, std::string_view what) {
   for (DType t : kAllDTypes)
     if (dtype_name(t) == name) return t;
   raise<ConfigError>("parse_dtype", what, "one of f32, f64, bf16, f16, i32, i64, u16, u8",
-                     "'" + std::string(name) + "'");
+                     quoted(name));
 }
 
 }  // namespace alpha

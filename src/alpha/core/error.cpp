@@ -2,6 +2,13 @@
 
 namespace alpha {
 
+std::string quoted(std::string_view text) {
+  std::string q;
+  q.reserve(text.size() + 2);
+  q.append("'").append(text).append("'");
+  return q;
+}
+
 std::string format_arg_error(std::string_view op, std::string_view arg, std::string_view expected,
                              std::string_view got) {
   std::string msg;

@@ -20,6 +20,10 @@ class ConfigError : public Error { using Error::Error; };   // bad configuration
 class IOError : public Error { using Error::Error; };       // files: names the file, and the byte offset where known
 class BackendError : public Error { using Error::Error; };  // a backend call failed (CUDA, BLAS)
 
+// 'text' in single quotes, for messages that show what the user typed. (Built with append: GCC 12's
+// -Wrestrict misfires on "'" + std::string(...) + "'".)
+std::string quoted(std::string_view text);
+
 std::string format_arg_error(std::string_view op, std::string_view arg, std::string_view expected,
                              std::string_view got);
 
