@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include "alpha/autograd/variable.h"
+#include "alpha/core/philox.h"
 #include "alpha/nn/sampling.h"
 #include "nn/nn_helpers.h"
 #include "support/checks.h"

@@ -109,6 +109,30 @@ TEST(Tensor, BadAccessRaisesTypedErrors) {
   EXPECT_EQ(Device::parse("cuda:3", "--device"), Device::cuda(3));
 }
 
+TEST(Tensor, RandomFillsAreSeededAndHaveTheirDistributions) {
+  Tensor u = Tensor::uniform({100001}, -2.0, 3.0, 11, DType::f64);
+  Tensor n = Tensor::normal({100001}, 1.5, 0.5, 12, DType::f64);  // odd count: the last Box-Muller pair is half used
+  std::vector<double> uv = u.to_vector<double>(), nv = n.to_vector<double>();
+  double umean = 0, nmean = 0, nvar = 0;
+  for (double x : uv) {
+    ASSERT_GE(x, -2.0);
+    ASSERT_LT(x, 3.0);
+    umean += x / double(uv.size());
+  }
+  for (double x : nv) {
+    ASSERT_TRUE(std::isfinite(x));
+    nmean += x / double(nv.size());
+  }
+  for (double x : nv) nvar += (x - nmean) * (x - nmean) / double(nv.size());
+  EXPECT_NEAR(umean, 0.5, 0.02);
+  EXPECT_NEAR(nmean, 1.5, 0.01);
+  EXPECT_NEAR(std::sqrt(nvar), 0.5, 0.01);
+  EXPECT_EQ(Tensor::normal({7}, 0, 1, 12, DType::f64).to_vector<double>(),
+            Tensor::normal({7}, 0, 1, 12, DType::f64).to_vector<double>());
+  EXPECT_NE(Tensor::normal({7}, 0, 1, 12, DType::f64).to_vector<double>(),
+            Tensor::normal({7}, 0, 1, 13, DType::f64).to_vector<double>());
+}
+
 TEST(Allocator, SizeClassesBoundWaste) {
   EXPECT_EQ(CachingAllocator::size_class(1), 512u);
   EXPECT_EQ(CachingAllocator::size_class(512), 512u);

@@ -44,6 +44,14 @@ ALPHA_HD float philox_uniform(uint64_t seed, uint64_t index) {
   return float(philox_bits(seed, index) >> 8) * (1.0f / 16777216.0f);
 }
 
+// Uniform in [0, 1) with 53 random bits (draws 2·index and 2·index + 1 of the stream): for host-side
+// sampling and initialisation, identical on every toolchain (unlike std:: distributions).
+ALPHA_HD double philox_uniform53(uint64_t seed, uint64_t index) {
+  uint64_t high = philox_bits(seed, 2 * index) >> 5;     // 27 bits
+  uint64_t low = philox_bits(seed, 2 * index + 1) >> 6;  // 26 bits
+  return double((high << 26) | low) * 0x1p-53;
+}
+
 // Dropout keeps element `index` when its uniform draw is at least p.
 ALPHA_HD bool dropout_keep(uint64_t seed, uint64_t index, float p) { return philox_uniform(seed, index) >= p; }
 

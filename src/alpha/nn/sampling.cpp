@@ -10,12 +10,6 @@
 
 namespace alpha::nn {
 
-double philox_uniform53(uint64_t seed, uint64_t index) {
-  uint64_t high = philox_bits(seed, 2 * index) >> 5;     // 27 bits
-  uint64_t low = philox_bits(seed, 2 * index + 1) >> 6;  // 26 bits
-  return double((high << 26) | low) * 0x1p-53;
-}
-
 namespace {
 
 void check_sampling(double temperature, int64_t top_k) {

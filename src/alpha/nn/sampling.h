@@ -26,7 +26,4 @@ std::vector<int32_t> generate(const GPT& model, const std::vector<int32_t>& prom
 // ties in top-k are broken toward the lower token id.
 int32_t sample_from_logits(std::span<const double> logits, double temperature, int64_t top_k, double uniform);
 
-// Uniform in [0, 1) with 53 random bits: draw `index` of the Philox stream keyed by `seed`.
-double philox_uniform53(uint64_t seed, uint64_t index);
-
 }  // namespace alpha::nn

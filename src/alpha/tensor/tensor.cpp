@@ -1,9 +1,11 @@
 #include "alpha/tensor/tensor.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <numeric>
-#include <random>
+
+#include "alpha/core/philox.h"
 
 #include "alpha/tensor/allocator.h"
 #if ALPHA_WITH_CUDA
@@ -180,19 +182,23 @@ Tensor Tensor::full(Shape shape, double value, DType dtype, Device device) {
 
 Tensor Tensor::uniform(Shape shape, double lo, double hi, uint64_t seed, DType dtype, Device device) {
   Tensor t = empty(shape, DType::f64);
-  std::mt19937_64 gen(seed);
-  std::uniform_real_distribution<double> dist(lo, hi);
   double* p = t.data<double>();
-  for (int64_t i = 0; i < t.numel(); ++i) p[i] = dist(gen);
+  for (int64_t i = 0; i < t.numel(); ++i) p[i] = lo + (hi - lo) * philox_uniform53(seed, uint64_t(i));
   return t.to(dtype).to(device);
 }
 
 Tensor Tensor::normal(Shape shape, double mean, double stddev, uint64_t seed, DType dtype, Device device) {
+  // Box-Muller over pairs of Philox draws: the same values on every toolchain and thread count.
   Tensor t = empty(shape, DType::f64);
-  std::mt19937_64 gen(seed);
-  std::normal_distribution<double> dist(mean, stddev);
   double* p = t.data<double>();
-  for (int64_t i = 0; i < t.numel(); ++i) p[i] = dist(gen);
+  constexpr double kTwoPi = 6.283185307179586476925286766559;
+  for (int64_t i = 0; i < t.numel(); i += 2) {
+    double u1 = 1.0 - philox_uniform53(seed, uint64_t(i));  // in (0, 1]: log is finite
+    double u2 = philox_uniform53(seed, uint64_t(i) + 1);
+    double radius = stddev * std::sqrt(-2.0 * std::log(u1));
+    p[i] = mean + radius * std::cos(kTwoPi * u2);
+    if (i + 1 < t.numel()) p[i + 1] = mean + radius * std::sin(kTwoPi * u2);
+  }
   return t.to(dtype).to(device);
 }
 
