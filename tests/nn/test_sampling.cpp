@@ -104,6 +104,15 @@ TEST(GPTSampling, GreedyGenerationFollowsTheArgmaxOverACroppedContext) {
   EXPECT_EQ(generate(model, prompt, 6, {.temperature = 0.7, .top_k = 1, .seed = 5}), got);
 }
 
+// A model vocabulary padded past the tokenizer's: ids at or above vocab_limit are never drawn.
+TEST(GPTSampling, VocabLimitKeepsDrawsBelowIt) {
+  GPT model(sampling_config());
+  const int64_t limit = model.config().vocab_size / 4;
+  for (uint64_t seed = 0; seed < 5; ++seed)
+    for (int32_t t : generate(model, {1, 2}, 30, {.temperature = 2.0, .seed = seed, .vocab_limit = limit}))
+      ASSERT_LT(t, limit);
+}
+
 TEST(GPTSampling, RejectsBadArguments) {
   GPT model(sampling_config());
   EXPECT_ALPHA_ERROR(generate(model, {}, 3, {}), ShapeError, "generate", "prompt");
@@ -111,6 +120,8 @@ TEST(GPTSampling, RejectsBadArguments) {
   EXPECT_ALPHA_ERROR(generate(model, {1}, 3, {.temperature = -1.0}), ConfigError, "temperature");
   EXPECT_ALPHA_ERROR(generate(model, {1}, 3, {.top_k = -2}), ConfigError, "top_k");
   EXPECT_ALPHA_ERROR(generate(model, {1, 99}, 3, {}), ValueError, "99");
+  EXPECT_ALPHA_ERROR(generate(model, {1}, 3, {.vocab_limit = model.config().vocab_size + 1}), ConfigError,
+                     "generate", "vocab_limit");
 }
 
 }  // namespace

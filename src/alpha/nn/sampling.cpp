@@ -51,6 +51,11 @@ std::vector<int32_t> generate(const GPT& model, const std::vector<int32_t>& prom
   if (prompt.empty()) raise<ShapeError>("generate", "prompt", "at least one token", "none");
   if (max_new_tokens < 0)
     raise<ConfigError>("generate", "max_new_tokens", "a value >= 0", std::to_string(max_new_tokens));
+  const int64_t vocab = model.config().vocab_size;
+  if (options.vocab_limit < 0 || options.vocab_limit > vocab)
+    raise<ConfigError>("generate", "vocab_limit", "a value in [0, " + std::to_string(vocab) + "] (0 = all)",
+                       std::to_string(options.vocab_limit));
+  const size_t candidates = size_t(options.vocab_limit > 0 ? options.vocab_limit : vocab);
   autograd::NoGradGuard no_grad;
   const int64_t block_size = model.config().block_size;
   std::vector<int32_t> context = prompt;
@@ -61,6 +66,7 @@ std::vector<int32_t> generate(const GPT& model, const std::vector<int32_t>& prom
     Tensor ids = Tensor::from_vector(window, {1, T}).to(model.device());
     Tensor logits = model.forward(ids).logits.value().select(0, 0).select(0, T - 1);  // (V)
     std::vector<double> row = logits.to(Device::cpu()).to_vector<double>();
+    row.resize(candidates);
     int32_t token =
         sample_from_logits(row, options.temperature, options.top_k, philox_uniform53(options.seed, uint64_t(n)));
     context.push_back(token);

@@ -14,6 +14,9 @@ struct SamplingOptions {
   double temperature = 1.0;  // 0 = greedy (argmax); else logits are divided by it
   int64_t top_k = 0;         // 0 = the whole vocabulary; else only the k largest logits
   uint64_t seed = 0;
+  // Only ids below this are drawn (0 = the model's whole vocabulary): a model's vocabulary may be padded
+  // past its tokenizer's, and ids the tokenizer lacks must never be sampled.
+  int64_t vocab_limit = 0;
 };
 
 // Appends max_new_tokens tokens to `prompt` (non-empty, ids in [0, vocab_size)), each from the model's

@@ -285,7 +285,7 @@ LoadedModel load_model(const fs::path& checkpoint) {
 std::string sample_text(const nn::GPT& model, const data::Tokenizer& tokenizer, const std::string& prompt,
                         int64_t tokens, double temperature, int64_t top_k, uint64_t seed) {
   std::vector<int32_t> ids = prompt.empty() ? std::vector<int32_t>{tokenizer.eot_id()} : tokenizer.encode(prompt);
-  std::vector<int32_t> generated = nn::generate(model, ids, tokens, nn::SamplingOptions{temperature, top_k, seed});
+  std::vector<int32_t> generated = nn::generate(model, ids, tokens, nn::SamplingOptions{temperature, top_k, seed, tokenizer.vocab_size()});
   return tokenizer.decode(generated);
 }
 
