@@ -14,7 +14,9 @@
 #include "alpha/autograd/functions.h"
 #include "alpha/core/philox.h"
 #include "alpha/kernels/attention_reference.h"
+#include "alpha/ops/attention_params.h"
 #include "alpha/ops/attention.h"
+#include "alpha/ops/attention_params.h"
 #include "alpha/ops/check.h"
 #include "support/checks.h"
 
@@ -158,30 +160,6 @@ Expected naive_attention(const Inputs& in, const ops::AttentionConfig& config) {
           Tensor::from_vector(dk, {B, Tk, Hkv, D}),  Tensor::from_vector(dv, {B, Tk, Hkv, Dv})};
 }
 
-// Kernel parameters for a direct call, built here from the case rather than through the ops layer.
-template <class T>
-kernels::AttentionParams<T> kernel_params(const Inputs& in, const ops::AttentionConfig& config) {
-  auto strides = [](const Tensor& t) { return kernels::AttentionStrides{t.stride(0), t.stride(1), t.stride(2)}; };
-  kernels::AttentionParams<T> params;
-  params.batch = in.q.size(0);
-  params.q_len = in.q.size(1);
-  params.kv_len = in.k.size(1);
-  params.q_heads = in.q.size(2);
-  params.kv_heads = in.k.size(2);
-  params.head_dim = in.q.size(3);
-  params.value_dim = in.v.size(3);
-  params.q_strides = strides(in.q);
-  params.k_strides = strides(in.k);
-  params.v_strides = strides(in.v);
-  params.scale = acc_t<T>(config.scale != 0 ? config.scale : 1.0 / std::sqrt(double(in.q.size(3))));
-  params.softcap = acc_t<T>(config.softcap);
-  params.causal = config.causal;
-  params.dropout_p = float(config.dropout_p);
-  params.dropout_scale = acc_t<T>(1.0 / (1.0 - config.dropout_p));
-  params.dropout_seed = config.dropout_seed;
-  params.dropout_offset = config.dropout_offset;
-  return params;
-}
 
 struct KernelResults {
   Tensor out, row_max, row_sum, dq, dk, dv;
@@ -194,7 +172,7 @@ KernelResults run_kernels(const Inputs& in, const ops::AttentionConfig& config) 
                   test::poisoned(stats, dtype),           test::poisoned(in.q.shape(), dtype),
                   test::poisoned(in.k.shape(), dtype),    test::poisoned(in.v.shape(), dtype)};
   ops::dispatch_cpu_float("test", in.q, [&]<class T>() {
-    kernels::AttentionParams<T> params = kernel_params<T>(in, config);
+    kernels::AttentionParams<T> params = ops::attention_kernel_params<T>(in.q, in.k, in.v, config);
     kernels::cpu::attention_reference_forward(kernels::AttentionForwardArgs<T>{
         in.q.data<T>(), in.k.data<T>(), in.v.data<T>(), r.out.data<T>(), r.row_max.data<acc_t<T>>(),
         r.row_sum.data<acc_t<T>>(), params});

@@ -5,7 +5,7 @@
 #include <tuple>
 #include <utility>
 
-#include "alpha/kernels/attention_reference.h"
+#include "alpha/ops/attention_params.h"
 #include "alpha/ops/check.h"
 
 namespace alpha::ops {
@@ -55,9 +55,11 @@ void check_inputs(std::string_view op, const Tensor& q, const Tensor& k, const T
 
 kernels::AttentionStrides strides_of(const Tensor& t) { return {t.stride(0), t.stride(1), t.stride(2)}; }
 
+}  // namespace
+
 template <class T>
-kernels::AttentionParams<T> params_of(const Tensor& q, const Tensor& k, const Tensor& v,
-                                      const AttentionConfig& config) {
+kernels::AttentionParams<T> attention_kernel_params(const Tensor& q, const Tensor& k, const Tensor& v,
+                                                    const AttentionConfig& config) {
   kernels::AttentionParams<T> params;
   params.batch = q.size(0);
   params.q_len = q.size(1);
@@ -79,7 +81,10 @@ kernels::AttentionParams<T> params_of(const Tensor& q, const Tensor& k, const Te
   return params;
 }
 
-}  // namespace
+template kernels::AttentionParams<float> attention_kernel_params<float>(const Tensor&, const Tensor&, const Tensor&,
+                                                                      const AttentionConfig&);
+template kernels::AttentionParams<double> attention_kernel_params<double>(const Tensor&, const Tensor&, const Tensor&,
+                                                                        const AttentionConfig&);
 
 AttentionOutput attention_reference(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionConfig& config) {
   check_inputs(kForward, q, k, v, config);
@@ -92,7 +97,7 @@ AttentionOutput attention_reference(const Tensor& q, const Tensor& k, const Tens
   dispatch_cpu_float(kForward, q, [&]<class T>() {
     kernels::cpu::attention_reference_forward(kernels::AttentionForwardArgs<T>{
         q.data<T>(), k.data<T>(), v.data<T>(), result.out.data<T>(), result.row_max.data<acc_t<T>>(),
-        result.row_sum.data<acc_t<T>>(), params_of<T>(q, k, v, config)});
+        result.row_sum.data<acc_t<T>>(), attention_kernel_params<T>(q, k, v, config)});
   });
   return result;
 }
@@ -121,7 +126,7 @@ AttentionGrads attention_reference_backward(const Tensor& dout, const Tensor& q,
     kernels::cpu::attention_reference_backward(kernels::AttentionBackwardArgs<T>{
         dout_c.data<T>(), q.data<T>(), k.data<T>(), v.data<T>(), out_c.data<T>(), row_max_c.data<acc_t<T>>(),
         row_sum_c.data<acc_t<T>>(), grads.dq.data<T>(), grads.dk.data<T>(), grads.dv.data<T>(),
-        params_of<T>(q, k, v, config)});
+        attention_kernel_params<T>(q, k, v, config)});
   });
   return grads;
 }
