@@ -1,11 +1,14 @@
 #include "core/file_test_util.h"
 
 #include <stdlib.h>
+#include <sys/wait.h>
 
 #include <algorithm>
 #include <fstream>
 #include <sstream>
 #include <stdexcept>
+
+#include "alpha/core/file_io.h"
 
 namespace alpha::test {
 
@@ -56,6 +59,14 @@ std::vector<std::string> list_dir(const fs::path& dir) {
   for (const fs::directory_entry& e : fs::directory_iterator(dir)) names.push_back(e.path().filename().string());
   std::sort(names.begin(), names.end());
   return names;
+}
+
+int run_alpha(const std::string& args, const TempDir& dir, std::string& out, std::string& err) {
+  std::string command = std::string(ALPHA_BINARY) + " " + args + " >" + dir.file("stdout") + " 2>" + dir.file("stderr");
+  int status = std::system(command.c_str());
+  out = read_file(dir.file("stdout"), "test");
+  err = read_file(dir.file("stderr"), "test");
+  return WEXITSTATUS(status);
 }
 
 }  // namespace alpha::test

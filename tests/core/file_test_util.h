@@ -12,6 +12,11 @@
 namespace alpha::test {
 
 // A fresh directory under the system temporary directory, removed with everything in it on destruction.
+class TempDir;
+// Runs the `alpha` binary with `args` (a shell word list); returns its exit code, with stdout and stderr
+// captured into `out` and `err` (through files in `dir`).
+int run_alpha(const std::string& args, const TempDir& dir, std::string& out, std::string& err);
+
 class TempDir {
  public:
   TempDir();

@@ -157,21 +157,12 @@ TEST_F(PrepareTest, RejectsBadOptions) {
   EXPECT_ALPHA_ERROR(prepare(o), ConfigError, "vocab_size", "400");
 }
 
-// Runs the alpha binary; returns its exit code, with stdout and stderr captured.
-int run_alpha(const std::string& args, const test::TempDir& dir, std::string& out, std::string& err) {
-  std::string command = std::string(ALPHA_BINARY) + " " + args + " >" + dir.file("stdout") + " 2>" + dir.file("stderr");
-  int status = std::system(command.c_str());
-  out = read_file(dir.file("stdout"), "test");
-  err = read_file(dir.file("stderr"), "test");
-  return WEXITSTATUS(status);
-}
-
 TEST_F(PrepareTest, CommandLine) {
   std::string out, err;
-  EXPECT_EQ(run_alpha("tokenizer train --input " + dir.file("in") + " --vocab 400 --out " + dir.file("t.model"), dir,
+  EXPECT_EQ(test::run_alpha("tokenizer train --input " + dir.file("in") + " --vocab 400 --out " + dir.file("t.model"), dir,
                       out, err), 0) << err;
   EXPECT_EQ(Tokenizer::load(dir.file("t.model")).vocab_size(), 400);
-  EXPECT_EQ(run_alpha("prepare --input " + dir.file("in") + " --input " + dir.file("d.txt") + " --tokenizer " +
+  EXPECT_EQ(test::run_alpha("prepare --input " + dir.file("in") + " --input " + dir.file("d.txt") + " --tokenizer " +
                           dir.file("t.model") + " --out " + dir.file("cli") + " --val-fraction 0.2",
                       dir, out, err), 0) << err;
   EXPECT_NE(out.find("prepared 4 document(s)"), std::string::npos) << out;
@@ -180,10 +171,10 @@ TEST_F(PrepareTest, CommandLine) {
   EXPECT_TRUE(fs::exists(dir.file("cli/tokenizer.model")));
 
   write_text(dir.path() / "bad.txt", "ok\xFF");
-  EXPECT_EQ(run_alpha("prepare --input " + dir.file("bad.txt") + " --out " + dir.file("cli2"), dir, out, err), 1);
+  EXPECT_EQ(test::run_alpha("prepare --input " + dir.file("bad.txt") + " --out " + dir.file("cli2"), dir, out, err), 1);
   EXPECT_EQ(std::count(err.begin(), err.end(), '\n'), 1) << err;
   EXPECT_NE(err.find("bad.txt' at byte offset 2"), std::string::npos) << err;
-  EXPECT_NE(run_alpha("prepare --input x --tokenizer t --vocab 10 --out o", dir, out, err), 0);  // excluded pair
+  EXPECT_NE(test::run_alpha("prepare --input x --tokenizer t --vocab 10 --out o", dir, out, err), 0);  // excluded pair
   EXPECT_NE(err.find("excludes"), std::string::npos) << err;
 }
 
