@@ -11,5 +11,6 @@ namespace alpha::cli {
 void add_tokenizer_command(CLI::App& app);  // alpha tokenizer train
 void add_prepare_command(CLI::App& app);    // alpha prepare
 void add_train_commands(CLI::App& app);     // alpha train, alpha sample, alpha logits
+void add_check_command(CLI::App& app);      // alpha check kernels
 
 }  // namespace alpha::cli

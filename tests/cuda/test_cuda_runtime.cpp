@@ -1,12 +1,5 @@
-// The CUDA kernel correctness harness. Every CUDA element-wise kernel runs against the CPU kernel on the
-// same values, called directly into poisoned (NaN) outputs, at element counts from 1 to 2^20 and odd ones,
-// with three pointer layouts: aligned, all shifted by one element (scalar head, vector body, scalar tail)
-// and shifted differently (the scalar path). Each comparison prints max_abs, mean_abs and max_rel.
-// Beside it: the runtime (copies between host and device in every layout, fills, devices), the ops
-// dispatching by device, and the errors.
-//
-// bf16/f16 results are compared as the f32 values they hold, with the f32 rows: both backends compute in
-// f32 and round once to the storage type, so they agree exactly and the f32 row admits no bf16/f16 ulp.
+// The CUDA runtime beside the kernel harness (test_kernel_harness.cpp): copies between host and device in
+// every layout, fills, the ops dispatching by the device of their tensors, and the errors.
 //
 // Every test skips itself (GTEST_SKIP, which CTest reports as skipped) in a build without CUDA or on a
 // machine without a GPU, except CudaDevices, which checks exactly that situation's errors.
@@ -24,6 +17,7 @@
 #include "alpha/ops/check.h"
 #include "alpha/ops/elementwise.h"
 #include "support/checks.h"
+#include "support/gpu.h"
 #if ALPHA_WITH_CUDA
 #include "alpha/runtime/cuda_backend.h"
 #endif
@@ -31,65 +25,10 @@
 namespace alpha {
 namespace {
 
-void require_gpu() {
-#if ALPHA_WITH_CUDA
-  if (cuda::device_count() == 0) GTEST_SKIP() << "no CUDA device on this machine (no GPU or no driver)";
-#else
-  GTEST_SKIP() << "built without the CUDA backend (-DALPHA_CUDA=OFF, or no nvcc found)";
-#endif
-}
-
-// A fixture whose tests skip (before their body runs) unless a GPU is there to run them.
-template <class Base>
-class GpuOnly : public Base {
- protected:
-  void SetUp() override { require_gpu(); }
-};
-
-// Element offsets of the operands a, b and out from the start of their blocks (which are 512-byte aligned).
-struct Layout {
-  const char* name;
-  int64_t a, b, out;
-};
-constexpr Layout kLayouts[] = {{"aligned", 0, 0, 0}, {"shifted", 1, 1, 1}, {"mixed", 1, 0, 3}};
-const std::vector<int64_t> kCudaSizes = {1, 7, 64, 4096, 4099, 65536, 1000003, 1048576};
-
-struct Case {
-  int64_t n;
-  DType dtype;
-  int layout;  // index into kLayouts
-  friend std::ostream& operator<<(std::ostream& os, const Case& c) {
-    return os << "n " << c.n << ", " << dtype_name(c.dtype) << ", " << kLayouts[c.layout].name;
-  }
-};
-class CudaElementwise : public GpuOnly<::testing::TestWithParam<Case>> {};
-class CudaRuntime : public GpuOnly<::testing::Test> {};
-
-std::string case_name(const ::testing::TestParamInfo<Case>& info) {
-  const Case& c = info.param;
-  std::string name = std::to_string(c.n);  // appended piecewise: GCC 12 misreports "n" + to_string(n) (-Wrestrict)
-  name.insert(0, 1, 'n').append("_").append(dtype_name(c.dtype)).append("_").append(kLayouts[c.layout].name);
-  return name;
-}
-
-std::vector<Case> all_cases() {
-  std::vector<Case> cases;
-  for (int64_t n : kCudaSizes)
-    for (DType dtype : {DType::f32, DType::bf16, DType::f16})
-      for (int layout = 0; layout < int(std::size(kLayouts)); ++layout) cases.push_back({n, dtype, layout});
-  return cases;
-}
+class CudaRuntime : public test::GpuTest<> {};
 
 #if ALPHA_WITH_CUDA
 const Device kGpu = Device::cuda(0);
-
-// A view on the GPU holding host's values, starting `offset` elements into a fresh block.
-Tensor on_gpu(const Tensor& host, int64_t offset) {
-  int64_t n = host.numel();
-  Tensor view = Tensor::empty({n + offset}, host.dtype(), kGpu).slice(0, offset, offset + n);
-  view.copy_from(host);
-  return view;
-}
 
 template <class Fn>
 void visit_gpu_dtype(DType dtype, Fn&& fn) {
@@ -118,68 +57,6 @@ void visit_gpu_dtype(DType dtype, Fn&& fn) {
 }
 #endif
 
-TEST_P(CudaElementwise, KernelsMatchCpu) {
-#if ALPHA_WITH_CUDA
-  auto [n, dtype, layout] = GetParam();
-  const Layout& at = kLayouts[layout];
-  Tensor a = test::random({n}, dtype), b = test::random({n}, dtype);
-  Tensor a32 = a.to(DType::f32), b32 = b.to(DType::f32);  // the same values, for the CPU kernels
-  Tensor da = on_gpu(a, at.a), db = on_gpu(b, at.b);
-  auto gpu_out = [&] { return on_gpu(test::poisoned({n}, dtype), at.out); };
-  auto cpu_out = [&] { return test::poisoned({n}, DType::f32); };
-  visit_gpu_dtype(dtype, [&]<class T>() {
-    using kernels::AxpyArgs, kernels::BinaryArgs, kernels::ScaleArgs;
-    Tensor want = cpu_out(), got = gpu_out();
-    kernels::cpu::add(BinaryArgs<float>{a32.data<float>(), b32.data<float>(), want.data<float>(), n});
-    kernels::cuda::add(BinaryArgs<T>{da.data<T>(), db.data<T>(), got.data<T>(), n}, Stream{});
-    EXPECT_TRUE(matches("add", got, want.to(dtype), "elementwise"));
-
-    want = cpu_out();
-    got = gpu_out();
-    kernels::cpu::mul(BinaryArgs<float>{a32.data<float>(), b32.data<float>(), want.data<float>(), n});
-    kernels::cuda::mul(BinaryArgs<T>{da.data<T>(), db.data<T>(), got.data<T>(), n}, Stream{});
-    EXPECT_TRUE(matches("mul", got, want.to(dtype), "elementwise"));
-
-    want = cpu_out();
-    got = gpu_out();
-    kernels::cpu::scale(ScaleArgs<float>{a32.data<float>(), want.data<float>(), -1.7f, n});
-    kernels::cuda::scale(ScaleArgs<T>{da.data<T>(), got.data<T>(), -1.7f, n}, Stream{});
-    EXPECT_TRUE(matches("scale", got, want.to(dtype), "elementwise"));
-
-    // axpy updates y in place; y starts as b on both sides and sits where out would.
-    want = b32.clone();
-    got = on_gpu(b, at.out);
-    kernels::cpu::axpy(AxpyArgs<float>{want.data<float>(), a32.data<float>(), 0.3f, n});
-    kernels::cuda::axpy(AxpyArgs<T>{got.data<T>(), da.data<T>(), 0.3f, n}, Stream{});
-    EXPECT_TRUE(matches("axpy", got, want.to(dtype), "elementwise"));
-  });
-#endif
-}
-
-TEST_P(CudaElementwise, SumMatchesCpuAndRepeatsBitForBit) {
-#if ALPHA_WITH_CUDA
-  auto [n, dtype, layout] = GetParam();
-  // Values in [0, 1): a sum without cancellation, so the relative row bounds the difference between the
-  // two backends' (each fixed) summation orders.
-  Tensor x = test::random({n}, dtype, 0.0, 1.0);
-  Tensor x32 = x.to(DType::f32);
-  Tensor dx = on_gpu(x, kLayouts[layout].a);
-  float want = std::numeric_limits<float>::quiet_NaN();
-  kernels::cpu::sum(kernels::SumArgs<float>{x32.data<float>(), &want, n});
-  visit_gpu_dtype(dtype, [&]<class T>() {
-    auto gpu_sum = [&] {
-      Tensor total = on_gpu(test::poisoned({1}, DType::f32), 0);
-      kernels::cuda::sum(kernels::SumArgs<T>{dx.data<T>(), total.data<float>(), n}, Stream{});
-      return total.to(Device::cpu());
-    };
-    Tensor first = gpu_sum(), second = gpu_sum();
-    EXPECT_EQ(first.item(), second.item()) << "two runs of the same sum differ";
-    EXPECT_TRUE(matches("sum", first, Tensor::from_vector<float>({want}, {1}), "sum"));
-  });
-#endif
-}
-
-INSTANTIATE_TEST_SUITE_P(Cuda, CudaElementwise, ::testing::ValuesIn(all_cases()), case_name);
 
 TEST_F(CudaRuntime, CopiesKeepEveryValueInEveryLayout) {
 #if ALPHA_WITH_CUDA

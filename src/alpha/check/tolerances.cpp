@@ -1,15 +1,15 @@
-#include "support/tolerances.h"
+#include "alpha/check/tolerances.h"
 
 #include <stdexcept>
 #include <string>
 
-namespace alpha::test {
+namespace alpha::check {
 
 Tolerance tolerance(std::string_view check, DType dtype) {
   for (const auto& row : kTolerances)
     if (row.check == check && row.dtype == dtype) return row.tol;
   throw std::out_of_range("no tolerance row for check '" + std::string(check) + "' and dtype " +
-                          std::string(dtype_name(dtype)) + " in tests/support/tolerances.h");
+                          std::string(dtype_name(dtype)) + " in src/alpha/check/tolerances.h");
 }
 
-}  // namespace alpha::test
+}  // namespace alpha::check

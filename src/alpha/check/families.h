@@ -1,0 +1,12 @@
+// The kernel families the harness checks, one function each (checks_<family>.cpp); the registry in
+// kernel_check.cpp lists them. Only in builds with the CUDA backend.
+#pragma once
+#if ALPHA_WITH_CUDA
+#include "alpha/check/kernel_check.h"
+
+namespace alpha::check {
+
+void check_elementwise(Context& ctx);
+
+}  // namespace alpha::check
+#endif

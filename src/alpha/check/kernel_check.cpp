@@ -1,0 +1,211 @@
+// The harness's context (inputs, poisoned outputs, comparisons), the registry of checks and the report
+// format.
+#include "alpha/check/kernel_check.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+
+#include "alpha/check/families.h"
+#include "alpha/core/error.h"
+#include "alpha/core/philox.h"
+#if ALPHA_WITH_CUDA
+#include "alpha/runtime/cuda_backend.h"
+#endif
+
+namespace alpha::check {
+
+Context::Context(Device gpu, uint64_t seed, std::function<void(const Comparison&)> report)
+    : gpu_(gpu), seed_(seed), report_(std::move(report)) {
+#if ALPHA_WITH_CUDA
+  stream_ = cuda::default_stream(gpu.index);
+  cuda::set_device(gpu.index);
+#endif
+}
+
+uint64_t Context::next_seed() {
+  const uint64_t draw = draws_++;
+  return (uint64_t(philox_bits(seed_, 2 * draw)) << 32) | philox_bits(seed_, 2 * draw + 1);
+}
+
+Tensor Context::random(Shape shape, DType dtype, double lo, double hi) {
+  return Tensor::uniform(std::move(shape), lo, hi, next_seed(), DType::f64).to(dtype).to(DType::f64);
+}
+
+Tensor Context::random_ids(Shape shape, int64_t vocab) {
+  Tensor ids = Tensor::empty(shape, DType::i32);
+  uint64_t seed = next_seed();
+  int32_t* p = ids.data<int32_t>();
+  for (int64_t i = 0; i < ids.numel(); ++i)
+    p[i] = int32_t(std::min<double>(double(vocab - 1), std::floor(philox_uniform53(seed, uint64_t(i)) * double(vocab))));
+  return ids;
+}
+
+Tensor Context::to_gpu(const Tensor& host, DType dtype) { return host.to(dtype).to(gpu_); }
+
+Tensor Context::poisoned(Shape shape, DType dtype) {
+  Tensor host = Tensor::empty(std::move(shape), dtype);
+  std::memset(host.raw_data(), 0xff, host.nbytes());
+  return host.to(gpu_);
+}
+
+bool Context::compare(std::string kernel, const Tensor& got, const Tensor& want, std::string_view row) {
+  return compare(std::move(kernel), got, want, tolerance(row, got.dtype()));
+}
+
+bool Context::compare(std::string kernel, const Tensor& got, const Tensor& want, Tolerance tol) {
+  Comparison c;
+  c.kernel = std::move(kernel);
+  c.dtype = got.dtype();
+  c.shape = shape_str(got.shape());
+  c.tol = tol;
+  if (got.shape() != want.shape()) {
+    c.detail = "shape " + shape_str(got.shape()) + " against the reference's " + shape_str(want.shape());
+    report(std::move(c));
+    return false;
+  }
+  Tensor g = got.to(Device::cpu()).to(DType::f64).contiguous();
+  Tensor w = want.to(DType::f64).contiguous();
+  const double* gp = g.data<double>();
+  const double* wp = w.data<double>();
+  // Below this magnitude the absolute bound dominates, so relative errors are measured against it.
+  const double floor = tol.rel > 0 ? tol.abs / tol.rel : 0.0;
+  double sum_abs = 0.0, worst_excess = -1.0;
+  int64_t worst = -1, bad = 0;
+  for (int64_t i = 0; i < g.numel(); ++i) {
+    const double bound = tol.abs + tol.rel * std::fabs(wp[i]);
+    double e = std::fabs(gp[i] - wp[i]);
+    bool ok = e <= bound;  // false for NaN: a poisoned element left unwritten fails here
+    if (!std::isfinite(wp[i])) {  // an infinite or NaN reference must be matched exactly
+      ok = gp[i] == wp[i] || (std::isnan(gp[i]) && std::isnan(wp[i]));
+      e = ok ? 0.0 : INFINITY;
+    } else if (!std::isfinite(gp[i])) {
+      e = INFINITY;
+    }
+    sum_abs += e;
+    c.max_abs = std::max(c.max_abs, e);
+    const double denom = std::max(std::fabs(wp[i]), floor);
+    c.max_rel = std::max(c.max_rel, denom > 0 ? e / denom : (e > 0 ? INFINITY : 0.0));
+    const double excess = ok ? e - bound : INFINITY;
+    if (!ok) ++bad;
+    if (worst < 0 || excess > worst_excess) worst_excess = excess, worst = i;
+  }
+  c.mean_abs = g.numel() > 0 ? sum_abs / double(g.numel()) : 0.0;
+  c.passed = bad == 0;
+  if (worst >= 0) {
+    char buf[160];
+    std::snprintf(buf, sizeof buf, "%s element %lld: got %.9g, want %.9g", c.passed ? "closest to the bound:" : "worst",
+                  static_cast<long long>(worst), gp[worst], wp[worst]);
+    c.detail = buf;
+    if (!c.passed) c.detail += " (" + std::to_string(bad) + " elements out of tolerance)";
+  }
+  const bool passed = c.passed;
+  report(std::move(c));
+  return passed;
+}
+
+bool Context::compare_bits(std::string kernel, const Tensor& got, const Tensor& want) {
+  Comparison c;
+  c.kernel = std::move(kernel);
+  c.dtype = got.dtype();
+  c.shape = shape_str(got.shape());
+  if (got.shape() != want.shape() || got.dtype() != want.dtype()) {
+    c.detail = "got " + got.describe() + ", want " + want.describe();
+    report(std::move(c));
+    return false;
+  }
+  Tensor g = got.to(Device::cpu()).contiguous(), w = want.to(Device::cpu()).contiguous();
+  const auto* gp = static_cast<const unsigned char*>(g.raw_data());
+  const auto* wp = static_cast<const unsigned char*>(w.raw_data());
+  const size_t elem = dtype_size(g.dtype());
+  int64_t differing = 0, first = -1;
+  for (int64_t i = 0; i < g.numel(); ++i)
+    if (std::memcmp(gp + size_t(i) * elem, wp + size_t(i) * elem, elem) != 0) {
+      if (first < 0) first = i;
+      ++differing;
+    }
+  Tensor g64 = g.to(DType::f64), w64 = w.to(DType::f64);
+  const double* ga = g64.data<double>();
+  const double* wa = w64.data<double>();
+  double sum_abs = 0.0;
+  for (int64_t i = 0; i < g.numel(); ++i) {
+    double e = std::fabs(ga[i] - wa[i]);
+    if (std::isnan(e)) e = (std::memcmp(gp + size_t(i) * elem, wp + size_t(i) * elem, elem) == 0) ? 0.0 : INFINITY;
+    sum_abs += e;
+    c.max_abs = std::max(c.max_abs, e);
+    c.max_rel = std::max(c.max_rel, wa[i] != 0 ? e / std::fabs(wa[i]) : (e > 0 ? INFINITY : 0.0));
+  }
+  c.mean_abs = g.numel() > 0 ? sum_abs / double(g.numel()) : 0.0;
+  c.passed = differing == 0;
+  c.detail = c.passed ? "bit-for-bit"
+                      : std::to_string(differing) + " elements differ in their bits, the first at index " +
+                            std::to_string(first);
+  const bool passed = c.passed;
+  report(std::move(c));
+  return passed;
+}
+
+void Context::report(Comparison c) {
+  if (report_) report_(c);
+}
+
+const std::vector<KernelCheck>& all_checks() {
+  static const std::vector<KernelCheck> checks = {
+#if ALPHA_WITH_CUDA
+      {"elementwise", &check_elementwise},
+#endif
+  };
+  return checks;
+}
+
+HarnessResult run_checks(std::string_view filter, Device gpu, uint64_t seed,
+                         const std::function<void(const Comparison&)>& on_comparison) {
+#if ALPHA_WITH_CUDA
+  cuda::require_device("check kernels", gpu);
+#else
+  raise<DeviceError>("check kernels", "device", "a build with the CUDA backend (this one has none)", gpu.str());
+#endif
+  std::vector<const KernelCheck*> selected;
+  std::string names;
+  for (const KernelCheck& check : all_checks()) {
+    names += (names.empty() ? "" : ", ") + check.name;
+    if (check.name.find(filter) != std::string::npos) selected.push_back(&check);
+  }
+  if (selected.empty()) raise<ValueError>("check kernels", "filter", "part of a check's name (" + names + ")", quoted(filter));
+  HarnessResult result;
+  Context ctx(gpu, seed, [&](const Comparison& c) {
+    result.comparisons.push_back(c);
+    if (!c.passed) ++result.failures;
+    if (on_comparison) on_comparison(c);
+  });
+  for (const KernelCheck* check : selected) {
+    check->run(ctx);
+    ++result.checks_run;
+  }
+  return result;
+}
+
+std::string format_header() {
+  char buf[200];
+  std::snprintf(buf, sizeof buf, "%-34s %-5s %-20s %10s %10s %10s  %-17s %s", "kernel", "dtype", "shape", "max_abs",
+                "mean_abs", "max_rel", "tolerance abs/rel", "result");
+  return buf;
+}
+
+std::string format_comparison(const Comparison& c) {
+  char buf[400];
+  std::string tol = c.tol.abs == 0 && c.tol.rel == 0 ? std::string("bitwise") : [&] {
+    char t[40];
+    std::snprintf(t, sizeof t, "%.1e/%.1e", c.tol.abs, c.tol.rel);
+    return std::string(t);
+  }();
+  std::snprintf(buf, sizeof buf, "%-34s %-5s %-20s %10.3e %10.3e %10.3e  %-17s %s", c.kernel.c_str(),
+                std::string(dtype_name(c.dtype)).c_str(), c.shape.c_str(), c.max_abs, c.mean_abs, c.max_rel, tol.c_str(),
+                c.passed ? "PASS" : "FAIL");
+  std::string line = buf;
+  if (!c.passed && !c.detail.empty()) line += "  (" + c.detail + ")";
+  return line;
+}
+
+}  // namespace alpha::check

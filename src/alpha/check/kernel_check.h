@@ -1,0 +1,114 @@
+// The kernel correctness harness behind `alpha check kernels` and the CTest label `cuda`: every CUDA
+// kernel runs on fresh random inputs, into outputs poisoned with NaN, and each output is compared with the
+// CPU kernel's result in f64 on the same values (the inputs are rounded to the kernel's dtype first, so
+// both sides see identical numbers). A comparison reports max_abs, mean_abs and max_rel and passes when
+// every element is within the tolerance table's row (alpha/check/tolerances.h) for its dtype.
+//
+// A check is one function per kernel family (checks_<family>.cpp) that loops over the sizes and dtypes it
+// covers and calls Context::compare for every output; the registry (kernel_check.cpp) lists them.
+// Checks exist only in builds with the CUDA backend; running them needs a GPU.
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "alpha/check/tolerances.h"
+#include "alpha/core/stream.h"
+#include "alpha/tensor/tensor.h"
+
+namespace alpha::check {
+
+// Element counts every kernel is checked at, and odd counts beside them (tails, partial blocks).
+inline const std::vector<int64_t> kSizes = {1, 64, 4096, 65536, 1048576};
+inline const std::vector<int64_t> kOddSizes = {7, 4099, 1000003};
+
+// Calls fn.template operator()<T>() for T = float, bf16 and f16, in that order.
+template <class Fn>
+void for_each_cuda_dtype(Fn&& fn) {
+  fn.template operator()<float>();
+  fn.template operator()<bf16>();
+  fn.template operator()<f16>();
+}
+
+// One output of one kernel at one shape and dtype, compared with its reference.
+struct Comparison {
+  std::string kernel;  // "layernorm_backward.dx"
+  DType dtype;         // the dtype the CUDA kernel ran in
+  std::string shape;   // "[4096, 768]"
+  double max_abs = 0;  // max |got − want|
+  double mean_abs = 0;
+  // max |got − want| / max(|want|, abs/rel): relative error, with values below the magnitude where the
+  // absolute bound takes over counted at that magnitude. Passing implies max_rel <= 2·rel.
+  double max_rel = 0;
+  Tolerance tol{};     // {0, 0} for bit-for-bit comparisons
+  bool passed = false;
+  std::string detail;  // the worst element (index, got, want), or why the comparison failed
+};
+
+// What a check works with: the GPU, its stream, fresh seeds, and the comparisons it reports.
+class Context {
+ public:
+  Context(Device gpu, uint64_t seed, std::function<void(const Comparison&)> report);
+
+  Device gpu() const { return gpu_; }
+  Stream stream() const { return stream_; }
+  // A new seed for each random input, derived from the harness seed (a run is reproducible from it).
+  uint64_t next_seed();
+
+  // Fresh uniform values in [lo, hi), rounded to `dtype`, held in f64 on the CPU: the reference's input.
+  Tensor random(Shape shape, DType dtype, double lo = -1.0, double hi = 1.0);
+  // Fresh int32 ids, uniform in [0, vocab), on the CPU.
+  Tensor random_ids(Shape shape, int64_t vocab);
+  // `host`'s values on the GPU in `dtype` (converted on the CPU, then copied).
+  Tensor to_gpu(const Tensor& host, DType dtype);
+  // A GPU tensor whose every byte is 0xff: NaN in f32, bf16 and f16, −1 in integer types. An element a
+  // kernel fails to write stays NaN and fails its comparison.
+  Tensor poisoned(Shape shape, DType dtype);
+
+  // Compares `got` (any device and dtype) with `want` (f64 on the CPU) element by element with the row
+  // (row, got's dtype) of the tolerance table; NaN or inf where `want` is finite fails. Reports and returns
+  // whether it passed.
+  bool compare(std::string kernel, const Tensor& got, const Tensor& want, std::string_view row);
+  // Same, with an explicit tolerance (for bounds that scale with the input, such as a sum's).
+  bool compare(std::string kernel, const Tensor& got, const Tensor& want, Tolerance tol);
+  // Passes only if `got` and `want` (same dtype, any devices) hold the same bytes: dropout masks, and a
+  // deterministic kernel run twice.
+  bool compare_bits(std::string kernel, const Tensor& got, const Tensor& want);
+
+ private:
+  void report(Comparison c);
+
+  Device gpu_;
+  Stream stream_;
+  uint64_t seed_;
+  uint64_t draws_ = 0;
+  std::function<void(const Comparison&)> report_;
+};
+
+struct KernelCheck {
+  std::string name;  // the kernel family, e.g. "layernorm"; --filter selects names containing a string
+  void (*run)(Context&);
+};
+
+// Every check, in a fixed order; empty in a build without the CUDA backend.
+const std::vector<KernelCheck>& all_checks();
+
+struct HarnessResult {
+  std::vector<Comparison> comparisons;
+  int64_t failures = 0;
+  int64_t checks_run = 0;
+};
+
+// Runs the checks whose name contains `filter` (all for an empty one) on `gpu`, handing each comparison to
+// `on_comparison` as it is made. Raises DeviceError without the CUDA backend or without that GPU, and
+// ValueError when the filter selects no check (naming the checks there are).
+HarnessResult run_checks(std::string_view filter, Device gpu, uint64_t seed,
+                         const std::function<void(const Comparison&)>& on_comparison = {});
+
+// One line per comparison: kernel, dtype, shape, max_abs, mean_abs, max_rel, tolerance, PASS/FAIL.
+std::string format_comparison(const Comparison& c);
+std::string format_header();
+
+}  // namespace alpha::check
