@@ -11,69 +11,15 @@
 // Sum: each block reduces one fixed chunk of kSumBlock elements (a fixed stride per thread, then a fixed
 // shared-memory tree) into a partial; one final block reduces the partials the same way. The order depends
 // only on n, so the result has the same bits on every run and every GPU; there are no atomics.
-#include <cuda_bf16.h>
-#include <cuda_fp16.h>
-
 #include <algorithm>
 
+#include "alpha/kernels/cuda/common.cuh"
 #include "alpha/kernels/elementwise.h"
 #include "alpha/runtime/cuda_check.cuh"
 
 namespace alpha::kernels::cuda {
 
 namespace {
-
-// How a T is held on the device and converted to and from f32 (round to nearest even).
-template <class T> struct Elem;
-template <> struct Elem<float> {
-  using Bits = float;
-  static __device__ float load(Bits b) { return b; }
-  static __device__ Bits store(float f) { return f; }
-};
-template <> struct Elem<bf16> {
-  using Bits = unsigned short;
-  static __device__ float load(Bits b) { return __bfloat162float(__ushort_as_bfloat16(b)); }
-  static __device__ Bits store(float f) { return __bfloat16_as_ushort(__float2bfloat16_rn(f)); }
-};
-template <> struct Elem<f16> {
-  using Bits = unsigned short;
-  static __device__ float load(Bits b) { return __half2float(__ushort_as_half(b)); }
-  static __device__ Bits store(float f) { return __half_as_ushort(__float2half_rn(f)); }
-};
-template <class T> using Bits = typename Elem<T>::Bits;
-static_assert(sizeof(bf16) == 2 && sizeof(f16) == 2, "bf16/f16 are one 16-bit word");
-
-// bf16 and f16 are standard-layout structs holding one uint16_t, so a pointer to one is a pointer to its bits.
-template <class T> const Bits<T>* bits(const T* p) { return reinterpret_cast<const Bits<T>*>(p); }
-template <class T> Bits<T>* bits(T* p) { return reinterpret_cast<Bits<T>*>(p); }
-
-constexpr int kVectorBytes = 16;
-template <class T> inline constexpr int kLanes = kVectorBytes / int(sizeof(T));
-
-// One 128-bit vector <-> its kLanes<T> elements as f32 (element k at the k-th lowest address).
-template <class T>
-__device__ void unpack(uint4 v, float (&f)[kLanes<T>]) {
-  const unsigned words[4] = {v.x, v.y, v.z, v.w};
-  if constexpr (sizeof(T) == 4) {
-    for (int k = 0; k < 4; ++k) f[k] = __uint_as_float(words[k]);
-  } else {
-    for (int k = 0; k < 4; ++k) {
-      f[2 * k] = Elem<T>::load(Bits<T>(words[k] & 0xffffu));
-      f[2 * k + 1] = Elem<T>::load(Bits<T>(words[k] >> 16));
-    }
-  }
-}
-template <class T>
-__device__ uint4 pack(const float (&f)[kLanes<T>]) {
-  unsigned words[4];
-  if constexpr (sizeof(T) == 4) {
-    for (int k = 0; k < 4; ++k) words[k] = __float_as_uint(f[k]);
-  } else {
-    for (int k = 0; k < 4; ++k)
-      words[k] = unsigned(Elem<T>::store(f[2 * k])) | (unsigned(Elem<T>::store(f[2 * k + 1])) << 16);
-  }
-  return make_uint4(words[0], words[1], words[2], words[3]);
-}
 
 // The operations, on f32 values; unary ones ignore their second operand.
 struct Add {
