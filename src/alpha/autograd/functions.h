@@ -19,6 +19,9 @@ Variable sum(const Variable& x);
 // Views (functions_view.cpp): gradients flow back into the viewed region.
 Variable reshape(const Variable& x, Shape shape);
 Variable slice(const Variable& x, int64_t dim, int64_t start, int64_t end);
+// x converted to dtype (x itself when it already has it); the gradient converts back. Mixed precision:
+// f32 parameters enter a bf16 computation through it, and their gradients accumulate in f32.
+Variable cast(const Variable& x, DType dtype);
 
 // Matrix products (functions_matmul.cpp).
 Variable matmul(const Variable& a, const Variable& b, bool trans_a = false, bool trans_b = false);

@@ -24,4 +24,12 @@ Variable slice(const Variable& x, int64_t dim, int64_t start, int64_t end) {
   });
 }
 
+Variable cast(const Variable& x, DType dtype) {
+  if (x.dtype() == dtype) return x;
+  return record("cast", x.value().to(dtype), {x}, [&] {
+    DType in_dtype = x.dtype();
+    return BackwardFn([in_dtype](const Tensor& g, const std::vector<bool>&) { return std::vector<Tensor>{g.to(in_dtype)}; });
+  });
+}
+
 }  // namespace alpha::autograd

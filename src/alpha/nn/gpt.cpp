@@ -125,10 +125,10 @@ const GPTConfig& checked(const GPTConfig& config) {
 
 }  // namespace
 
-GPT::GPT(const GPTConfig& config, DType dtype, Device device)
+GPT::GPT(const GPTConfig& config, DType dtype, Device device, std::optional<DType> compute_dtype)
     : Module(""),
       config_(checked(config)),
-      options_{config.seed, dtype, device},
+      options_{config.seed, dtype, device, compute_dtype},
       wte_("wte", config.vocab_size, config.n_embd, config.init_std, options_),
       wpe_("wpe", config.block_size, config.n_embd, config.init_std, options_),
       ln_f_("ln_f", config.n_embd, config.bias, config.layernorm_eps, options_) {
@@ -174,7 +174,7 @@ GPTOutput GPT::forward(const Tensor& ids, const Tensor& targets, const ForwardOp
   if (dropout.active()) x = autograd::dropout(x, dropout.next());
   for (const auto& block : blocks_) x = block->forward(x, dropout);
   x = ln_f_.forward(x);
-  Variable logits = lm_head_ ? lm_head_->forward(x) : autograd::linear(x, wte_.weight(), Variable());  // (B, T, V)
+  Variable logits = lm_head_ ? lm_head_->forward(x) : autograd::linear(x, options_.for_compute(wte_.weight()), Variable());  // (B, T, V)
   if (config_.logit_softcap > 0.0) logits = autograd::softcap(logits, config_.logit_softcap);
 
   GPTOutput out{logits, Variable()};

@@ -40,12 +40,15 @@ class GPT : public Module {
   // Validates the config; raises ConfigError for an attention implementation this build lacks.
   // Parameters are initialised deterministically from config.seed: weights ~ normal(0, init_std), the
   // residual projections (attn.proj, mlp.proj) with init_std/√(2·n_layer) as in GPT-2, LayerNorm
-  // weights 1, biases 0.
-  explicit GPT(const GPTConfig& config, DType dtype = DType::f32, Device device = Device::cpu());
+  // weights 1, biases 0. Parameters are held in `dtype`; the computation runs in `compute_dtype` (default:
+  // the same), e.g. f32 parameters with bf16 compute (see ParameterOptions).
+  explicit GPT(const GPTConfig& config, DType dtype = DType::f32, Device device = Device::cpu(),
+               std::optional<DType> compute_dtype = std::nullopt);
   ~GPT() override;
 
   const GPTConfig& config() const { return config_; }
   DType dtype() const { return options_.dtype; }
+  DType compute_dtype() const { return options_.compute(); }
   Device device() const { return options_.device; }
 
   // ids [B, T] i32 with 1 <= T <= block_size; targets [B, T] i32 (or undefined), entries in

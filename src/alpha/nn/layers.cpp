@@ -12,9 +12,13 @@ Tensor normal_init(const std::string& name, Shape shape, double stddev, const Pa
 
 }  // namespace
 
+autograd::Variable ParameterOptions::for_compute(const autograd::Variable& parameter) const {
+  return autograd::cast(parameter, compute());
+}
+
 Linear::Linear(std::string prefix, int64_t in_features, int64_t out_features, bool bias, double init_std,
                const ParameterOptions& options)
-    : Module(std::move(prefix)) {
+    : Module(std::move(prefix)), options_(options) {
   weight_ =
       &add_parameter("weight", normal_init(child_prefix("weight"), {out_features, in_features}, init_std, options),
                      /*decay=*/true);
@@ -22,24 +26,28 @@ Linear::Linear(std::string prefix, int64_t in_features, int64_t out_features, bo
 }
 
 autograd::Variable Linear::forward(const autograd::Variable& x) const {
-  return autograd::linear(x, *weight_, bias_ ? *bias_ : autograd::Variable());
+  return autograd::linear(x, options_.for_compute(*weight_),
+                          bias_ ? options_.for_compute(*bias_) : autograd::Variable());
 }
 
 LayerNorm::LayerNorm(std::string prefix, int64_t dim, bool bias, double eps, const ParameterOptions& options)
-    : Module(std::move(prefix)), eps_(eps) {
+    : Module(std::move(prefix)), eps_(eps), options_(options) {
   weight_ = &add_parameter("weight", Tensor::full({dim}, 1.0, options.dtype, options.device), false);
   if (bias) bias_ = &add_parameter("bias", Tensor::zeros({dim}, options.dtype, options.device), false);
 }
 
 autograd::Variable LayerNorm::forward(const autograd::Variable& x) const {
-  return autograd::layernorm(x, *weight_, bias_ ? *bias_ : autograd::Variable(), eps_);
+  return autograd::layernorm(x, options_.for_compute(*weight_),
+                             bias_ ? options_.for_compute(*bias_) : autograd::Variable(), eps_);
 }
 
 Embedding::Embedding(std::string prefix, int64_t num, int64_t dim, double init_std, const ParameterOptions& options)
-    : Module(std::move(prefix)) {
+    : Module(std::move(prefix)), options_(options) {
   weight_ = &add_parameter("weight", normal_init(child_prefix("weight"), {num, dim}, init_std, options), false);
 }
 
-autograd::Variable Embedding::forward(const Tensor& ids) const { return autograd::embedding(ids, *weight_); }
+autograd::Variable Embedding::forward(const Tensor& ids) const {
+  return autograd::embedding(ids, options_.for_compute(*weight_));
+}
 
 }  // namespace alpha::nn

@@ -2,6 +2,7 @@
 // linear weights only; biases, norm gains and embedding tables are registered without it.
 #pragma once
 #include <cstdint>
+#include <optional>
 #include <string>
 
 #include "alpha/autograd/variable.h"
@@ -11,11 +12,19 @@
 
 namespace alpha::nn {
 
-// Where and in what precision parameters are created, and the model seed their values derive from.
+// Where and in what precision parameters are created, the model seed their values derive from, and the
+// dtype the layers compute in. With a compute dtype different from the parameters' (mixed precision: f32
+// parameters, bf16 compute), each layer casts its parameters on use (autograd::cast), so activations are
+// in the compute dtype and gradients accumulate into the parameters' dtype.
 struct ParameterOptions {
   uint64_t seed = 0;
   DType dtype = DType::f32;
   Device device = Device::cpu();
+  std::optional<DType> compute_dtype;  // none: the parameters' dtype
+
+  DType compute() const { return compute_dtype.value_or(dtype); }
+  // The parameter as the computation takes it: cast to the compute dtype.
+  autograd::Variable for_compute(const autograd::Variable& parameter) const;
 };
 
 // y = x·Wᵀ + b: weight [out, in] ~ normal(0, init_std), bias [out] zeros (when `bias`).
@@ -28,6 +37,7 @@ class Linear : public Module {
  private:
   autograd::Variable* weight_;
   autograd::Variable* bias_ = nullptr;
+  ParameterOptions options_;
 };
 
 // Normalises the last dimension: weight [dim] ones, bias [dim] zeros (when `bias`).
@@ -40,6 +50,7 @@ class LayerNorm : public Module {
   autograd::Variable* weight_;
   autograd::Variable* bias_ = nullptr;
   double eps_;
+  ParameterOptions options_;
 };
 
 // A lookup table [num, dim] ~ normal(0, init_std).
@@ -51,6 +62,7 @@ class Embedding : public Module {
 
  private:
   autograd::Variable* weight_;
+  ParameterOptions options_;
 };
 
 }  // namespace alpha::nn

@@ -4,11 +4,13 @@
 #include <cmath>
 #include <cstring>
 #include <numeric>
+#include <optional>
 
 #include "alpha/core/philox.h"
 
 #include "alpha/tensor/allocator.h"
 #if ALPHA_WITH_CUDA
+#include "alpha/kernels/copy.h"
 #include "alpha/runtime/cuda_backend.h"
 #endif
 
@@ -139,6 +141,80 @@ int64_t span_elements(const Tensor& t) {
   for (int64_t d = 0; d < t.dim(); ++d) last += (t.shape()[size_t(d)] - 1) * t.strides()[size_t(d)];
   return last + 1;
 }
+
+#if ALPHA_WITH_CUDA
+// Whether a copy on one GPU can run as a kernel (kernels/copy.h): the same dtype, or two of f32, bf16, f16.
+bool gpu_copy_supported(DType src, DType dst) {
+  auto gpu_float = [](DType d) { return d == DType::f32 || d == DType::bf16 || d == DType::f16; };
+  return src == dst || (gpu_float(src) && gpu_float(dst));
+}
+
+// The copy's layout with size-1 dims dropped and dims that are contiguous in both views merged; nullopt
+// when more than kMaxCopyDims remain.
+std::optional<kernels::CopyLayout> copy_layout(const Tensor& dst, const Tensor& src) {
+  kernels::CopyLayout layout;
+  layout.numel = dst.numel();
+  for (int64_t d = 0; d < dst.dim(); ++d) {
+    const int64_t size = dst.size(d);
+    if (size == 1) continue;
+    const int k = layout.dims;
+    if (k > 0 && layout.src_strides[k - 1] == src.stride(d) * size && layout.dst_strides[k - 1] == dst.stride(d) * size) {
+      layout.shape[k - 1] *= size;  // the previous dim steps over this one whole: one dim
+      layout.src_strides[k - 1] = src.stride(d);
+      layout.dst_strides[k - 1] = dst.stride(d);
+      continue;
+    }
+    if (k == kernels::kMaxCopyDims) return std::nullopt;
+    layout.shape[k] = size;
+    layout.src_strides[k] = src.stride(d);
+    layout.dst_strides[k] = dst.stride(d);
+    layout.dims = k + 1;
+  }
+  return layout;
+}
+
+// Runs the copy kernel for the dtype pair (gpu_copy_supported) on the tensors' GPU.
+void copy_on_gpu(const Tensor& dst, const Tensor& src, const kernels::CopyLayout& layout) {
+  const int ordinal = dst.device().index;
+  cuda::set_device(ordinal);
+  const Stream stream = cuda::default_stream(ordinal);
+  // A same-type copy moves words of the element's size; a converting one goes through the element types.
+  auto run = [&]<class S, class D>() {
+    if constexpr (std::is_same_v<S, D>) {
+      using W = std::conditional_t<sizeof(S) == 1, uint8_t,
+                                   std::conditional_t<sizeof(S) == 2, uint16_t,
+                                                      std::conditional_t<sizeof(S) == 4, uint32_t, uint64_t>>>;
+      kernels::cuda::copy(kernels::CopyArgs<W, W>{static_cast<const W*>(src.raw_data()), static_cast<W*>(dst.raw_data()),
+                                                  layout},
+                          stream);
+    } else {
+      kernels::cuda::copy(kernels::CopyArgs<S, D>{static_cast<const S*>(src.raw_data()), static_cast<D*>(dst.raw_data()),
+                                                  layout},
+                          stream);
+    }
+  };
+  if (src.dtype() == dst.dtype()) {
+    switch (dtype_size(dst.dtype())) {
+      case 1: return run.template operator()<uint8_t, uint8_t>();
+      case 2: return run.template operator()<uint16_t, uint16_t>();
+      case 4: return run.template operator()<uint32_t, uint32_t>();
+      default: return run.template operator()<uint64_t, uint64_t>();
+    }
+  }
+  auto to = [&]<class S>() {
+    switch (dst.dtype()) {
+      case DType::bf16: return run.template operator()<S, bf16>();
+      case DType::f16: return run.template operator()<S, f16>();
+      default: return run.template operator()<S, float>();
+    }
+  };
+  switch (src.dtype()) {
+    case DType::bf16: return to.template operator()<bf16>();
+    case DType::f16: return to.template operator()<f16>();
+    default: return to.template operator()<float>();
+  }
+}
+#endif
 
 // Copies src into dst, both in host memory: any strides, any dtypes, overlapping views allowed.
 void copy_on_host(const Tensor& dst, const Tensor& src) {
@@ -379,10 +455,17 @@ void Tensor::copy_from(const Tensor& src) {
   // Whole contiguous ranges in different storages move as bytes (cudaMemcpy forbids overlapping ranges).
   if (dtype_ == src.dtype_ && is_contiguous() && src.is_contiguous() && !shares_storage(src))
     return copy_device_bytes(raw_data(), device(), src.raw_data(), src.device(), nbytes());
-  // Any other copy that involves a GPU goes through host memory: each GPU side's span (its first to its
+#if ALPHA_WITH_CUDA
+  // Within one GPU: the copy kernel; overlapping views are staged through a temporary first.
+  if (device() == src.device() && gpu_copy_supported(src.dtype_, dtype_)) {
+    if (shares_storage(src)) return copy_from(src.clone());
+    if (auto layout = copy_layout(*this, src)) return copy_on_gpu(*this, src, *layout);
+  }
+#endif
+  // Any other copy that involves a GPU (between host and device, or between GPUs, with a layout or dtype
+  // change; dtype pairs the kernel lacks) goes through host memory: each GPU side's span (its first to its
   // last element) comes to the host as a view with the same layout, the host copies, and the destination's
-  // span goes back. Correct for any layout, dtype pair and overlap; device kernels for strided and
-  // converting copies come with the ops that need their speed.
+  // span goes back. Correct for any layout, dtype pair and overlap.
   auto on_host = [](const Tensor& t, bool read) {
     if (t.device().is_cpu()) return t;
     size_t bytes = size_t(span_elements(t)) * dtype_size(t.dtype_);

@@ -36,6 +36,10 @@ struct TrainConfig {
   int64_t top_k = 40;
   std::string prompt = "";       // sampling prompt; empty = start from the end-of-text token
   std::string device = "cpu";
+  // "f32", or "bf16": bf16 activations and weights for compute, f32 master weights and optimizer state
+  // (a CUDA device only: the CPU backend computes in f32 and f64).
+  std::string precision = "f32";
+  bool tf32 = false;             // f32 matmuls on a GPU may use TF32 tensor cores (10-bit mantissa inputs)
 
   int64_t effective_seq_len(int64_t block_size) const { return seq_len > 0 ? seq_len : block_size; }
   int64_t effective_decay_steps() const { return lr_decay_steps > 0 ? lr_decay_steps : steps; }

@@ -97,7 +97,10 @@ Trainer::Trainer(TrainerOptions options) : options_(std::move(options)), data_(s
   Device device = Device::parse(options_.train.device, "device");
   fs::create_directories(options_.run_dir);
   prepare_data();
-  model_ = std::make_unique<nn::GPT>(options_.model, DType::f32, device);
+  // Parameters (the master weights) and optimizer state stay f32; bf16 precision computes in bf16.
+  std::optional<DType> compute_dtype;
+  if (options_.train.precision == "bf16") compute_dtype = DType::bf16;
+  model_ = std::make_unique<nn::GPT>(options_.model, DType::f32, device, compute_dtype);
 
   const TrainConfig& t = options_.train;
   std::vector<nn::NamedParameter> parameters = model_->named_parameters();

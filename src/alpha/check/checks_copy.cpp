@@ -1,0 +1,57 @@
+// Harness checks of the GPU copy kernel (kernels/cuda/copy.cu) through Tensor::copy_from: contiguous(),
+// to(DType) and copies into strided views on the GPU, for every supported dtype pair, against the same
+// copy in host memory. Conversions round to nearest even on both sides, so the results must agree bit for
+// bit.
+#if ALPHA_WITH_CUDA
+#include <string>
+
+#include "alpha/check/families.h"
+
+namespace alpha::check {
+
+namespace {
+
+std::string pair_name(DType src, DType dst) {
+  return std::string(dtype_name(src)) + "_to_" + std::string(dtype_name(dst));
+}
+
+}  // namespace
+
+void check_copy(Context& ctx) {
+  const DType floats[] = {DType::f32, DType::bf16, DType::f16};
+  // Shapes of 1 to 2^20 elements and odd ones; each is also viewed transposed and sliced.
+  const Shape shapes[] = {{1}, {8, 8}, {64, 64}, {16, 64, 64}, {1024, 1024}, {7}, {3, 1001}, {5, 7, 9, 11}};
+  for (const Shape& shape : shapes) {
+    for (DType src_dtype : floats) {
+      Tensor host = ctx.random(shape, src_dtype).to(src_dtype);
+      Tensor gpu = host.to(ctx.gpu());
+      // A strided source: the last two dims swapped (or the only one reversed in steps of 2).
+      const bool two_d = host.dim() >= 2;
+      Tensor host_view = two_d ? host.transpose(-1, -2) : host.slice(0, 0, host.size(0), 2);
+      Tensor gpu_view = two_d ? gpu.transpose(-1, -2) : gpu.slice(0, 0, gpu.size(0), 2);
+      ctx.compare_bits("copy.contiguous." + std::string(dtype_name(src_dtype)), gpu_view.contiguous(),
+                       host_view.contiguous());
+      for (DType dst_dtype : floats) {
+        if (dst_dtype == src_dtype) continue;
+        ctx.compare_bits("copy.convert." + pair_name(src_dtype, dst_dtype), gpu_view.to(dst_dtype),
+                         host_view.to(dst_dtype));
+      }
+      // Into a transposed (strided) destination, from a contiguous source.
+      Tensor gpu_dst = ctx.poisoned(shape, DType::f32), host_dst = gpu_dst.to(Device::cpu());
+      Tensor gpu_dst_view = two_d ? gpu_dst.transpose(-1, -2) : gpu_dst.slice(0, 0, gpu_dst.size(0), 2);
+      Tensor host_dst_view = two_d ? host_dst.transpose(-1, -2) : host_dst.slice(0, 0, host_dst.size(0), 2);
+      gpu_dst_view.copy_from(gpu);
+      host_dst_view.copy_from(host);
+      if (two_d) ctx.compare_bits("copy.into_view." + pair_name(src_dtype, DType::f32), gpu_dst, host_dst);
+    }
+  }
+  // Overlapping views of one storage (staged through a temporary): a shift by one element.
+  Tensor host = ctx.random({4099}, DType::f32).to(DType::f32);
+  Tensor gpu = host.to(ctx.gpu());
+  gpu.slice(0, 1, 4099).copy_from(gpu.slice(0, 0, 4098));
+  host.slice(0, 1, 4099).copy_from(host.slice(0, 0, 4098));
+  ctx.compare_bits("copy.overlapping", gpu, host);
+}
+
+}  // namespace alpha::check
+#endif
