@@ -6,6 +6,15 @@ PRESET ?= release
 BUILD := build/$(PRESET)
 PYENV := build/pyenv
 RUN_DIR ?= runs/default
+# The preset decides whether the CUDA backend is built (release: where nvcc is found); ALPHA_CUDA=ON|OFF
+# overrides it (CI sets ON, so a missing nvcc is an error there).
+ALPHA_CUDA ?=
+# The CUDA toolkit's usual home, for machines where it is installed but not on PATH.
+ifeq ($(shell command -v nvcc),)
+  ifneq ($(wildcard /usr/local/cuda/bin/nvcc),)
+    export CUDACXX ?= /usr/local/cuda/bin/nvcc
+  endif
+endif
 
 .PHONY: all deps pyenv configure build test run clean
 
@@ -22,7 +31,7 @@ pyenv: deps
 	  $(PYENV)/bin/pip install -q --no-deps safetensors ml_dtypes==0.4.1  # keep Debian's numpy 1.x for its torch
 
 configure: deps pyenv
-	cmake --preset $(PRESET) -DALPHA_PYTHON=$(CURDIR)/$(PYENV)/bin/python
+	cmake --preset $(PRESET) $(if $(ALPHA_CUDA),-DALPHA_CUDA=$(ALPHA_CUDA)) -DALPHA_PYTHON=$(CURDIR)/$(PYENV)/bin/python
 
 build: configure
 	cmake --build $(BUILD) -j $(JOBS)

@@ -1,0 +1,151 @@
+#!/usr/bin/env python3
+"""Training throughput of the `seed` config on one GPU: Alpha next to PyTorch, measured in the same run.
+
+Alpha: `alpha train --config seed --device cuda --precision bf16` (or f32) for --steps steps on the
+built-in corpus; tokens/s is the median over the steps after --warmup of metrics.jsonl's
+tokens_per_second (the optimiser step included), peak memory the largest per-step peak of bytes in use
+in Alpha's caching allocator.
+PyTorch peers: the same GPT shape (configs/seed.json: pre-LN blocks, tanh GELU, biases, tied
+embeddings), bf16 autocast with f32 master weights, F.scaled_dot_product_attention (causal), fused AdamW,
+grad clipping at 1.0, the same batch and sequence length; once eager and once under torch.compile.
+tokens/s over --steps timed steps after --warmup, peak memory torch.cuda.max_memory_allocated over them.
+
+Usage: python3 bench/train_seed.py --alpha build/cuda/alpha [--steps 30] [--out DIR]
+Prints a table and writes DIR/train_seed.json.
+"""
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def alpha_run(binary, precision, batch, seq, steps, warmup, run_dir):
+    cmd = [binary, "train", "--config", "seed", "--device", "cuda", "--precision", precision,
+           "--batch-size", str(batch), "--seq-len", str(seq), "--steps", str(steps), "--eval-every", "0",
+           "--save-every", "0", "--sample-tokens", "0", "--out", run_dir]
+    subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
+    with open(os.path.join(run_dir, "metrics.jsonl")) as f:
+        records = [json.loads(line) for line in f if line.strip()]
+    timed = records[warmup:]
+    return {
+        "tokens_per_second": statistics.median(r["tokens_per_second"] for r in timed),
+        "peak_bytes": max(r["peak_bytes"] for r in timed),
+        "ops_per_step": timed[-1]["ops"],
+        "allocations_per_step": timed[-1]["allocations"],
+        "fresh_allocations_per_step": timed[-1]["fresh_allocations"],
+        "final_loss": records[-1]["loss"],
+        "command": " ".join(cmd),
+    }
+
+
+class Block(nn.Module):
+    def __init__(self, c, heads, bias):
+        super().__init__()
+        self.heads = heads
+        self.ln1 = nn.LayerNorm(c, bias=bias)
+        self.qkv = nn.Linear(c, 3 * c, bias=bias)
+        self.proj = nn.Linear(c, c, bias=bias)
+        self.ln2 = nn.LayerNorm(c, bias=bias)
+        self.fc = nn.Linear(c, 4 * c, bias=bias)
+        self.fc_proj = nn.Linear(4 * c, c, bias=bias)
+
+    def forward(self, x):
+        b, t, c = x.shape
+        q, k, v = self.qkv(self.ln1(x)).split(c, dim=2)
+        q, k, v = (z.view(b, t, self.heads, c // self.heads).transpose(1, 2) for z in (q, k, v))
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        x = x + self.proj(y.transpose(1, 2).reshape(b, t, c))
+        return x + self.fc_proj(F.gelu(self.fc(self.ln2(x)), approximate="tanh"))
+
+
+class GPT(nn.Module):
+    def __init__(self, cfg):
+        super().__init__()
+        c = cfg["n_embd"]
+        self.wte = nn.Embedding(cfg["vocab_size"], c)
+        self.wpe = nn.Embedding(cfg["block_size"], c)
+        self.blocks = nn.ModuleList(Block(c, cfg["n_head"], cfg.get("bias", True)) for _ in range(cfg["n_layer"]))
+        self.ln_f = nn.LayerNorm(c, bias=cfg.get("bias", True))
+
+    def forward(self, ids, targets):
+        pos = torch.arange(ids.shape[1], device=ids.device)
+        x = self.wte(ids) + self.wpe(pos)
+        for block in self.blocks:
+            x = block(x)
+        logits = F.linear(self.ln_f(x), self.wte.weight)  # tied head
+        return F.cross_entropy(logits.float().view(-1, logits.shape[-1]), targets.view(-1))
+
+
+def torch_run(cfg, batch, seq, steps, warmup, compile_model):
+    torch.manual_seed(0)
+    model = GPT(cfg).cuda()
+    step_model = torch.compile(model) if compile_model else model
+    opt = torch.optim.AdamW(model.parameters(), lr=3e-4, betas=(0.9, 0.95), weight_decay=0.1, fused=True)
+    ids = torch.randint(0, cfg["vocab_size"], (batch, seq + 1), device="cuda")
+
+    def step():
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            loss = step_model(ids[:, :-1], ids[:, 1:])
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        return loss
+
+    for _ in range(warmup):
+        step()
+    torch.cuda.synchronize()
+    torch.cuda.reset_peak_memory_stats()
+    start = time.perf_counter()
+    for _ in range(steps):
+        loss = step()
+    torch.cuda.synchronize()
+    seconds = time.perf_counter() - start
+    return {"tokens_per_second": batch * seq * steps / seconds, "peak_bytes": torch.cuda.max_memory_allocated(),
+            "final_loss": float(loss)}
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--alpha", required=True, help="path to the alpha binary (a CUDA build)")
+    parser.add_argument("--steps", type=int, default=30)
+    parser.add_argument("--warmup", type=int, default=5)
+    parser.add_argument("--batch-size", type=int, default=16)
+    parser.add_argument("--out", default=".")
+    args = parser.parse_args()
+    with open(os.path.join(ROOT, "configs", "seed.json")) as f:
+        cfg = json.load(f)
+    seq = cfg["block_size"]
+    results = {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__, "batch_size": args.batch_size,
+               "seq_len": seq, "config": "seed", "runs": {}}
+    with tempfile.TemporaryDirectory() as tmp:
+        for precision in ("bf16", "f32"):
+            results["runs"][f"alpha {precision}"] = alpha_run(args.alpha, precision, args.batch_size, seq,
+                                                             args.warmup + args.steps, args.warmup,
+                                                             os.path.join(tmp, precision))
+    results["runs"]["pytorch eager bf16"] = torch_run(cfg, args.batch_size, seq, args.steps, args.warmup, False)
+    results["runs"]["pytorch compile bf16"] = torch_run(cfg, args.batch_size, seq, args.steps, args.warmup, True)
+
+    peer = results["runs"]["pytorch compile bf16"]
+    print(f"seed config, batch {args.batch_size} x {seq} tokens, {results['gpu']}, torch {results['torch']}")
+    print(f"{'run':24s} {'tokens/s':>12s} {'peak MiB':>10s} {'vs compile':>11s} {'mem vs compile':>15s}")
+    for name, r in results["runs"].items():
+        print(f"{name:24s} {r['tokens_per_second']:12.0f} {r['peak_bytes'] / 2**20:10.1f} "
+              f"{r['tokens_per_second'] / peer['tokens_per_second']:11.3f} {r['peak_bytes'] / peer['peak_bytes']:15.2f}")
+    os.makedirs(args.out, exist_ok=True)
+    with open(os.path.join(args.out, "train_seed.json"), "w") as f:
+        json.dump(results, f, indent=2)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
