@@ -252,10 +252,13 @@ std::string Trainer::run(std::optional<int64_t> stop_at_step) {
     progress.update(steps_done_, loss, tokens_per_second);
     if (options_.echo && (evaluate || (!progress.enabled() && steps_done_ == 1))) {
       progress.finish();
-      std::printf("step %5lld  loss %.4f  val_loss %s  lr %.2e  grad_norm %.3f  %.0f tok/s  ops %llu  allocs %llu  peak %.1f MiB\n",
+      std::printf("step %5lld  loss %.4f  val_loss %s  lr %.2e  grad_norm %.3f  %.0f tok/s  ops %llu  allocs %llu "
+                  "(new %llu)  peak %s mem %.1f MiB\n",
                   static_cast<long long>(steps_done_), loss, std::isnan(val_loss) ? "-" : std::to_string(val_loss).c_str(),
                   lr, clip.norm, tokens_per_second, static_cast<unsigned long long>(used.ops),
-                  static_cast<unsigned long long>(used.allocations), double(used.peak_bytes) / (1 << 20));
+                  static_cast<unsigned long long>(used.allocations),
+                  static_cast<unsigned long long>(used.fresh_allocations), device.str().c_str(),
+                  double(used.peak_bytes) / (1 << 20));
       std::fflush(stdout);
     }
     // A stop before the end (stop_at_step) checkpoints too, so the run can be resumed from there.
