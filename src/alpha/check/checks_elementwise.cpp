@@ -99,6 +99,7 @@ void check_sum(Context& ctx, int64_t n) {
   // Values in [0, 1): no cancellation, so Σ|x| = Σx sets the scale of the rounding of the partial sums.
   Tensor x = ctx.random({n}, dtype, 0.0, 1.0);
   Tensor dx = ctx.to_gpu(x, dtype);
+  Context::Label label(ctx, dtype, x.shape());  // the output is one f32 whatever the input
   auto gpu_sum = [&] {
     Tensor total = ctx.poisoned({1}, DType::f32);
     kernels::cuda::sum(kernels::SumArgs<T>{dx.data<T>(), total.data<float>(), n}, ctx.stream());

@@ -55,10 +55,7 @@ bool Context::compare(std::string kernel, const Tensor& got, const Tensor& want,
 }
 
 bool Context::compare(std::string kernel, const Tensor& got, const Tensor& want, Tolerance tol) {
-  Comparison c;
-  c.kernel = std::move(kernel);
-  c.dtype = got.dtype();
-  c.shape = shape_str(got.shape());
+  Comparison c = labelled(std::move(kernel), got);
   c.tol = tol;
   if (got.shape() != want.shape()) {
     c.detail = "shape " + shape_str(got.shape()) + " against the reference's " + shape_str(want.shape());
@@ -106,10 +103,7 @@ bool Context::compare(std::string kernel, const Tensor& got, const Tensor& want,
 }
 
 bool Context::compare_bits(std::string kernel, const Tensor& got, const Tensor& want) {
-  Comparison c;
-  c.kernel = std::move(kernel);
-  c.dtype = got.dtype();
-  c.shape = shape_str(got.shape());
+  Comparison c = labelled(std::move(kernel), got);
   if (got.shape() != want.shape() || got.dtype() != want.dtype()) {
     c.detail = "got " + got.describe() + ", want " + want.describe();
     report(std::move(c));
@@ -144,6 +138,20 @@ bool Context::compare_bits(std::string kernel, const Tensor& got, const Tensor& 
   const bool passed = c.passed;
   report(std::move(c));
   return passed;
+}
+
+Context::Label::Label(Context& ctx, DType dtype, const Shape& shape) : ctx_(ctx), previous_(ctx.label_) {
+  ctx_.label_ = std::make_pair(dtype, shape_str(shape));
+}
+
+Context::Label::~Label() { ctx_.label_ = previous_; }
+
+Comparison Context::labelled(std::string kernel, const Tensor& got) const {
+  Comparison c;
+  c.kernel = std::move(kernel);
+  c.dtype = label_ ? label_->first : got.dtype();
+  c.shape = label_ ? label_->second : shape_str(got.shape());
+  return c;
 }
 
 void Context::report(Comparison c) {

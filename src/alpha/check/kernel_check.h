@@ -10,8 +10,10 @@
 #pragma once
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "alpha/check/tolerances.h"
@@ -77,14 +79,30 @@ class Context {
   // deterministic kernel run twice.
   bool compare_bits(std::string kernel, const Tensor& got, const Tensor& want);
 
+  // Comparisons are labelled with their output's dtype and shape. For a kernel whose output says neither
+  // (a sum's f32 scalar of a bf16 input), a label in scope names the kernel's dtype and input shape instead.
+  class [[nodiscard]] Label {
+   public:
+    Label(Context& ctx, DType dtype, const Shape& shape);
+    ~Label();
+    Label(const Label&) = delete;
+    Label& operator=(const Label&) = delete;
+
+   private:
+    Context& ctx_;
+    std::optional<std::pair<DType, std::string>> previous_;
+  };
+
  private:
   void report(Comparison c);
+  Comparison labelled(std::string kernel, const Tensor& got) const;
 
   Device gpu_;
   Stream stream_;
   uint64_t seed_;
   uint64_t draws_ = 0;
   std::function<void(const Comparison&)> report_;
+  std::optional<std::pair<DType, std::string>> label_;
 };
 
 struct KernelCheck {
