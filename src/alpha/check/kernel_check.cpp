@@ -154,6 +154,10 @@ const std::vector<KernelCheck>& all_checks() {
   static const std::vector<KernelCheck> checks = {
 #if ALPHA_WITH_CUDA
       {"elementwise", &check_elementwise},
+      {"layernorm", &check_layernorm},
+      {"activation", &check_activation},
+      {"cross_entropy", &check_cross_entropy},
+      {"embedding", &check_embedding},
 #endif
   };
   return checks;
