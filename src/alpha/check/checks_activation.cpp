@@ -72,7 +72,7 @@ double max_abs(const Tensor& t) {
 // cuda.softmax's abs is per unit of the largest y (see tolerances.h).
 Tolerance softmax_tolerance(DType dtype, const Tensor& y) {
   Tolerance tol = tolerance("cuda.softmax", dtype);
-  tol.abs *= max_abs(y);
+  tol.abs = std::max(tol.abs * max_abs(y), subnormal_rounding(dtype));
   return tol;
 }
 

@@ -6,6 +6,7 @@
 // from device memory (dloss_device, counted_rows_device: the forward's own count), which must agree bit for
 // bit; both take the reference forward's lse rounded to f32.
 #if ALPHA_WITH_CUDA
+#include <algorithm>
 #include <string>
 
 #include "alpha/check/families.h"
@@ -84,7 +85,7 @@ void check_batch(Context& ctx, const Batch& batch) {
       double(float(scale)), N, V, kIgnore, nullptr, nullptr});
   // The gradient's scale is the factor: abs is per unit of it (see tolerances.h).
   Tolerance tol = tolerance("cuda.cross_entropy", dtype);
-  tol.abs *= scale > 0 ? scale : 1.0;
+  tol.abs = std::max(tol.abs * (scale > 0 ? scale : 1.0), subnormal_rounding(dtype));
   ctx.compare("cross_entropy_backward.dlogits", host_factor, want_dlogits, tol);
   ctx.compare_bits("cross_entropy_backward.device_factor", device_factor, host_factor);
 }

@@ -114,4 +114,9 @@ inline constexpr ToleranceRow kTolerances[] = {
 // Throws std::out_of_range for a missing row.
 Tolerance tolerance(std::string_view check, DType dtype);
 
+// The absolute error of rounding a value to `dtype` where its spacing stops shrinking: half the spacing of
+// f16's subnormals (below 6.1e-5), 2⁻²⁵ ≈ 3.0e-8. bf16 and f32 share f32's range (subnormals below 1e-38): 0.
+// A check that scales a row's abs down to the size of small outputs keeps at least this.
+constexpr double subnormal_rounding(DType dtype) { return dtype == DType::f16 ? 0x1p-25 : 0.0; }
+
 }  // namespace alpha::check
