@@ -90,7 +90,7 @@ TEST_P(CrossEntropySizes, KernelsMatchF64Loops) {
     Tensor dlogits = test::poisoned({N, V}, dtype);
     kernels::cpu::cross_entropy_backward(kernels::CrossEntropyBackwardArgs<T>{
         logits.data<T>(), targets.data<int32_t>(), lse.data<A>(), dlogits.data<T>(), A(dloss / double(counted)), N,
-        V, kIgnoreIndex});
+        V, kIgnoreIndex, nullptr, nullptr});
     EXPECT_TRUE(all_close(dlogits, want.dlogits, "cross_entropy"));
   });
 }
@@ -163,6 +163,25 @@ TEST(CrossEntropy, GradientMatchesFiniteDifferences) {
                               {random({2, 3, 5}, DType::f64, -2.0, 2.0)}));
 }
 
+TEST(CrossEntropy, GradientFactorReadFromMemory) {
+  // counted_rows_device and dloss_device (the forward's count and the loss gradient, where the kernel runs)
+  // give the same bits as the factor computed by the caller; a count of 0 gives a zero gradient.
+  for (DType dtype : {DType::f32, DType::f64}) {
+    Tensor logits = random({7, 9}, dtype, -3.0, 3.0);
+    Tensor targets = random_targets(7, 9);
+    ops::CrossEntropyOutput out = ops::cross_entropy(logits, targets);
+    EXPECT_EQ(out.counted.dtype(), DType::i64);
+    EXPECT_EQ(out.counted.item(), double(out.counted_rows));
+    Tensor host = ops::cross_entropy_backward(-1.25, logits, targets, out.lse, out.counted_rows);
+    Tensor dloss = Tensor::full({}, -1.25, dtype);
+    Tensor from_memory = ops::cross_entropy_backward(dloss, logits, targets, out.lse, out.counted);
+    EXPECT_EQ(host.to_vector<double>(), from_memory.to_vector<double>());
+    Tensor none = Tensor::zeros({}, DType::i64);
+    EXPECT_TRUE(all_close(ops::cross_entropy_backward(dloss, logits, targets, out.lse, none),
+                          Tensor::zeros({7, 9}, DType::f64), "cross_entropy"));
+  }
+}
+
 TEST(CrossEntropy, BadInputsRaise) {
   Tensor logits = random({4, 6});
   EXPECT_ALPHA_ERROR(ops::cross_entropy(logits, Tensor::from_vector<int32_t>({0, 5, 6, 1}, {4})), ValueError,
@@ -180,6 +199,15 @@ TEST(CrossEntropy, BadInputsRaise) {
                      "[cross_entropy_backward]", "'lse'", "[4]", "[3]");
   EXPECT_ALPHA_ERROR(ops::cross_entropy_backward(1.0, logits, targets, out.lse, 5), ValueError,
                      "[cross_entropy_backward]", "'counted_rows'", "got 5");
+  Tensor dloss = Tensor::full({}, 1.0, DType::f32);
+  EXPECT_ALPHA_ERROR(ops::cross_entropy_backward(dloss, logits, targets, out.lse, out.lse), DTypeError,
+                     "[cross_entropy_backward]", "'counted_rows'", "i64", "f32");
+  EXPECT_ALPHA_ERROR(ops::cross_entropy_backward(Tensor::full({2}, 1.0, DType::f32), logits, targets, out.lse,
+                                                 out.counted),
+                     ShapeError, "[cross_entropy_backward]", "'dloss'", "one element", "[2]");
+  EXPECT_ALPHA_ERROR(ops::cross_entropy_backward(Tensor::full({}, 1.0, DType::f64), logits, targets, out.lse,
+                                                 out.counted),
+                     DTypeError, "[cross_entropy_backward]", "'dloss'", "f32", "f64");
 }
 
 }  // namespace

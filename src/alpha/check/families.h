@@ -8,6 +8,10 @@ namespace alpha::check {
 
 void check_elementwise(Context& ctx);
 void check_copy(Context& ctx);
+void check_layernorm(Context& ctx);
+void check_activation(Context& ctx);
+void check_cross_entropy(Context& ctx);
+void check_embedding(Context& ctx);
 
 }  // namespace alpha::check
 #endif

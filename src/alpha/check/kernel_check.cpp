@@ -163,6 +163,10 @@ const std::vector<KernelCheck>& all_checks() {
 #if ALPHA_WITH_CUDA
       {"elementwise", &check_elementwise},
       {"copy", &check_copy},
+      {"layernorm", &check_layernorm},
+      {"activation", &check_activation},
+      {"cross_entropy", &check_cross_entropy},
+      {"embedding", &check_embedding},
 #endif
   };
   return checks;

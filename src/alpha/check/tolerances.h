@@ -72,9 +72,47 @@ inline constexpr ToleranceRow kTolerances[] = {
     {"cuda.sum", DType::f32, {1e-6, 1e-5}},
     {"cuda.sum", DType::bf16, {1e-6, 1e-5}},
     {"cuda.sum", DType::f16, {1e-6, 1e-5}},
+    // The row kernels below round each output once to bf16 or f16 after computing in f32. Rounding to
+    // nearest is off by at most half an ulp, which relative to the value is up to 2⁻⁸ ≈ 3.9e-3 for bf16 (8
+    // significant bits: just above a power of two an ulp is 2⁻⁷ of the value) and 2⁻¹¹ ≈ 4.9e-4 for f16;
+    // their rows allow about two such roundings (8e-3, 1e-3), the f32 computation's error riding on top.
+    // layernorm: f32 statistics over up to 1M elements per row (each thread sums ~2000 in order, then a
+    // fixed tree) put ~1e-6 relative into rstd; abs covers outputs near 0 (dx is a difference of O(1) terms).
+    // dweight and dbias add 1e-7 of abs per row summed (the check scales it): f32 partial sums over
+    // thousands of rows.
+    {"cuda.layernorm", DType::f32, {1e-5, 1e-5}},
+    {"cuda.layernorm", DType::bf16, {1e-5, 8e-3}},
+    {"cuda.layernorm", DType::f16, {1e-5, 1e-3}},
+    // gelu, softcap: tanhf is within 2 ulps, but gelu_backward's 1 − t² cancels as |t| → 1: with t one ulp
+    // off, ½x(1 − t²)·du is ~2e-6 off in absolute terms at |x| = 5, where the result is near 0.
+    {"cuda.activation", DType::f32, {5e-6, 1e-5}},
+    {"cuda.activation", DType::bf16, {5e-6, 8e-3}},
+    {"cuda.activation", DType::f16, {5e-6, 1e-3}},
+    // softmax: abs is per unit of the largest y (the check scales it): the backward's y·(dy − Σ dy·y) carries
+    // y times the f32 error of Σ dy·y, which cancels where dy ≈ Σ dy·y; outputs are otherwise relative.
+    {"cuda.softmax", DType::f32, {1e-6, 1e-5}},
+    {"cuda.softmax", DType::bf16, {1e-6, 8e-3}},
+    {"cuda.softmax", DType::f16, {1e-6, 1e-3}},
+    // cross_entropy: lse and loss are f32 outputs (x − lse rounds to ~1e-6 absolute at |lse| ≈ 15); dlogits'
+    // abs is per unit of the gradient factor dloss / counted (the check scales it), since p_j ranges down to
+    // 1e-8 and below while its error stays relative.
+    {"cuda.cross_entropy", DType::f32, {1e-6, 1e-5}},
+    {"cuda.cross_entropy", DType::bf16, {1e-6, 8e-3}},
+    {"cuda.cross_entropy", DType::f16, {1e-6, 1e-3}},
+    // embedding: the lookup copies bits; the backward rounds the CPU's own f64 sum once to f32 (2⁻²⁴ relative)
+    // and then to the dtype (one rounding, see above; f16's abs for its subnormals, spaced 6e-8). The check
+    // also compares bits with the CPU kernel's f64 result rounded to the dtype.
+    {"cuda.embedding", DType::f32, {1e-12, 1e-7}},
+    {"cuda.embedding", DType::bf16, {1e-12, 4e-3}},
+    {"cuda.embedding", DType::f16, {3e-8, 5e-4}},
 };
 
 // Throws std::out_of_range for a missing row.
 Tolerance tolerance(std::string_view check, DType dtype);
+
+// The absolute error of rounding a value to `dtype` where its spacing stops shrinking: half the spacing of
+// f16's subnormals (below 6.1e-5), 2⁻²⁵ ≈ 3.0e-8. bf16 and f32 share f32's range (subnormals below 1e-38): 0.
+// A check that scales a row's abs down to the size of small outputs keeps at least this.
+constexpr double subnormal_rounding(DType dtype) { return dtype == DType::f16 ? 0x1p-25 : 0.0; }
 
 }  // namespace alpha::check

@@ -6,6 +6,7 @@
 #include <cstdint>
 
 #include "alpha/core/dtype.h"
+#include "alpha/core/stream.h"
 
 namespace alpha::kernels {
 
@@ -64,5 +65,19 @@ template <class T> void softcap_backward(const SoftcapBackwardArgs<T>& args);
 template <class T> void softmax(const SoftmaxArgs<T>& args);
 template <class T> void softmax_backward(const SoftmaxBackwardArgs<T>& args);
 }  // namespace cpu
+
+#if ALPHA_WITH_CUDA
+// Device pointers; queued on `stream`. T = float, bf16 or f16, computing in f32. GELU and softcap are
+// vectorised element-wise maps; softmax and its backward take one warp (rows up to 1024 elements) or one
+// block per row, the row held in registers, any row length.
+namespace cuda {
+template <class T> void gelu(const GeluArgs<T>& args, Stream stream);
+template <class T> void gelu_backward(const GeluBackwardArgs<T>& args, Stream stream);
+template <class T> void softcap(const SoftcapArgs<T>& args, Stream stream);
+template <class T> void softcap_backward(const SoftcapBackwardArgs<T>& args, Stream stream);
+template <class T> void softmax(const SoftmaxArgs<T>& args, Stream stream);
+template <class T> void softmax_backward(const SoftmaxBackwardArgs<T>& args, Stream stream);
+}  // namespace cuda
+#endif
 
 }  // namespace alpha::kernels

@@ -4,11 +4,14 @@
 // ever materialised. Backward: recomputes p_j = exp(x_j − lse) row by row and writes
 // dx_j = scale · (p_j − [j == target]), with scale = dloss / counted_rows.
 // Rows are processed in parallel; the mean is a fixed-order reduction (same bits for any thread count).
-// Targets must already be validated to lie in [0, V) or equal the ignore index.
+// Targets must already be validated to lie in [0, V) or equal the ignore index (the CUDA kernels read no
+// logit out of range for an invalid target, and give its row a NaN loss and NaN gradient).
 #pragma once
 #include <cstdint>
 
 #include "alpha/core/dtype.h"
+#include "alpha/core/hd.h"
+#include "alpha/core/stream.h"
 
 namespace alpha::kernels {
 
@@ -30,15 +33,46 @@ struct CrossEntropyBackwardArgs {
   const int32_t* targets;   // (N)
   const acc_t<T>* lse;      // (N) from the forward
   T* dlogits;               // (N, V), every element written (ignored rows get 0)
-  acc_t<T> scale;           // dloss / counted_rows
+  acc_t<T> scale;           // dloss / counted_rows (with both pointers below null)
   int64_t rows;             // N
   int64_t vocab;            // V
   int32_t ignore_index;
+  // Optional factors read where the kernel runs (device memory for the CUDA kernel), so that a trainer
+  // need not bring the forward's count or the loss gradient to the host: the gradient's factor is then
+  // scale · (*dloss, or 1 without it) / (*counted_rows, or 1 without it), computed in f64, and 0 when
+  // *counted_rows is 0 (every row ignored).
+  const int64_t* counted_rows_device = nullptr;  // (1) the forward's counted_rows, or nullptr
+  const T* dloss_device = nullptr;               // (1) the loss gradient, or nullptr
 };
+
+// The factor dlogits carry: scale, times dloss (the value of *dloss_device, which the caller reads, when that
+// is given), divided by *counted_rows_device (0 for a count of 0) when that is given. Host and device.
+template <class T>
+ALPHA_HD acc_t<T> cross_entropy_gradient_factor(const CrossEntropyBackwardArgs<T>& args, double dloss) {
+  double factor = double(args.scale);
+  if (args.dloss_device) factor *= dloss;
+  if (args.counted_rows_device) {
+    const int64_t counted = *args.counted_rows_device;
+    factor = counted > 0 ? factor / double(counted) : 0.0;
+  }
+  return acc_t<T>(factor);
+}
 
 namespace cpu {
 template <class T> void cross_entropy(const CrossEntropyArgs<T>& args);
 template <class T> void cross_entropy_backward(const CrossEntropyBackwardArgs<T>& args);
 }  // namespace cpu
+
+#if ALPHA_WITH_CUDA
+// Device pointers (loss and counted_rows too); queued on `stream`. T = float, bf16 or f16, computing in f32.
+// Forward: one kernel, a warp (V up to 1024) or a block per row reading the row once (online max and
+// Σ exp), writing lse and the row's loss to scratch; a second one-block kernel adds the row losses and
+// counts the rows in a fixed order and writes loss and counted_rows. Nothing is read back to the host.
+// Backward: one kernel, a warp or a block per row, recomputing p from lse.
+namespace cuda {
+template <class T> void cross_entropy(const CrossEntropyArgs<T>& args, Stream stream);
+template <class T> void cross_entropy_backward(const CrossEntropyBackwardArgs<T>& args, Stream stream);
+}  // namespace cuda
+#endif
 
 }  // namespace alpha::kernels

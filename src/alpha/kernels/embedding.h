@@ -8,6 +8,7 @@
 #include <cstdint>
 
 #include "alpha/core/dtype.h"
+#include "alpha/core/stream.h"
 
 namespace alpha::kernels {
 
@@ -35,5 +36,16 @@ namespace cpu {
 template <class T> void embedding(const EmbeddingArgs<T>& args);
 template <class T> void embedding_backward(const EmbeddingBackwardArgs<T>& args);
 }  // namespace cpu
+
+#if ALPHA_WITH_CUDA
+// Device pointers; queued on `stream`. T = float, bf16 or f16. The forward copies bits (vectorised). The
+// backward sorts (id, position) pairs with CUB's stable radix sort, then one block per table row sums its
+// positions' dy rows in increasing position order in f64: the same bits on every run, equal to the CPU
+// kernel's f64 result rounded to T. No atomics. Scratch comes from the stream's memory pool.
+namespace cuda {
+template <class T> void embedding(const EmbeddingArgs<T>& args, Stream stream);
+template <class T> void embedding_backward(const EmbeddingBackwardArgs<T>& args, Stream stream);
+}  // namespace cuda
+#endif
 
 }  // namespace alpha::kernels

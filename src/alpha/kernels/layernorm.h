@@ -7,6 +7,7 @@
 #include <cstdint>
 
 #include "alpha/core/dtype.h"
+#include "alpha/core/stream.h"
 
 namespace alpha::kernels {
 
@@ -39,5 +40,16 @@ namespace cpu {
 template <class T> void layernorm(const LayerNormArgs<T>& args);
 template <class T> void layernorm_backward(const LayerNormBackwardArgs<T>& args);
 }  // namespace cpu
+
+#if ALPHA_WITH_CUDA
+// Device pointers; queued on `stream`. T = float, bf16 or f16, computing in f32 (acc_t<T> = float). The
+// forward is one kernel (a warp or a block per row, the row held in registers, two-pass statistics). The
+// backward is one kernel for dx and per-team partial sums of dweight and dbias, and, when either is wanted,
+// a second small kernel adding the partials in a fixed order: deterministic, no atomics.
+namespace cuda {
+template <class T> void layernorm(const LayerNormArgs<T>& args, Stream stream);
+template <class T> void layernorm_backward(const LayerNormBackwardArgs<T>& args, Stream stream);
+}  // namespace cuda
+#endif
 
 }  // namespace alpha::kernels

@@ -9,28 +9,28 @@ namespace alpha::ops {
 
 namespace {
 
-// Validates a float input x and runs launch.template operator()<T>(x contiguous, fresh output).
+// Validates a float input x and runs launch.template operator()<T>(where, x contiguous, fresh output).
 template <class Launch>
 Tensor activation_forward(std::string_view op, const Tensor& x, Launch&& launch) {
-  check_cpu_float(op, "x", x);
+  check_backend_float(op, "x", x);
   Tensor xc = x.contiguous();
   Tensor y = Tensor::empty(x.shape(), x.dtype(), x.device());
-  dispatch_cpu_float(op, x, [&]<class T>() { launch.template operator()<T>(xc, y); });
+  dispatch_float(op, x, [&]<class T>(const auto& where) { launch.template operator()<T>(where, xc, y); });
   return y;
 }
 
 // Validates dy against the saved forward tensor (named saved_arg) and runs
-// launch.template operator()<T>(dy contiguous, saved contiguous, fresh dx).
+// launch.template operator()<T>(where, dy contiguous, saved contiguous, fresh dx).
 template <class Launch>
 Tensor activation_backward(std::string_view op, const Tensor& dy, const Tensor& saved, std::string_view saved_arg,
                 Launch&& launch) {
-  check_cpu_float(op, saved_arg, saved);
+  check_backend_float(op, saved_arg, saved);
   check_same_device(op, "dy", dy, saved);
   check_same_dtype(op, "dy", dy, saved);
   check_shape(op, "dy", dy, saved.shape());
   Tensor dyc = dy.contiguous(), sc = saved.contiguous();
   Tensor dx = Tensor::empty(saved.shape(), saved.dtype(), saved.device());
-  dispatch_cpu_float(op, saved, [&]<class T>() { launch.template operator()<T>(dyc, sc, dx); });
+  dispatch_float(op, saved, [&]<class T>(const auto& where) { launch.template operator()<T>(where, dyc, sc, dx); });
   return dx;
 }
 
@@ -46,45 +46,50 @@ int64_t last_dim(std::string_view op, std::string_view arg, const Tensor& t) {
 }  // namespace
 
 Tensor gelu(const Tensor& x) {
-  return activation_forward("gelu", x, [&]<class T>(const Tensor& xc, Tensor& y) {
-    kernels::cpu::gelu(kernels::GeluArgs<T>{xc.data<T>(), y.data<T>(), y.numel()});
+  return activation_forward("gelu", x, [&]<class T>(const auto& where, const Tensor& xc, Tensor& y) {
+    ALPHA_KERNEL(gelu)(where, kernels::GeluArgs<T>{xc.data<T>(), y.data<T>(), y.numel()});
   });
 }
 
 Tensor gelu_backward(const Tensor& dy, const Tensor& x) {
-  return activation_backward("gelu_backward", dy, x, "x", [&]<class T>(const Tensor& dyc, const Tensor& xc, Tensor& dx) {
-    kernels::cpu::gelu_backward(kernels::GeluBackwardArgs<T>{dyc.data<T>(), xc.data<T>(), dx.data<T>(), dx.numel()});
+  return activation_backward("gelu_backward", dy, x, "x",
+                             [&]<class T>(const auto& where, const Tensor& dyc, const Tensor& xc, Tensor& dx) {
+    ALPHA_KERNEL(gelu_backward)(where,
+                                kernels::GeluBackwardArgs<T>{dyc.data<T>(), xc.data<T>(), dx.data<T>(), dx.numel()});
   });
 }
 
 Tensor softcap(const Tensor& x, double cap) {
   check_cap("softcap", cap);
-  return activation_forward("softcap", x, [&]<class T>(const Tensor& xc, Tensor& y) {
-    kernels::cpu::softcap(kernels::SoftcapArgs<T>{xc.data<T>(), y.data<T>(), acc_t<T>(cap), y.numel()});
+  return activation_forward("softcap", x, [&]<class T>(const auto& where, const Tensor& xc, Tensor& y) {
+    ALPHA_KERNEL(softcap)(where, kernels::SoftcapArgs<T>{xc.data<T>(), y.data<T>(), acc_t<T>(cap), y.numel()});
   });
 }
 
 Tensor softcap_backward(const Tensor& dy, const Tensor& y, double cap) {
   check_cap("softcap_backward", cap);
-  return activation_backward("softcap_backward", dy, y, "y", [&]<class T>(const Tensor& dyc, const Tensor& yc, Tensor& dx) {
-    kernels::cpu::softcap_backward(
-        kernels::SoftcapBackwardArgs<T>{dyc.data<T>(), yc.data<T>(), dx.data<T>(), acc_t<T>(cap), dx.numel()});
+  return activation_backward("softcap_backward", dy, y, "y",
+                             [&]<class T>(const auto& where, const Tensor& dyc, const Tensor& yc, Tensor& dx) {
+    ALPHA_KERNEL(softcap_backward)(
+        where, kernels::SoftcapBackwardArgs<T>{dyc.data<T>(), yc.data<T>(), dx.data<T>(), acc_t<T>(cap), dx.numel()});
   });
 }
 
 Tensor softmax(const Tensor& x) {
   int64_t cols = last_dim("softmax", "x", x);
-  return activation_forward("softmax", x, [&]<class T>(const Tensor& xc, Tensor& y) {
+  return activation_forward("softmax", x, [&]<class T>(const auto& where, const Tensor& xc, Tensor& y) {
     int64_t rows = cols == 0 ? 0 : y.numel() / cols;
-    kernels::cpu::softmax(kernels::SoftmaxArgs<T>{xc.data<T>(), y.data<T>(), rows, cols});
+    ALPHA_KERNEL(softmax)(where, kernels::SoftmaxArgs<T>{xc.data<T>(), y.data<T>(), rows, cols});
   });
 }
 
 Tensor softmax_backward(const Tensor& dy, const Tensor& y) {
   int64_t cols = last_dim("softmax_backward", "y", y);
-  return activation_backward("softmax_backward", dy, y, "y", [&]<class T>(const Tensor& dyc, const Tensor& yc, Tensor& dx) {
+  return activation_backward("softmax_backward", dy, y, "y",
+                             [&]<class T>(const auto& where, const Tensor& dyc, const Tensor& yc, Tensor& dx) {
     int64_t rows = cols == 0 ? 0 : dx.numel() / cols;
-    kernels::cpu::softmax_backward(kernels::SoftmaxBackwardArgs<T>{dyc.data<T>(), yc.data<T>(), dx.data<T>(), rows, cols});
+    ALPHA_KERNEL(softmax_backward)(
+        where, kernels::SoftmaxBackwardArgs<T>{dyc.data<T>(), yc.data<T>(), dx.data<T>(), rows, cols});
   });
 }
 

@@ -8,7 +8,8 @@ namespace alpha::ops {
 
 namespace {
 
-// Validated, contiguous ids on the reference tensor's device.
+// Validated, contiguous ids on the reference tensor's device. On a GPU the range check reads the ids on the
+// host (index_check.h: one device-to-host copy that waits for the device's stream).
 Tensor checked_ids(std::string_view op, const Tensor& ids, const Tensor& reference, int64_t vocab_size) {
   check_dtype(op, "ids", ids, {DType::i32});
   check_same_device(op, "ids", ids, reference);
@@ -20,7 +21,7 @@ Tensor checked_ids(std::string_view op, const Tensor& ids, const Tensor& referen
 }  // namespace
 
 Tensor embedding(const Tensor& ids, const Tensor& table) {
-  check_cpu_float("embedding", "table", table);
+  check_backend_float("embedding", "table", table);
   check_dim("embedding", "table", table, 2);
   const int64_t V = table.size(0), C = table.size(1);
   Tensor idc = checked_ids("embedding", ids, table, V);
@@ -28,15 +29,16 @@ Tensor embedding(const Tensor& ids, const Tensor& table) {
   Shape out_shape = ids.shape();
   out_shape.push_back(C);
   Tensor out = Tensor::empty(out_shape, table.dtype(), table.device());
-  dispatch_cpu_float("embedding", table, [&]<class T>() {
-    kernels::cpu::embedding(
-        kernels::EmbeddingArgs<T>{idc.data<int32_t>(), tc.data<T>(), out.data<T>(), idc.numel(), V, C});
+  // ids are i32 whatever the table holds: the kernel's element type is the table's.
+  dispatch_float("embedding", table, [&]<class T>(const auto& where) {
+    ALPHA_KERNEL(embedding)(
+        where, kernels::EmbeddingArgs<T>{idc.data<int32_t>(), tc.data<T>(), out.data<T>(), idc.numel(), V, C});
   });
   return out;
 }
 
 Tensor embedding_backward(const Tensor& dy, const Tensor& ids, int64_t vocab_size) {
-  check_cpu_float("embedding_backward", "dy", dy);
+  check_backend_float("embedding_backward", "dy", dy);
   if (vocab_size < 1)
     raise<ValueError>("embedding_backward", "vocab_size", "at least 1", std::to_string(vocab_size));
   check_min_dim("embedding_backward", "dy", dy, 1);
@@ -47,8 +49,8 @@ Tensor embedding_backward(const Tensor& dy, const Tensor& ids, int64_t vocab_siz
   check_shape("embedding_backward", "dy", dy, dy_shape);
   Tensor dyc = dy.contiguous();
   Tensor dtable = Tensor::empty({vocab_size, C}, dy.dtype(), dy.device());
-  dispatch_cpu_float("embedding_backward", dy, [&]<class T>() {
-    kernels::cpu::embedding_backward(kernels::EmbeddingBackwardArgs<T>{
+  dispatch_float("embedding_backward", dy, [&]<class T>(const auto& where) {
+    ALPHA_KERNEL(embedding_backward)(where, kernels::EmbeddingBackwardArgs<T>{
         dyc.data<T>(), idc.data<int32_t>(), dtable.data<T>(), idc.numel(), vocab_size, C});
   });
   return dtable;

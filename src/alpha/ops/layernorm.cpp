@@ -11,7 +11,7 @@ namespace {
 
 // Validates x [..., C] and weight [C]; returns C.
 int64_t check_layernorm_operands(std::string_view op, const Tensor& x, const Tensor& weight) {
-  check_cpu_float(op, "x", x);
+  check_backend_float(op, "x", x);
   check_min_dim(op, "x", x, 1);
   check_same_device(op, "weight", weight, x);
   check_same_dtype(op, "weight", weight, x);
@@ -47,11 +47,11 @@ LayerNormOutput layernorm(const Tensor& x, const Tensor& weight, const Tensor& b
   LayerNormOutput out{Tensor::empty(x.shape(), x.dtype(), x.device()),
                       Tensor::empty({rows}, accumulation_dtype(x.dtype()), x.device()),
                       Tensor::empty({rows}, accumulation_dtype(x.dtype()), x.device())};
-  dispatch_cpu_float(op, x, [&]<class T>() {
+  dispatch_float(op, x, [&]<class T>(const auto& where) {
     using A = acc_t<T>;
-    kernels::cpu::layernorm(kernels::LayerNormArgs<T>{xc.data<T>(), wc.data<T>(),
-                                                      bc.defined() ? bc.data<T>() : nullptr, out.y.data<T>(),
-                                                      out.mean.data<A>(), out.rstd.data<A>(), rows, cols, A(eps)});
+    ALPHA_KERNEL(layernorm)(where, kernels::LayerNormArgs<T>{xc.data<T>(), wc.data<T>(),
+                                                             bc.defined() ? bc.data<T>() : nullptr, out.y.data<T>(),
+                                                             out.mean.data<A>(), out.rstd.data<A>(), rows, cols, A(eps)});
   });
   return out;
 }
@@ -70,10 +70,10 @@ LayerNormGrads layernorm_backward(const Tensor& dy, const Tensor& x, const Tenso
   if (need_dx) grads.dx = Tensor::empty(x.shape(), x.dtype(), x.device());
   if (need_dweight) grads.dweight = Tensor::empty({cols}, x.dtype(), x.device());
   if (need_dbias) grads.dbias = Tensor::empty({cols}, x.dtype(), x.device());
-  dispatch_cpu_float(op, x, [&]<class T>() {
+  dispatch_float(op, x, [&]<class T>(const auto& where) {
     using A = acc_t<T>;
     auto out = [](const Tensor& t) { return t.defined() ? t.data<T>() : nullptr; };
-    kernels::cpu::layernorm_backward(kernels::LayerNormBackwardArgs<T>{
+    ALPHA_KERNEL(layernorm_backward)(where, kernels::LayerNormBackwardArgs<T>{
         dyc.data<T>(), xc.data<T>(), wc.data<T>(), mean.data<A>(), rstd.data<A>(), out(grads.dx),
         out(grads.dweight), out(grads.dbias), row_count(x), cols});
   });

@@ -42,6 +42,7 @@ template <class T>
 void cross_entropy_backward(const CrossEntropyBackwardArgs<T>& args) {
   using A = acc_t<T>;
   const int64_t N = args.rows, V = args.vocab;
+  const A scale = cross_entropy_gradient_factor(args, args.dloss_device ? double(*args.dloss_device) : 0.0);
 #pragma omp parallel for schedule(static)
   for (int64_t r = 0; r < N; ++r) {
     const T* x = args.logits + r * V;
@@ -52,8 +53,8 @@ void cross_entropy_backward(const CrossEntropyBackwardArgs<T>& args) {
       continue;
     }
     A lse = args.lse[r];
-    for (int64_t j = 0; j < V; ++j) dx[j] = T(args.scale * std::exp(A(x[j]) - lse));
-    dx[target] = T(args.scale * (std::exp(A(x[target]) - lse) - A(1)));
+    for (int64_t j = 0; j < V; ++j) dx[j] = T(scale * std::exp(A(x[j]) - lse));
+    dx[target] = T(scale * (std::exp(A(x[target]) - lse) - A(1)));
   }
 }
 

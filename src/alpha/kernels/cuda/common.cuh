@@ -1,14 +1,18 @@
 // Device-side building blocks shared by the CUDA kernels: how each element type is held and converted to
-// and from f32 (round to nearest even), 128-bit vector loads and stores of f32 or 16-bit elements, and warp
+// and from f32 (round to nearest even), 128-bit vector loads and stores of f32 or 16-bit elements, warp
 // and block reductions whose order is fixed (a butterfly within a warp, then warp 0 over the warps' results),
-// so every reduction built on them gives the same bits on every run.
+// so every reduction built on them gives the same bits on every run, the vectorised element-wise map
+// (launch_map) and stream-ordered scratch memory (StreamScratch).
 #pragma once
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include <algorithm>
 #include <cstdint>
 
 #include "alpha/core/dtype.h"
+#include "alpha/core/stream.h"
+#include "alpha/runtime/cuda_check.cuh"
 
 namespace alpha::kernels::cuda {
 
@@ -33,8 +37,8 @@ template <class T> using Bits = typename Elem<T>::Bits;
 static_assert(sizeof(bf16) == 2 && sizeof(f16) == 2, "bf16/f16 are one 16-bit word");
 
 // bf16 and f16 are standard-layout structs holding one uint16_t, so a pointer to one is a pointer to its bits.
-template <class T> const Bits<T>* bits(const T* p) { return reinterpret_cast<const Bits<T>*>(p); }
-template <class T> Bits<T>* bits(T* p) { return reinterpret_cast<Bits<T>*>(p); }
+template <class T> __host__ __device__ const Bits<T>* bits(const T* p) { return reinterpret_cast<const Bits<T>*>(p); }
+template <class T> __host__ __device__ Bits<T>* bits(T* p) { return reinterpret_cast<Bits<T>*>(p); }
 
 constexpr int kVectorBytes = 16;
 template <class T> inline constexpr int kLanes = kVectorBytes / int(sizeof(T));
@@ -93,5 +97,90 @@ __device__ inline float block_reduce(float v, float* scratch) {
 }
 __device__ inline float block_sum(float v, float* scratch) { return block_reduce<false>(v, scratch); }
 __device__ inline float block_max(float v, float* scratch) { return block_reduce<true>(v, scratch); }
+
+// Element-wise map: out[i] = op(a[i], b[i]) over n elements, for an op on f32 values with kInputs = 1 (b
+// unused, may be nullptr) or 2. 128-bit loads and stores move 4 f32 or 8 16-bit elements at a time. When
+// every pointer sits at the same offset within 16 bytes, a scalar head brings them to the boundary, the body
+// moves whole vectors and a scalar tail ends it; pointers at different offsets take the scalar path.
+template <class T>
+struct MapArgs {
+  const Bits<T>* a;  // (n)
+  const Bits<T>* b;  // (n), unused by unary operations
+  Bits<T>* out;      // (n), may alias a or b
+  int64_t n;
+  int64_t head;      // elements before the first 16-byte boundary; -1: scalar path throughout
+};
+
+template <class T, class Op>
+__global__ void map_kernel(MapArgs<T> m, Op op) {
+  constexpr int W = kLanes<T>;
+  const int64_t first = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  const int64_t stride = int64_t(gridDim.x) * blockDim.x;
+  auto scalar = [&](int64_t i) {
+    float b = 0.0f;
+    if constexpr (Op::kInputs == 2) b = Elem<T>::load(m.b[i]);
+    m.out[i] = Elem<T>::store(op(Elem<T>::load(m.a[i]), b));
+  };
+  if (m.head < 0) {
+    for (int64_t i = first; i < m.n; i += stride) scalar(i);
+    return;
+  }
+  const int64_t vectors = (m.n - m.head) / W;
+  const int64_t tail = m.head + vectors * W;
+  if (first < m.head) scalar(first);
+  if (first < m.n - tail) scalar(tail + first);
+  for (int64_t v = first; v < vectors; v += stride) {
+    const int64_t i = m.head + v * W;
+    float a[W], b[W] = {}, r[W];
+    unpack<T>(*reinterpret_cast<const uint4*>(m.a + i), a);
+    if constexpr (Op::kInputs == 2) unpack<T>(*reinterpret_cast<const uint4*>(m.b + i), b);
+    for (int k = 0; k < W; ++k) r[k] = op(a[k], b[k]);
+    *reinterpret_cast<uint4*>(m.out + i) = pack<T>(r);
+  }
+}
+
+constexpr int kMapThreads = 256;
+constexpr int64_t kMaxMapBlocks = 1 << 16;  // grid-stride beyond this: enough blocks to fill any current GPU
+
+inline int64_t misalignment(const void* p) { return int64_t(reinterpret_cast<uintptr_t>(p) % kVectorBytes); }
+
+template <class T, class Op>
+void launch_map(const T* a, const T* b, T* out, int64_t n, Op op, Stream stream) {
+  if (n == 0) return;
+  const int64_t offset = misalignment(a);
+  const bool vectorised = misalignment(out) == offset && (Op::kInputs == 1 || misalignment(b) == offset);
+  MapArgs<T> m{bits(a), bits(b), bits(out), n, -1};
+  int64_t work = n;
+  if (vectorised) {
+    m.head = std::min<int64_t>(n, (kVectorBytes - offset) % kVectorBytes / int64_t(sizeof(T)));
+    work = std::max<int64_t>((n - m.head) / kLanes<T>, kLanes<T>);  // at least one thread per head/tail element
+  }
+  const int64_t blocks = std::min((work + kMapThreads - 1) / kMapThreads, kMaxMapBlocks);
+  constexpr auto kernel = map_kernel<T, Op>;
+  ALPHA_CUDA_LAUNCH(kernel, unsigned(blocks), kMapThreads, alpha::cuda::stream_handle(stream), m, op);
+}
+
+// Scratch memory ordered on a stream (cudaMallocAsync from the device's pool, cudaFreeAsync on the same
+// stream when it goes out of scope): the kernels queued on the stream in between may use it. A release that
+// fails is not reported (a destructor cannot throw); the next checked call on the stream reports a broken
+// stream.
+class StreamScratch {
+ public:
+  StreamScratch(size_t bytes, cudaStream_t stream) : stream_(stream) {
+    if (bytes > 0) ALPHA_CUDA_CHECK(cudaMallocAsync(&data_, bytes, stream));
+  }
+  ~StreamScratch() {
+    if (data_) cudaFreeAsync(data_, stream_);
+  }
+  StreamScratch(const StreamScratch&) = delete;
+  StreamScratch& operator=(const StreamScratch&) = delete;
+  template <class U> U* as(size_t byte_offset = 0) const {
+    return reinterpret_cast<U*>(static_cast<char*>(data_) + byte_offset);
+  }
+
+ private:
+  void* data_ = nullptr;
+  cudaStream_t stream_;
+};
 
 }  // namespace alpha::kernels::cuda

@@ -5,9 +5,7 @@
 // Arithmetic uses __fadd_rn/__fmul_rn, never a fused multiply-add, so every result is rounded as the CPU
 // kernel rounds it (one f32 rounding per operation, then one to the storage type): the backends agree bit
 // for bit on add, mul, scale and axpy.
-// Map: 128-bit loads and stores move 4 f32 or 8 16-bit elements at a time. When every pointer sits at the
-// same offset within 16 bytes, a scalar head brings them to the boundary, the body moves whole vectors
-// and a scalar tail ends it; pointers at different offsets take the scalar path.
+// Map: launch_map (common.cuh), 128-bit loads and stores with a scalar head and tail.
 // Sum: each block reduces one fixed chunk of kSumBlock elements (a fixed stride per thread, then a fixed
 // shared-memory tree) into a partial; one final block reduces the partials the same way. The order depends
 // only on n, so the result has the same bits on every run and every GPU; there are no atomics.
@@ -41,63 +39,7 @@ struct Axpy {  // a = y, b = x
   __device__ float operator()(float y, float x) const { return __fadd_rn(y, __fmul_rn(alpha, x)); }
 };
 
-template <class T>
-struct MapArgs {
-  const Bits<T>* a;  // (n)
-  const Bits<T>* b;  // (n), unused by unary operations
-  Bits<T>* out;      // (n), may alias a or b
-  int64_t n;
-  int64_t head;      // elements before the first 16-byte boundary; -1: scalar path throughout
-};
-
-template <class T, class Op>
-__global__ void map_kernel(MapArgs<T> m, Op op) {
-  constexpr int W = kLanes<T>;
-  const int64_t first = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
-  const int64_t stride = int64_t(gridDim.x) * blockDim.x;
-  auto scalar = [&](int64_t i) {
-    float b = 0.0f;
-    if constexpr (Op::kInputs == 2) b = Elem<T>::load(m.b[i]);
-    m.out[i] = Elem<T>::store(op(Elem<T>::load(m.a[i]), b));
-  };
-  if (m.head < 0) {
-    for (int64_t i = first; i < m.n; i += stride) scalar(i);
-    return;
-  }
-  const int64_t vectors = (m.n - m.head) / W;
-  const int64_t tail = m.head + vectors * W;
-  if (first < m.head) scalar(first);
-  if (first < m.n - tail) scalar(tail + first);
-  for (int64_t v = first; v < vectors; v += stride) {
-    const int64_t i = m.head + v * W;
-    float a[W], b[W] = {}, r[W];
-    unpack<T>(*reinterpret_cast<const uint4*>(m.a + i), a);
-    if constexpr (Op::kInputs == 2) unpack<T>(*reinterpret_cast<const uint4*>(m.b + i), b);
-    for (int k = 0; k < W; ++k) r[k] = op(a[k], b[k]);
-    *reinterpret_cast<uint4*>(m.out + i) = pack<T>(r);
-  }
-}
-
 constexpr int kThreads = 256;
-constexpr int64_t kMaxBlocks = 1 << 16;  // grid-stride beyond this: enough blocks to fill any current GPU
-
-int64_t misalignment(const void* p) { return int64_t(reinterpret_cast<uintptr_t>(p) % kVectorBytes); }
-
-template <class T, class Op>
-void launch_map(const T* a, const T* b, T* out, int64_t n, Op op, Stream stream) {
-  if (n == 0) return;
-  const int64_t offset = misalignment(a);
-  const bool vectorised = misalignment(out) == offset && (Op::kInputs == 1 || misalignment(b) == offset);
-  MapArgs<T> m{bits(a), bits(b), bits(out), n, -1};
-  int64_t work = n;
-  if (vectorised) {
-    m.head = std::min<int64_t>(n, (kVectorBytes - offset) % kVectorBytes / int64_t(sizeof(T)));
-    work = std::max<int64_t>((n - m.head) / kLanes<T>, kLanes<T>);  // at least one thread per head/tail element
-  }
-  const int64_t blocks = std::min((work + kThreads - 1) / kThreads, kMaxBlocks);
-  constexpr auto kernel = map_kernel<T, Op>;
-  ALPHA_CUDA_LAUNCH(kernel, unsigned(blocks), kThreads, alpha::cuda::stream_handle(stream), m, op);
-}
 
 static_assert(kSumBlock % kThreads == 0, "a sum chunk is whole strides of the block");
 

@@ -1,0 +1,174 @@
+// CUDA embedding lookup and its deterministic backward over device buffers, taking the CPU backend's
+// argument structs (kernels/embedding.h). Element types: f32, and bf16/f16 storage.
+//
+// Forward: a grid-stride copy of table rows, one chunk (one element, or one 128-bit vector when C and the
+// pointers allow) per thread step; bits are copied, not converted. An id outside [0, V) (which the op layer
+// rejects before launching) gives a NaN row instead of a read out of bounds.
+// Backward, three steps and no atomics: (1) keys[i] = ids[i] (V for an id outside [0, V), a bucket that is
+// never written) and order[i] = i; (2) CUB's radix sort of (key, position) pairs, which is stable, so the
+// positions of each id come out in increasing order; (3) one block per table row v finds its positions by
+// binary search in the sorted keys and each thread sums its columns' dy over them in that order, in f64
+// (as the CPU kernel does), then rounds once to f32 and to T. Rows no position uses get 0. The order of
+// every addition is fixed by the ids alone, so the result has the same bits on every run, and equals the
+// CPU kernel's in f64 rounded to T. Scratch (keys, positions, CUB's temporary storage) is stream-ordered.
+#include <cub/device/device_radix_sort.cuh>
+
+#include <bit>
+#include <string>
+
+#include "alpha/core/error.h"
+#include "alpha/kernels/cuda/common.cuh"
+#include "alpha/kernels/embedding.h"
+
+namespace alpha::kernels::cuda {
+
+namespace {
+
+constexpr int kThreads = 256;
+constexpr int64_t kMaxBlocks = 1 << 16;
+
+// One chunk of V elements copied as bits: V = 1, or kLanes<T> (a 16-byte vector).
+template <class T, int V>
+__device__ void copy_chunk(const Bits<T>* from, Bits<T>* to, int64_t j) {
+  if constexpr (V == 1) to[j] = from[j];
+  else reinterpret_cast<uint4*>(to)[j] = reinterpret_cast<const uint4*>(from)[j];
+}
+
+template <class T, int V>
+__global__ void __launch_bounds__(kThreads) embedding_kernel(EmbeddingArgs<T> a) {
+  const int64_t C = a.channels, chunks = C / V;
+  const int64_t total = a.positions * chunks;
+  for (int64_t e = int64_t(blockIdx.x) * kThreads + threadIdx.x; e < total; e += int64_t(gridDim.x) * kThreads) {
+    const int64_t i = e / chunks, j = e % chunks;
+    const int32_t id = a.ids[i];
+    Bits<T>* out = bits(a.out) + i * C;
+    if (id >= 0 && id < a.vocab) {
+      copy_chunk<T, V>(bits(a.table) + int64_t(id) * C, out, j);
+    } else {
+      const Bits<T> nan = Elem<T>::store(NAN);
+      for (int v = 0; v < V; ++v) out[j * V + v] = nan;
+    }
+  }
+}
+
+// Step 1: the sort's input pairs.
+__global__ void __launch_bounds__(kThreads)
+    embedding_keys_kernel(const int32_t* ids, int64_t positions, int64_t vocab, uint32_t* keys, int32_t* order) {
+  for (int64_t i = int64_t(blockIdx.x) * kThreads + threadIdx.x; i < positions; i += int64_t(gridDim.x) * kThreads) {
+    const int32_t id = ids[i];
+    keys[i] = id >= 0 && id < vocab ? uint32_t(id) : uint32_t(vocab);
+    order[i] = int32_t(i);
+  }
+}
+
+// First index in keys[0, n) (ascending) whose key is not below `key`.
+__device__ int64_t lower_bound(const uint32_t* keys, int64_t n, uint32_t key) {
+  int64_t lo = 0, hi = n;
+  while (lo < hi) {
+    const int64_t mid = lo + (hi - lo) / 2;
+    if (keys[mid] < key) lo = mid + 1;
+    else hi = mid;
+  }
+  return lo;
+}
+
+constexpr int kRowThreads = 128;
+
+// Step 3: block per table row. keys/order: the sorted pairs (positions entries; null when positions is 0).
+template <class T, int V>
+__global__ void __launch_bounds__(kRowThreads)
+    embedding_backward_kernel(EmbeddingBackwardArgs<T> a, const uint32_t* keys, const int32_t* order) {
+  const int64_t C = a.channels, chunks = C / V;
+  for (int64_t v = blockIdx.x; v < a.vocab; v += gridDim.x) {
+    const int64_t begin = lower_bound(keys, a.positions, uint32_t(v));
+    const int64_t end = lower_bound(keys, a.positions, uint32_t(v + 1));
+    Bits<T>* out = bits(a.dtable) + v * C;
+    for (int64_t j = threadIdx.x; j < chunks; j += kRowThreads) {
+      double sum[V] = {};
+      for (int64_t k = begin; k < end; ++k) {
+        float f[V];
+        const Bits<T>* dy = bits(a.dy) + int64_t(order[k]) * C;
+        if constexpr (V == 1) f[0] = Elem<T>::load(dy[j]);
+        else unpack<T>(reinterpret_cast<const uint4*>(dy)[j], f);
+        for (int u = 0; u < V; ++u) sum[u] += double(f[u]);
+      }
+      float rounded[V];
+      for (int u = 0; u < V; ++u) rounded[u] = float(sum[u]);
+      if constexpr (V == 1) out[j] = Elem<T>::store(rounded[0]);
+      else reinterpret_cast<uint4*>(out)[j] = pack<T>(rounded);
+    }
+  }
+}
+
+bool aligned(const void* p) { return misalignment(p) == 0; }
+
+size_t round_up(size_t bytes) { return (bytes + 255) / 256 * 256; }
+
+}  // namespace
+
+template <class T>
+void embedding(const EmbeddingArgs<T>& args, Stream stream) {
+  const int64_t total = args.positions * args.channels;
+  if (total == 0) return;
+  cudaStream_t s = alpha::cuda::stream_handle(stream);
+  auto launch = [&]<int V>() {
+    const int64_t work = total / V;
+    const unsigned blocks = unsigned(std::min((work + kThreads - 1) / kThreads, kMaxBlocks));
+    constexpr auto kernel = embedding_kernel<T, V>;
+    ALPHA_CUDA_LAUNCH(kernel, blocks, kThreads, s, args);
+  };
+  if (args.channels % kLanes<T> == 0 && aligned(args.table) && aligned(args.out)) launch.template operator()<kLanes<T>>();
+  else launch.template operator()<1>();
+}
+
+template <class T>
+void embedding_backward(const EmbeddingBackwardArgs<T>& args, Stream stream) {
+  if (args.vocab == 0 || args.channels == 0) return;
+  if (args.positions > INT32_MAX)
+    raise<ValueError>("embedding_backward", "positions", "at most 2^31 - 1 positions (CUDA kernel)",
+                      std::to_string(args.positions));
+  cudaStream_t s = alpha::cuda::stream_handle(stream);
+  const int n = int(args.positions);
+  // Keys are ids in [0, vocab] (vocab: the bucket of invalid ids): the sort looks at their low end_bit bits.
+  const int end_bit = std::max(1, int(std::bit_width(uint64_t(args.vocab))));
+  size_t cub_bytes = 0;
+  if (n > 0)
+    ALPHA_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(nullptr, cub_bytes, static_cast<const uint32_t*>(nullptr),
+                                                     static_cast<uint32_t*>(nullptr), static_cast<const int32_t*>(nullptr),
+                                                     static_cast<int32_t*>(nullptr), n, 0, end_bit, s));
+  const size_t keys_bytes = round_up(size_t(n) * sizeof(uint32_t)), order_bytes = round_up(size_t(n) * sizeof(int32_t));
+  StreamScratch scratch(n > 0 ? 2 * keys_bytes + 2 * order_bytes + cub_bytes : 0, s);
+  uint32_t* keys_in = scratch.as<uint32_t>(0);
+  uint32_t* keys = scratch.as<uint32_t>(keys_bytes);
+  int32_t* order_in = scratch.as<int32_t>(2 * keys_bytes);
+  int32_t* order = scratch.as<int32_t>(2 * keys_bytes + order_bytes);
+  void* cub_storage = scratch.as<char>(2 * keys_bytes + 2 * order_bytes);
+  if (n > 0) {
+    const unsigned blocks = unsigned(std::min<int64_t>((n + kThreads - 1) / kThreads, kMaxBlocks));
+    ALPHA_CUDA_LAUNCH(embedding_keys_kernel, blocks, kThreads, s, args.ids, args.positions, args.vocab, keys_in, order_in);
+    ALPHA_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(cub_storage, cub_bytes, keys_in, keys, order_in, order, n, 0,
+                                                     end_bit, s));
+  } else {
+    keys = nullptr;
+    order = nullptr;
+  }
+  const unsigned blocks = unsigned(std::min<int64_t>(args.vocab, kMaxBlocks));
+  const bool vectorised = args.channels % kLanes<T> == 0 && aligned(args.dy) && aligned(args.dtable);
+  if (vectorised) {
+    constexpr auto kernel = embedding_backward_kernel<T, kLanes<T>>;
+    ALPHA_CUDA_LAUNCH(kernel, blocks, kRowThreads, s, args, keys, order);
+  } else {
+    constexpr auto kernel = embedding_backward_kernel<T, 1>;
+    ALPHA_CUDA_LAUNCH(kernel, blocks, kRowThreads, s, args, keys, order);
+  }
+}
+
+#define ALPHA_INSTANTIATE(T)                                                           \
+  template void embedding<T>(const EmbeddingArgs<T>&, Stream);                         \
+  template void embedding_backward<T>(const EmbeddingBackwardArgs<T>&, Stream);
+ALPHA_INSTANTIATE(float)
+ALPHA_INSTANTIATE(bf16)
+ALPHA_INSTANTIATE(f16)
+#undef ALPHA_INSTANTIATE
+
+}  // namespace alpha::kernels::cuda

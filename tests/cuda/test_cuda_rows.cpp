@@ -1,0 +1,208 @@
+// The row ops (layer norm, activations, softmax, cross-entropy, embedding) on GPU tensors: each dispatches
+// to the tensor's device, matches the CPU op on the same (already rounded) values within the harness's
+// tolerance rows (cuda.*, by the GPU output's dtype), and raises the same typed errors for bad inputs.
+// Every test skips itself without a GPU or without the CUDA backend.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstring>
+#include <string>
+
+#include "alpha/ops/activation.h"
+#include "alpha/ops/check.h"
+#include "alpha/ops/cross_entropy.h"
+#include "alpha/ops/embedding.h"
+#include "alpha/ops/layernorm.h"
+#include "kernels/kernel_helpers.h"
+#include "support/checks.h"
+#include "support/gpu.h"
+
+namespace alpha {
+namespace {
+
+class CudaRows : public test::GpuTest<> {};
+
+#if ALPHA_WITH_CUDA
+const Device kGpu = Device::cuda(0);
+const Device kCpu = Device::cpu();
+constexpr DType kGpuDtypes[] = {DType::f32, DType::bf16, DType::f16};
+
+// got (a GPU tensor in its dtype) against want (a CPU tensor) with the row (check, got's dtype).
+::testing::AssertionResult gpu_close(const Tensor& got, const Tensor& want, std::string_view check) {
+  if (got.device() != kGpu) return ::testing::AssertionFailure() << "result on " << got.device().str();
+  return test::all_close(got.to(kCpu), want, check);
+}
+
+::testing::AssertionResult same_bits(const Tensor& a, const Tensor& b) {
+  Tensor x = a.to(kCpu).contiguous(), y = b.to(kCpu).contiguous();
+  if (x.dtype() != y.dtype() || x.shape() != y.shape())
+    return ::testing::AssertionFailure() << x.describe() << " vs " << y.describe();
+  if (std::memcmp(x.raw_data(), y.raw_data(), x.nbytes()) != 0) return ::testing::AssertionFailure() << "bits differ";
+  return ::testing::AssertionSuccess();
+}
+
+// A random tensor rounded to dtype: the GPU input, and the same values in f32 for the CPU op.
+struct Input {
+  Tensor gpu, cpu;
+};
+Input input(Shape shape, DType dtype, double lo = -1.0, double hi = 1.0) {
+  Tensor t = test::random(std::move(shape), dtype, lo, hi);
+  return {t.to(kGpu), t.to(DType::f32)};
+}
+#endif
+
+TEST_F(CudaRows, LayerNormMatchesCpu) {
+#if ALPHA_WITH_CUDA
+  for (DType dtype : kGpuDtypes) {
+    SCOPED_TRACE(dtype_name(dtype));
+    for (Shape shape : {Shape{4, 33, 768}, Shape{5, 1025}, Shape{7, 3}}) {
+      const int64_t C = shape.back();
+      Input x = input(shape, dtype), w = input({C}, dtype), b = input({C}, dtype), dy = input(shape, dtype);
+      uint64_t launches = ops::kernel_launches();
+      ops::LayerNormOutput got = ops::layernorm(x.gpu, w.gpu, b.gpu, 1e-5);
+      EXPECT_EQ(ops::kernel_launches(), launches + 1);
+      ops::LayerNormOutput want = ops::layernorm(x.cpu, w.cpu, b.cpu, 1e-5);
+      EXPECT_TRUE(gpu_close(got.y, want.y, "cuda.layernorm"));
+      EXPECT_TRUE(gpu_close(got.mean, want.mean, "cuda.layernorm"));
+      EXPECT_TRUE(gpu_close(got.rstd, want.rstd, "cuda.layernorm"));
+      ops::LayerNormOutput no_bias = ops::layernorm(x.gpu, w.gpu, Tensor(), 1e-5);
+      EXPECT_TRUE(gpu_close(no_bias.y, ops::layernorm(x.cpu, w.cpu, Tensor(), 1e-5).y, "cuda.layernorm"));
+
+      // The backward from the CPU's statistics on both sides.
+      ops::LayerNormGrads g = ops::layernorm_backward(dy.gpu, x.gpu, w.gpu, want.mean.to(kGpu), want.rstd.to(kGpu),
+                                                      true, true, true);
+      ops::LayerNormGrads wg = ops::layernorm_backward(dy.cpu, x.cpu, w.cpu, want.mean, want.rstd, true, true, true);
+      EXPECT_TRUE(gpu_close(g.dx, wg.dx, "cuda.layernorm"));
+      EXPECT_TRUE(gpu_close(g.dweight, wg.dweight, "cuda.layernorm"));
+      EXPECT_TRUE(gpu_close(g.dbias, wg.dbias, "cuda.layernorm"));
+      ops::LayerNormGrads only_dweight =
+          ops::layernorm_backward(dy.gpu, x.gpu, w.gpu, want.mean.to(kGpu), want.rstd.to(kGpu), false, true, false);
+      EXPECT_FALSE(only_dweight.dx.defined());
+      EXPECT_FALSE(only_dweight.dbias.defined());
+      EXPECT_TRUE(same_bits(only_dweight.dweight, g.dweight));
+    }
+  }
+#endif
+}
+
+TEST_F(CudaRows, ActivationsMatchCpu) {
+#if ALPHA_WITH_CUDA
+  for (DType dtype : kGpuDtypes) {
+    SCOPED_TRACE(dtype_name(dtype));
+    // A transposed (non-contiguous) GPU input: the op makes it contiguous first.
+    Tensor xt = test::random({65, 33}, dtype, -4.0, 4.0);
+    Tensor gx = xt.to(kGpu).transpose(0, 1), x = xt.to(DType::f32).transpose(0, 1);
+    Input dy = input({33, 65}, dtype);
+    EXPECT_TRUE(gpu_close(ops::gelu(gx), ops::gelu(x), "cuda.activation"));
+    EXPECT_TRUE(gpu_close(ops::gelu_backward(dy.gpu, gx), ops::gelu_backward(dy.cpu, x), "cuda.activation"));
+    Tensor y = ops::softcap(gx, 3.0);
+    EXPECT_TRUE(gpu_close(y, ops::softcap(x, 3.0), "cuda.activation"));
+    Tensor y_cpu = y.to(kCpu).to(DType::f32);
+    EXPECT_TRUE(gpu_close(ops::softcap_backward(dy.gpu, y, 3.0), ops::softcap_backward(dy.cpu, y_cpu, 3.0),
+                          "cuda.activation"));
+    Tensor s = ops::softmax(gx);
+    EXPECT_TRUE(gpu_close(s, ops::softmax(x), "cuda.softmax"));
+    Tensor s_cpu = s.to(kCpu).to(DType::f32);
+    EXPECT_TRUE(gpu_close(ops::softmax_backward(dy.gpu, s), ops::softmax_backward(dy.cpu, s_cpu), "cuda.softmax"));
+    // Rows longer than a warp holds, and rows of one element.
+    for (Shape shape : {Shape{3, 5000}, Shape{17, 1}}) {
+      Input z = input(shape, dtype, -4.0, 4.0);
+      EXPECT_TRUE(gpu_close(ops::softmax(z.gpu), ops::softmax(z.cpu), "cuda.softmax"));
+    }
+  }
+#endif
+}
+
+TEST_F(CudaRows, CrossEntropyMatchesCpu) {
+#if ALPHA_WITH_CUDA
+  for (DType dtype : kGpuDtypes) {
+    SCOPED_TRACE(dtype_name(dtype));
+    for (int64_t V : {int64_t(50257), int64_t(11)}) {
+      Input logits = input({2, 3, V}, dtype, -4.0, 4.0);
+      Tensor targets = test::random_indices({2, 3}, int32_t(V));
+      targets.data<int32_t>()[4] = ops::kIgnoreIndex;
+      Tensor gtargets = targets.to(kGpu);
+      ops::CrossEntropyOutput got = ops::cross_entropy(logits.gpu, gtargets);
+      ops::CrossEntropyOutput want = ops::cross_entropy(logits.cpu, targets);
+      EXPECT_EQ(got.loss.dtype(), dtype);
+      EXPECT_EQ(got.loss.device(), kGpu);
+      EXPECT_TRUE(gpu_close(got.loss, want.loss, "cuda.cross_entropy"));
+      EXPECT_TRUE(gpu_close(got.lse, want.lse, "cuda.cross_entropy"));
+      EXPECT_EQ(got.counted_rows, 5);
+      EXPECT_EQ(got.counted.device(), kGpu);
+      EXPECT_EQ(got.counted.to(kCpu).item(), 5.0);
+      // The backward from the CPU's lse, with the factor from the host and from the device.
+      Tensor dx = ops::cross_entropy_backward(0.5, logits.gpu, gtargets, want.lse.to(kGpu), got.counted_rows);
+      Tensor want_dx = ops::cross_entropy_backward(0.5, logits.cpu, targets, want.lse, want.counted_rows);
+      // Gradients are p/counted, down to ~1e-9: compare with abs per unit of the factor 0.5/5 (tolerances.h).
+      test::Tolerance tol = test::tolerance("cuda.cross_entropy", dtype);
+      tol.abs = std::max(tol.abs * 0.1, check::subnormal_rounding(dtype));
+      EXPECT_TRUE(test::all_close(dx.to(kCpu), want_dx, tol));
+      Tensor dloss = Tensor::full({}, 0.5, dtype, kGpu);
+      Tensor dx_device = ops::cross_entropy_backward(dloss, logits.gpu, gtargets, want.lse.to(kGpu), got.counted);
+      EXPECT_TRUE(same_bits(dx_device, dx));
+    }
+  }
+#endif
+}
+
+TEST_F(CudaRows, EmbeddingMatchesCpu) {
+#if ALPHA_WITH_CUDA
+  for (DType dtype : kGpuDtypes) {
+    SCOPED_TRACE(dtype_name(dtype));
+    Tensor table = test::random({1000, 64}, dtype);
+    Tensor ids = test::random_indices({4, 33}, 20);  // ids repeat
+    Tensor out = ops::embedding(ids.to(kGpu), table.to(kGpu));
+    EXPECT_EQ(out.shape(), (Shape{4, 33, 64}));
+    EXPECT_TRUE(same_bits(out, ops::embedding(ids, table.to(DType::f32)).to(dtype)));
+    Input dy = input({4, 33, 64}, dtype);
+    Tensor dtable = ops::embedding_backward(dy.gpu, ids.to(kGpu), 1000);
+    Tensor want = ops::embedding_backward(dy.cpu, ids, 1000);
+    EXPECT_TRUE(gpu_close(dtable, want, "cuda.embedding"));
+    EXPECT_TRUE(same_bits(dtable, ops::embedding_backward(dy.gpu, ids.to(kGpu), 1000)));
+    if (dtype == DType::f32) {
+      EXPECT_TRUE(same_bits(dtable, want));  // both round the same f64 sums
+    }
+  }
+#endif
+}
+
+TEST_F(CudaRows, BadInputsRaise) {
+#if ALPHA_WITH_CUDA
+  Tensor x = test::random({4, 6}).to(kGpu), w = test::random({6}).to(kGpu);
+  EXPECT_ALPHA_ERROR(ops::layernorm(x, test::random({6}), Tensor(), 1e-5), DeviceError, "[layernorm]", "'weight'",
+                     "cuda:0", "cpu");
+  EXPECT_ALPHA_ERROR(ops::layernorm(x, test::random({5}).to(kGpu), Tensor(), 1e-5), ShapeError, "[layernorm]",
+                     "'weight'", "[6]", "[5]");
+  EXPECT_ALPHA_ERROR(ops::layernorm(test::random({4, 6}, DType::f64).to(kGpu), w, Tensor(), 1e-5), DTypeError,
+                     "[layernorm]", "'x'", "f32 or bf16 or f16", "f64");
+  EXPECT_ALPHA_ERROR(ops::gelu(Tensor::zeros({3}, DType::i32, kGpu)), DTypeError, "[gelu]", "'x'", "i32");
+  EXPECT_ALPHA_ERROR(ops::softcap(x, 0.0), ValueError, "[softcap]", "'cap'");
+  EXPECT_ALPHA_ERROR(ops::softmax_backward(test::random({4, 5}).to(kGpu), x), ShapeError, "[softmax_backward]",
+                     "'dy'");
+
+  // Index ranges are checked on GPU tensors as on CPU ones, naming the first bad entry.
+  Tensor table = test::random({10, 4}).to(kGpu);
+  EXPECT_ALPHA_ERROR(ops::embedding(Tensor::from_vector<int32_t>({1, 10, 3}, {3}).to(kGpu), table), ValueError,
+                     "[embedding]", "'ids'", "[0, 10)", "got 10", "position 1");
+  EXPECT_ALPHA_ERROR(ops::embedding(Tensor::from_vector<int32_t>({1, 2}, {2}), table), DeviceError, "[embedding]",
+                     "'ids'", "cuda:0");
+  EXPECT_ALPHA_ERROR(ops::embedding_backward(test::random({2, 4}).to(kGpu),
+                                             Tensor::from_vector<int32_t>({0, -3}, {2}).to(kGpu), 10),
+                     ValueError, "[embedding_backward]", "'ids'", "got -3", "position 1");
+  Tensor logits = test::random({4, 6}).to(kGpu);
+  EXPECT_ALPHA_ERROR(ops::cross_entropy(logits, Tensor::from_vector<int32_t>({0, 5, 6, 1}, {4}).to(kGpu)), ValueError,
+                     "[cross_entropy]", "'targets'", "[0, 6)", "got 6", "row 2");
+  Tensor targets = test::random_indices({4}, 6).to(kGpu);
+  ops::CrossEntropyOutput out = ops::cross_entropy(logits, targets);
+  EXPECT_ALPHA_ERROR(ops::cross_entropy_backward(1.0, logits, targets, out.lse, 5), ValueError,
+                     "[cross_entropy_backward]", "'counted_rows'", "got 5");
+  EXPECT_ALPHA_ERROR(ops::cross_entropy_backward(out.loss, logits, targets, out.lse, out.lse), DTypeError,
+                     "[cross_entropy_backward]", "'counted_rows'", "i64");
+  EXPECT_ALPHA_ERROR(ops::cross_entropy_backward(out.loss, logits, targets, out.lse, out.counted.to(kCpu)),
+                     DeviceError, "[cross_entropy_backward]", "'counted_rows'", "cuda:0");
+#endif
+}
+
+}  // namespace
+}  // namespace alpha
