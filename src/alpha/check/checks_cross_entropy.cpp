@@ -73,11 +73,11 @@ void check_batch(Context& ctx, const Batch& batch) {
       CrossEntropyBackwardArgs<T>{glogits.data<T>(), gtargets.data<int32_t>(), glse.data<float>(),
                                   host_factor.data<T>(), float(scale), N, V, kIgnore, nullptr, nullptr},
       ctx.stream());
-  Tensor gdloss = ctx.to_gpu(Tensor::from_vector<double>({kDloss}, {1}), dtype);
+  Tensor gdloss = ctx.to_gpu(Tensor::from_vector<double>({kDloss}, {1}), DType::f32);
   kernels::cuda::cross_entropy_backward(
       CrossEntropyBackwardArgs<T>{glogits.data<T>(), gtargets.data<int32_t>(), glse.data<float>(),
                                   device_factor.data<T>(), 1.0f, N, V, kIgnore, got.counted.data<int64_t>(),
-                                  gdloss.data<T>()},
+                                  gdloss.data<float>()},
       ctx.stream());
   Tensor want_dlogits = Tensor::empty({N, V}, DType::f64);
   kernels::cpu::cross_entropy_backward(CrossEntropyBackwardArgs<double>{

@@ -42,7 +42,7 @@ struct CrossEntropyBackwardArgs {
   // scale · (*dloss, or 1 without it) / (*counted_rows, or 1 without it), computed in f64, and 0 when
   // *counted_rows is 0 (every row ignored).
   const int64_t* counted_rows_device = nullptr;  // (1) the forward's counted_rows, or nullptr
-  const T* dloss_device = nullptr;               // (1) the loss gradient, or nullptr
+  const acc_t<T>* dloss_device = nullptr;        // (1) the loss gradient (the loss is acc_t<T>), or nullptr
 };
 
 // The factor dlogits carry: scale, times dloss (the value of *dloss_device, which the caller reads, when that

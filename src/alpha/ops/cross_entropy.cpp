@@ -67,7 +67,7 @@ CrossEntropyOutput cross_entropy(const Tensor& logits, const Tensor& targets) {
                                                                     result.counted.data<int64_t>(), shape.rows,
                                                                     shape.vocab, kIgnoreIndex});
   });
-  result.loss = loss.to(logits.dtype());
+  result.loss = loss;  // f32 for bf16/f16 logits too: a loss to log and to differentiate needs its bits
   return result;
 }
 
@@ -102,7 +102,7 @@ Tensor cross_entropy_backward(const Tensor& dloss, const Tensor& logits, const T
   CheckedTargets checked = checked_targets(op, targets, logits, shape);
   check_same_device(op, "lse", lse, logits);
   check_shape(op, "lse", lse, {shape.rows});
-  check_device_scalar(op, "dloss", dloss, logits, logits.dtype());
+  check_device_scalar(op, "dloss", dloss, logits, logits.dtype() == DType::f64 ? DType::f64 : DType::f32);
   check_device_scalar(op, "counted_rows", counted_rows, logits, DType::i64);
   Tensor xc = logits.contiguous(), dc = dloss.contiguous(), cc = counted_rows.contiguous();
   Tensor dlogits = Tensor::empty(logits.shape(), logits.dtype(), logits.device());
@@ -111,7 +111,7 @@ Tensor cross_entropy_backward(const Tensor& dloss, const Tensor& logits, const T
     Tensor lc = lse.contiguous();
     ALPHA_KERNEL(cross_entropy_backward)(where, kernels::CrossEntropyBackwardArgs<T>{
         xc.data<T>(), checked.targets.data<int32_t>(), lc.data<acc_t<T>>(), dlogits.data<T>(), acc_t<T>(1),
-        shape.rows, shape.vocab, kIgnoreIndex, cc.data<int64_t>(), dc.data<T>()});
+        shape.rows, shape.vocab, kIgnoreIndex, cc.data<int64_t>(), dc.data<acc_t<T>>()});
   });
   return dlogits;
 }

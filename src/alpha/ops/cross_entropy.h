@@ -8,7 +8,7 @@ namespace alpha::ops {
 inline constexpr int32_t kIgnoreIndex = -1;
 
 struct CrossEntropyOutput {
-  Tensor loss;  // 0-dimensional, mean over the non-ignored rows, logits' dtype
+  Tensor loss;  // 0-dimensional, mean over the non-ignored rows, in the accumulation dtype (f64 for f64, else f32)
   Tensor lse;   // [N] per-row log-sum-exp (accumulation dtype), saved for the backward
   int64_t counted_rows = 0;  // counted on the host while the targets are validated
   Tensor counted;            // 0-dimensional i64 on the logits' device: the same count, as the kernel wrote it
@@ -20,7 +20,7 @@ CrossEntropyOutput cross_entropy(const Tensor& logits, const Tensor& targets);
 // dlogits = dloss · (softmax(logits) − onehot(target)) / counted_rows.
 Tensor cross_entropy_backward(double dloss, const Tensor& logits, const Tensor& targets, const Tensor& lse,
                               int64_t counted_rows);
-// The same, with dloss (one element, logits' dtype: the loss's gradient) and counted_rows (the forward's
+// The same, with dloss (one element, the loss's dtype: its gradient) and counted_rows (the forward's
 // `counted`, i64, one element) read by the kernel where they are, on the logits' device: no value goes
 // through the host (beyond the targets' validation).
 Tensor cross_entropy_backward(const Tensor& dloss, const Tensor& logits, const Tensor& targets, const Tensor& lse,

@@ -75,7 +75,7 @@ __global__ void __launch_bounds__(kMeanThreads)
 template <class T, class Team>
 __global__ void __launch_bounds__(Team::kThreads) cross_entropy_backward_kernel(CrossEntropyBackwardArgs<T> a) {
   const float factor =
-      cross_entropy_gradient_factor(a, a.dloss_device ? double(Elem<T>::load(*bits(a.dloss_device))) : 0.0);
+      cross_entropy_gradient_factor(a, a.dloss_device ? double(*a.dloss_device) : 0.0);
   const int rank = Team::rank();
   for (int64_t r = Team::slot(); r < a.rows; r += Team::slots()) {
     const int32_t target = a.targets[r];
