@@ -101,6 +101,13 @@ Stream default_stream(int ordinal) {
     set_device(ordinal);
     // A blocking stream: it also orders against work on the legacy default stream (libraries' defaults).
     ALPHA_CUDA_CHECK(cudaStreamCreateWithFlags(&handle, cudaStreamDefault));
+    // Kernels' stream-ordered scratch (cudaMallocAsync) comes from the device's default pool; by default it
+    // returns its memory to the driver at every synchronisation, so a training step would allocate it
+    // afresh each time. Keeping it makes scratch pool-served in steady state, like the caching allocator.
+    cudaMemPool_t pool = nullptr;
+    ALPHA_CUDA_CHECK(cudaDeviceGetDefaultMemPool(&pool, ordinal));
+    uint64_t keep_all = UINT64_MAX;
+    ALPHA_CUDA_CHECK(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep_all));
   }
   return Stream{handle};
 }
