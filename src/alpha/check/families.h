@@ -7,6 +7,7 @@
 namespace alpha::check {
 
 void check_elementwise(Context& ctx);
+void check_matmul(Context& ctx);
 
 }  // namespace alpha::check
 #endif

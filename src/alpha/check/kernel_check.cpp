@@ -154,6 +154,7 @@ const std::vector<KernelCheck>& all_checks() {
   static const std::vector<KernelCheck> checks = {
 #if ALPHA_WITH_CUDA
       {"elementwise", &check_elementwise},
+      {"matmul", &check_matmul},
 #endif
   };
   return checks;

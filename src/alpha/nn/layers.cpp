@@ -25,6 +25,10 @@ autograd::Variable Linear::forward(const autograd::Variable& x) const {
   return autograd::linear(x, *weight_, bias_ ? *bias_ : autograd::Variable());
 }
 
+autograd::Variable gelu_mlp(const Linear& fc, const Linear& proj, const autograd::Variable& x) {
+  return autograd::gelu_mlp(x, fc.weight(), fc.bias(), proj.weight(), proj.bias());
+}
+
 LayerNorm::LayerNorm(std::string prefix, int64_t dim, bool bias, double eps, const ParameterOptions& options)
     : Module(std::move(prefix)), eps_(eps) {
   weight_ = &add_parameter("weight", Tensor::full({dim}, 1.0, options.dtype, options.device), false);

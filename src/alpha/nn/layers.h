@@ -24,11 +24,17 @@ class Linear : public Module {
   Linear(std::string prefix, int64_t in_features, int64_t out_features, bool bias, double init_std,
          const ParameterOptions& options);
   autograd::Variable forward(const autograd::Variable& x) const;  // [..., in] -> [..., out]
+  const autograd::Variable& weight() const { return *weight_; }
+  autograd::Variable bias() const { return bias_ ? *bias_ : autograd::Variable(); }  // undefined without one
 
  private:
   autograd::Variable* weight_;
   autograd::Variable* bias_ = nullptr;
 };
+
+// proj(gelu(fc(x))): the GELU MLP as one autograd function (autograd::gelu_mlp), so fc+GELU is one GEMM with
+// an epilogue and its backward a DGELU epilogue on proj's input-gradient GEMM.
+autograd::Variable gelu_mlp(const Linear& fc, const Linear& proj, const autograd::Variable& x);
 
 // Normalises the last dimension: weight [dim] ones, bias [dim] zeros (when `bias`).
 class LayerNorm : public Module {
