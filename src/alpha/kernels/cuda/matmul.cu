@@ -17,7 +17,8 @@
 // semantics serves both backends; the CPU kernel applies the same formula in loops after its BLAS call.
 //
 // Epilogue paths. Fused: one cublasLtMatmul with the epilogue (BIAS, GELU[_AUX][_BIAS], DGELU[_BGRAD],
-// BGRADB), when cuBLASLt documents the configuration (the aux matrix's ld a multiple of 8), its heuristic
+// BGRADB), when cuBLASLt documents the configuration (the aux matrix's ld a multiple of 8; we also ask the
+// bias, bias-gradient and aux pointers to be 16-byte aligned), its heuristic
 // has an algorithm for it, and, for GELU and DGELU in f32 without TF32, never: cuBLASLt's f32 GELU uses an
 // approximate tanh (about 2e-4 relative, seen on an RTX 3060), fine for bf16, f16 and TF32, not for f32. Unfused otherwise (and for k = 0): a plain cuBLASLt product alpha·op(a)·op(b) into
 // f32 scratch, then one element-wise kernel adding beta·c and the bias and applying GELU or DGELU in f32, so
@@ -397,8 +398,10 @@ void gemm(const GemmArgs<T>& args, Stream s) {
   }
   const cublasLtEpilogue_t epilogue = epilogue_of(args);
   const bool plain = epilogue == CUBLASLT_EPILOGUE_DEFAULT;
-  // cuBLASLt documents the GELU aux matrix's leading dimension as a multiple of 8.
-  const bool documented = args.aux == nullptr || args.ld_aux % 8 == 0;
+  // cuBLASLt documents the GELU aux matrix's leading dimension as a multiple of 8; its epilogue vectors and
+  // aux matrix are kept 16-byte aligned (others have seen misaligned bias pointers fail at run time).
+  const bool documented = (args.aux == nullptr || args.ld_aux % 8 == 0) && alignment(args.aux) >= 16 &&
+                          alignment(args.bias) >= 16 && alignment(args.bias_grad) >= 16;
   // cuBLASLt's GELU uses an approximate tanh (about 2e-4 relative): below bf16's and f16's precision and
   // TF32's, not f32's, whose GELU and DGELU stay in our kernel with tanhf.
   const bool precise_enough = !std::is_same_v<T, float> || args.allow_tf32 || args.epilogue == GemmEpilogue::none;
