@@ -1,12 +1,17 @@
 // Matrix products against naive f64 loops: the GEMM and column-sum kernels directly (into poisoned
-// outputs, every transpose combination, accumulation through alpha/beta, batches, padded rows), the
-// matmul/linear tensor ops on strided views and leading dimensions, gradient checks through autograd,
+// outputs, every transpose combination, accumulation through alpha/beta, batches, padded rows), the GEMM
+// epilogues (bias, GELU keeping the pre-activation, DGELU, bias gradients; padded outputs whose padding must
+// stay untouched), the matmul/linear/linear_gelu tensor ops on strided views and leading dimensions, the
+// fused GELU ops giving the unfused ops' bits, gradient checks through autograd (the GELU MLP too),
 // thread-count independence of the bias gradient, and bad inputs.
 #include <gtest/gtest.h>
 #include <omp.h>
 
+#include <cmath>
+
 #include "alpha/autograd/functions.h"
 #include "alpha/kernels/matmul.h"
+#include "alpha/ops/activation.h"
 #include "alpha/ops/check.h"
 #include "alpha/ops/matmul.h"
 #include "support/checks.h"
@@ -81,6 +86,172 @@ INSTANTIATE_TEST_SUITE_P(AllShapes, GemmKernel,
                          ::testing::Combine(::testing::ValuesIn(kGemmCases), ::testing::Values(DType::f32, DType::f64),
                                             ::testing::Bool(), ::testing::Bool()));
 
+double reference_gelu(double x) { return 0.5 * x * (1 + std::tanh(std::sqrt(2 / M_PI) * (x + 0.044715 * x * x * x))); }
+
+// Derivative of the tanh-form GELU through sech², written out independently of the kernels.
+double reference_gelu_grad(double x) {
+  double u = std::sqrt(2 / M_PI) * (x + 0.044715 * x * x * x);
+  double sech2 = 1 / (std::cosh(u) * std::cosh(u));
+  return 0.5 * (1 + std::tanh(u)) + 0.5 * x * sech2 * std::sqrt(2 / M_PI) * (1 + 3 * 0.044715 * x * x);
+}
+
+// One epilogue configuration: p = alpha·op(a)·op(b) + beta·c0 (+ bias per column), then the epilogue.
+struct EpilogueCase {
+  const char* name;
+  kernels::GemmEpilogue epilogue;
+  bool bias, aux;
+  double alpha, beta;
+  kernels::GemmBiasGrad bias_grad;
+};
+using kernels::GemmBiasGrad, kernels::GemmEpilogue;
+const EpilogueCase kEpilogueCases[] = {
+    {"bias", GemmEpilogue::none, true, false, 1.0, 0.0, GemmBiasGrad::none},
+    {"bias_accumulate", GemmEpilogue::none, true, false, 0.5, -1.25, GemmBiasGrad::none},
+    {"gelu", GemmEpilogue::gelu, false, false, 1.0, 0.0, GemmBiasGrad::none},
+    {"gelu_bias_pre", GemmEpilogue::gelu, true, true, 1.0, 0.0, GemmBiasGrad::none},
+    {"gelu_bias_pre_accumulate", GemmEpilogue::gelu, true, true, 0.5, 0.75, GemmBiasGrad::none},
+    {"dgelu", GemmEpilogue::dgelu, false, true, 1.0, 0.0, GemmBiasGrad::none},
+    {"dgelu_bias_grad", GemmEpilogue::dgelu, false, true, 0.5, 0.0, GemmBiasGrad::c_columns},
+    {"bias_grad_of_a", GemmEpilogue::none, false, false, 2.0, 0.0, GemmBiasGrad::a_columns},
+};
+
+struct EpilogueParam {
+  GemmCase shape;
+  DType dtype;
+  bool trans_a, trans_b;
+  EpilogueCase epilogue;
+};
+
+// Every epilogue at every transpose pair (a_columns needs trans_a), in f32 and f64, at 1x1x1, odd sizes and
+// an empty inner dimension (k = 0: the product is zero, the epilogue still runs).
+std::vector<EpilogueParam> epilogue_params() {
+  const GemmCase shapes[] = {{1, 1, 1, 1}, {1, 7, 13, 5}, {1, 64, 33, 64}, {1, 127, 65, 33}, {1, 3, 0, 4}};
+  std::vector<EpilogueParam> params;
+  for (const GemmCase& shape : shapes)
+    for (DType dtype : {DType::f32, DType::f64})
+      for (bool trans_a : {false, true})
+        for (bool trans_b : {false, true})
+          for (const EpilogueCase& e : kEpilogueCases)
+            if (e.bias_grad != GemmBiasGrad::a_columns || trans_a) params.push_back({shape, dtype, trans_a, trans_b, e});
+  return params;
+}
+
+class GemmEpilogueKernel : public ::testing::TestWithParam<EpilogueParam> {};
+
+TEST_P(GemmEpilogueKernel, MatchesF64LoopsAndLeavesPaddingAlone) {
+  const EpilogueParam& p = GetParam();
+  auto [batch, m, k, n] = p.shape;
+  const EpilogueCase& e = p.epilogue;
+  const DType dtype = p.dtype;
+  Tensor a = random(p.trans_a ? Shape{k, m} : Shape{m, k}, dtype);
+  Tensor b = random(p.trans_b ? Shape{n, k} : Shape{k, n}, dtype);
+  Tensor c0 = random({m, n}, dtype), bias = random({n}, dtype), pre_in = random({m, n}, dtype, -3.0, 3.0);
+  // c and aux have padded rows (ldc = n + 2, ld_aux = n + 3) whose padding starts and must stay NaN.
+  Tensor c = test::poisoned({m, n + 2}, dtype), aux = test::poisoned({m, n + 3}, dtype);
+  Tensor c_view = c.slice(1, 0, n), aux_view = aux.slice(1, 0, n);
+  if (e.beta != 0) c_view.copy_from(c0);
+  if (e.epilogue == GemmEpilogue::dgelu) aux_view.copy_from(pre_in);
+  const int64_t grad_size = e.bias_grad == GemmBiasGrad::a_columns ? m : n;
+  Tensor bias_grad = test::poisoned({grad_size}, dtype);
+
+  std::vector<double> product = reference_gemm(a, b, 1, m, n, k, p.trans_a, p.trans_b);
+  std::vector<double> c0v = c0.to_vector<double>(), biasv = bias.to_vector<double>(), prev = pre_in.to_vector<double>();
+  std::vector<double> want_c(size_t(m * n)), want_aux(size_t(m * n)), want_grad(size_t(grad_size), 0.0);
+  for (int64_t i = 0; i < m; ++i)
+    for (int64_t j = 0; j < n; ++j) {
+      size_t at = size_t(i * n + j);
+      double v = e.alpha * product[at] + (e.beta != 0 ? e.beta * c0v[at] : 0.0) + (e.bias ? biasv[size_t(j)] : 0.0);
+      want_aux[at] = v;
+      if (e.epilogue == GemmEpilogue::gelu) v = reference_gelu(v);
+      if (e.epilogue == GemmEpilogue::dgelu) v *= reference_gelu_grad(prev[at]);
+      want_c[at] = v;
+      if (e.bias_grad == GemmBiasGrad::c_columns) want_grad[size_t(j)] += v;
+    }
+  if (e.bias_grad == GemmBiasGrad::a_columns) {  // a stored (k, m): its column sums
+    std::vector<double> av = a.to_vector<double>();
+    for (int64_t l = 0; l < k; ++l)
+      for (int64_t i = 0; i < m; ++i) want_grad[size_t(i)] += av[size_t(l * m + i)];
+  }
+
+  ops::dispatch_cpu_float("test", a, [&]<class T>() {
+    kernels::GemmArgs<T> args{a.data<T>(), b.data<T>(), c.data<T>(), 1, m, n, k, p.trans_a, p.trans_b,
+                              p.trans_a ? m : k, p.trans_b ? k : n, n + 2, 0, 0, 0, acc_t<T>(e.alpha), acc_t<T>(e.beta)};
+    args.bias = e.bias ? bias.data<T>() : nullptr;
+    args.epilogue = e.epilogue;
+    if (e.aux) {
+      args.aux = aux.data<T>();
+      args.ld_aux = n + 3;
+    }
+    args.bias_grad_of = e.bias_grad;
+    if (e.bias_grad != GemmBiasGrad::none) args.bias_grad = bias_grad.data<T>();
+    kernels::cpu::gemm(args);
+  });
+  EXPECT_TRUE(all_close(c_view, Tensor::from_vector(want_c, {m, n}), "matmul"));
+  if (e.epilogue == GemmEpilogue::gelu && e.aux) {
+    EXPECT_TRUE(all_close(aux_view, Tensor::from_vector(want_aux, {m, n}), "matmul"));
+  }
+  if (e.bias_grad != GemmBiasGrad::none) {
+    EXPECT_TRUE(all_close(bias_grad, Tensor::from_vector(want_grad, {grad_size}), "matmul"));
+  }
+  for (double v : c.slice(1, n, n + 2).to_vector<double>()) ASSERT_TRUE(std::isnan(v)) << "c's padding was written";
+  if (e.epilogue == GemmEpilogue::gelu) {
+    for (double v : (e.aux ? aux.slice(1, n, n + 3) : aux).to_vector<double>())
+      ASSERT_TRUE(std::isnan(v)) << "aux written outside the pre-activation";
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(AllEpilogues, GemmEpilogueKernel, ::testing::ValuesIn(epilogue_params()),
+                         [](const ::testing::TestParamInfo<EpilogueParam>& info) {
+                           const EpilogueParam& p = info.param;
+                           return std::string(p.epilogue.name) + "_" + std::to_string(p.shape.m) + "x" +
+                                  std::to_string(p.shape.k) + "x" + std::to_string(p.shape.n) + "_" +
+                                  std::string(dtype_name(p.dtype)) + (p.trans_a ? "_Ta" : "_Na") +
+                                  (p.trans_b ? "_Tb" : "_Nb");
+                         });
+
+TEST(GemmEpilogueKernel, InconsistentFieldsRaise) {
+  std::vector<float> a(6, 1.0f), b(6, 1.0f), c(4, 0.0f), aux(4, 0.0f), grad(2, 0.0f);
+  auto args = [&] {  // (2, 3)·(3, 2)
+    return kernels::GemmArgs<float>{a.data(), b.data(), c.data(), 1, 2, 2, 3, false, false, 3, 2, 2, 0, 0, 0, 1.0f, 0.0f};
+  };
+  auto with = [&](auto change) {
+    kernels::GemmArgs<float> x = args();
+    change(x);
+    return x;
+  };
+  using Args = kernels::GemmArgs<float>;
+  EXPECT_ALPHA_ERROR(kernels::cpu::gemm(with([&](Args& x) { x.batch = 2, x.bias = grad.data(); })), ValueError,
+                     "[gemm]", "'batch'", "expected 1");
+  EXPECT_ALPHA_ERROR(kernels::cpu::gemm(with([&](Args& x) { x.epilogue = GemmEpilogue::dgelu; })), ValueError,
+                     "[gemm]", "'aux'", "pre-activation");
+  EXPECT_ALPHA_ERROR(kernels::cpu::gemm(with([&](Args& x) {
+                       x.epilogue = GemmEpilogue::dgelu, x.aux = aux.data(), x.ld_aux = 2, x.beta = 1.0f;
+                     })),
+                     ValueError, "[gemm]", "'beta'");
+  EXPECT_ALPHA_ERROR(kernels::cpu::gemm(with([&](Args& x) {
+                       x.epilogue = GemmEpilogue::dgelu, x.aux = aux.data(), x.ld_aux = 2, x.bias = grad.data();
+                     })),
+                     ValueError, "[gemm]", "'bias'");
+  EXPECT_ALPHA_ERROR(kernels::cpu::gemm(with([&](Args& x) {
+                       x.epilogue = GemmEpilogue::gelu, x.aux = aux.data(), x.ld_aux = 1;
+                     })),
+                     ValueError, "[gemm]", "'ld_aux'", "at least n = 2");
+  EXPECT_ALPHA_ERROR(kernels::cpu::gemm(with([&](Args& x) { x.aux = aux.data(), x.ld_aux = 2; })), ValueError,
+                     "[gemm]", "'aux'");
+  EXPECT_ALPHA_ERROR(kernels::cpu::gemm(with([&](Args& x) {
+                       x.bias_grad_of = GemmBiasGrad::c_columns, x.bias_grad = grad.data();
+                     })),
+                     ValueError, "[gemm]", "'bias_grad_of'", "dgelu");
+  EXPECT_ALPHA_ERROR(kernels::cpu::gemm(with([&](Args& x) {
+                       x.bias_grad_of = GemmBiasGrad::a_columns, x.bias_grad = grad.data();
+                     })),
+                     ValueError, "[gemm]", "'bias_grad_of'", "trans_a");
+  EXPECT_ALPHA_ERROR(kernels::cpu::gemm(with([&](Args& x) { x.bias_grad_of = GemmBiasGrad::a_columns; })),
+                     ValueError, "[gemm]", "'bias_grad'");
+  EXPECT_ALPHA_ERROR(kernels::cpu::gemm(with([&](Args& x) { x.bias_grad = grad.data(); })), ValueError, "[gemm]",
+                     "'bias_grad'");
+}
+
 class ColumnSumKernel : public ::testing::TestWithParam<std::tuple<Shape, DType>> {};
 
 TEST_P(ColumnSumKernel, MatchesF64LoopsWithPaddedRows) {
@@ -110,6 +281,21 @@ TEST(ColumnSumKernel, IdenticalAcrossThreadCounts) {
     omp_set_num_threads(threads);
     EXPECT_EQ(ops::linear_backward(dy, x, w, false, false, true).dbias.to_vector<float>(),
               first.to_vector<float>());
+  }
+  omp_set_num_threads(saved_threads);
+}
+
+TEST(ColumnSumKernel, FusedBiasGradientIdenticalAcrossThreadCounts) {
+  // With dW requested too, db comes from dW's GEMM (a_columns): the same fixed-order sum.
+  Tensor dy = random({5000, 33}, DType::f32);
+  Tensor x = random({5000, 7}, DType::f32), w = random({33, 7}, DType::f32);
+  int saved_threads = omp_get_max_threads();
+  ops::LinearGrads first = ops::linear_backward(dy, x, w, false, true, true);
+  EXPECT_EQ(first.dbias.to_vector<float>(), ops::linear_backward(dy, x, w, false, false, true).dbias.to_vector<float>());
+  for (int threads : {1, 2, 3}) {
+    omp_set_num_threads(threads);
+    EXPECT_EQ(ops::linear_backward(dy, x, w, false, true, true).dbias.to_vector<float>(),
+              first.dbias.to_vector<float>());
   }
   omp_set_num_threads(saved_threads);
 }
@@ -212,6 +398,78 @@ TEST(Linear, GradientsMatchFiniteDifferences) {
                               {x, w}));
 }
 
+TEST(LinearGelu, OpsMatchF64LoopsAndTheUnfusedOpsBits) {
+  for (DType dtype : {DType::f32, DType::f64})
+    for (bool with_bias : {false, true}) {
+      SCOPED_TRACE(std::string(dtype_name(dtype)) + (with_bias ? " with bias" : " without bias"));
+      const int64_t rows = 15, in = 9, hidden = 13, out = 6;
+      Tensor x = random({3, 5, in}, dtype), w1 = random({hidden, in}, dtype), w2 = random({out, hidden}, dtype);
+      Tensor b1 = with_bias ? random({hidden}, dtype) : Tensor(), b2 = with_bias ? random({out}, dtype) : Tensor();
+      ops::LinearGelu fused = ops::linear_gelu(x, w1, b1);
+      Tensor pre = ops::linear(x, w1, b1), h = ops::gelu(pre);
+      EXPECT_EQ(fused.pre.shape(), (Shape{3, 5, hidden}));
+      EXPECT_EQ(fused.pre.to_vector<double>(), pre.to_vector<double>());
+      EXPECT_EQ(fused.out.to_vector<double>(), h.to_vector<double>());
+      EXPECT_FALSE(ops::linear_gelu(x, w1, b1, false).pre.defined());
+      EXPECT_EQ(ops::linear_gelu(x, w1, b1, false).out.to_vector<double>(), h.to_vector<double>());
+      std::vector<double> want_pre = reference_gemm(x, w1, 1, rows, hidden, in, false, true);
+      std::vector<double> want_h(want_pre.size());
+      for (size_t i = 0; i < want_pre.size(); ++i) {
+        if (with_bias) want_pre[i] += b1.to_vector<double>()[i % size_t(hidden)];
+        want_h[i] = reference_gelu(want_pre[i]);
+      }
+      EXPECT_TRUE(all_close(fused.out, Tensor::from_vector(want_h, {3, 5, hidden}), "matmul"));
+
+      // The backward through proj and the GELU: the bits of linear_backward then gelu_backward.
+      Tensor dy = random({3, 5, out}, dtype);
+      ops::GeluLinearGrads grads = ops::gelu_linear_backward(dy, pre, h, w2, true, true, true, with_bias);
+      ops::LinearGrads proj = ops::linear_backward(dy, h, w2, true, true, with_bias);
+      Tensor dpre = ops::gelu_backward(proj.dx, pre);
+      EXPECT_EQ(grads.dpre.to_vector<double>(), dpre.to_vector<double>());
+      EXPECT_EQ(grads.dpre_bias.to_vector<double>(),
+                ops::linear_backward(dpre, x, w1, false, false, true).dbias.to_vector<double>());
+      EXPECT_EQ(grads.dweight.to_vector<double>(), proj.dweight.to_vector<double>());
+      EXPECT_EQ(grads.dbias.defined(), with_bias);
+      if (with_bias) {
+        EXPECT_EQ(grads.dbias.to_vector<double>(), proj.dbias.to_vector<double>());
+      }
+      // Against f64 loops: dpre = (dy·W2) ⊙ gelu'(pre).
+      std::vector<double> dh = reference_gemm(dy, w2, 1, rows, hidden, out, false, false), prev = pre.to_vector<double>();
+      for (size_t i = 0; i < dh.size(); ++i) dh[i] *= reference_gelu_grad(prev[i]);
+      EXPECT_TRUE(all_close(grads.dpre, Tensor::from_vector(dh, {3, 5, hidden}), "matmul"));
+      // Only the bias gradient of pre: dpre is not returned.
+      ops::GeluLinearGrads only_bias = ops::gelu_linear_backward(dy, pre, h, w2, false, true, false, false);
+      EXPECT_FALSE(only_bias.dpre.defined());
+      EXPECT_FALSE(only_bias.dweight.defined());
+      EXPECT_EQ(only_bias.dpre_bias.to_vector<double>(), grads.dpre_bias.to_vector<double>());
+    }
+}
+
+TEST(GeluMlp, GradientsMatchFiniteDifferences) {
+  Tensor x = random({2, 3, 4}, DType::f64), w1 = random({6, 4}, DType::f64), b1 = random({6}, DType::f64);
+  Tensor w2 = random({5, 6}, DType::f64), b2 = random({5}, DType::f64);
+  EXPECT_TRUE(test::gradcheck([](const auto& v) { return autograd::gelu_mlp(v[0], v[1], v[2], v[3], v[4]); },
+                              {x, w1, b1, w2, b2}));
+  EXPECT_TRUE(test::gradcheck(
+      [](const auto& v) { return autograd::gelu_mlp(v[0], v[1], autograd::Variable(), v[2], autograd::Variable()); },
+      {x, w1, w2}));
+}
+
+TEST(GeluMlp, MatchesTheUnfusedComposition) {
+  Tensor x = random({4, 8}), w1 = random({12, 8}), b1 = random({12}), w2 = random({8, 12}), b2 = random({8});
+  autograd::Variable vx(x, true), vw1(w1, true), vb1(b1, true), vw2(w2, true), vb2(b2, true);
+  autograd::Variable y = autograd::gelu_mlp(vx, vw1, vb1, vw2, vb2);
+  Tensor want = ops::linear(ops::gelu(ops::linear(x, w1, b1)), w2, b2);
+  EXPECT_EQ(y.value().to_vector<float>(), want.to_vector<float>());
+  autograd::backward(autograd::sum(y));
+  autograd::Variable ux(x, true), uw1(w1, true), ub1(b1, true), uw2(w2, true), ub2(b2, true);
+  autograd::backward(autograd::sum(autograd::linear(autograd::gelu(autograd::linear(ux, uw1, ub1)), uw2, ub2)));
+  for (auto [fused, unfused] : {std::pair{vx, ux}, {vw1, uw1}, {vb1, ub1}, {vw2, uw2}, {vb2, ub2}})
+    EXPECT_EQ(fused.grad().to_vector<float>(), unfused.grad().to_vector<float>());
+  autograd::NoGradGuard no_grad;  // without recording, pre is not kept; the output is the same
+  EXPECT_EQ(autograd::gelu_mlp(vx, vw1, vb1, vw2, vb2).value().to_vector<float>(), want.to_vector<float>());
+}
+
 TEST(Matmul, BadInputsRaise) {
   Tensor a = random({3, 4}), b = random({5, 6});
   EXPECT_ALPHA_ERROR(ops::matmul(a, b), ShapeError, "[matmul]", "'b'", "size 4", "[5, 6]");
@@ -240,6 +498,24 @@ TEST(Linear, BadInputsRaise) {
                      "[linear_backward]", "'dy'", "[2, 3, 5]", "[2, 3, 6]");
   EXPECT_ALPHA_ERROR(ops::linear_backward(random({2, 3, 5}, DType::f64), x, w, true, true, true), DTypeError,
                      "[linear_backward]", "'dy'", "f64");
+}
+
+TEST(LinearGelu, BadInputsRaise) {
+  Tensor x = random({2, 3, 4}), w = random({5, 4}), pre = random({2, 3, 5}), h = random({2, 3, 5});
+  Tensor w2 = random({6, 5}), dy = random({2, 3, 6});
+  EXPECT_ALPHA_ERROR(ops::linear_gelu(x, random({5, 3}), Tensor()), ShapeError, "[linear_gelu]", "'weight'", "size 4");
+  EXPECT_ALPHA_ERROR(ops::linear_gelu(x, w, random({4})), ShapeError, "[linear_gelu]", "'bias'", "[5]");
+  EXPECT_ALPHA_ERROR(ops::linear_gelu(x, w, random({5}, DType::f64)), DTypeError, "[linear_gelu]", "'bias'", "f64");
+  EXPECT_ALPHA_ERROR(ops::linear_gelu(Tensor::zeros({2, 4}, DType::i32), w, Tensor()), DTypeError, "[linear_gelu]",
+                     "'x'", "i32");
+  EXPECT_ALPHA_ERROR(ops::gelu_linear_backward(dy, random({2, 3, 4}), h, w2, true, true, true, true), ShapeError,
+                     "[gelu_linear_backward]", "'pre'", "[2, 3, 5]", "[2, 3, 4]");
+  EXPECT_ALPHA_ERROR(ops::gelu_linear_backward(dy, pre.to(DType::f64), h, w2, true, true, true, true), DTypeError,
+                     "[gelu_linear_backward]", "'pre'", "f64");
+  EXPECT_ALPHA_ERROR(ops::gelu_linear_backward(random({2, 3, 5}), pre, h, w2, true, true, true, true), ShapeError,
+                     "[gelu_linear_backward]", "'dy'", "[2, 3, 6]");
+  EXPECT_ALPHA_ERROR(ops::gelu_linear_backward(dy, pre, h, random({6, 4}), true, true, true, true), ShapeError,
+                     "[gelu_linear_backward]", "'weight'", "size 5");
 }
 
 }  // namespace

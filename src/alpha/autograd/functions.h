@@ -26,6 +26,14 @@ Variable cast(const Variable& x, DType dtype);
 // Matrix products (functions_matmul.cpp).
 Variable matmul(const Variable& a, const Variable& b, bool trans_a = false, bool trans_b = false);
 Variable linear(const Variable& x, const Variable& weight, const Variable& bias);  // bias may be undefined
+// The GELU MLP y = linear(gelu(linear(x, fc_weight, fc_bias)), proj_weight, proj_bias) as one function, so
+// that GELU rides on GEMM epilogues both ways: forward, fc+GELU is one GEMM (ops::linear_gelu, keeping the
+// pre-activation); backward, the gradient of the pre-activation comes from proj's input-gradient GEMM with a
+// DGELU epilogue (ops::gelu_linear_backward), which also sums it into fc's bias gradient. A DGELU epilogue
+// needs the GEMM whose product is dL/dgelu, which belongs to the layer after the GELU: hence one function for
+// both layers rather than one for linear+gelu. Biases may be undefined.
+Variable gelu_mlp(const Variable& x, const Variable& fc_weight, const Variable& fc_bias, const Variable& proj_weight,
+                  const Variable& proj_bias);
 
 // Normalisation and activations (functions_layernorm.cpp, functions_activation.cpp).
 Variable layernorm(const Variable& x, const Variable& weight, const Variable& bias, double eps);

@@ -12,6 +12,7 @@ void check_layernorm(Context& ctx);
 void check_activation(Context& ctx);
 void check_cross_entropy(Context& ctx);
 void check_embedding(Context& ctx);
+void check_matmul(Context& ctx);
 
 }  // namespace alpha::check
 #endif

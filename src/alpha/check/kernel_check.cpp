@@ -167,6 +167,7 @@ const std::vector<KernelCheck>& all_checks() {
       {"activation", &check_activation},
       {"cross_entropy", &check_cross_entropy},
       {"embedding", &check_embedding},
+      {"matmul", &check_matmul},
 #endif
   };
   return checks;

@@ -105,6 +105,40 @@ inline constexpr ToleranceRow kTolerances[] = {
     {"cuda.embedding", DType::f32, {1e-12, 1e-7}},
     {"cuda.embedding", DType::bf16, {1e-12, 4e-3}},
     {"cuda.embedding", DType::f16, {3e-8, 5e-4}},
+    // GEMM and its epilogues (inputs in [-1, 1]). The checks scale abs: it is per unit of K (times |alpha|),
+    // plus rel per unit of the largest intermediate magnitude (the largest |output| or |pre-activation|).
+    // Per unit of K: f32 accumulation of K products, about K·2⁻²⁴/3 for sequential sums, far less for
+    // cuBLAS's blocked ones; 1e-6 is 16·2⁻²⁴ per term. Per unit of the largest intermediate: an epilogue may
+    // round the pre-activation (or the product before a bias) to T before applying GELU or the bias, an
+    // error relative to that intermediate, not to the output, which can be far smaller (GELU of a negative
+    // value, a product cancelled by its bias). rel: f32 1e-5 covers tanhf and the rounding of alpha·p + beta·c
+    // (f32 GELU/DGELU epilogues run in our kernel with accurate tanhf: cuBLASLt's f32 GELU uses an
+    // approximate tanh, about 2e-4 relative). A bf16 rounding is up to 2⁻⁸ ≈ 3.9e-3 relative (8 significant
+    // bits: half an ulp just above a power of two), an f16 one 2⁻¹¹ ≈ 4.9e-4 (11 bits): bf16 allows four,
+    // 1.6e-2; f16 eight, 3.9e-3, since cuBLASLt's fused GELU adds its approximate tanh (≈ 2⁻¹¹) to the
+    // output's and the pre-activation's roundings.
+    {"cuda.matmul", DType::f32, {1e-6, 1e-5}},
+    {"cuda.matmul", DType::bf16, {1e-6, 1.6e-2}},
+    {"cuda.matmul", DType::f16, {1e-6, 3.9e-3}},
+    // f32 with TF32 allowed: tensor cores round each input to 10 explicit mantissa bits (relative error up
+    // to 2⁻¹¹ ≈ 4.9e-4), so each product carries up to 2·2⁻¹¹ and the K products' independent errors add to
+    // a few 1e-4 of the output's scale; fused GELU adds the approximate tanh (≈ 2⁻¹¹). 8·2⁻¹¹ ≈ 3.9e-3 bounds
+    // them relative to each output and, through the scaled abs, to the largest intermediate.
+    {"cuda.matmul.tf32", DType::f32, {1e-6, 3.9e-3}},
+    // Bias gradients of a GEMM (sums over the rows of its output or of a), compared with the f64 column sums
+    // of the values the GPU stored (c) or was given (a); abs is per unit of the largest column's Σ|x|. f32:
+    // rounding of f32 partial sums. bf16/f16: cuBLASLt may sum the outputs before their rounding to T, up to
+    // 2⁻⁸ (bf16) or 2⁻¹¹ (f16) of each |x|, then round the sum once: twice the rounding, as abs and rel.
+    {"cuda.matmul.bias_grad", DType::f32, {1e-5, 1e-5}},
+    {"cuda.matmul.bias_grad", DType::bf16, {7.8e-3, 7.8e-3}},
+    {"cuda.matmul.bias_grad", DType::f16, {9.8e-4, 9.8e-4}},
+    // column_sum of exact inputs: f32 partial sums in a fixed order (a chunk's 1024 rows strided over 8
+    // threads, an 8-way tree, then the chunks' partials the same way): at 1M rows at most about
+    // (127 + 3 + 127 + 3)·2⁻²⁴ ≈ 1.6e-5 of the column's Σ|x|, typically √260·2⁻²⁴ ≈ 1e-6 with random signs:
+    // abs 1e-5 per unit of Σ|x|. rel: one rounding of the sum to T, doubled (bf16 2·2⁻⁸, f16 2·2⁻¹¹).
+    {"cuda.column_sum", DType::f32, {1e-5, 1e-5}},
+    {"cuda.column_sum", DType::bf16, {1e-5, 7.8e-3}},
+    {"cuda.column_sum", DType::f16, {1e-5, 9.8e-4}},
 };
 
 // Throws std::out_of_range for a missing row.

@@ -77,7 +77,7 @@ class MLP : public Module {
     add_child(proj_);
   }
 
-  Variable forward(const Variable& x) const { return proj_.forward(autograd::gelu(fc_.forward(x))); }
+  Variable forward(const Variable& x) const { return gelu_mlp(fc_, proj_, x); }  // proj(gelu(fc(x)))
 
  private:
   Linear fc_;

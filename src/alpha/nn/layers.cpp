@@ -26,8 +26,11 @@ Linear::Linear(std::string prefix, int64_t in_features, int64_t out_features, bo
 }
 
 autograd::Variable Linear::forward(const autograd::Variable& x) const {
-  return autograd::linear(x, options_.for_compute(*weight_),
-                          bias_ ? options_.for_compute(*bias_) : autograd::Variable());
+  return autograd::linear(x, compute_weight(), compute_bias());
+}
+
+autograd::Variable gelu_mlp(const Linear& fc, const Linear& proj, const autograd::Variable& x) {
+  return autograd::gelu_mlp(x, fc.compute_weight(), fc.compute_bias(), proj.compute_weight(), proj.compute_bias());
 }
 
 LayerNorm::LayerNorm(std::string prefix, int64_t dim, bool bias, double eps, const ParameterOptions& options)

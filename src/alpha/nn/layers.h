@@ -33,12 +33,19 @@ class Linear : public Module {
   Linear(std::string prefix, int64_t in_features, int64_t out_features, bool bias, double init_std,
          const ParameterOptions& options);
   autograd::Variable forward(const autograd::Variable& x) const;  // [..., in] -> [..., out]
+  // The parameters as the computation takes them (cast to the compute dtype); the bias is undefined without one.
+  autograd::Variable compute_weight() const { return options_.for_compute(*weight_); }
+  autograd::Variable compute_bias() const { return bias_ ? options_.for_compute(*bias_) : autograd::Variable(); }
 
  private:
   autograd::Variable* weight_;
   autograd::Variable* bias_ = nullptr;
   ParameterOptions options_;
 };
+
+// proj(gelu(fc(x))): the GELU MLP as one autograd function (autograd::gelu_mlp), so fc+GELU is one GEMM with
+// an epilogue and its backward a DGELU epilogue on proj's input-gradient GEMM.
+autograd::Variable gelu_mlp(const Linear& fc, const Linear& proj, const autograd::Variable& x);
 
 // Normalises the last dimension: weight [dim] ones, bias [dim] zeros (when `bias`).
 class LayerNorm : public Module {

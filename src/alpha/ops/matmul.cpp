@@ -1,6 +1,8 @@
 #include "alpha/ops/matmul.h"
 
+#include <atomic>
 #include <optional>
+#include <type_traits>
 
 #include "alpha/kernels/matmul.h"
 #include "alpha/ops/check.h"
@@ -8,6 +10,8 @@
 namespace alpha::ops {
 
 namespace {
+
+std::atomic<bool> tf32_allowed{false};
 
 // A tensor seen as a batch of row-major matrices with unit stride along a row, as GEMM takes it:
 // dims [0, row_first) index the batch, dims [row_first, dim-1) the rows, the last dim the columns.
@@ -62,17 +66,20 @@ Shape with_last(Shape leading, std::initializer_list<int64_t> last) {
   return leading;
 }
 
-// One GEMM of plain (non-batched) matrices into a contiguous output.
+// A GEMM of plain (non-batched) matrices into a contiguous output c (m, n), with no epilogue yet: callers
+// set the epilogue fields. TF32 is asked for on f32 when the process allows it (the CPU ignores the flag).
 template <class T>
-void gemm_2d(const MatrixBatch& a, const MatrixBatch& b, Tensor& c, int64_t m, int64_t n, int64_t k, bool trans_a,
-             bool trans_b, double beta) {
-  kernels::cpu::gemm(kernels::GemmArgs<T>{a.t.data<T>(), b.t.data<T>(), c.data<T>(), 1, m, n, k, trans_a, trans_b,
-                                          a.ld, b.ld, n, 0, 0, 0, acc_t<T>(1), acc_t<T>(beta)});
+kernels::GemmArgs<T> gemm_2d(const MatrixBatch& a, const MatrixBatch& b, const Tensor& c, int64_t m, int64_t n,
+                             int64_t k, bool trans_a, bool trans_b) {
+  kernels::GemmArgs<T> args{a.t.data<T>(), b.t.data<T>(), c.data<T>(), 1, m, n, k, trans_a, trans_b,
+                            a.ld, b.ld, n, 0, 0, 0, acc_t<T>(1), acc_t<T>(0)};
+  args.allow_tf32 = std::is_same_v<T, float> && allow_tf32();
+  return args;
 }
 
-// Validates x [..., in] and weight [out, in] for linear and linear_backward.
+// Validates x [..., in] and weight [out, in] for the linear ops.
 void check_linear_operands(std::string_view op, const Tensor& x, const Tensor& weight) {
-  check_cpu_float(op, "x", x);
+  check_backend_float(op, "x", x);
   check_min_dim(op, "x", x, 1);
   check_same_device(op, "weight", weight, x);
   check_same_dtype(op, "weight", weight, x);
@@ -80,11 +87,74 @@ void check_linear_operands(std::string_view op, const Tensor& x, const Tensor& w
   check_size(op, "weight", weight, 1, x.size(-1));
 }
 
+void check_bias(std::string_view op, const Tensor& bias, const Tensor& x, int64_t features) {
+  if (!bias.defined()) return;
+  check_same_device(op, "bias", bias, x);
+  check_same_dtype(op, "bias", bias, x);
+  check_shape(op, "bias", bias, {features});
+}
+
+// Validates dy [..., out] against x [..., in] and weight [out, in].
+void check_output_grad(std::string_view op, const Tensor& dy, const Tensor& x, const Tensor& weight) {
+  check_same_device(op, "dy", dy, x);
+  check_same_dtype(op, "dy", dy, x);
+  check_shape(op, "dy", dy, with_last(leading_shape(x, 1), {weight.size(0)}));
+}
+
+// dW = dyᵀ·x into `grads.dweight` and, when asked, db = Σ over rows of dy into `grads.dbias`: from dW's GEMM
+// when both are wanted (its bias-gradient epilogue), else a column sum.
+template <class T, class Where>
+void weight_and_bias_grads(const Where& where, const MatrixBatch& dym, const Tensor& x, bool need_dweight,
+                           bool need_dbias, int64_t out_features, int64_t in_features, Tensor& dweight, Tensor& dbias) {
+  if (need_dbias) dbias = Tensor::empty({out_features}, x.dtype(), x.device());
+  if (need_dweight) {
+    dweight = Tensor::empty({out_features, in_features}, x.dtype(), x.device());
+    MatrixBatch xm = as_matrices(x, 0);  // outlives the call: it may hold a contiguous copy of x
+    auto args = gemm_2d<T>(dym, xm, dweight, out_features, in_features, dym.rows, true, false);
+    if (need_dbias) {
+      args.bias_grad_of = kernels::GemmBiasGrad::a_columns;
+      args.bias_grad = dbias.data<T>();
+    }
+    ALPHA_KERNEL(gemm)(where, args);
+  } else if (need_dbias) {
+    ALPHA_KERNEL(column_sum)(where, kernels::ColumnSumArgs<T>{dym.t.data<T>(), dbias.data<T>(), dym.rows,
+                                                              out_features, dym.ld});
+  }
+}
+
+// out = epilogue(x·Wᵀ + b) as one GEMM (the bias in its epilogue); with a gelu epilogue and keep_pre, pre
+// receives x·Wᵀ + b.
+LinearGelu linear_forward(std::string_view op, const Tensor& x, const Tensor& weight, const Tensor& bias,
+                          kernels::GemmEpilogue epilogue, bool keep_pre) {
+  check_linear_operands(op, x, weight);
+  int64_t out_features = weight.size(0), in_features = weight.size(1);
+  check_bias(op, bias, x, out_features);
+  MatrixBatch xm = as_matrices(x, 0), wm = as_matrices(weight, 0);
+  Tensor bc = bias.defined() ? bias.contiguous() : Tensor();
+  Shape shape = with_last(leading_shape(x, 1), {out_features});
+  LinearGelu result{keep_pre ? Tensor::empty(shape, x.dtype(), x.device()) : Tensor(),
+                    Tensor::empty(shape, x.dtype(), x.device())};
+  dispatch_float(op, x, [&]<class T>(const auto& where) {
+    auto args = gemm_2d<T>(xm, wm, result.out, xm.rows, out_features, in_features, false, true);
+    if (bc.defined()) args.bias = bc.data<T>();
+    args.epilogue = epilogue;
+    if (keep_pre) {
+      args.aux = result.pre.data<T>();
+      args.ld_aux = out_features;
+    }
+    ALPHA_KERNEL(gemm)(where, args);
+  });
+  return result;
+}
+
 }  // namespace
+
+void set_allow_tf32(bool allow) { tf32_allowed.store(allow, std::memory_order_relaxed); }
+bool allow_tf32() { return tf32_allowed.load(std::memory_order_relaxed); }
 
 Tensor matmul(const Tensor& a, const Tensor& b, bool trans_a, bool trans_b) {
   constexpr std::string_view op = "matmul";
-  check_cpu_float(op, "a", a);
+  check_backend_float(op, "a", a);
   check_same_device(op, "b", b, a);
   check_same_dtype(op, "b", b, a);
   check_min_dim(op, "a", a, 2);
@@ -98,62 +168,73 @@ Tensor matmul(const Tensor& a, const Tensor& b, bool trans_a, bool trans_b) {
 
   Tensor out = Tensor::empty(with_last(batch, {m, n}), a.dtype(), a.device());
   MatrixBatch am = as_matrices(a, a.dim() - 2), bm = as_matrices(b, b.dim() - 2);
-  dispatch_cpu_float(op, a, [&]<class T>() {
-    kernels::cpu::gemm(kernels::GemmArgs<T>{am.t.data<T>(), bm.t.data<T>(), out.data<T>(), am.batch, m, n, k,
-                                            trans_a, trans_b, am.ld, bm.ld, n, am.batch_stride, bm.batch_stride,
-                                            m * n, acc_t<T>(1), acc_t<T>(0)});
+  dispatch_float(op, a, [&]<class T>(const auto& where) {
+    kernels::GemmArgs<T> args{am.t.data<T>(), bm.t.data<T>(), out.data<T>(), am.batch, m, n, k, trans_a, trans_b,
+                              am.ld, bm.ld, n, am.batch_stride, bm.batch_stride, m * n, acc_t<T>(1), acc_t<T>(0)};
+    args.allow_tf32 = std::is_same_v<T, float> && allow_tf32();
+    ALPHA_KERNEL(gemm)(where, args);
   });
   return out;
 }
 
 Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
-  constexpr std::string_view op = "linear";
-  check_linear_operands(op, x, weight);
-  int64_t out_features = weight.size(0), in_features = weight.size(1);
-  if (bias.defined()) {
-    check_same_device(op, "bias", bias, x);
-    check_same_dtype(op, "bias", bias, x);
-    check_shape(op, "bias", bias, {out_features});
-  }
-  MatrixBatch xm = as_matrices(x, 0), wm = as_matrices(weight, 0);
-  Tensor y = Tensor::empty(with_last(leading_shape(x, 1), {out_features}), x.dtype(), x.device());
-  dispatch_cpu_float(op, x, [&]<class T>() {
-    // y starts as bias rows and the GEMM accumulates x·Wᵀ onto them (beta = 1): no separate bias pass.
-    if (bias.defined()) {
-      Tensor bc = bias.contiguous();
-      kernels::cpu::broadcast_rows(kernels::BroadcastRowsArgs<T>{bc.data<T>(), y.data<T>(), xm.rows, out_features});
-    }
-    gemm_2d<T>(xm, wm, y, xm.rows, out_features, in_features, false, true, bias.defined() ? 1.0 : 0.0);
-  });
-  return y;
+  return linear_forward("linear", x, weight, bias, kernels::GemmEpilogue::none, false).out;
 }
 
 LinearGrads linear_backward(const Tensor& dy, const Tensor& x, const Tensor& weight, bool need_dx,
                             bool need_dweight, bool need_dbias) {
   constexpr std::string_view op = "linear_backward";
   check_linear_operands(op, x, weight);
+  check_output_grad(op, dy, x, weight);
   int64_t out_features = weight.size(0), in_features = weight.size(1);
-  check_same_device(op, "dy", dy, x);
-  check_same_dtype(op, "dy", dy, x);
-  check_shape(op, "dy", dy, with_last(leading_shape(x, 1), {out_features}));
-
   MatrixBatch dym = as_matrices(dy, 0);
   LinearGrads grads;
-  dispatch_cpu_float(op, x, [&]<class T>() {
+  dispatch_float(op, x, [&]<class T>(const auto& where) {
     if (need_dx) {  // dx = dy · W
       grads.dx = Tensor::empty(x.shape(), x.dtype(), x.device());
-      gemm_2d<T>(dym, as_matrices(weight, 0), grads.dx, dym.rows, in_features, out_features, false, false, 0.0);
+      ALPHA_KERNEL(gemm)(where, gemm_2d<T>(dym, as_matrices(weight, 0), grads.dx, dym.rows, in_features,
+                                           out_features, false, false));
     }
-    if (need_dweight) {  // dW = dyᵀ · x
-      grads.dweight = Tensor::empty(weight.shape(), x.dtype(), x.device());
-      gemm_2d<T>(dym, as_matrices(x, 0), grads.dweight, out_features, in_features, dym.rows, true, false, 0.0);
-    }
-    if (need_dbias) {  // db = Σ over rows of dy
-      grads.dbias = Tensor::empty({out_features}, x.dtype(), x.device());
-      kernels::cpu::column_sum(
-          kernels::ColumnSumArgs<T>{dym.t.data<T>(), grads.dbias.data<T>(), dym.rows, out_features, dym.ld});
-    }
+    weight_and_bias_grads<T>(where, dym, x, need_dweight, need_dbias, out_features, in_features, grads.dweight,
+                             grads.dbias);
   });
+  return grads;
+}
+
+LinearGelu linear_gelu(const Tensor& x, const Tensor& weight, const Tensor& bias, bool keep_pre) {
+  return linear_forward("linear_gelu", x, weight, bias, kernels::GemmEpilogue::gelu, keep_pre);
+}
+
+GeluLinearGrads gelu_linear_backward(const Tensor& dy, const Tensor& pre, const Tensor& h, const Tensor& weight,
+                                     bool need_dpre, bool need_dpre_bias, bool need_dweight, bool need_dbias) {
+  constexpr std::string_view op = "gelu_linear_backward";
+  check_linear_operands(op, h, weight);
+  check_output_grad(op, dy, h, weight);
+  check_same_device(op, "pre", pre, h);
+  check_same_dtype(op, "pre", pre, h);
+  check_shape(op, "pre", pre, h.shape());
+  int64_t out_features = weight.size(0), in_features = weight.size(1);
+  MatrixBatch dym = as_matrices(dy, 0);
+  GeluLinearGrads grads;
+  dispatch_float(op, h, [&]<class T>(const auto& where) {
+    if (need_dpre || need_dpre_bias) {  // dpre = (dy · W) ⊙ gelu'(pre), and Σ over its rows
+      MatrixBatch prem = as_matrices(pre, 0), wm = as_matrices(weight, 0);
+      grads.dpre = Tensor::empty(h.shape(), h.dtype(), h.device());
+      auto args = gemm_2d<T>(dym, wm, grads.dpre, dym.rows, in_features, out_features, false, false);
+      args.epilogue = kernels::GemmEpilogue::dgelu;
+      args.aux = prem.t.data<T>();
+      args.ld_aux = prem.ld;
+      if (need_dpre_bias) {
+        grads.dpre_bias = Tensor::empty({in_features}, h.dtype(), h.device());
+        args.bias_grad_of = kernels::GemmBiasGrad::c_columns;
+        args.bias_grad = grads.dpre_bias.data<T>();
+      }
+      ALPHA_KERNEL(gemm)(where, args);
+    }
+    weight_and_bias_grads<T>(where, dym, h, need_dweight, need_dbias, out_features, in_features, grads.dweight,
+                             grads.dbias);
+  });
+  if (!need_dpre) grads.dpre = Tensor();
   return grads;
 }
 

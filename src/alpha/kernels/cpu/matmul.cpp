@@ -1,6 +1,12 @@
 // CPU matrix-product kernels. GEMM goes to OpenBLAS (row-major cblas_?gemm, transposes as flags, one call
 // per matrix of the batch; OpenBLAS threads each call itself). The column sum uses the fixed-order row
 // reduction (row_reduce.h), so the bias gradient is bit-identical for any thread count.
+//
+// Epilogues are loops after the BLAS call that reuse the activation kernels (kernels/activation.h), so a
+// fused linear+GELU gives the same bits as a linear followed by gelu, and a DGELU epilogue the same as
+// gelu_backward of the product. A bias with beta = 0 is broadcast into c and the product accumulated onto
+// it (beta = 1), as the linear op has always done; with beta != 0 it is added after the product. Bias
+// gradients are column sums (column_sum), the same bits as a separate column_sum call.
 #include "alpha/kernels/matmul.h"
 
 #include <cblas.h>
@@ -11,9 +17,37 @@
 #include <vector>
 
 #include "alpha/core/error.h"
+#include "alpha/kernels/activation.h"
 #include "alpha/kernels/cpu/row_reduce.h"
 
-namespace alpha::kernels::cpu {
+namespace alpha::kernels {
+
+void check_gemm_epilogue(const char* op, int64_t batch, double beta, bool trans_a, bool has_bias,
+                         GemmEpilogue epilogue, bool has_aux, int64_t ld_aux, int64_t n, GemmBiasGrad bias_grad_of,
+                         bool has_bias_grad) {
+  const bool extras = has_bias || epilogue != GemmEpilogue::none || bias_grad_of != GemmBiasGrad::none;
+  if (extras && batch != 1)
+    raise<ValueError>(op, "batch", "1 with a bias, an epilogue or a bias gradient", std::to_string(batch));
+  if ((bias_grad_of != GemmBiasGrad::none) != has_bias_grad)
+    raise<ValueError>(op, "bias_grad", "a pointer exactly when bias_grad_of is not none",
+                      has_bias_grad ? "a pointer without bias_grad_of" : "no pointer");
+  if (has_aux && epilogue == GemmEpilogue::none)
+    raise<ValueError>(op, "aux", "no pointer without a gelu or dgelu epilogue", "a pointer");
+  if (has_aux && ld_aux < n)
+    raise<ValueError>(op, "ld_aux", "at least n = " + std::to_string(n), std::to_string(ld_aux));
+  if (epilogue == GemmEpilogue::dgelu) {
+    if (!has_aux) raise<ValueError>(op, "aux", "the pre-activation for a dgelu epilogue", "no pointer");
+    if (beta != 0.0) raise<ValueError>(op, "beta", "0 with a dgelu epilogue", std::to_string(beta));
+    if (has_bias) raise<ValueError>(op, "bias", "no bias with a dgelu epilogue", "a pointer");
+  }
+  if (bias_grad_of == GemmBiasGrad::c_columns && epilogue != GemmEpilogue::dgelu)
+    raise<ValueError>(op, "bias_grad_of", "c_columns only with a dgelu epilogue", "another epilogue");
+  if (bias_grad_of == GemmBiasGrad::a_columns && (!trans_a || epilogue != GemmEpilogue::none || has_bias))
+    raise<ValueError>(op, "bias_grad_of", "a_columns only with trans_a, no epilogue and no bias",
+                      trans_a ? "an epilogue or a bias" : "trans_a = false");
+}
+
+namespace cpu {
 
 namespace {
 
@@ -35,21 +69,85 @@ void blas_gemm(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, blasint m, blasint n, bla
   cblas_dgemm(CblasRowMajor, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
 }
 
+// Calls fn(offset, count) over the (rows, cols) matrix with rows `ld` apart, as one run when the rows are
+// packed, else one run per row. Element-wise kernels then see contiguous runs.
+template <class Fn>
+void for_each_run(int64_t rows, int64_t cols, int64_t ld, Fn&& fn) {
+  if (ld == cols || rows == 1) {
+    fn(int64_t(0), rows * cols);
+    return;
+  }
+  for (int64_t r = 0; r < rows; ++r) fn(r * ld, cols);
+}
+
+// The epilogue over c (m, n) after the product: bias already in c; gelu or dgelu.
+template <class T>
+void apply_epilogue(const GemmArgs<T>& args) {
+  const int64_t m = args.m, n = args.n;
+  if (args.epilogue == GemmEpilogue::gelu) {
+    if (args.aux) {  // aux keeps the pre-activation; gelu reads it back into c
+      for (int64_t r = 0; r < m; ++r) std::copy_n(args.c + r * args.ldc, n, args.aux + r * args.ld_aux);
+      if (args.ldc == args.ld_aux) {
+        for_each_run(m, n, args.ldc, [&](int64_t at, int64_t count) {
+          gelu(GeluArgs<T>{args.aux + at, args.c + at, count});
+        });
+      } else {
+        for (int64_t r = 0; r < m; ++r) gelu(GeluArgs<T>{args.aux + r * args.ld_aux, args.c + r * args.ldc, n});
+      }
+    } else {
+      for_each_run(m, n, args.ldc, [&](int64_t at, int64_t count) { gelu(GeluArgs<T>{args.c + at, args.c + at, count}); });
+    }
+  } else if (args.epilogue == GemmEpilogue::dgelu) {
+    // gelu_backward reads dy[i] and x[i] before writing dx[i]: the product may be dy and dx at once.
+    if (args.ldc == args.ld_aux) {
+      for_each_run(m, n, args.ldc, [&](int64_t at, int64_t count) {
+        gelu_backward(GeluBackwardArgs<T>{args.c + at, args.aux + at, args.c + at, count});
+      });
+    } else {
+      for (int64_t r = 0; r < m; ++r) {
+        T* row = args.c + r * args.ldc;
+        gelu_backward(GeluBackwardArgs<T>{row, args.aux + r * args.ld_aux, row, n});
+      }
+    }
+  }
+}
+
 }  // namespace
 
 template <class T>
 void gemm(const GemmArgs<T>& args) {
-  if (args.m == 0 || args.n == 0) return;
-  blasint m = blas_size(args.m, "m"), n = blas_size(args.n, "n"), k = blas_size(args.k, "k");
-  // BLAS rejects a leading dimension below 1, which an empty (k = 0) operand's row stride can be.
-  blasint lda = blas_size(std::max<int64_t>(args.lda, 1), "lda");
-  blasint ldb = blas_size(std::max<int64_t>(args.ldb, 1), "ldb");
-  blasint ldc = blas_size(std::max<int64_t>(args.ldc, 1), "ldc");
-  CBLAS_TRANSPOSE ta = args.trans_a ? CblasTrans : CblasNoTrans;
-  CBLAS_TRANSPOSE tb = args.trans_b ? CblasTrans : CblasNoTrans;
-  for (int64_t i = 0; i < args.batch; ++i)
-    blas_gemm(ta, tb, m, n, k, args.alpha, args.a + i * args.stride_a, lda, args.b + i * args.stride_b, ldb,
-              args.beta, args.c + i * args.stride_c, ldc);
+  check_gemm_epilogue("gemm", args);
+  // The bias gradient of a reads only a, so it is there even when c is empty.
+  if (args.bias_grad_of == GemmBiasGrad::a_columns)
+    column_sum(ColumnSumArgs<T>{args.a, args.bias_grad, args.k, args.m, args.lda});
+  if (args.m > 0 && args.n > 0) {
+    blasint m = blas_size(args.m, "m"), n = blas_size(args.n, "n"), k = blas_size(args.k, "k");
+    // BLAS rejects a leading dimension below 1, which an empty (k = 0) operand's row stride can be.
+    blasint lda = blas_size(std::max<int64_t>(args.lda, 1), "lda");
+    blasint ldb = blas_size(std::max<int64_t>(args.ldb, 1), "ldb");
+    blasint ldc = blas_size(std::max<int64_t>(args.ldc, 1), "ldc");
+    CBLAS_TRANSPOSE ta = args.trans_a ? CblasTrans : CblasNoTrans;
+    CBLAS_TRANSPOSE tb = args.trans_b ? CblasTrans : CblasNoTrans;
+    acc_t<T> beta = args.beta;
+    const bool bias_first = args.bias && beta == acc_t<T>(0);
+    if (bias_first) {  // c = bias rows, then c += alpha·op(a)·op(b)
+      for (int64_t r = 0; r < args.m; ++r) std::copy_n(args.bias, args.n, args.c + r * args.ldc);
+      beta = acc_t<T>(1);
+    }
+    for (int64_t i = 0; i < args.batch; ++i)
+      blas_gemm(ta, tb, m, n, k, args.alpha, args.a + i * args.stride_a, lda, args.b + i * args.stride_b, ldb, beta,
+                args.c + i * args.stride_c, ldc);
+    if (args.bias && !bias_first) {
+#pragma omp parallel for schedule(static)
+      for (int64_t r = 0; r < args.m; ++r) {
+        T* row = args.c + r * args.ldc;
+        for (int64_t j = 0; j < args.n; ++j) row[j] += args.bias[j];
+      }
+    }
+    apply_epilogue(args);
+  }
+  if (args.bias_grad_of == GemmBiasGrad::c_columns)
+    column_sum(ColumnSumArgs<T>{args.c, args.bias_grad, args.m, args.n, args.ldc});
 }
 
 template <class T>
@@ -77,4 +175,6 @@ ALPHA_INSTANTIATE(float)
 ALPHA_INSTANTIATE(double)
 #undef ALPHA_INSTANTIATE
 
-}  // namespace alpha::kernels::cpu
+}  // namespace cpu
+
+}  // namespace alpha::kernels
