@@ -10,6 +10,7 @@
 #include "alpha/data/loader.h"
 #include "alpha/data/prepare.h"
 #include "alpha/nn/sampling.h"
+#include "alpha/ops/matmul.h"
 #include "alpha/train/checkpoint.h"
 #include "alpha/train/optimizer.h"
 #include "alpha/train/schedule.h"
@@ -100,6 +101,7 @@ Trainer::Trainer(TrainerOptions options) : options_(std::move(options)), data_(s
   // Parameters (the master weights) and optimizer state stay f32; bf16 precision computes in bf16.
   std::optional<DType> compute_dtype;
   if (options_.train.precision == "bf16") compute_dtype = DType::bf16;
+  ops::set_allow_tf32(options_.train.tf32);
   model_ = std::make_unique<nn::GPT>(options_.model, DType::f32, device, compute_dtype);
 
   const TrainConfig& t = options_.train;
