@@ -7,6 +7,9 @@
 namespace alpha::check {
 
 void check_elementwise(Context& ctx);
+void check_dropout(Context& ctx);
+void check_optim(Context& ctx);
+void check_attention(Context& ctx);
 
 }  // namespace alpha::check
 #endif

@@ -154,6 +154,9 @@ const std::vector<KernelCheck>& all_checks() {
   static const std::vector<KernelCheck> checks = {
 #if ALPHA_WITH_CUDA
       {"elementwise", &check_elementwise},
+      {"dropout", &check_dropout},
+      {"optim", &check_optim},
+      {"attention", &check_attention},
 #endif
   };
   return checks;
