@@ -200,11 +200,11 @@ TEST_P(AttentionReference, KernelsAndOpsMatchNaiveF64Loop) {
   EXPECT_TRUE(all_close(got.dk, want.dk, "attention"));
   EXPECT_TRUE(all_close(got.dv, want.dv, "attention"));
 
-  ops::AttentionOutput fwd = ops::attention_reference(in.q, in.k, in.v, config);
+  ops::AttentionOutput fwd = ops::attention_materialized(in.q, in.k, in.v, config);
   EXPECT_TRUE(all_close(fwd.out, want.out, "attention"));
   EXPECT_TRUE(all_close(fwd.row_max, want.row_max, "attention"));
   EXPECT_TRUE(all_close(fwd.row_sum, want.row_sum, "attention"));
-  ops::AttentionGrads grads = ops::attention_reference_backward(in.dout, in.q, in.k, in.v, fwd.out, fwd.row_max,
+  ops::AttentionGrads grads = ops::attention_materialized_backward(in.dout, in.q, in.k, in.v, fwd.out, fwd.row_max,
                                                                 fwd.row_sum, config);
   EXPECT_TRUE(all_close(grads.dq, want.dq, "attention"));
   EXPECT_TRUE(all_close(grads.dk, want.dk, "attention"));
@@ -217,7 +217,7 @@ TEST_P(AttentionReference, StatisticsReconstructNormalisedRows) {
   auto [c, dtype] = GetParam();
   Inputs in = make_inputs(c, dtype);
   ops::AttentionConfig config = config_of(c);
-  ops::AttentionOutput fwd = ops::attention_reference(in.q, in.k, in.v, config);
+  ops::AttentionOutput fwd = ops::attention_materialized(in.q, in.k, in.v, config);
   int64_t B = c.batch, Tq = c.q_len, Tk = c.kv_len, Hq = c.q_heads, D = c.head_dim;
   double scale = c.scale != 0 ? c.scale : 1.0 / std::sqrt(double(D));
   test::Tolerance tol = test::tolerance("attention", dtype);
@@ -273,11 +273,11 @@ TEST(AttentionReferenceOps, DropoutChangesTheOutputAndSeedsReproduceIt) {
   AttentionCase c{"dropout", 1, 7, 7, 2, 2, 5, 5, true, 0.0, 0.5};
   Inputs in = make_inputs(c, DType::f64);
   ops::AttentionConfig config = config_of(c);
-  ops::AttentionOutput first = ops::attention_reference(in.q, in.k, in.v, config);
-  ops::AttentionOutput again = ops::attention_reference(in.q, in.k, in.v, config);
+  ops::AttentionOutput first = ops::attention_materialized(in.q, in.k, in.v, config);
+  ops::AttentionOutput again = ops::attention_materialized(in.q, in.k, in.v, config);
   EXPECT_EQ(first.out.to_vector<double>(), again.out.to_vector<double>());
   config.dropout_p = 0;
-  ops::AttentionOutput undropped = ops::attention_reference(in.q, in.k, in.v, config);
+  ops::AttentionOutput undropped = ops::attention_materialized(in.q, in.k, in.v, config);
   EXPECT_NE(first.out.to_vector<double>(), undropped.out.to_vector<double>());
   // Dropout acts after normalisation: the statistics are those of the undropped softmax.
   EXPECT_EQ(first.row_max.to_vector<double>(), undropped.row_max.to_vector<double>());
@@ -292,8 +292,8 @@ TEST(AttentionReferenceOps, IdenticalAcrossThreadCounts) {
   std::vector<std::vector<float>> first;
   for (int threads : {1, 2, 3}) {
     omp_set_num_threads(threads);
-    ops::AttentionOutput fwd = ops::attention_reference(in.q, in.k, in.v, config);
-    ops::AttentionGrads grads = ops::attention_reference_backward(in.dout, in.q, in.k, in.v, fwd.out,
+    ops::AttentionOutput fwd = ops::attention_materialized(in.q, in.k, in.v, config);
+    ops::AttentionGrads grads = ops::attention_materialized_backward(in.dout, in.q, in.k, in.v, fwd.out,
                                                                   fwd.row_max, fwd.row_sum, config);
     std::vector<std::vector<float>> results;
     for (const Tensor& t : {fwd.out, fwd.row_max, fwd.row_sum, grads.dq, grads.dk, grads.dv})
@@ -315,7 +315,7 @@ TEST(AttentionReferenceAutograd, GradientsMatchFiniteDifferences) {
     Inputs in = make_inputs(c, DType::f64);
     ops::AttentionConfig config = config_of(c);
     EXPECT_TRUE(test::gradcheck(
-        [&](const auto& x) { return autograd::attention_reference(x[0], x[1], x[2], config); },
+        [&](const auto& x) { return autograd::attention_materialized(x[0], x[1], x[2], config); },
         {in.q.contiguous(), in.k.contiguous(), in.v.contiguous()}));
   }
 }
@@ -326,7 +326,7 @@ TEST(AttentionReferenceAutograd, GradientsFlowIntoAFusedQkv) {
   ops::AttentionConfig config = config_of({"fused", 1, 4, 4, Hq, Hkv, 3, 3, true, 0.5, 0.25});
   EXPECT_TRUE(test::gradcheck(
       [&](const auto& x) {
-        return autograd::attention_reference(autograd::slice(x[0], 2, 0, Hq),
+        return autograd::attention_materialized(autograd::slice(x[0], 2, 0, Hq),
                                              autograd::slice(x[0], 2, Hq, Hq + Hkv),
                                              autograd::slice(x[0], 2, Hq + Hkv, Hq + 2 * Hkv), config);
       },
@@ -334,53 +334,53 @@ TEST(AttentionReferenceAutograd, GradientsFlowIntoAFusedQkv) {
 }
 
 TEST(AttentionReferenceOps, BadInputsRaise) {
-  constexpr const char* kOp = "[attention_reference]";
+  constexpr const char* kOp = "[attention_materialized]";
   Tensor q = random({2, 4, 4, 8}), k = random({2, 6, 2, 8}), v = random({2, 6, 2, 5});
   ops::AttentionConfig ok;
-  EXPECT_ALPHA_ERROR(ops::attention_reference(q, random({2, 6, 3, 8}), random({2, 6, 3, 5}), ok), ShapeError, kOp,
+  EXPECT_ALPHA_ERROR(ops::attention_materialized(q, random({2, 6, 3, 8}), random({2, 6, 3, 5}), ok), ShapeError, kOp,
                      "'k'", "dividing", "[2, 6, 3, 8]");
-  EXPECT_ALPHA_ERROR(ops::attention_reference(q, random({2, 6, 2, 7}), v, ok), ShapeError, kOp, "'k'",
+  EXPECT_ALPHA_ERROR(ops::attention_materialized(q, random({2, 6, 2, 7}), v, ok), ShapeError, kOp, "'k'",
                      "[2, 6, 2, 7]");
-  EXPECT_ALPHA_ERROR(ops::attention_reference(q, random({3, 6, 2, 8}), v, ok), ShapeError, kOp, "'k'");
-  EXPECT_ALPHA_ERROR(ops::attention_reference(q, k, random({3, 6, 2, 5}), ok), ShapeError, kOp, "'v'");
-  EXPECT_ALPHA_ERROR(ops::attention_reference(q, k, random({2, 5, 2, 5}), ok), ShapeError, kOp, "'v'",
+  EXPECT_ALPHA_ERROR(ops::attention_materialized(q, random({3, 6, 2, 8}), v, ok), ShapeError, kOp, "'k'");
+  EXPECT_ALPHA_ERROR(ops::attention_materialized(q, k, random({3, 6, 2, 5}), ok), ShapeError, kOp, "'v'");
+  EXPECT_ALPHA_ERROR(ops::attention_materialized(q, k, random({2, 5, 2, 5}), ok), ShapeError, kOp, "'v'",
                      "[2, 5, 2, 5]");
-  EXPECT_ALPHA_ERROR(ops::attention_reference(q, k, random({2, 6, 1, 5}), ok), ShapeError, kOp, "'v'");
-  EXPECT_ALPHA_ERROR(ops::attention_reference(random({2, 4, 32}), k, v, ok), ShapeError, kOp, "'q'",
+  EXPECT_ALPHA_ERROR(ops::attention_materialized(q, k, random({2, 6, 1, 5}), ok), ShapeError, kOp, "'v'");
+  EXPECT_ALPHA_ERROR(ops::attention_materialized(random({2, 4, 32}), k, v, ok), ShapeError, kOp, "'q'",
                      "4 dimensions");
   Tensor wide = random({2, 4, 4, 16});
-  EXPECT_ALPHA_ERROR(ops::attention_reference(wide.slice(3, 0, 16, 2), k, v, ok), LayoutError, kOp, "'q'",
+  EXPECT_ALPHA_ERROR(ops::attention_materialized(wide.slice(3, 0, 16, 2), k, v, ok), LayoutError, kOp, "'q'",
                      "unit stride");
-  EXPECT_ALPHA_ERROR(ops::attention_reference(q, random({2, 6, 2, 16}).slice(3, 0, 16, 2), v, ok), LayoutError,
+  EXPECT_ALPHA_ERROR(ops::attention_materialized(q, random({2, 6, 2, 16}).slice(3, 0, 16, 2), v, ok), LayoutError,
                      kOp, "'k'", "unit stride");
-  EXPECT_ALPHA_ERROR(ops::attention_reference(Tensor::zeros({2, 4, 4, 8}, DType::i32), k, v, ok), DTypeError, kOp,
+  EXPECT_ALPHA_ERROR(ops::attention_materialized(Tensor::zeros({2, 4, 4, 8}, DType::i32), k, v, ok), DTypeError, kOp,
                      "'q'", "i32");
-  EXPECT_ALPHA_ERROR(ops::attention_reference(q, k, random({2, 6, 2, 5}, DType::f64), ok), DTypeError, kOp, "'v'",
+  EXPECT_ALPHA_ERROR(ops::attention_materialized(q, k, random({2, 6, 2, 5}, DType::f64), ok), DTypeError, kOp, "'v'",
                      "f32", "f64");
   auto with = [](auto set) {
     ops::AttentionConfig config;
     set(config);
     return config;
   };
-  EXPECT_ALPHA_ERROR(ops::attention_reference(q, k, v, with([](auto& c) { c.dropout_p = -0.1; })), ValueError, kOp,
+  EXPECT_ALPHA_ERROR(ops::attention_materialized(q, k, v, with([](auto& c) { c.dropout_p = -0.1; })), ValueError, kOp,
                      "'config.dropout_p'", "[0, 1)");
-  EXPECT_ALPHA_ERROR(ops::attention_reference(q, k, v, with([](auto& c) { c.dropout_p = 1.0; })), ValueError, kOp,
+  EXPECT_ALPHA_ERROR(ops::attention_materialized(q, k, v, with([](auto& c) { c.dropout_p = 1.0; })), ValueError, kOp,
                      "'config.dropout_p'");
-  EXPECT_ALPHA_ERROR(ops::attention_reference(q, k, v, with([](auto& c) { c.softcap = -1.0; })), ValueError, kOp,
+  EXPECT_ALPHA_ERROR(ops::attention_materialized(q, k, v, with([](auto& c) { c.softcap = -1.0; })), ValueError, kOp,
                      "'config.softcap'");
 
-  constexpr const char* kBackOp = "[attention_reference_backward]";
-  ops::AttentionOutput fwd = ops::attention_reference(q, k, v, ok);
+  constexpr const char* kBackOp = "[attention_materialized_backward]";
+  ops::AttentionOutput fwd = ops::attention_materialized(q, k, v, ok);
   Tensor dout = random({2, 4, 4, 5});
   EXPECT_ALPHA_ERROR(
-      ops::attention_reference_backward(random({2, 4, 4, 8}), q, k, v, fwd.out, fwd.row_max, fwd.row_sum, ok),
+      ops::attention_materialized_backward(random({2, 4, 4, 8}), q, k, v, fwd.out, fwd.row_max, fwd.row_sum, ok),
       ShapeError, kBackOp, "'dout'", "[2, 4, 4, 5]");
-  EXPECT_ALPHA_ERROR(ops::attention_reference_backward(dout, q, k, v, fwd.out, random({2, 4, 3}), fwd.row_sum, ok),
+  EXPECT_ALPHA_ERROR(ops::attention_materialized_backward(dout, q, k, v, fwd.out, random({2, 4, 3}), fwd.row_sum, ok),
                      ShapeError, kBackOp, "'row_max'");
   EXPECT_ALPHA_ERROR(
-      ops::attention_reference_backward(dout, q, k, v, fwd.out, fwd.row_max, fwd.row_sum.to(DType::f64), ok),
+      ops::attention_materialized_backward(dout, q, k, v, fwd.out, fwd.row_max, fwd.row_sum.to(DType::f64), ok),
       DTypeError, kBackOp, "'row_sum'");
-  EXPECT_ALPHA_ERROR(ops::attention_reference_backward(dout, q, random({2, 6, 3, 8}), random({2, 6, 3, 5}),
+  EXPECT_ALPHA_ERROR(ops::attention_materialized_backward(dout, q, random({2, 6, 3, 8}), random({2, 6, 3, 5}),
                                                        fwd.out, fwd.row_max, fwd.row_sum, ok),
                      ShapeError, kBackOp, "'k'", "dividing");
 }

@@ -1,5 +1,6 @@
-// Optimiser kernels against naive f64 loops: three consecutive fused AdamW steps, the global grad norm
-// (and its independence of the thread count), clipping, and bad arguments.
+// Optimiser kernels against naive f64 loops: three consecutive fused AdamW steps (plain, and mixed
+// precision: f32 master with bf16/f16 grads and compute copy), the global grad norm (and its independence
+// of the thread count), clipping with the norm as a host value or a tensor, and bad arguments.
 #include <gtest/gtest.h>
 #include <omp.h>
 
@@ -141,6 +142,110 @@ TEST(Optim, ClipScalesGradsToMaxNorm) {
   EXPECT_EQ(grads[1].to_vector<double>(), unclipped);
 }
 
+// Mixed precision: f32 param, m, v; grads in G; the compute copy receives param rounded to G.
+template <class G>
+void expect_mixed_steps_match(int64_t n) {
+  const DType low = dtype_of<G>;
+  AdamWCase c({n}, DType::f32);
+  for (Tensor& g : c.grads) g = g.to(low);
+  NaiveAdamW want = c.naive();
+  Tensor copy = test::poisoned({n}, low);
+  for (int step = 1; step <= 3; ++step) {
+    ops::AdamWConfig config = kConfig;
+    config.step = step;
+    const Tensor& grad = c.grads[size_t(step - 1)];
+    want.step(grad.to_vector<double>(), config, kGradScale);
+    kernels::cpu::adamw_step(kernels::AdamWArgs<float, G>{
+        c.param.data<float>(), grad.data<G>(), c.m.data<float>(), c.v.data<float>(), float(config.lr),
+        float(config.beta1), float(config.beta2), float(config.eps), float(config.weight_decay), float(kGradScale),
+        step, n, copy.data<G>()});
+    expect_state(c.param, c.m, c.v, want, step);
+    // The copy is the updated master rounded to G, bit for bit.
+    Tensor rounded = c.param.to(low);
+    ASSERT_EQ(std::memcmp(copy.raw_data(), rounded.raw_data(), copy.nbytes()), 0) << "compute copy, step " << step;
+  }
+}
+
+TEST(Optim, MixedPrecisionStepsMatchF64LoopAndWriteTheComputeCopy) {
+  for (int64_t n : {int64_t(1), int64_t(7), int64_t(4096), int64_t(4099), int64_t(65536)}) {
+    SCOPED_TRACE(n);
+    expect_mixed_steps_match<bf16>(n);
+    expect_mixed_steps_match<f16>(n);
+  }
+}
+
+TEST(Optim, MixedPrecisionOpMatchesKernel) {
+  for (DType low : {DType::bf16, DType::f16}) {
+    SCOPED_TRACE(dtype_name(low));
+    AdamWCase c({7, 13}, DType::f32);
+    Tensor grad = c.grads[0].to(low);
+    NaiveAdamW want = c.naive();
+    ops::AdamWConfig config = kConfig;
+    want.step(grad.to_vector<double>(), config, kGradScale);
+    Tensor copy = test::poisoned({7, 13}, low);
+    ops::adamw_step(c.param, grad, c.m, c.v, copy, config, kGradScale);
+    expect_state(c.param, c.m, c.v, want, 1);
+    EXPECT_EQ(copy.to_vector<float>(), c.param.to(low).to_vector<float>());
+    // Without a copy: the same master update from a bf16/f16 grad.
+    AdamWCase d({7, 13}, DType::f32);
+    NaiveAdamW want_d = d.naive();
+    Tensor grad_d = d.grads[0].to(low);
+    want_d.step(grad_d.to_vector<double>(), config, kGradScale);
+    ops::adamw_step(d.param, grad_d, d.m, d.v, config, kGradScale);
+    expect_state(d.param, d.m, d.v, want_d, 1);
+  }
+  // A compute copy in the param's own dtype is a plain copy of the updated param.
+  AdamWCase e({5, 3}, DType::f64);
+  Tensor copy = test::poisoned({5, 3}, DType::f64);
+  ops::adamw_step(e.param, e.grads[0], e.m, e.v, copy, kConfig);
+  EXPECT_EQ(copy.to_vector<double>(), e.param.to_vector<double>());
+}
+
+TEST(Optim, GradNormTensorAndClipOnTensorNormMatchTheHostPath) {
+  for (DType dtype : {DType::f32, DType::f64}) {
+    SCOPED_TRACE(dtype_name(dtype));
+    std::vector<Tensor> a = {random({300001}, dtype, -3, 3), random({7, 13}, dtype, -3, 3)};
+    std::vector<Tensor> b = {a[0].clone(), a[1].clone()};
+    Tensor norm = ops::global_grad_norm_tensor(a);
+    EXPECT_EQ(norm.dim(), 0);
+    EXPECT_EQ(norm.dtype(), DType::f64);
+    const double host_norm = ops::global_grad_norm(b);
+    EXPECT_EQ(norm.item(), host_norm);
+    Tensor coefficient = ops::clip_grad_norm(a, 1.0, norm);
+    EXPECT_EQ(coefficient.item(), ops::clip_grad_norm(b, 1.0, host_norm));
+    for (size_t k = 0; k < a.size(); ++k) EXPECT_EQ(a[k].to_vector<double>(), b[k].to_vector<double>());
+    // Under the limit the coefficient is 1 and the grads keep their bits.
+    std::vector<double> before = a[1].to_vector<double>();
+    EXPECT_EQ(ops::clip_grad_norm(a, 1e9, ops::global_grad_norm_tensor(a)).item(), 1.0);
+    EXPECT_EQ(a[1].to_vector<double>(), before);
+  }
+  // An empty list has norm 0.
+  EXPECT_EQ(ops::global_grad_norm_tensor({}).item(), 0.0);
+  EXPECT_EQ(ops::global_grad_norm({}), 0.0);
+}
+
+TEST(Optim, NormKernelsMatchNaiveLoops) {
+  std::vector<double> squares = {3.0, 0.0, 1e-3, 7.25, 1e6};
+  double norm = std::nan(""), coefficient = std::nan("");
+  kernels::cpu::grad_norm(kernels::GradNormArgs{squares.data(), int64_t(squares.size()), &norm});
+  double total = 0;
+  for (double s : squares) total += s;
+  EXPECT_EQ(norm, std::sqrt(total));
+  kernels::cpu::clip_coefficient(kernels::ClipCoefficientArgs{&norm, 2.0, &coefficient});
+  EXPECT_EQ(coefficient, 2.0 / (norm + 1e-6));
+  // A NaN norm leaves the grads as they are (coefficient 1), an infinite one zeroes them.
+  for (auto [bad, want] : {std::pair<double, double>{std::nan(""), 1.0}, {INFINITY, 0.0}}) {
+    kernels::cpu::clip_coefficient(kernels::ClipCoefficientArgs{&bad, 2.0, &coefficient});
+    EXPECT_EQ(coefficient, want);
+  }
+  Tensor x = random({4099});
+  std::vector<float> before = x.to_vector<float>();
+  const double factor = 0.3;
+  kernels::cpu::scale_by(kernels::ScaleByArgs<float>{x.data<float>(), &factor, x.numel()});
+  std::vector<float> after = x.to_vector<float>();
+  for (size_t i = 0; i < after.size(); ++i) ASSERT_EQ(after[i], float(factor) * before[i]) << i;
+}
+
 TEST(Optim, BadInputsRaise) {
   Tensor param = random({4, 4}), grad = random({4, 4}), m = random({4, 4}), v = random({4, 4}, DType::f32, 0, 1);
   EXPECT_ALPHA_ERROR(ops::adamw_step(param, random({4, 5}), m, v, kConfig), ShapeError, "[adamw_step]", "'grad'",
@@ -169,6 +274,29 @@ TEST(Optim, BadInputsRaise) {
   EXPECT_ALPHA_ERROR(ops::adamw_step(param, grad, m, v, step0), ValueError, "[adamw_step]", "'step'", "got 0");
   EXPECT_ALPHA_ERROR(ops::adamw_step(param, grad, m, v, kConfig, std::nan("")), ValueError, "[adamw_step]",
                      "'grad_scale'");
+  // Mixed precision: bf16/f16 grads only for an f32 param; the copy has the grad's dtype and the param's shape.
+  Tensor param64 = random({4, 4}, DType::f64), m64b = random({4, 4}, DType::f64);
+  Tensor v64 = random({4, 4}, DType::f64, 0, 1);
+  EXPECT_ALPHA_ERROR(ops::adamw_step(param64, grad.to(DType::bf16), m64b, v64, kConfig), DTypeError, "[adamw_step]",
+                     "'grad'", "f64", "bf16");
+  EXPECT_ALPHA_ERROR(ops::adamw_step(param, grad.to(DType::f64), m, v, kConfig), DTypeError, "[adamw_step]", "'grad'",
+                     "mixed precision", "f64");
+  Tensor copy = Tensor::zeros({4, 4}, DType::f32);
+  EXPECT_ALPHA_ERROR(ops::adamw_step(param, grad.to(DType::bf16), m, v, copy, kConfig), DTypeError, "[adamw_step]",
+                     "'compute_copy'", "bf16", "f32");
+  Tensor wide_copy = Tensor::zeros({4, 5}, DType::bf16);
+  EXPECT_ALPHA_ERROR(ops::adamw_step(param, grad.to(DType::bf16), m, v, wide_copy, kConfig), ShapeError,
+                     "[adamw_step]", "'compute_copy'", "[4, 4]");
+  Tensor strided_copy = Tensor::zeros({4, 4}, DType::bf16).transpose(0, 1);
+  EXPECT_ALPHA_ERROR(ops::adamw_step(param, grad.to(DType::bf16), m, v, strided_copy, kConfig), LayoutError,
+                     "[adamw_step]", "'compute_copy'");
+  std::vector<Tensor> one = {random({3})};
+  EXPECT_ALPHA_ERROR(ops::clip_grad_norm(one, 1.0, Tensor::zeros({}, DType::f32)), DTypeError, "[clip_grad_norm]",
+                     "'norm'", "f64");
+  EXPECT_ALPHA_ERROR(ops::clip_grad_norm(one, 1.0, Tensor::zeros({2}, DType::f64)), ShapeError, "[clip_grad_norm]",
+                     "'norm'");
+  EXPECT_ALPHA_ERROR(ops::clip_grad_norm(one, -1.0, Tensor::zeros({}, DType::f64)), ValueError, "[clip_grad_norm]",
+                     "'max_norm'");
   std::vector<Tensor> grads = {random({3}), Tensor::zeros({3}, DType::i32)};
   EXPECT_ALPHA_ERROR(ops::global_grad_norm(grads), DTypeError, "[global_grad_norm]", "'grads[1]'", "i32");
   std::vector<Tensor> ok = {random({3})};

@@ -50,8 +50,9 @@ Variable cross_entropy(const Variable& logits, const Tensor& targets);  // mean 
 Variable dropout(const Variable& x, const ops::DropoutConfig& config);
 Variable residual_dropout_add(const Variable& residual, const Variable& x, const ops::DropoutConfig& config);
 
-// Reference attention (functions_attention.cpp): q [B,Tq,Hq,D], k [B,Tk,Hkv,D], v [B,Tk,Hkv,Dv].
-Variable attention_reference(const Variable& q, const Variable& k, const Variable& v,
-                             const ops::AttentionConfig& config);
+// Materialising attention (functions_attention.cpp; ops/attention.h: the reference kernels on the CPU,
+// the materialising CUDA kernels on a GPU): q [B,Tq,Hq,D], k [B,Tk,Hkv,D], v [B,Tk,Hkv,Dv].
+Variable attention_materialized(const Variable& q, const Variable& k, const Variable& v,
+                                const ops::AttentionConfig& config);
 
 }  // namespace alpha::autograd

@@ -13,6 +13,9 @@ void check_activation(Context& ctx);
 void check_cross_entropy(Context& ctx);
 void check_embedding(Context& ctx);
 void check_matmul(Context& ctx);
+void check_dropout(Context& ctx);
+void check_optim(Context& ctx);
+void check_attention(Context& ctx);
 
 }  // namespace alpha::check
 #endif

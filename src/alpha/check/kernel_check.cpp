@@ -168,6 +168,9 @@ const std::vector<KernelCheck>& all_checks() {
       {"cross_entropy", &check_cross_entropy},
       {"embedding", &check_embedding},
       {"matmul", &check_matmul},
+      {"dropout", &check_dropout},
+      {"optim", &check_optim},
+      {"attention", &check_attention},
 #endif
   };
   return checks;

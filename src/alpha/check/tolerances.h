@@ -139,6 +139,34 @@ inline constexpr ToleranceRow kTolerances[] = {
     {"cuda.column_sum", DType::f32, {1e-5, 1e-5}},
     {"cuda.column_sum", DType::bf16, {1e-5, 7.8e-3}},
     {"cuda.column_sum", DType::f16, {1e-5, 9.8e-4}},
+    // The unit roundoff of a rounding to bf16 (8 significant bits) is 2⁻⁸ ≈ 3.9e-3 relative, to f16 (11 bits)
+    // 2⁻¹¹ ≈ 4.9e-4: the rows below that round their outputs once allow that much, plus the f32 work.
+    // dropout, residual_dropout_add: equal to the CPU kernel in f32 bit for bit (checked); against f64 that
+    // is one f32 rounding of scale·x and one of the sum, 2⁻²⁴ of terms up to ~2.5 (abs), then for bf16/f16
+    // one rounding to T.
+    {"cuda.dropout", DType::f32, {1e-6, 1e-6}},
+    {"cuda.dropout", DType::bf16, {1e-6, 4e-3}},
+    {"cuda.dropout", DType::f16, {1e-6, 5e-4}},
+    // adamw: equal to the CPU kernel in f32 bit for bit (checked), so the f32 row is the CPU's "adamw"
+    // (f32 rounding of m's and param's sums of terms ~1: abs 1e-6); bf16/f16 add one rounding of each output.
+    // Mixed precision compares the f32 master with the f32 row and the compute copy with its dtype's row.
+    {"cuda.adamw", DType::f32, {1e-6, 1e-5}},
+    {"cuda.adamw", DType::bf16, {1e-6, 4e-3}},
+    {"cuda.adamw", DType::f16, {1e-6, 5e-4}},
+    // sum_squares and the global norm (f64 results for every input dtype, rows by input dtype): squares are
+    // exact in f64; the sums are added in another order than the CPU's, n·2⁻⁵³ relative at worst
+    // (1e-10 for n = 10⁶), ~√n·2⁻⁵³ typically.
+    {"cuda.grad_norm", DType::f32, {1e-12, 1e-10}},
+    {"cuda.grad_norm", DType::bf16, {1e-12, 1e-10}},
+    {"cuda.grad_norm", DType::f16, {1e-12, 1e-10}},
+    // Materialising attention: f32 accumulation throughout (dot products over D ≤ 128, softmax sums over
+    // Tk ≤ 512, gradient sums over group·Tq ≤ 512 terms), a few ulps of expf/tanhf, as the CPU's f32
+    // "attention" row; row_max and row_sum are f32 for every dtype and use the f32 row. bf16/f16 inputs
+    // are exact in both computations and P stays f32, so their outputs add one rounding to T (2⁻⁸, 2⁻¹¹)
+    // over the f32 error, which cancellation in dq/dk (sums of terms of both signs) makes absolute: 2e-5.
+    {"cuda.attention", DType::f32, {2e-5, 1e-4}},
+    {"cuda.attention", DType::bf16, {2e-5, 5e-3}},
+    {"cuda.attention", DType::f16, {2e-5, 1e-3}},
 };
 
 // Throws std::out_of_range for a missing row.

@@ -31,18 +31,21 @@ ALPHA_HD Philox4x32 philox4x32_10(uint32_t c0, uint32_t c1, uint32_t c2, uint32_
   return {{c0, c1, c2, c3}};
 }
 
-// The 32 random bits for element `index` of a stream keyed by `seed`: one Philox call yields four
-// elements' bits, so element i uses lane i % 4 of the block whose counter is i / 4.
-ALPHA_HD uint32_t philox_bits(uint64_t seed, uint64_t index) {
-  uint64_t block = index >> 2;
-  Philox4x32 r = philox4x32_10(uint32_t(block), uint32_t(block >> 32), 0u, 0u, uint32_t(seed), uint32_t(seed >> 32));
-  return r.c[index & 3];
+// The Philox block of the stream keyed by `seed` whose counter is `block`: the random bits of elements
+// 4·block .. 4·block + 3, one per lane (a kernel drawing consecutive elements calls this once per four).
+ALPHA_HD Philox4x32 philox_block(uint64_t seed, uint64_t block) {
+  return philox4x32_10(uint32_t(block), uint32_t(block >> 32), 0u, 0u, uint32_t(seed), uint32_t(seed >> 32));
 }
 
-// Uniform in [0, 1) with 24 random bits, exactly representable in f32 on every backend.
-ALPHA_HD float philox_uniform(uint64_t seed, uint64_t index) {
-  return float(philox_bits(seed, index) >> 8) * (1.0f / 16777216.0f);
-}
+// The 32 random bits for element `index` of a stream keyed by `seed`: one Philox call yields four
+// elements' bits, so element i uses lane i % 4 of the block whose counter is i / 4.
+ALPHA_HD uint32_t philox_bits(uint64_t seed, uint64_t index) { return philox_block(seed, index >> 2).c[index & 3]; }
+
+// Uniform in [0, 1) from 32 random bits: their top 24, exactly representable in f32 on every backend.
+ALPHA_HD float uniform24(uint32_t bits) { return float(bits >> 8) * (1.0f / 16777216.0f); }
+
+// Uniform in [0, 1) with 24 random bits (uniform24 of element `index`'s bits).
+ALPHA_HD float philox_uniform(uint64_t seed, uint64_t index) { return uniform24(philox_bits(seed, index)); }
 
 // Uniform in [0, 1) with 53 random bits (draws 2·index and 2·index + 1 of the stream): for host-side
 // sampling and initialisation, identical on every toolchain (unlike std:: distributions).
@@ -52,7 +55,11 @@ ALPHA_HD double philox_uniform53(uint64_t seed, uint64_t index) {
   return double((high << 26) | low) * 0x1p-53;
 }
 
-// Dropout keeps element `index` when its uniform draw is at least p.
-ALPHA_HD bool dropout_keep(uint64_t seed, uint64_t index, float p) { return philox_uniform(seed, index) >= p; }
+// Dropout keeps an element whose uniform draw is at least p: from the element's random bits, and from
+// its index in the stream.
+ALPHA_HD bool dropout_keeps(uint32_t bits, float p) { return uniform24(bits) >= p; }
+ALPHA_HD bool dropout_keep(uint64_t seed, uint64_t index, float p) {
+  return dropout_keeps(philox_bits(seed, index), p);
+}
 
 }  // namespace alpha

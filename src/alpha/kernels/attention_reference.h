@@ -22,6 +22,7 @@
 #include <cstdint>
 
 #include "alpha/core/dtype.h"
+#include "alpha/core/hd.h"
 
 namespace alpha::kernels {
 
@@ -78,6 +79,21 @@ struct AttentionBackwardArgs {
   T* dv;                     // (B, Tk, Hkv, Dv), contiguous
   AttentionParams<T> params;
 };
+
+// Keys query i sees: all of them, or with the bottom-right aligned causal mask the first
+// i + (Tk − Tq) + 1 of them (none for the leading rows when Tq > Tk). Shared with the CUDA kernels.
+template <class T>
+ALPHA_HD int64_t visible_keys(const AttentionParams<T>& p, int64_t i) {
+  if (!p.causal) return p.kv_len;
+  const int64_t visible = i + p.kv_len - p.q_len + 1;
+  return visible < 0 ? 0 : visible > p.kv_len ? p.kv_len : visible;
+}
+
+// The Philox counter of P(b, h, i, j), with bh = b·Hq + h: dropout_offset + (bh·Tq + i)·Tk + j.
+template <class T>
+ALPHA_HD uint64_t attention_dropout_index(const AttentionParams<T>& p, int64_t bh, int64_t i, int64_t j) {
+  return p.dropout_offset + (uint64_t(bh) * uint64_t(p.q_len) + uint64_t(i)) * uint64_t(p.kv_len) + uint64_t(j);
+}
 
 namespace cpu {
 template <class T> void attention_reference_forward(const AttentionForwardArgs<T>& args);

@@ -12,6 +12,7 @@
 #include <cstdint>
 
 #include "alpha/core/dtype.h"
+#include "alpha/core/stream.h"
 
 namespace alpha::kernels {
 
@@ -51,5 +52,17 @@ template <class T> void dropout(const DropoutArgs<T>& args);
 template <class T> void residual_dropout_add(const ResidualDropoutArgs<T>& args);
 void dropout_mask(const DropoutMaskArgs& args);
 }  // namespace cpu
+
+#if ALPHA_WITH_CUDA
+// Device pointers; queued on `stream` (Stream{}: the current device's default stream). T = float, bf16 or
+// f16, computing in f32 and rounding once to T. The mask is the contract's, bit for bit, and the values
+// round exactly as the CPU kernels in f32 do (one f32 rounding for scale·x, one for the residual sum, then
+// one to T): every output equals the CPU kernel's in f32 rounded to T.
+namespace cuda {
+template <class T> void dropout(const DropoutArgs<T>& args, Stream stream);
+template <class T> void residual_dropout_add(const ResidualDropoutArgs<T>& args, Stream stream);
+void dropout_mask(const DropoutMaskArgs& args, Stream stream);
+}  // namespace cuda
+#endif
 
 }  // namespace alpha::kernels

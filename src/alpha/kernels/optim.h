@@ -4,21 +4,31 @@
 //   grads), m and v are updated, and param gets the decoupled weight decay and the bias-corrected step
 //     g = grad_scale·grad;  m = β1·m + (1−β1)·g;  v = β2·v + (1−β2)·g²
 //     param = param·(1 − lr·wd) − lr · (m / (1−β1^t)) / (√(v / (1−β2^t)) + eps),   t = step (1-based)
-//   computed per element in acc_t<T>.
+//   computed per element in acc_t<T>, with the per-step scalars of adamw_step_terms.
+//   Mixed precision: AdamWArgs<T, G> gives the gradient its own dtype G, the model's compute dtype, while
+//   the parameter and its moments are the master copy in T: T = f32 with G = bf16 or f16 (the model
+//   computes in bf16, the optimiser keeps f32 weights, m and v). The optional param_copy, in G, receives
+//   the updated parameter rounded to G in the same pass, so the model's compute copy needs no separate
+//   conversion pass. G = T (the default) is plain AdamW; param_copy may then be left null.
 // - sum_squares gives Σ x² in f64 with a fixed reduction order, the building block of the global grad
-//   norm: the same grads give the same norm bits for every thread count.
-// In-place scaling of the grads for clipping is kernels::cpu::scale (elementwise.h) with out == x.
+//   norm: the same grads give the same norm bits for every thread count (and, on a GPU, every run).
+// - grad_norm and clip_coefficient finish the global norm and the clipping coefficient from the per-tensor
+//   sums of squares where those lie (in device memory for a GPU), and scale_by multiplies a buffer by a
+//   factor read from that memory: clipping on a GPU then needs no host round trip (ops/optim.h).
+// In-place scaling of the grads by a host value is kernels::<backend>::scale (elementwise.h) with out == x.
 #pragma once
+#include <cmath>
 #include <cstdint>
 
 #include "alpha/core/dtype.h"
+#include "alpha/core/stream.h"
 
 namespace alpha::kernels {
 
-template <class T>
+template <class T, class G = T>
 struct AdamWArgs {
-  T* param;           // (n), updated in place
-  const T* grad;      // (n)
+  T* param;           // (n), updated in place: the master copy
+  const G* grad;      // (n)
   T* m;               // (n) first moment, updated in place
   T* v;               // (n) second moment, updated in place
   acc_t<T> lr;
@@ -29,7 +39,26 @@ struct AdamWArgs {
   acc_t<T> grad_scale;
   int64_t step;       // 1-based, for the bias corrections
   int64_t n;
+  G* param_copy = nullptr;  // (n) or null: receives the updated param rounded to G (the compute copy)
 };
+
+// The per-step scalars of an AdamW update, computed once on the host (the bias corrections in f64, so
+// that large steps do not lose β^t to f32 rounding) and shared by the CPU and CUDA kernels.
+template <class A>
+struct AdamWStepTerms {
+  A step_size;                  // lr / (1 − β1^t)
+  A inv_sqrt_bias_correction2;  // 1 / √(1 − β2^t)
+  A decay;                      // 1 − lr·wd
+};
+
+template <class T, class G>
+AdamWStepTerms<acc_t<T>> adamw_step_terms(const AdamWArgs<T, G>& args) {
+  using A = acc_t<T>;
+  const A bias_correction1 = A(1.0 - std::pow(double(args.beta1), double(args.step)));
+  return {args.lr / bias_correction1,
+          A(1.0 / std::sqrt(1.0 - std::pow(double(args.beta2), double(args.step)))),
+          A(1) - args.lr * args.weight_decay};
+}
 
 template <class T>
 struct SumSquaresArgs {
@@ -38,9 +67,52 @@ struct SumSquaresArgs {
   int64_t n;
 };
 
+// norm = √(Σ_k squares[k]), the terms added in k order in f64.
+struct GradNormArgs {
+  const double* squares;  // (count) per-tensor sums of squares
+  int64_t count;
+  double* norm;           // (1)
+};
+
+// coefficient = min(1, max_norm / (norm + 1e-6)), as (c < 1 ? c : 1): a NaN norm gives 1 (the grads keep
+// their NaNs for the caller to see), an infinite one 0.
+struct ClipCoefficientArgs {
+  const double* norm;  // (1)
+  double max_norm;     // > 0
+  double* coefficient; // (1)
+};
+
+// x = factor·x in acc_t<T> (factor rounded to it first), as scale with out == x and alpha = factor.
+template <class T>
+struct ScaleByArgs {
+  T* x;                  // (n), updated in place
+  const double* factor;  // (1), in the same memory as x
+  int64_t n;
+};
+
 namespace cpu {
-template <class T> void adamw_step(const AdamWArgs<T>& args);
+template <class T, class G> void adamw_step(const AdamWArgs<T, G>& args);
 template <class T> void sum_squares(const SumSquaresArgs<T>& args);
+void grad_norm(const GradNormArgs& args);
+void clip_coefficient(const ClipCoefficientArgs& args);
+template <class T> void scale_by(const ScaleByArgs<T>& args);
 }  // namespace cpu
+
+#if ALPHA_WITH_CUDA
+// Device pointers; queued on `stream` (Stream{}: the current device's default stream). T = float, bf16 or
+// f16, computing in f32; AdamWArgs<T, G> for G = T, and for T = float with G = bf16 or f16.
+// adamw_step and scale_by round exactly as the CPU kernels in f32 do (__fmul_rn/__fadd_rn/__fdiv_rn/
+// __fsqrt_rn, no fused multiply-add): their outputs equal the CPU kernel's in f32 rounded to T, bit for bit.
+// sum_squares accumulates in f64 in a fixed order (chunks, then one final block; no atomics): the same
+// input gives the same bits on every run, not the CPU's bits (a different order). grad_norm and
+// clip_coefficient compute exactly what the CPU does (one thread, the same f64 operations).
+namespace cuda {
+template <class T, class G> void adamw_step(const AdamWArgs<T, G>& args, Stream stream);
+template <class T> void sum_squares(const SumSquaresArgs<T>& args, Stream stream);
+void grad_norm(const GradNormArgs& args, Stream stream);
+void clip_coefficient(const ClipCoefficientArgs& args, Stream stream);
+template <class T> void scale_by(const ScaleByArgs<T>& args, Stream stream);
+}  // namespace cuda
+#endif
 
 }  // namespace alpha::kernels

@@ -56,7 +56,7 @@ class CausalSelfAttention : public Module {
     attention.dropout_p = probs.p;
     attention.dropout_seed = probs.seed;
     attention.dropout_offset = probs.offset;
-    Variable y = autograd::attention_reference(q, k, v, attention);  // (B, T, Hq, D)
+    Variable y = autograd::attention_materialized(q, k, v, attention);  // (B, T, Hq, D)
     return proj_.forward(autograd::reshape(y, {B, T, config_.n_embd}));
   }
 

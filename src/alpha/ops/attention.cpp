@@ -3,8 +3,10 @@
 #include <cmath>
 #include <string>
 #include <tuple>
+#include <type_traits>
 #include <utility>
 
+#include "alpha/kernels/attention_materialized.h"
 #include "alpha/ops/attention_params.h"
 #include "alpha/ops/check.h"
 
@@ -12,8 +14,8 @@ namespace alpha::ops {
 
 namespace {
 
-constexpr std::string_view kForward = "attention_reference";
-constexpr std::string_view kBackward = "attention_reference_backward";
+constexpr std::string_view kForward = "attention_materialized";
+constexpr std::string_view kBackward = "attention_materialized_backward";
 
 // The feature dimension must be unit-stride; the other three may have any strides.
 void check_unit_last_stride(std::string_view op, std::string_view arg, const Tensor& t) {
@@ -25,7 +27,7 @@ void check_unit_last_stride(std::string_view op, std::string_view arg, const Ten
 // Validates q, k, v and the configuration (shared by forward and backward).
 void check_inputs(std::string_view op, const Tensor& q, const Tensor& k, const Tensor& v,
                   const AttentionConfig& config) {
-  check_cpu_float(op, "q", q);
+  check_backend_float(op, "q", q);
   for (auto [name, t] : {std::pair<std::string_view, const Tensor&>{"k", k}, {"v", v}}) {
     check_same_device(op, name, t, q);
     check_same_dtype(op, name, t, q);
@@ -55,6 +57,38 @@ void check_inputs(std::string_view op, const Tensor& q, const Tensor& k, const T
 
 kernels::AttentionStrides strides_of(const Tensor& t) { return {t.stride(0), t.stride(1), t.stride(2)}; }
 
+// The dtype of the row statistics: the accumulation dtype, f64 for f64 inputs and f32 otherwise.
+DType statistics_dtype(const Tensor& q) { return q.dtype() == DType::f64 ? DType::f64 : DType::f32; }
+
+// Runs the backend's kernel on `args`: the reference on the CPU; on a GPU the materialising kernels, with
+// their workspace from the device's caching allocator (released when this returns: the next user of the
+// block is queued after the kernels on the same stream).
+template <class T, class Where>
+void forward_kernel([[maybe_unused]] const Where& where, const kernels::AttentionForwardArgs<T>& args,
+                    [[maybe_unused]] Device device) {
+  if constexpr (std::is_same_v<Where, OnCpu>) {
+    kernels::cpu::attention_reference_forward(args);
+  } else {
+#if ALPHA_WITH_CUDA
+    Tensor workspace = Tensor::empty({kernels::attention_materialized_workspace(args.params)}, DType::f32, device);
+    kernels::cuda::attention_materialized_forward(args, workspace.data<float>(), where.stream);
+#endif
+  }
+}
+
+template <class T, class Where>
+void backward_kernel([[maybe_unused]] const Where& where, const kernels::AttentionBackwardArgs<T>& args,
+                     [[maybe_unused]] Device device) {
+  if constexpr (std::is_same_v<Where, OnCpu>) {
+    kernels::cpu::attention_reference_backward(args);
+  } else {
+#if ALPHA_WITH_CUDA
+    Tensor workspace = Tensor::empty({kernels::attention_materialized_workspace(args.params)}, DType::f32, device);
+    kernels::cuda::attention_materialized_backward(args, workspace.data<float>(), where.stream);
+#endif
+  }
+}
+
 }  // namespace
 
 template <class T>
@@ -81,40 +115,46 @@ kernels::AttentionParams<T> attention_kernel_params(const Tensor& q, const Tenso
   return params;
 }
 
-template kernels::AttentionParams<float> attention_kernel_params<float>(const Tensor&, const Tensor&, const Tensor&,
-                                                                      const AttentionConfig&);
-template kernels::AttentionParams<double> attention_kernel_params<double>(const Tensor&, const Tensor&, const Tensor&,
-                                                                        const AttentionConfig&);
+#define ALPHA_INSTANTIATE(T)                                                                                    \
+  template kernels::AttentionParams<T> attention_kernel_params<T>(const Tensor&, const Tensor&, const Tensor&, \
+                                                                  const AttentionConfig&);
+ALPHA_INSTANTIATE(float)
+ALPHA_INSTANTIATE(double)
+ALPHA_INSTANTIATE(bf16)
+ALPHA_INSTANTIATE(f16)
+#undef ALPHA_INSTANTIATE
 
-AttentionOutput attention_reference(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionConfig& config) {
+AttentionOutput attention_materialized(const Tensor& q, const Tensor& k, const Tensor& v,
+                                      const AttentionConfig& config) {
   check_inputs(kForward, q, k, v, config);
   int64_t batch = q.size(0), q_len = q.size(1), q_heads = q.size(2);
   AttentionOutput result;
   result.out = Tensor::empty({batch, q_len, q_heads, v.size(3)}, q.dtype(), q.device());
-  // The statistics are in the accumulation dtype, which for the CPU float dtypes is the input's.
-  result.row_max = Tensor::empty({batch, q_heads, q_len}, q.dtype(), q.device());
-  result.row_sum = Tensor::empty({batch, q_heads, q_len}, q.dtype(), q.device());
-  dispatch_cpu_float(kForward, q, [&]<class T>() {
-    kernels::cpu::attention_reference_forward(kernels::AttentionForwardArgs<T>{
+  result.row_max = Tensor::empty({batch, q_heads, q_len}, statistics_dtype(q), q.device());
+  result.row_sum = Tensor::empty({batch, q_heads, q_len}, statistics_dtype(q), q.device());
+  dispatch_float(kForward, q, [&]<class T>(const auto& where) {
+    forward_kernel(where, kernels::AttentionForwardArgs<T>{
         q.data<T>(), k.data<T>(), v.data<T>(), result.out.data<T>(), result.row_max.data<acc_t<T>>(),
-        result.row_sum.data<acc_t<T>>(), attention_kernel_params<T>(q, k, v, config)});
+        result.row_sum.data<acc_t<T>>(), attention_kernel_params<T>(q, k, v, config)}, q.device());
   });
   return result;
 }
 
-AttentionGrads attention_reference_backward(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v,
-                                            const Tensor& out, const Tensor& row_max, const Tensor& row_sum,
-                                            const AttentionConfig& config) {
+AttentionGrads attention_materialized_backward(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v,
+                                               const Tensor& out, const Tensor& row_max, const Tensor& row_sum,
+                                               const AttentionConfig& config) {
   check_inputs(kBackward, q, k, v, config);
   Shape out_shape = {q.size(0), q.size(1), q.size(2), v.size(3)};
   Shape stats_shape = {q.size(0), q.size(2), q.size(1)};
-  for (auto [name, t, shape] : {std::tuple<std::string_view, const Tensor&, const Shape&>{"dout", dout, out_shape},
-                                {"out", out, out_shape},
-                                {"row_max", row_max, stats_shape},
-                                {"row_sum", row_sum, stats_shape}}) {
+  for (auto [name, t] : {std::pair<std::string_view, const Tensor&>{"dout", dout}, {"out", out}}) {
     check_same_device(kBackward, name, t, q);
-    check_same_dtype(kBackward, name, t, q);  // the statistics' accumulation dtype is the input's on the CPU
-    check_shape(kBackward, name, t, shape);
+    check_same_dtype(kBackward, name, t, q);
+    check_shape(kBackward, name, t, out_shape);
+  }
+  for (auto [name, t] : {std::pair<std::string_view, const Tensor&>{"row_max", row_max}, {"row_sum", row_sum}}) {
+    check_same_device(kBackward, name, t, q);
+    check_dtype(kBackward, name, t, {statistics_dtype(q)});
+    check_shape(kBackward, name, t, stats_shape);
   }
   Tensor dout_c = dout.contiguous(), out_c = out.contiguous();
   Tensor row_max_c = row_max.contiguous(), row_sum_c = row_sum.contiguous();
@@ -122,11 +162,11 @@ AttentionGrads attention_reference_backward(const Tensor& dout, const Tensor& q,
   grads.dq = Tensor::empty(q.shape(), q.dtype(), q.device());
   grads.dk = Tensor::empty(k.shape(), k.dtype(), k.device());
   grads.dv = Tensor::empty(v.shape(), v.dtype(), v.device());
-  dispatch_cpu_float(kBackward, q, [&]<class T>() {
-    kernels::cpu::attention_reference_backward(kernels::AttentionBackwardArgs<T>{
+  dispatch_float(kBackward, q, [&]<class T>(const auto& where) {
+    backward_kernel(where, kernels::AttentionBackwardArgs<T>{
         dout_c.data<T>(), q.data<T>(), k.data<T>(), v.data<T>(), out_c.data<T>(), row_max_c.data<acc_t<T>>(),
         row_sum_c.data<acc_t<T>>(), grads.dq.data<T>(), grads.dk.data<T>(), grads.dv.data<T>(),
-        attention_kernel_params<T>(q, k, v, config)});
+        attention_kernel_params<T>(q, k, v, config)}, q.device());
   });
   return grads;
 }

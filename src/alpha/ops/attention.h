@@ -1,7 +1,11 @@
-// Reference attention: naive and materialising (holds one [Tq, Tk] score matrix per head at a time),
-// in f32 or f64. It is the oracle every fused attention kernel is tested against, so it also returns
-// the per-row statistics the fused kernels save: m = rowmax(S) and l = rowsum(exp(S − m)), with
-// S = softcap(q·kᵀ·scale) (masked entries excluded) and P = exp(S − m) / l.
+// Materialising attention: builds the whole [Tq, Tk] score matrix of each (batch, head), on the tensors'
+// device. On the CPU it runs the reference kernels (kernels/attention_reference.h, f32 or f64: naive, one
+// score matrix per head at a time), the oracle every fused attention kernel is tested against. On a CUDA
+// device it runs the materialising kernels (kernels/attention_materialized.h, f32, bf16 or f16 computing
+// in f32): tiled products through an f32 workspace of B·Hq·Tq·Tk floats taken from the caching allocator,
+// NOT flash attention (its memory grows with Tq·Tk). Both return the per-row statistics fused kernels
+// save: m = rowmax(S) and l = rowsum(exp(S − m)), with S = softcap(q·kᵀ·scale) (masked entries
+// excluded) and P = exp(S − m) / l; both draw the same dropout mask.
 #pragma once
 #include <cstdint>
 
@@ -20,17 +24,20 @@ struct AttentionConfig {
 
 struct AttentionOutput {
   Tensor out;      // [B, Tq, Hq, Dv]
-  Tensor row_max;  // [B, Hq, Tq], accumulation dtype; -inf for a fully masked row
+  Tensor row_max;  // [B, Hq, Tq], accumulation dtype (f32 on a GPU); -inf for a fully masked row
   Tensor row_sum;  // [B, Hq, Tq]; 0 for a fully masked row (whose output is 0)
 };
 // q [B, Tq, Hq, D], k [B, Tk, Hkv, D], v [B, Tk, Hkv, Dv]; Hq a multiple of Hkv (GQA/MQA).
-AttentionOutput attention_reference(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionConfig& config);
+AttentionOutput attention_materialized(const Tensor& q, const Tensor& k, const Tensor& v,
+                                      const AttentionConfig& config);
 
 struct AttentionGrads {
   Tensor dq, dk, dv;  // dk, dv summed over each GQA group
 };
-AttentionGrads attention_reference_backward(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v,
-                                            const Tensor& out, const Tensor& row_max, const Tensor& row_sum,
-                                            const AttentionConfig& config);
+// out, row_max and row_sum are the forward's; dk, dv summed over each GQA group in a fixed order (the same
+// bits on every run, on both devices).
+AttentionGrads attention_materialized_backward(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v,
+                                               const Tensor& out, const Tensor& row_max, const Tensor& row_sum,
+                                               const AttentionConfig& config);
 
 }  // namespace alpha::ops

@@ -4,6 +4,7 @@
 
 #include "alpha/kernels/dropout.h"
 #include "alpha/ops/check.h"
+#include "alpha/tensor/allocator.h"
 
 namespace alpha::ops {
 
@@ -22,14 +23,13 @@ double keep_scale(const DropoutConfig& config) { return 1.0 / (1.0 - config.p); 
 
 // y = dropout(x) under `config`: the forward on x, and (same mask) the backward on dy.
 Tensor apply_dropout(std::string_view op, std::string_view arg, const Tensor& x, const DropoutConfig& config) {
-  check_cpu_float(op, arg, x);
+  check_backend_float(op, arg, x);
   float p = checked_p(op, config);
   Tensor xc = x.contiguous();
   Tensor out = Tensor::empty(x.shape(), x.dtype(), x.device());
-  dispatch_cpu_float(op, x, [&]<class T>() {
-    kernels::cpu::dropout(kernels::DropoutArgs<T>{xc.data<T>(), out.data<T>(), p,
-                                                  acc_t<T>(keep_scale(config)), config.seed, config.offset,
-                                                  out.numel()});
+  dispatch_float(op, x, [&]<class T>(const auto& where) {
+    ALPHA_KERNEL(dropout)(where, kernels::DropoutArgs<T>{xc.data<T>(), out.data<T>(), p, acc_t<T>(keep_scale(config)),
+                                                         config.seed, config.offset, out.numel()});
   });
   return out;
 }
@@ -42,27 +42,31 @@ Tensor dropout_backward(const Tensor& dy, const DropoutConfig& config) {
   return apply_dropout("dropout_backward", "dy", dy, config);
 }
 
-Tensor dropout_mask(const Shape& shape, const DropoutConfig& config) {
-  float p = checked_p("dropout_mask", config);
+Tensor dropout_mask(const Shape& shape, const DropoutConfig& config, Device device) {
+  constexpr std::string_view op = "dropout_mask";
+  float p = checked_p(op, config);
   for (int64_t size : shape)
-    if (size < 0) raise<ShapeError>("dropout_mask", "shape", "non-negative sizes", shape_str(shape));
-  Tensor mask = Tensor::empty(shape, DType::u8);
-  kernels::cpu::dropout_mask(kernels::DropoutMaskArgs{mask.data<uint8_t>(), p, config.seed, config.offset,
-                                                      mask.numel()});
+    if (size < 0) raise<ShapeError>(op, "shape", "non-negative sizes", shape_str(shape));
+  require_available(op, device);
+  Tensor mask = Tensor::empty(shape, DType::u8, device);
+  dispatch_device(op, device, [&](const auto& where) {
+    ALPHA_KERNEL(dropout_mask)(where, kernels::DropoutMaskArgs{mask.data<uint8_t>(), p, config.seed, config.offset,
+                                                               mask.numel()});
+  });
   return mask;
 }
 
 Tensor residual_dropout_add(const Tensor& residual, const Tensor& x, const DropoutConfig& config) {
   constexpr std::string_view op = "residual_dropout_add";
-  check_cpu_float(op, "residual", residual);
+  check_backend_float(op, "residual", residual);
   check_same_device(op, "x", x, residual);
   check_same_dtype(op, "x", x, residual);
   check_shape(op, "x", x, residual.shape());
   float p = checked_p(op, config);
   Tensor rc = residual.contiguous(), xc = x.contiguous();
   Tensor out = Tensor::empty(x.shape(), x.dtype(), x.device());
-  dispatch_cpu_float(op, x, [&]<class T>() {
-    kernels::cpu::residual_dropout_add(kernels::ResidualDropoutArgs<T>{
+  dispatch_float(op, x, [&]<class T>(const auto& where) {
+    ALPHA_KERNEL(residual_dropout_add)(where, kernels::ResidualDropoutArgs<T>{
         rc.data<T>(), xc.data<T>(), out.data<T>(), p, acc_t<T>(keep_scale(config)), config.seed, config.offset,
         out.numel()});
   });

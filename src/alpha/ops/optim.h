@@ -1,4 +1,17 @@
-// Optimiser kernels over parameter tensors, updated in place.
+// Optimiser kernels over parameter tensors, updated in place, on the tensors' device (f32 or f64 on the
+// CPU; f32, bf16 or f16 on a CUDA device).
+//
+// Mixed precision: the trainer may keep f32 master weights and f32 moments while the model computes in
+// bf16 or f16. adamw_step then takes the model's bf16/f16 gradient for the f32 param, and the overload
+// with a compute copy writes the updated weights both into the f32 master and, rounded, into the model's
+// bf16/f16 tensor in the same pass.
+//
+// Grad-norm clipping, deterministic on every device (fixed reduction orders, no atomics):
+//   norm = global_grad_norm(grads)        // a host double: one device-to-host read for all the grads
+//   clip_grad_norm(grads, max_norm, norm) // coefficient computed on the host, grads scaled on the device
+// or, with no host round trip at all (the values are the same bits):
+//   Tensor norm = global_grad_norm_tensor(grads)          // 0-d f64 on the grads' device
+//   Tensor coef = clip_grad_norm(grads, max_norm, norm)   // computed and applied on the device
 #pragma once
 #include <cstdint>
 #include <vector>
@@ -17,12 +30,28 @@ struct AdamWConfig {
 };
 
 // One fused AdamW step: m, v updated, then param. grad is scaled by grad_scale first (clipping).
+// param, m and v share a dtype and device and are contiguous; grad has param's dtype, or is bf16 or f16
+// for an f32 param (mixed precision).
 void adamw_step(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, const AdamWConfig& config,
                 double grad_scale = 1.0);
+// The same step, also writing the updated param rounded to compute_copy's dtype into compute_copy, which
+// has grad's dtype and param's shape and device and is contiguous: the f32 master updates the model's
+// bf16/f16 weights in the same pass.
+void adamw_step(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, Tensor& compute_copy,
+                const AdamWConfig& config, double grad_scale = 1.0);
 
-// √(Σ‖g‖²) over all tensors, in a fixed reduction order (deterministic).
+// √(Σ‖g‖²) over all tensors (on one device), in a fixed reduction order (deterministic): each tensor's
+// Σ g² (f64) goes to its own slot of a buffer on that device, the slots are added in list order there, and
+// the norm is read back once.
 double global_grad_norm(const std::vector<Tensor>& grads);
+// The same norm as a 0-d f64 tensor on the grads' device (the CPU for an empty list), without waiting.
+Tensor global_grad_norm_tensor(const std::vector<Tensor>& grads);
+
 // Scales every grad by min(1, max_norm / (norm + 1e-6)) in place; returns that coefficient.
 double clip_grad_norm(std::vector<Tensor>& grads, double max_norm, double norm);
+// The same with the norm as a 0-d f64 tensor on the grads' device (global_grad_norm_tensor's): the
+// coefficient is computed there (a NaN norm gives 1, an infinite one 0: the caller checks the norm) and
+// the grads are scaled by it there, so nothing waits for the device. Returns the coefficient, 0-d f64 there.
+Tensor clip_grad_norm(std::vector<Tensor>& grads, double max_norm, const Tensor& norm);
 
 }  // namespace alpha::ops

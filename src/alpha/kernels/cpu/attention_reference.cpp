@@ -14,14 +14,6 @@ namespace alpha::kernels::cpu {
 
 namespace {
 
-// Keys query i sees: all of them, or with the bottom-right aligned causal mask the first
-// i + (Tk − Tq) + 1 of them (none for the leading rows when Tq > Tk).
-template <class T>
-int64_t visible_keys(const AttentionParams<T>& p, int64_t i) {
-  if (!p.causal) return p.kv_len;
-  return std::clamp<int64_t>(i + p.kv_len - p.q_len + 1, 0, p.kv_len);
-}
-
 template <class T>
 const T* row_at(const T* base, const AttentionStrides& s, int64_t b, int64_t t, int64_t h) {
   return base + b * s.batch + t * s.time + h * s.head;
@@ -57,8 +49,7 @@ template <class T>
 acc_t<T> dropout_factor(const AttentionParams<T>& p, int64_t b, int64_t h, int64_t i, int64_t j) {
   using A = acc_t<T>;
   if (p.dropout_p == 0) return A(1);
-  uint64_t index = p.dropout_offset + ((uint64_t(b) * uint64_t(p.q_heads) + uint64_t(h)) * uint64_t(p.q_len) +
-                                       uint64_t(i)) * uint64_t(p.kv_len) + uint64_t(j);
+  uint64_t index = attention_dropout_index(p, b * p.q_heads + h, i, j);
   return dropout_keep(p.dropout_seed, index, p.dropout_p) ? p.dropout_scale : A(0);
 }
 

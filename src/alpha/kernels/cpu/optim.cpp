@@ -1,5 +1,5 @@
 // CPU optimiser kernels: AdamW is element-parallel (each element's update is independent); the sum of
-// squares uses the fixed-order deterministic_sum in f64.
+// squares uses the fixed-order deterministic_sum in f64; the grad norm's finish is sequential.
 #include "alpha/kernels/optim.h"
 
 #include <cmath>
@@ -8,14 +8,10 @@
 
 namespace alpha::kernels::cpu {
 
-template <class T>
-void adamw_step(const AdamWArgs<T>& args) {
+template <class T, class G>
+void adamw_step(const AdamWArgs<T, G>& args) {
   using A = acc_t<T>;
-  // Bias corrections once per step, in f64 so that large steps do not lose β^t to f32 rounding.
-  const A bias_correction1 = A(1.0 - std::pow(double(args.beta1), double(args.step)));
-  const A inv_sqrt_bias_correction2 = A(1.0 / std::sqrt(1.0 - std::pow(double(args.beta2), double(args.step))));
-  const A step_size = args.lr / bias_correction1;
-  const A decay = A(1) - args.lr * args.weight_decay;
+  const AdamWStepTerms<A> terms = adamw_step_terms(args);
 #pragma omp parallel for schedule(static)
   for (int64_t i = 0; i < args.n; ++i) {
     A g = args.grad_scale * A(args.grad[i]);
@@ -23,7 +19,9 @@ void adamw_step(const AdamWArgs<T>& args) {
     A v = args.beta2 * A(args.v[i]) + (A(1) - args.beta2) * g * g;
     args.m[i] = T(m);
     args.v[i] = T(v);
-    args.param[i] = T(A(args.param[i]) * decay - step_size * m / (std::sqrt(v) * inv_sqrt_bias_correction2 + args.eps));
+    args.param[i] = T(A(args.param[i]) * terms.decay -
+                      terms.step_size * m / (std::sqrt(v) * terms.inv_sqrt_bias_correction2 + args.eps));
+    if (args.param_copy) args.param_copy[i] = G(A(args.param[i]));
   }
 }
 
@@ -32,9 +30,33 @@ void sum_squares(const SumSquaresArgs<T>& args) {
   *args.out = deterministic_sum<double>(args.n, [x = args.x](int64_t i) { return double(x[i]) * double(x[i]); });
 }
 
+void grad_norm(const GradNormArgs& args) {
+  double total = 0;
+  for (int64_t k = 0; k < args.count; ++k) total += args.squares[k];
+  *args.norm = std::sqrt(total);
+}
+
+void clip_coefficient(const ClipCoefficientArgs& args) {
+  const double c = args.max_norm / (*args.norm + 1e-6);
+  *args.coefficient = c < 1.0 ? c : 1.0;
+}
+
+template <class T>
+void scale_by(const ScaleByArgs<T>& args) {
+  using A = acc_t<T>;
+  const A factor = A(*args.factor);
+#pragma omp parallel for schedule(static)
+  for (int64_t i = 0; i < args.n; ++i) args.x[i] = T(factor * A(args.x[i]));
+}
+
+template void adamw_step<float, float>(const AdamWArgs<float, float>&);
+template void adamw_step<double, double>(const AdamWArgs<double, double>&);
+template void adamw_step<float, bf16>(const AdamWArgs<float, bf16>&);
+template void adamw_step<float, f16>(const AdamWArgs<float, f16>&);
+
 #define ALPHA_INSTANTIATE(T)                               \
-  template void adamw_step<T>(const AdamWArgs<T>&);        \
-  template void sum_squares<T>(const SumSquaresArgs<T>&);
+  template void sum_squares<T>(const SumSquaresArgs<T>&);  \
+  template void scale_by<T>(const ScaleByArgs<T>&);
 ALPHA_INSTANTIATE(float)
 ALPHA_INSTANTIATE(double)
 #undef ALPHA_INSTANTIATE

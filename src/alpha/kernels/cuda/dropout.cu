@@ -1,0 +1,179 @@
+// CUDA dropout kernels over contiguous device buffers, taking the CPU backend's argument structs
+// (kernels/dropout.h): dropout (forward, and backward on dy), the fused out = residual + dropout(x), and the
+// keep mask itself. Element types: f32, and bf16/f16 storage computing in f32.
+//
+// The mask is the contract's bit for bit: element i is kept iff dropout_keeps(philox_bits(seed, offset + i), p)
+// (core/philox.h, the same functions the CPU calls). A thread drawing consecutive elements calls Philox
+// once per block of four counters (PhiloxRun), not once per element; the bits are the same.
+// Arithmetic uses __fmul_rn/__fadd_rn, never a fused multiply-add, so kept values round as the CPU kernel
+// in f32 rounds them (scale·x, then + residual, then to T): the backends agree bit for bit.
+// Layout: 128-bit loads and stores move 4 f32, 8 16-bit elements or 16 mask bytes at a time. When every
+// pointer sits at the same offset within 16 bytes, a scalar head brings them to the boundary, the body
+// moves whole vectors and a scalar tail ends it; pointers at different offsets take the scalar path.
+#include <algorithm>
+
+#include "alpha/core/philox.h"
+#include "alpha/kernels/cuda/common.cuh"
+#include "alpha/kernels/dropout.h"
+#include "alpha/runtime/cuda_check.cuh"
+
+namespace alpha::kernels::cuda {
+
+namespace {
+
+// The random bits of a run of counters drawn in increasing order, one Philox call per block of four.
+class PhiloxRun {
+ public:
+  __device__ explicit PhiloxRun(uint64_t seed) : seed_(seed) {}
+  __device__ uint32_t bits(uint64_t index) {
+    const uint64_t block = index >> 2;
+    if (!valid_ || block != block_) {
+      draws_ = philox_block(seed_, block);
+      block_ = block;
+      valid_ = true;
+    }
+    switch (index & 3) {  // a switch keeps the four lanes in registers
+      case 0: return draws_.c[0];
+      case 1: return draws_.c[1];
+      case 2: return draws_.c[2];
+      default: return draws_.c[3];
+    }
+  }
+
+ private:
+  uint64_t seed_;
+  uint64_t block_ = 0;
+  bool valid_ = false;
+  Philox4x32 draws_{};
+};
+
+template <class T>
+struct DropoutMap {
+  const Bits<T>* x;         // (n)
+  const Bits<T>* residual;  // (n); nullptr for plain dropout
+  Bits<T>* out;             // (n), may alias x or residual
+  float p;
+  float scale;
+  uint64_t seed;
+  uint64_t offset;
+  int64_t n;
+  int64_t head;             // elements before the first 16-byte boundary; -1: scalar path throughout
+};
+
+// residual + (kept ? scale·x : 0), rounded as the CPU kernel in f32 rounds it.
+template <bool kResidual>
+__device__ float dropped(uint32_t bits, float p, float scale, float x, float residual) {
+  const float y = dropout_keeps(bits, p) ? __fmul_rn(scale, x) : 0.0f;
+  return kResidual ? __fadd_rn(residual, y) : y;
+}
+
+template <class T, bool kResidual>
+__global__ void dropout_kernel(DropoutMap<T> m) {
+  constexpr int W = kLanes<T>;
+  const int64_t first = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  const int64_t stride = int64_t(gridDim.x) * blockDim.x;
+  auto scalar = [&](int64_t i) {
+    const float r = kResidual ? Elem<T>::load(m.residual[i]) : 0.0f;
+    const uint32_t bits = philox_bits(m.seed, m.offset + uint64_t(i));
+    m.out[i] = Elem<T>::store(dropped<kResidual>(bits, m.p, m.scale, Elem<T>::load(m.x[i]), r));
+  };
+  if (m.head < 0) {
+    for (int64_t i = first; i < m.n; i += stride) scalar(i);
+    return;
+  }
+  const int64_t vectors = (m.n - m.head) / W;
+  const int64_t tail = m.head + vectors * W;
+  if (first < m.head) scalar(first);
+  if (first < m.n - tail) scalar(tail + first);
+  PhiloxRun draws(m.seed);
+  for (int64_t v = first; v < vectors; v += stride) {
+    const int64_t i = m.head + v * W;
+    float x[W], r[W] = {}, y[W];
+    unpack<T>(*reinterpret_cast<const uint4*>(m.x + i), x);
+    if constexpr (kResidual) unpack<T>(*reinterpret_cast<const uint4*>(m.residual + i), r);
+    for (int k = 0; k < W; ++k)
+      y[k] = dropped<kResidual>(draws.bits(m.offset + uint64_t(i + k)), m.p, m.scale, x[k], r[k]);
+    *reinterpret_cast<uint4*>(m.out + i) = pack<T>(y);
+  }
+}
+
+// The mask: one byte per element; the body stores 16 bytes per thread.
+__global__ void mask_kernel(uint8_t* mask, float p, uint64_t seed, uint64_t offset, int64_t n, int64_t head) {
+  constexpr int W = kVectorBytes;
+  const int64_t first = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  const int64_t stride = int64_t(gridDim.x) * blockDim.x;
+  auto scalar = [&](int64_t i) { mask[i] = dropout_keeps(philox_bits(seed, offset + uint64_t(i)), p) ? 1 : 0; };
+  const int64_t vectors = (n - head) / W;
+  const int64_t tail = head + vectors * W;
+  if (first < head) scalar(first);
+  if (first < n - tail) scalar(tail + first);
+  PhiloxRun draws(seed);
+  for (int64_t v = first; v < vectors; v += stride) {
+    const int64_t i = head + v * W;
+    unsigned words[4] = {0u, 0u, 0u, 0u};
+    for (int k = 0; k < W; ++k)
+      if (dropout_keeps(draws.bits(offset + uint64_t(i + k)), p)) words[k / 4] |= 1u << (8 * (k % 4));
+    *reinterpret_cast<uint4*>(mask + i) = make_uint4(words[0], words[1], words[2], words[3]);
+  }
+}
+
+constexpr int kThreads = 256;
+constexpr int64_t kMaxBlocks = 1 << 16;  // grid-stride beyond this: enough blocks to fill any current GPU
+
+int64_t misalignment(const void* p) { return int64_t(reinterpret_cast<uintptr_t>(p) % kVectorBytes); }
+
+// Elements before the first 16-byte boundary of a buffer of n elements of `size` bytes at offset `at`.
+int64_t head_of(int64_t at, int64_t n, int64_t size) {
+  return std::min<int64_t>(n, (kVectorBytes - at) % kVectorBytes / size);
+}
+
+// Blocks for `work` threads' worth of vectors, with at least one thread per head and tail element.
+unsigned blocks_for(int64_t work, int64_t lanes) {
+  work = std::max<int64_t>(work, lanes);
+  return unsigned(std::min((work + kThreads - 1) / kThreads, kMaxBlocks));
+}
+
+template <class T, bool kResidual>
+void launch_dropout(const T* x, const T* residual, T* out, float p, float scale, uint64_t seed, uint64_t offset,
+                    int64_t n, Stream stream) {
+  if (n == 0) return;
+  const int64_t at = misalignment(x);
+  const bool vectorised = misalignment(out) == at && (!kResidual || misalignment(residual) == at);
+  DropoutMap<T> m{bits(x), kResidual ? bits(residual) : nullptr, bits(out), p, scale, seed, offset, n, -1};
+  int64_t work = n;
+  if (vectorised) {
+    m.head = head_of(at, n, int64_t(sizeof(T)));
+    work = (n - m.head) / kLanes<T>;
+  }
+  constexpr auto kernel = dropout_kernel<T, kResidual>;
+  ALPHA_CUDA_LAUNCH(kernel, blocks_for(work, kLanes<T>), kThreads, alpha::cuda::stream_handle(stream), m);
+}
+
+}  // namespace
+
+template <class T>
+void dropout(const DropoutArgs<T>& args, Stream stream) {
+  launch_dropout<T, false>(args.x, nullptr, args.out, args.p, args.scale, args.seed, args.offset, args.n, stream);
+}
+
+template <class T>
+void residual_dropout_add(const ResidualDropoutArgs<T>& args, Stream stream) {
+  launch_dropout<T, true>(args.x, args.residual, args.out, args.p, args.scale, args.seed, args.offset, args.n, stream);
+}
+
+void dropout_mask(const DropoutMaskArgs& args, Stream stream) {
+  if (args.n == 0) return;
+  const int64_t head = head_of(misalignment(args.mask), args.n, 1);
+  ALPHA_CUDA_LAUNCH(mask_kernel, blocks_for((args.n - head) / kVectorBytes, kVectorBytes), kThreads,
+                    alpha::cuda::stream_handle(stream), args.mask, args.p, args.seed, args.offset, args.n, head);
+}
+
+#define ALPHA_INSTANTIATE(T)                                                     \
+  template void dropout<T>(const DropoutArgs<T>&, Stream);                       \
+  template void residual_dropout_add<T>(const ResidualDropoutArgs<T>&, Stream);
+ALPHA_INSTANTIATE(float)
+ALPHA_INSTANTIATE(bf16)
+ALPHA_INSTANTIATE(f16)
+#undef ALPHA_INSTANTIATE
+
+}  // namespace alpha::kernels::cuda

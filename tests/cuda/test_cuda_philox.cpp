@@ -1,0 +1,225 @@
+// The dropout, optimiser and attention ops on a GPU against the same ops on the CPU: dispatch by the
+// tensors' device, the claims of exact agreement (dropout masks and values, AdamW, clipping by a host or a
+// device norm), the materialising attention within tolerance, determinism of the grad norm and of the
+// attention backward, and the errors. The kernels themselves are checked in depth by the harness
+// (alpha/check/checks_{dropout,optim,attention}.cpp).
+//
+// Every test skips itself (GTEST_SKIP, which CTest reports as skipped) in a build without CUDA or on a
+// machine without a GPU.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "alpha/ops/attention.h"
+#include "alpha/ops/check.h"
+#include "alpha/ops/dropout.h"
+#include "alpha/ops/optim.h"
+#include "support/checks.h"
+#include "support/gpu.h"
+
+namespace alpha {
+namespace {
+
+class CudaPhilox : public test::GpuTest<> {};
+
+#if ALPHA_WITH_CUDA
+const Device kGpu = Device::cuda(0);
+const DType kGpuDtypes[] = {DType::f32, DType::bf16, DType::f16};
+
+// Whether got (any device) holds exactly want's bytes (want on the CPU, same dtype and shape).
+::testing::AssertionResult same_bits(const Tensor& got, const Tensor& want) {
+  Tensor g = got.to(Device::cpu()).contiguous(), w = want.contiguous();
+  if (g.dtype() != w.dtype() || g.shape() != w.shape())
+    return ::testing::AssertionFailure() << "got " << g.describe() << ", want " << w.describe();
+  const auto* gp = static_cast<const unsigned char*>(g.raw_data());
+  const auto* wp = static_cast<const unsigned char*>(w.raw_data());
+  const size_t size = dtype_size(g.dtype());
+  for (int64_t i = 0; i < g.numel(); ++i)
+    if (std::memcmp(gp + size_t(i) * size, wp + size_t(i) * size, size) != 0)
+      return ::testing::AssertionFailure() << "element " << i << " differs: got "
+                                           << g.to(DType::f64).to_vector<double>()[size_t(i)] << ", want "
+                                           << w.to(DType::f64).to_vector<double>()[size_t(i)];
+  return ::testing::AssertionSuccess();
+}
+#endif
+
+TEST_F(CudaPhilox, DropoutOpsMatchTheCpuBitForBit) {
+#if ALPHA_WITH_CUDA
+  const ops::DropoutConfig config{0.3, test::fresh_seed(), 4099};
+  EXPECT_TRUE(same_bits(ops::dropout_mask({33, 65}, config, kGpu), ops::dropout_mask({33, 65}, config)));
+  for (DType dtype : kGpuDtypes) {
+    SCOPED_TRACE(dtype_name(dtype));
+    // Inputs rounded to the dtype; the CPU computes in f32 and rounds to the dtype once, as the GPU does.
+    Tensor x = test::random({33, 65}, dtype).to(DType::f32), r = test::random({33, 65}, dtype).to(DType::f32);
+    Tensor gx = x.to(dtype).to(kGpu), gr = r.to(dtype).to(kGpu);
+    Tensor y = ops::dropout(gx, config);
+    EXPECT_EQ(y.device(), kGpu);
+    EXPECT_EQ(y.dtype(), dtype);
+    EXPECT_TRUE(same_bits(y, ops::dropout(x, config).to(dtype)));
+    EXPECT_TRUE(same_bits(ops::dropout_backward(gx, config), ops::dropout_backward(x, config).to(dtype)));
+    EXPECT_TRUE(
+        same_bits(ops::residual_dropout_add(gr, gx, config), ops::residual_dropout_add(r, x, config).to(dtype)));
+    // A strided device input is made contiguous first; the mask follows the logical (row-major) index.
+    Tensor xt = x.transpose(0, 1);
+    EXPECT_TRUE(same_bits(ops::dropout(gx.transpose(0, 1), config), ops::dropout(xt, config).to(dtype)));
+  }
+#endif
+}
+
+TEST_F(CudaPhilox, AdamWOpsMatchTheCpuBitForBit) {
+#if ALPHA_WITH_CUDA
+  const ops::AdamWConfig config{1e-2, 0.9, 0.95, 1e-8, 0.1, 7};
+  for (DType dtype : kGpuDtypes) {
+    SCOPED_TRACE(dtype_name(dtype));
+    // The CPU runs in f32 on the dtype's values; its results rounded to the dtype are the GPU's.
+    Tensor param = test::random({7, 130}, dtype).to(DType::f32), grad = test::random({7, 130}, dtype).to(DType::f32);
+    Tensor m = test::random({7, 130}, dtype, -0.1, 0.1).to(DType::f32);
+    Tensor v = test::random({7, 130}, dtype, 0.01, 1.0).to(DType::f32);
+    Tensor gp = param.to(dtype).to(kGpu), gg = grad.to(dtype).to(kGpu);
+    Tensor gm = m.to(dtype).to(kGpu), gv = v.to(dtype).to(kGpu);
+    ops::adamw_step(gp, gg, gm, gv, config, 0.7);
+    ops::adamw_step(param, grad, m, v, config, 0.7);
+    EXPECT_TRUE(same_bits(gp, param.to(dtype)));
+    EXPECT_TRUE(same_bits(gm, m.to(dtype)));
+    EXPECT_TRUE(same_bits(gv, v.to(dtype)));
+  }
+  // Mixed precision: f32 master, bf16/f16 grad and compute copy.
+  for (DType low : {DType::bf16, DType::f16}) {
+    SCOPED_TRACE(dtype_name(low));
+    Tensor param = test::random({1000003}), grad = test::random({1000003}, low);
+    Tensor m = test::random({1000003}, DType::f32, -0.1, 0.1), v = test::random({1000003}, DType::f32, 0.01, 1.0);
+    Tensor gp = param.to(kGpu), gg = grad.to(kGpu), gm = m.to(kGpu), gv = v.to(kGpu);
+    Tensor copy = Tensor::zeros({1000003}, low), gcopy = Tensor::zeros({1000003}, low, kGpu);
+    ops::adamw_step(gp, gg, gm, gv, gcopy, config);
+    ops::adamw_step(param, grad, m, v, copy, config);
+    EXPECT_TRUE(same_bits(gp, param));
+    EXPECT_TRUE(same_bits(gm, m));
+    EXPECT_TRUE(same_bits(gv, v));
+    EXPECT_TRUE(same_bits(gcopy, copy));
+  }
+#endif
+}
+
+TEST_F(CudaPhilox, GradNormAndClippingOnTheDevice) {
+#if ALPHA_WITH_CUDA
+  for (DType dtype : kGpuDtypes) {
+    SCOPED_TRACE(dtype_name(dtype));
+    std::vector<Tensor> host, a, b;
+    for (int64_t n : {int64_t(5), int64_t(4099), int64_t(300001)}) {
+      host.push_back(test::random({n}, dtype, -2, 2).to(DType::f64));
+      a.push_back(host.back().to(dtype).to(kGpu));
+      b.push_back(host.back().to(dtype).to(kGpu));
+    }
+    const double want = ops::global_grad_norm(host);
+    Tensor norm = ops::global_grad_norm_tensor(a);
+    EXPECT_EQ(norm.device(), kGpu);
+    EXPECT_EQ(norm.dtype(), DType::f64);
+    const double got = norm.to(Device::cpu()).item();
+    test::Tolerance tol = test::tolerance("cuda.grad_norm", dtype);
+    EXPECT_NEAR(got, want, tol.abs + tol.rel * want);
+    // Deterministic: the same bits again, through either entry point.
+    EXPECT_EQ(ops::global_grad_norm(a), got);
+    // Clipping by the device norm and by the host norm give the same coefficient and grads.
+    Tensor coefficient = ops::clip_grad_norm(a, 0.5 * want, norm);
+    EXPECT_EQ(coefficient.device(), kGpu);
+    EXPECT_EQ(coefficient.to(Device::cpu()).item(), ops::clip_grad_norm(b, 0.5 * want, got));
+    for (size_t k = 0; k < a.size(); ++k) EXPECT_TRUE(same_bits(a[k], b[k].to(Device::cpu())));
+  }
+#endif
+}
+
+TEST_F(CudaPhilox, MaterializedAttentionMatchesTheCpuReference) {
+#if ALPHA_WITH_CUDA
+  // GQA, causal with Tq < Tk, softcap and dropout; q, k, v slices of one fused tensor on each side.
+  ops::AttentionConfig config;
+  config.causal = true;
+  config.softcap = 0.5;
+  config.dropout_p = 0.1;
+  config.dropout_seed = test::fresh_seed();
+  const int64_t B = 2, T = 77, Hq = 8, Hkv = 2, D = 48;
+  Tensor qkv = test::random({B, T, Hq + 2 * Hkv, D});
+  Tensor dout = test::random({B, 40, Hq, D});
+  for (DType dtype : kGpuDtypes) {
+    SCOPED_TRACE(dtype_name(dtype));
+    Tensor host = qkv.to(dtype).to(DType::f32), device = qkv.to(dtype).to(kGpu);
+    auto split = [&](const Tensor& t) {  // q: the last 40 queries; k, v: all 77 keys
+      return std::vector<Tensor>{t.slice(1, T - 40, T).slice(2, 0, Hq), t.slice(2, Hq, Hq + Hkv),
+                                 t.slice(2, Hq + Hkv, Hq + 2 * Hkv)};
+    };
+    std::vector<Tensor> h = split(host), g = split(device);
+    ops::AttentionOutput want = ops::attention_materialized(h[0], h[1], h[2], config);
+    ops::AttentionOutput got = ops::attention_materialized(g[0], g[1], g[2], config);
+    EXPECT_EQ(got.out.device(), kGpu);
+    EXPECT_EQ(got.out.dtype(), dtype);
+    EXPECT_EQ(got.row_max.dtype(), DType::f32);
+    EXPECT_TRUE(test::all_close(got.out, want.out, "cuda.attention"));
+    EXPECT_TRUE(test::all_close(got.row_max, want.row_max, "cuda.attention"));
+    EXPECT_TRUE(test::all_close(got.row_sum, want.row_sum, "cuda.attention"));
+    // Both backwards run on the CPU forward's results, out rounded to the dtype as the GPU holds it.
+    Tensor out_in = want.out.to(dtype).to(DType::f32);
+    Tensor gdout = dout.to(dtype).to(kGpu), hdout = dout.to(dtype).to(DType::f32);
+    ops::AttentionGrads want_grads =
+        ops::attention_materialized_backward(hdout, h[0], h[1], h[2], out_in, want.row_max, want.row_sum, config);
+    Tensor g_out = out_in.to(dtype).to(kGpu), g_max = want.row_max.to(kGpu), g_sum = want.row_sum.to(kGpu);
+    ops::AttentionGrads first =
+        ops::attention_materialized_backward(gdout, g[0], g[1], g[2], g_out, g_max, g_sum, config);
+    ops::AttentionGrads second =
+        ops::attention_materialized_backward(gdout, g[0], g[1], g[2], g_out, g_max, g_sum, config);
+    EXPECT_TRUE(test::all_close(first.dq, want_grads.dq, "cuda.attention"));
+    EXPECT_TRUE(test::all_close(first.dk, want_grads.dk, "cuda.attention"));
+    EXPECT_TRUE(test::all_close(first.dv, want_grads.dv, "cuda.attention"));
+    // dk and dv sum over each GQA group in a fixed order: the same bits on every run.
+    EXPECT_TRUE(same_bits(second.dq, first.dq.to(Device::cpu())));
+    EXPECT_TRUE(same_bits(second.dk, first.dk.to(Device::cpu())));
+    EXPECT_TRUE(same_bits(second.dv, first.dv.to(Device::cpu())));
+  }
+#endif
+}
+
+TEST_F(CudaPhilox, BadInputsRaise) {
+#if ALPHA_WITH_CUDA
+  const ops::DropoutConfig dropout{0.1, 1, 0};
+  Tensor g = test::random({4, 4}).to(kGpu);
+  EXPECT_ALPHA_ERROR(ops::residual_dropout_add(g, test::random({4, 4}), dropout), DeviceError, "[residual_dropout_add]",
+                     "'x'", "cuda:0", "cpu");
+  EXPECT_ALPHA_ERROR(ops::dropout(test::random({4}, DType::f64).to(kGpu), dropout), DTypeError, "[dropout]", "'x'",
+                     "f32 or bf16 or f16", "f64");
+  // AdamW: state on the param's device and dtype; mixed grads only for an f32 param.
+  Tensor p = test::random({4, 4}).to(kGpu), m = test::random({4, 4}).to(kGpu);
+  Tensor v = test::random({4, 4}, DType::f32, 0, 1).to(kGpu), v_cpu = test::random({4, 4}, DType::f32, 0, 1);
+  ops::AdamWConfig config;
+  EXPECT_ALPHA_ERROR(ops::adamw_step(p, test::random({4, 4}), m, v, config), DeviceError, "[adamw_step]", "'grad'");
+  EXPECT_ALPHA_ERROR(ops::adamw_step(p, g, m, v_cpu, config), DeviceError, "[adamw_step]", "'v'");
+  Tensor pb = p.to(DType::bf16), mb = m.to(DType::bf16), vb = v.to(DType::bf16);
+  EXPECT_ALPHA_ERROR(ops::adamw_step(pb, g.to(DType::f16), mb, vb, config), DTypeError, "[adamw_step]", "'grad'",
+                     "bf16", "f16");
+  Tensor copy = Tensor::zeros({4, 4}, DType::bf16);  // on the CPU
+  EXPECT_ALPHA_ERROR(ops::adamw_step(p, g.to(DType::bf16), m, v, copy, config), DeviceError, "[adamw_step]",
+                     "'compute_copy'");
+  // Grad norm: one device for the whole list; a device norm for device grads.
+  std::vector<Tensor> mixed = {g, test::random({3})};
+  EXPECT_ALPHA_ERROR(ops::global_grad_norm(mixed), DeviceError, "[global_grad_norm]", "'grads[1]'");
+  std::vector<Tensor> grads = {g};
+  EXPECT_ALPHA_ERROR(ops::clip_grad_norm(grads, 1.0, Tensor::zeros({}, DType::f64)), DeviceError, "[clip_grad_norm]",
+                     "'norm'", "cuda:0");
+  // Attention: every operand on q's device; statistics in f32 on a GPU.
+  Tensor q = test::random({1, 8, 2, 16}).to(kGpu), k = test::random({1, 8, 2, 16}).to(kGpu);
+  EXPECT_ALPHA_ERROR(ops::attention_materialized(q, k, test::random({1, 8, 2, 16}), {}), DeviceError,
+                     "[attention_materialized]", "'v'");
+  Tensor q64 = test::random({1, 8, 2, 16}, DType::f64).to(kGpu);
+  EXPECT_ALPHA_ERROR(ops::attention_materialized(q64, q64, q64, {}), DTypeError, "[attention_materialized]", "'q'",
+                     "f64");
+  ops::AttentionOutput fwd = ops::attention_materialized(q.to(DType::bf16), k.to(DType::bf16), k.to(DType::bf16), {});
+  EXPECT_EQ(fwd.row_sum.dtype(), DType::f32);
+  Tensor qb = q.to(DType::bf16), kb = k.to(DType::bf16);
+  EXPECT_ALPHA_ERROR(ops::attention_materialized_backward(fwd.out, qb, kb, kb, fwd.out, fwd.row_max,
+                                                          fwd.row_sum.to(DType::bf16), {}),
+                     DTypeError, "[attention_materialized_backward]", "'row_sum'", "f32", "bf16");
+#endif
+}
+
+}  // namespace
+}  // namespace alpha
