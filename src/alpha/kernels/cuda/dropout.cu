@@ -120,8 +120,6 @@ __global__ void mask_kernel(uint8_t* mask, float p, uint64_t seed, uint64_t offs
 constexpr int kThreads = 256;
 constexpr int64_t kMaxBlocks = 1 << 16;  // grid-stride beyond this: enough blocks to fill any current GPU
 
-int64_t misalignment(const void* p) { return int64_t(reinterpret_cast<uintptr_t>(p) % kVectorBytes); }
-
 // Elements before the first 16-byte boundary of a buffer of n elements of `size` bytes at offset `at`.
 int64_t head_of(int64_t at, int64_t n, int64_t size) {
   return std::min<int64_t>(n, (kVectorBytes - at) % kVectorBytes / size);
