@@ -556,14 +556,14 @@ double Tensor::at(std::initializer_list<int64_t> index) const {
 
 double Tensor::item() const {
   if (numel() != 1) raise<ShapeError>("Tensor::item", "self", "a tensor with one element", shape_str(shape_));
-  return reshape({}).at({});
+  // A device tensor's element comes to the host first (the copy waits for the work that produces it).
+  return reshape({}).to(Device::cpu()).at({});
 }
 
 template <class T>
 std::vector<T> Tensor::to_vector() const {
   require_defined(*this, "Tensor::to_vector");
-  Tensor c = to(dtype_of<T>).contiguous();
-  require_cpu(c, "Tensor::to_vector");
+  Tensor c = to(Device::cpu()).to(dtype_of<T>).contiguous();
   const T* p = c.data<T>();
   return std::vector<T>(p, p + c.numel());
 }

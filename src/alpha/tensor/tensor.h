@@ -94,8 +94,8 @@ class Tensor {
 
   // Host access (CPU tensors): one element at a multi-index, converted to double; the whole tensor as T.
   double at(std::initializer_list<int64_t> index) const;
-  double item() const;  // single-element tensors
-  template <class T> std::vector<T> to_vector() const;
+  double item() const;  // single-element tensors, on any device (a device tensor is copied to the host)
+  template <class T> std::vector<T> to_vector() const;  // any device: the elements, row-major, converted to T
 
   std::string describe() const;  // "f32[2, 3] on cpu"
 
