@@ -15,6 +15,7 @@ Prints a table and writes DIR/train_seed.json.
 """
 import argparse
 import json
+import math
 import os
 import statistics
 import subprocess
@@ -76,6 +77,14 @@ class GPT(nn.Module):
         self.wpe = nn.Embedding(cfg["block_size"], c)
         self.blocks = nn.ModuleList(Block(c, cfg["n_head"], cfg.get("bias", True)) for _ in range(cfg["n_layer"]))
         self.ln_f = nn.LayerNorm(c, bias=cfg.get("bias", True))
+        # GPT-2's initialisation, as Alpha's: normal(0, 0.02) weights, zero biases, the residual projections
+        # scaled by 1/sqrt(2 n_layer); PyTorch's defaults would start the tied head with huge logits.
+        for name, p in self.named_parameters():
+            if name.endswith("bias"):
+                nn.init.zeros_(p)
+            elif p.dim() == 2:
+                std = 0.02 / math.sqrt(2 * cfg["n_layer"]) if name.endswith(("proj.weight", "fc_proj.weight")) else 0.02
+                nn.init.normal_(p, 0.0, std)
 
     def forward(self, ids, targets):
         pos = torch.arange(ids.shape[1], device=ids.device)
@@ -112,7 +121,7 @@ def torch_run(cfg, batch, seq, steps, warmup, compile_model):
     torch.cuda.synchronize()
     seconds = time.perf_counter() - start
     return {"tokens_per_second": batch * seq * steps / seconds, "peak_bytes": torch.cuda.max_memory_allocated(),
-            "final_loss": float(loss)}
+            "final_loss": loss.item()}
 
 
 def main():
