@@ -23,21 +23,6 @@ namespace {
 constexpr double kP = 0.3;
 constexpr uint64_t kOffset = 4099;  // not a multiple of 4: the first element sits in lane 3 of its Philox block
 
-// Element offsets of x, residual and out from the start of their (aligned) blocks.
-struct Layout {
-  const char* name;
-  int64_t x, residual, out;
-};
-constexpr Layout kLayouts[] = {{"aligned", 0, 0, 0}, {"shifted", 1, 1, 1}, {"mixed", 1, 0, 3}};
-
-// `host`'s values as `dtype` on the GPU, starting `offset` elements into a fresh poisoned block.
-Tensor on_gpu_at(Context& ctx, const Tensor& host, DType dtype, int64_t offset) {
-  const int64_t n = host.numel();
-  Tensor view = ctx.poisoned({n + offset}, dtype).slice(0, offset, offset + n);
-  view.copy_from(host.to(dtype));
-  return view;
-}
-
 void check_masks(Context& ctx, int64_t n) {
   struct MaskCase {
     double p;
@@ -61,7 +46,7 @@ void check_masks(Context& ctx, int64_t n) {
 }
 
 template <class T>
-void check_values(Context& ctx, int64_t n, const Layout& at) {
+void check_values(Context& ctx, int64_t n, const OperandLayout& at) {
   using kernels::DropoutArgs, kernels::ResidualDropoutArgs;
   const DType dtype = dtype_of<T>;
   const std::string suffix = std::string(".") + at.name;
@@ -69,7 +54,7 @@ void check_values(Context& ctx, int64_t n, const Layout& at) {
   const double scale = 1.0 / (1.0 - kP);
   const uint64_t seed = ctx.next_seed();
   Tensor x = ctx.random({n}, dtype), residual = ctx.random({n}, dtype);
-  Tensor dx = on_gpu_at(ctx, x, dtype, at.x), dr = on_gpu_at(ctx, residual, dtype, at.residual);
+  Tensor dx = ctx.to_gpu_at(x, dtype, at.first), dr = ctx.to_gpu_at(residual, dtype, at.second);
   Tensor x32 = x.to(DType::f32), r32 = residual.to(DType::f32);
   auto cpu_out = [&](DType d) { return Tensor::full({n}, NAN, d); };
 
@@ -138,7 +123,7 @@ void check_dropout(Context& ctx) {
   for (int64_t n : sizes) check_masks(ctx, n);
   for_each_cuda_dtype([&]<class T>() {
     for (int64_t n : sizes)
-      for (const Layout& at : kLayouts) check_values<T>(ctx, n, at);
+      for (const OperandLayout& at : kOperandLayouts) check_values<T>(ctx, n, at);
     check_in_place<T>(ctx, kOddSizes[1]);
   });
 }

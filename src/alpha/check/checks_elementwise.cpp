@@ -16,28 +16,13 @@ namespace alpha::check {
 
 namespace {
 
-// Element offsets of the operands a, b and out from the start of their (512-byte aligned) blocks.
-struct Layout {
-  const char* name;
-  int64_t a, b, out;
-};
-constexpr Layout kLayouts[] = {{"aligned", 0, 0, 0}, {"shifted", 1, 1, 1}, {"mixed", 1, 0, 3}};
-
-// `host`'s values as `dtype` on the GPU, starting `offset` elements into a fresh block.
-Tensor on_gpu_at(Context& ctx, const Tensor& host, DType dtype, int64_t offset) {
-  const int64_t n = host.numel();
-  Tensor view = ctx.poisoned({n + offset}, dtype).slice(0, offset, offset + n);
-  view.copy_from(host.to(dtype));
-  return view;
-}
-
 template <class T>
-void check_maps(Context& ctx, int64_t n, const Layout& at) {
+void check_maps(Context& ctx, int64_t n, const OperandLayout& at) {
   using kernels::AxpyArgs, kernels::BinaryArgs, kernels::ScaleArgs;
   const DType dtype = dtype_of<T>;
   const std::string suffix = std::string(".") + at.name;
   Tensor a = ctx.random({n}, dtype), b = ctx.random({n}, dtype);
-  Tensor da = on_gpu_at(ctx, a, dtype, at.a), db = on_gpu_at(ctx, b, dtype, at.b);
+  Tensor da = ctx.to_gpu_at(a, dtype, at.first), db = ctx.to_gpu_at(b, dtype, at.second);
   auto gpu_out = [&] { return ctx.poisoned({n + at.out}, dtype).slice(0, at.out, at.out + n); };
   auto cpu_out = [&](DType d) { return Tensor::full({n}, NAN, d); };
   const bool bitwise = n == kOddSizes.back() && at.out == 0;  // once per kernel and dtype: the exact-rounding claim
@@ -79,7 +64,7 @@ void check_maps(Context& ctx, int64_t n, const Layout& at) {
   // axpy updates y in place: y starts as b on every side.
   run("axpy",
       [&] {
-        Tensor y = on_gpu_at(ctx, b, dtype, at.out);
+        Tensor y = ctx.to_gpu_at(b, dtype, at.out);
         kernels::cuda::axpy(AxpyArgs<T>{y.data<T>(), da.data<T>(), 0.3f, n}, ctx.stream());
         return y;
       },
@@ -121,7 +106,7 @@ void check_elementwise(Context& ctx) {
   sizes.insert(sizes.end(), kOddSizes.begin(), kOddSizes.end());
   for_each_cuda_dtype([&]<class T>() {
     for (int64_t n : sizes) {
-      for (const Layout& at : kLayouts) check_maps<T>(ctx, n, at);
+      for (const OperandLayout& at : kOperandLayouts) check_maps<T>(ctx, n, at);
       check_sum<T>(ctx, n);
     }
   });

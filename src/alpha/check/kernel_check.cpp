@@ -44,6 +44,13 @@ Tensor Context::random_ids(Shape shape, int64_t vocab) {
 
 Tensor Context::to_gpu(const Tensor& host, DType dtype) { return host.to(dtype).to(gpu_); }
 
+Tensor Context::to_gpu_at(const Tensor& host, DType dtype, int64_t offset) {
+  const int64_t n = host.numel();
+  Tensor view = poisoned({n + offset}, dtype).slice(0, offset, offset + n);
+  view.copy_from(host.to(dtype).reshape({n}));
+  return view.view(host.shape());
+}
+
 Tensor Context::poisoned(Shape shape, DType dtype) {
   Tensor host = Tensor::empty(std::move(shape), dtype);
   std::memset(host.raw_data(), 0xff, host.nbytes());

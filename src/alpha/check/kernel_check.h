@@ -34,6 +34,15 @@ void for_each_cuda_dtype(Fn&& fn) {
   fn.template operator()<f16>();
 }
 
+// Where the operands of an element-wise kernel start, in elements past 16-byte-aligned blocks: all aligned
+// (the vector body alone, with a tail); all one element past (a scalar head, the body, a tail); at
+// different offsets (the scalar path throughout).
+struct OperandLayout {
+  const char* name;
+  int64_t first, second, out;  // offsets of the first and second inputs and of the output
+};
+inline constexpr OperandLayout kOperandLayouts[] = {{"aligned", 0, 0, 0}, {"shifted", 1, 1, 1}, {"mixed", 1, 0, 3}};
+
 // One output of one kernel at one shape and dtype, compared with its reference.
 struct Comparison {
   std::string kernel;  // "layernorm_backward.dx"
@@ -65,6 +74,8 @@ class Context {
   Tensor random_ids(Shape shape, int64_t vocab);
   // `host`'s values on the GPU in `dtype` (converted on the CPU, then copied).
   Tensor to_gpu(const Tensor& host, DType dtype);
+  // `host`'s values as `dtype` on the GPU, starting `offset` elements into a fresh poisoned block.
+  Tensor to_gpu_at(const Tensor& host, DType dtype, int64_t offset);
   // A GPU tensor whose every byte is 0xff: NaN in f32, bf16 and f16, −1 in integer types. An element a
   // kernel fails to write stays NaN and fails its comparison.
   Tensor poisoned(Shape shape, DType dtype);

@@ -19,7 +19,7 @@ constexpr float kGeluCubic = 0.044715f;
 
 struct Gelu {
   static constexpr int kInputs = 1;
-  __device__ float operator()(float x, float) const {
+  __device__ float operator()(int64_t, float x, float) const {
     const float t = tanhf(kSqrt2OverPi * (x + kGeluCubic * x * x * x));
     return 0.5f * x * (1.0f + t);
   }
@@ -27,7 +27,7 @@ struct Gelu {
 // d/dx [½x(1 + tanh u)], u = √(2/π)(x + 0.044715x³): ½(1 + t) + ½x(1 − t²)·√(2/π)(1 + 3·0.044715x²).
 struct GeluBackward {  // a = dy, b = x
   static constexpr int kInputs = 2;
-  __device__ float operator()(float dy, float x) const {
+  __device__ float operator()(int64_t, float dy, float x) const {
     const float t = tanhf(kSqrt2OverPi * (x + kGeluCubic * x * x * x));
     const float du = kSqrt2OverPi * (1.0f + 3.0f * kGeluCubic * x * x);
     return dy * (0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * du);
@@ -36,12 +36,12 @@ struct GeluBackward {  // a = dy, b = x
 struct Softcap {
   static constexpr int kInputs = 1;
   float cap, inv_cap;
-  __device__ float operator()(float x, float) const { return cap * tanhf(x * inv_cap); }
+  __device__ float operator()(int64_t, float x, float) const { return cap * tanhf(x * inv_cap); }
 };
 struct SoftcapBackward {  // a = dy, b = y
   static constexpr int kInputs = 2;
   float inv_cap;
-  __device__ float operator()(float dy, float y) const {
+  __device__ float operator()(int64_t, float dy, float y) const {
     const float s = y * inv_cap;
     return dy * (1.0f - s * s);
   }

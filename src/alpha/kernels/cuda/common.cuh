@@ -98,8 +98,10 @@ __device__ inline float block_reduce(float v, float* scratch) {
 __device__ inline float block_sum(float v, float* scratch) { return block_reduce<false>(v, scratch); }
 __device__ inline float block_max(float v, float* scratch) { return block_reduce<true>(v, scratch); }
 
-// Element-wise map: out[i] = op(a[i], b[i]) over n elements, for an op on f32 values with kInputs = 1 (b
-// unused, may be nullptr) or 2. 128-bit loads and stores move 4 f32 or 8 16-bit elements at a time. When
+// Element-wise map: out[i] = op(i, a[i], b[i]) over n elements, for an op on f32 values with kInputs = 1 (b
+// unused, may be nullptr) or 2; i is the element's index (for ops whose result depends on it, such as a
+// dropout mask). Each thread works on its own copy of op, which may keep state between its calls (a cache
+// of random bits); a thread's body calls it with increasing indices. 128-bit loads and stores move 4 f32 or 8 16-bit elements at a time. When
 // every pointer sits at the same offset within 16 bytes, a scalar head brings them to the boundary, the body
 // moves whole vectors and a scalar tail ends it; pointers at different offsets take the scalar path.
 template <class T>
@@ -112,14 +114,14 @@ struct MapArgs {
 };
 
 template <class T, class Op>
-__global__ void map_kernel(MapArgs<T> m, Op op) {
+__global__ void map_kernel(MapArgs<T> m, Op op) {  // op by value: this thread's copy
   constexpr int W = kLanes<T>;
   const int64_t first = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   const int64_t stride = int64_t(gridDim.x) * blockDim.x;
   auto scalar = [&](int64_t i) {
     float b = 0.0f;
     if constexpr (Op::kInputs == 2) b = Elem<T>::load(m.b[i]);
-    m.out[i] = Elem<T>::store(op(Elem<T>::load(m.a[i]), b));
+    m.out[i] = Elem<T>::store(op(i, Elem<T>::load(m.a[i]), b));
   };
   if (m.head < 0) {
     for (int64_t i = first; i < m.n; i += stride) scalar(i);
@@ -134,7 +136,7 @@ __global__ void map_kernel(MapArgs<T> m, Op op) {
     float a[W], b[W] = {}, r[W];
     unpack<T>(*reinterpret_cast<const uint4*>(m.a + i), a);
     if constexpr (Op::kInputs == 2) unpack<T>(*reinterpret_cast<const uint4*>(m.b + i), b);
-    for (int k = 0; k < W; ++k) r[k] = op(a[k], b[k]);
+    for (int k = 0; k < W; ++k) r[k] = op(i + k, a[k], b[k]);
     *reinterpret_cast<uint4*>(m.out + i) = pack<T>(r);
   }
 }

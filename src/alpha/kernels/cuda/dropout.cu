@@ -7,9 +7,9 @@
 // once per block of four counters (PhiloxRun), not once per element; the bits are the same.
 // Arithmetic uses __fmul_rn/__fadd_rn, never a fused multiply-add, so kept values round as the CPU kernel
 // in f32 rounds them (scale·x, then + residual, then to T): the backends agree bit for bit.
-// Layout: 128-bit loads and stores move 4 f32, 8 16-bit elements or 16 mask bytes at a time. When every
-// pointer sits at the same offset within 16 bytes, a scalar head brings them to the boundary, the body
-// moves whole vectors and a scalar tail ends it; pointers at different offsets take the scalar path.
+// Layout: dropout and residual + dropout are operations of the vectorised element-wise map (common.cuh:
+// launch_map, 128-bit loads and stores with a scalar head and tail); the mask kernel stores 16 mask bytes
+// at a time in the same head/body/tail arrangement.
 #include <algorithm>
 
 #include "alpha/core/philox.h"
@@ -24,7 +24,7 @@ namespace {
 // The random bits of a run of counters drawn in increasing order, one Philox call per block of four.
 class PhiloxRun {
  public:
-  __device__ explicit PhiloxRun(uint64_t seed) : seed_(seed) {}
+  __host__ __device__ explicit PhiloxRun(uint64_t seed) : seed_(seed) {}
   __device__ uint32_t bits(uint64_t index) {
     const uint64_t block = index >> 2;
     if (!valid_ || block != block_) {
@@ -47,19 +47,6 @@ class PhiloxRun {
   Philox4x32 draws_{};
 };
 
-template <class T>
-struct DropoutMap {
-  const Bits<T>* x;         // (n)
-  const Bits<T>* residual;  // (n); nullptr for plain dropout
-  Bits<T>* out;             // (n), may alias x or residual
-  float p;
-  float scale;
-  uint64_t seed;
-  uint64_t offset;
-  int64_t n;
-  int64_t head;             // elements before the first 16-byte boundary; -1: scalar path throughout
-};
-
 // residual + (kept ? scale·x : 0), rounded as the CPU kernel in f32 rounds it.
 template <bool kResidual>
 __device__ float dropped(uint32_t bits, float p, float scale, float x, float residual) {
@@ -67,35 +54,19 @@ __device__ float dropped(uint32_t bits, float p, float scale, float x, float res
   return kResidual ? __fadd_rn(residual, y) : y;
 }
 
-template <class T, bool kResidual>
-__global__ void dropout_kernel(DropoutMap<T> m) {
-  constexpr int W = kLanes<T>;
-  const int64_t first = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
-  const int64_t stride = int64_t(gridDim.x) * blockDim.x;
-  auto scalar = [&](int64_t i) {
-    const float r = kResidual ? Elem<T>::load(m.residual[i]) : 0.0f;
-    const uint32_t bits = philox_bits(m.seed, m.offset + uint64_t(i));
-    m.out[i] = Elem<T>::store(dropped<kResidual>(bits, m.p, m.scale, Elem<T>::load(m.x[i]), r));
-  };
-  if (m.head < 0) {
-    for (int64_t i = first; i < m.n; i += stride) scalar(i);
-    return;
+// The map operation (common.cuh: launch_map, a = x, b = residual) of dropout and of the fused
+// residual + dropout: element i draws the counter offset + i.
+template <bool kResidual>
+struct Dropout {
+  static constexpr int kInputs = kResidual ? 2 : 1;
+  float p;
+  float scale;
+  uint64_t offset;
+  PhiloxRun draws;
+  __device__ float operator()(int64_t i, float x, float residual) {
+    return dropped<kResidual>(draws.bits(offset + uint64_t(i)), p, scale, x, residual);
   }
-  const int64_t vectors = (m.n - m.head) / W;
-  const int64_t tail = m.head + vectors * W;
-  if (first < m.head) scalar(first);
-  if (first < m.n - tail) scalar(tail + first);
-  PhiloxRun draws(m.seed);
-  for (int64_t v = first; v < vectors; v += stride) {
-    const int64_t i = m.head + v * W;
-    float x[W], r[W] = {}, y[W];
-    unpack<T>(*reinterpret_cast<const uint4*>(m.x + i), x);
-    if constexpr (kResidual) unpack<T>(*reinterpret_cast<const uint4*>(m.residual + i), r);
-    for (int k = 0; k < W; ++k)
-      y[k] = dropped<kResidual>(draws.bits(m.offset + uint64_t(i + k)), m.p, m.scale, x[k], r[k]);
-    *reinterpret_cast<uint4*>(m.out + i) = pack<T>(y);
-  }
-}
+};
 
 // The mask: one byte per element; the body stores 16 bytes per thread.
 __global__ void mask_kernel(uint8_t* mask, float p, uint64_t seed, uint64_t offset, int64_t n, int64_t head) {
@@ -117,9 +88,6 @@ __global__ void mask_kernel(uint8_t* mask, float p, uint64_t seed, uint64_t offs
   }
 }
 
-constexpr int kThreads = 256;
-constexpr int64_t kMaxBlocks = 1 << 16;  // grid-stride beyond this: enough blocks to fill any current GPU
-
 // Elements before the first 16-byte boundary of a buffer of n elements of `size` bytes at offset `at`.
 int64_t head_of(int64_t at, int64_t n, int64_t size) {
   return std::min<int64_t>(n, (kVectorBytes - at) % kVectorBytes / size);
@@ -128,41 +96,27 @@ int64_t head_of(int64_t at, int64_t n, int64_t size) {
 // Blocks for `work` threads' worth of vectors, with at least one thread per head and tail element.
 unsigned blocks_for(int64_t work, int64_t lanes) {
   work = std::max<int64_t>(work, lanes);
-  return unsigned(std::min((work + kThreads - 1) / kThreads, kMaxBlocks));
-}
-
-template <class T, bool kResidual>
-void launch_dropout(const T* x, const T* residual, T* out, float p, float scale, uint64_t seed, uint64_t offset,
-                    int64_t n, Stream stream) {
-  if (n == 0) return;
-  const int64_t at = misalignment(x);
-  const bool vectorised = misalignment(out) == at && (!kResidual || misalignment(residual) == at);
-  DropoutMap<T> m{bits(x), kResidual ? bits(residual) : nullptr, bits(out), p, scale, seed, offset, n, -1};
-  int64_t work = n;
-  if (vectorised) {
-    m.head = head_of(at, n, int64_t(sizeof(T)));
-    work = (n - m.head) / kLanes<T>;
-  }
-  constexpr auto kernel = dropout_kernel<T, kResidual>;
-  ALPHA_CUDA_LAUNCH(kernel, blocks_for(work, kLanes<T>), kThreads, alpha::cuda::stream_handle(stream), m);
+  return unsigned(std::min((work + kMapThreads - 1) / kMapThreads, kMaxMapBlocks));
 }
 
 }  // namespace
 
 template <class T>
 void dropout(const DropoutArgs<T>& args, Stream stream) {
-  launch_dropout<T, false>(args.x, nullptr, args.out, args.p, args.scale, args.seed, args.offset, args.n, stream);
+  launch_map<T>(args.x, nullptr, args.out, args.n,
+                Dropout<false>{args.p, float(args.scale), args.offset, PhiloxRun(args.seed)}, stream);
 }
 
 template <class T>
 void residual_dropout_add(const ResidualDropoutArgs<T>& args, Stream stream) {
-  launch_dropout<T, true>(args.x, args.residual, args.out, args.p, args.scale, args.seed, args.offset, args.n, stream);
+  launch_map<T>(args.x, args.residual, args.out, args.n,
+                Dropout<true>{args.p, float(args.scale), args.offset, PhiloxRun(args.seed)}, stream);
 }
 
 void dropout_mask(const DropoutMaskArgs& args, Stream stream) {
   if (args.n == 0) return;
   const int64_t head = head_of(misalignment(args.mask), args.n, 1);
-  ALPHA_CUDA_LAUNCH(mask_kernel, blocks_for((args.n - head) / kVectorBytes, kVectorBytes), kThreads,
+  ALPHA_CUDA_LAUNCH(mask_kernel, blocks_for((args.n - head) / kVectorBytes, kVectorBytes), kMapThreads,
                     alpha::cuda::stream_handle(stream), args.mask, args.p, args.seed, args.offset, args.n, head);
 }
 

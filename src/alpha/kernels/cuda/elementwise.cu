@@ -22,21 +22,21 @@ namespace {
 // The operations, on f32 values; unary ones ignore their second operand.
 struct Add {
   static constexpr int kInputs = 2;
-  __device__ float operator()(float a, float b) const { return __fadd_rn(a, b); }
+  __device__ float operator()(int64_t, float a, float b) const { return __fadd_rn(a, b); }
 };
 struct Mul {
   static constexpr int kInputs = 2;
-  __device__ float operator()(float a, float b) const { return __fmul_rn(a, b); }
+  __device__ float operator()(int64_t, float a, float b) const { return __fmul_rn(a, b); }
 };
 struct Scale {
   static constexpr int kInputs = 1;
   float alpha;
-  __device__ float operator()(float x, float) const { return __fmul_rn(alpha, x); }
+  __device__ float operator()(int64_t, float x, float) const { return __fmul_rn(alpha, x); }
 };
 struct Axpy {  // a = y, b = x
   static constexpr int kInputs = 2;
   float alpha;
-  __device__ float operator()(float y, float x) const { return __fadd_rn(y, __fmul_rn(alpha, x)); }
+  __device__ float operator()(int64_t, float y, float x) const { return __fadd_rn(y, __fmul_rn(alpha, x)); }
 };
 
 constexpr int kThreads = 256;
