@@ -52,6 +52,11 @@ struct AttentionParams {
   acc_t<T> dropout_scale;  // 1/(1 − p), from the configuration's f64 p
   uint64_t dropout_seed;
   uint64_t dropout_offset;
+  // Sliding window around the key aligned with query i, d(i) = i + (Tk − Tq) (bottom-right, as causal):
+  // query i sees keys j with d(i) − window_left <= j <= d(i) + window_right; −1 leaves that side unbounded.
+  // Combined with causal (which bounds the right side at d(i)). See visible_key_range.
+  int64_t window_left = -1;
+  int64_t window_right = -1;
 };
 
 template <class T>
@@ -80,7 +85,26 @@ struct AttentionBackwardArgs {
   AttentionParams<T> params;
 };
 
-// Keys query i sees: all of them, or with the bottom-right aligned causal mask the first
+// The keys query i sees, [begin, end): all of them, cut on the right by the bottom-right aligned causal
+// mask (j <= d(i) = i + Tk − Tq) and by the window (j <= d(i) + window_right), on the left by the window
+// (j >= d(i) − window_left). Empty (begin == end) for a row that sees no key. Shared with the CUDA kernels.
+struct KeyRange {
+  int64_t begin;
+  int64_t end;
+};
+template <class T>
+ALPHA_HD KeyRange visible_key_range(const AttentionParams<T>& p, int64_t i) {
+  const int64_t diagonal = i + p.kv_len - p.q_len;
+  int64_t begin = 0, end = p.kv_len;
+  if (p.causal && diagonal + 1 < end) end = diagonal + 1;
+  if (p.window_right >= 0 && diagonal + p.window_right + 1 < end) end = diagonal + p.window_right + 1;
+  if (p.window_left >= 0 && diagonal - p.window_left > begin) begin = diagonal - p.window_left;
+  if (end < 0) end = 0;
+  if (begin > end) begin = end;
+  return {begin, end};
+}
+
+// Keys query i sees without a window: all of them, or with the bottom-right aligned causal mask the first
 // i + (Tk − Tq) + 1 of them (none for the leading rows when Tq > Tk). Shared with the CUDA kernels.
 template <class T>
 ALPHA_HD int64_t visible_keys(const AttentionParams<T>& p, int64_t i) {
