@@ -1,7 +1,8 @@
 // Reference attention against a naive f64 loop written here in the plainest way (the full S, P and
 // dropout mask per (batch, head), and the textbook softmax backward rather than the rowsum(dO∘O)
 // identity the kernel uses), through the kernels directly (into poisoned outputs) and through the
-// tensor ops; finite-difference gradient checks through autograd; statistics sanity; bad inputs.
+// tensor ops; finite-difference gradient checks through autograd; statistics sanity; the sliding window
+// (with and without causal, one side or both, rows left empty) and its query-range rule; bad inputs.
 #include <gtest/gtest.h>
 #include <omp.h>
 
@@ -14,7 +15,6 @@
 #include "alpha/autograd/functions.h"
 #include "alpha/core/philox.h"
 #include "alpha/kernels/attention_reference.h"
-#include "alpha/ops/attention_params.h"
 #include "alpha/ops/attention.h"
 #include "alpha/ops/attention_params.h"
 #include "alpha/ops/check.h"
@@ -38,6 +38,7 @@ struct AttentionCase {
   double dropout_p = 0.0;
   double scale = 0.0;
   Layout layout = Layout::contiguous;
+  int64_t window_left = -1, window_right = -1;
 };
 
 std::ostream& operator<<(std::ostream& os, const AttentionCase& c) { return os << c.name; }
@@ -81,7 +82,19 @@ ops::AttentionConfig config_of(const AttentionCase& c) {
   config.dropout_p = c.dropout_p;
   config.dropout_seed = test::fresh_seed();
   config.dropout_offset = 1000003;
+  config.window_left = c.window_left;
+  config.window_right = c.window_right;
   return config;
+}
+
+// Whether query i sees key j, written out from the definition: causal keeps j <= d, the window
+// d − left <= j <= d + right, around the bottom-right aligned diagonal d = i + (Tk − Tq).
+bool naive_visible(const ops::AttentionConfig& config, int64_t q_len, int64_t kv_len, int64_t i, int64_t j) {
+  int64_t d = i + (kv_len - q_len);
+  if (config.causal && j > d) return false;
+  if (config.window_left >= 0 && j < d - config.window_left) return false;
+  if (config.window_right >= 0 && j > d + config.window_right) return false;
+  return true;
 }
 
 struct Expected {
@@ -111,7 +124,7 @@ Expected naive_attention(const Inputs& in, const ops::AttentionConfig& config) {
       std::vector<std::vector<bool>> visible(Tq, std::vector<bool>(Tk));
       for (int64_t i = 0; i < Tq; ++i) {
         for (int64_t j = 0; j < Tk; ++j) {
-          visible[i][j] = !config.causal || j <= i + (Tk - Tq);
+          visible[i][j] = naive_visible(config, Tq, Tk, i, j);
           double dot = 0;
           for (int64_t d = 0; d < D; ++d) dot += q[at4(b, i, h, d, Tq, Hq, D)] * k[at4(b, j, g, d, Tk, Hkv, D)];
           raw[i][j] = dot * scale;
@@ -225,7 +238,8 @@ TEST_P(AttentionReference, StatisticsReconstructNormalisedRows) {
     for (int64_t h = 0; h < Hq; ++h)
       for (int64_t i = 0; i < Tq; ++i) {
         double m = fwd.row_max.at({b, h, i}), l = fwd.row_sum.at({b, h, i});
-        int64_t visible = c.causal ? std::clamp<int64_t>(i + Tk - Tq + 1, 0, Tk) : Tk;
+        int64_t visible = 0;
+        for (int64_t j = 0; j < Tk; ++j) visible += naive_visible(config, Tq, Tk, i, j);
         if (visible == 0) {
           EXPECT_EQ(m, -std::numeric_limits<double>::infinity()) << "row " << i;
           EXPECT_EQ(l, 0.0) << "row " << i;
@@ -233,7 +247,8 @@ TEST_P(AttentionReference, StatisticsReconstructNormalisedRows) {
           continue;
         }
         double total = 0;
-        for (int64_t j = 0; j < visible; ++j) {
+        for (int64_t j = 0; j < Tk; ++j) {
+          if (!naive_visible(config, Tq, Tk, i, j)) continue;
           double dot = 0;
           for (int64_t d = 0; d < D; ++d) dot += in.q.at({b, i, h, d}) * in.k.at({b, j, h / (Hq / c.kv_heads), d});
           double s = c.softcap > 0 ? c.softcap * std::tanh(dot * scale / c.softcap) : dot * scale;
@@ -260,6 +275,19 @@ const AttentionCase kCases[] = {
     {"fused_qkv_mha", 1, 7, 7, 3, 3, 5, 5, false, 0.0, 0.0, 0.0, Layout::fused_qkv},
     {"head_major_mqa", 2, 7, 33, 4, 1, 5, 16, true, 0.0, 0.5, 0.0, Layout::head_major},
     {"head_major_q_longer", 1, 33, 13, 2, 2, 16, 1, true, 3.0, 0.0, 0.0, Layout::head_major},
+    // Sliding windows (..., layout, window_left, window_right).
+    {"window_left_causal", 2, 13, 13, 4, 2, 5, 5, true, 0.0, 0.0, 0.0, Layout::contiguous, 3, -1},
+    {"window_left_only_noncausal", 1, 13, 13, 2, 2, 5, 3, false, 0.0, 0.0, 0.0, Layout::contiguous, 4, -1},
+    {"window_right_only_q_shorter", 1, 7, 13, 2, 1, 5, 5, false, 0.0, 0.0, 0.0, Layout::contiguous, -1, 2},
+    {"window_both_noncausal_dropout", 2, 13, 13, 4, 2, 5, 7, false, 0.0, 0.3, 0.0, Layout::contiguous, 2, 4},
+    {"window_both_q_shorter_softcap", 1, 7, 33, 2, 2, 16, 5, false, 1.5, 0.0, 0.0, Layout::contiguous, 5, 1},
+    {"window_causal_q_longer_empty_rows", 2, 13, 7, 4, 2, 5, 3, true, 0.0, 0.2, 0.0, Layout::contiguous, 2, -1},
+    {"window_noncausal_q_longer_empty_rows", 1, 33, 13, 2, 1, 5, 5, false, 0.0, 0.0, 0.0, Layout::contiguous, 3, 1},
+    {"window_zero_width", 1, 13, 13, 2, 2, 5, 5, false, 0.0, 0.0, 0.0, Layout::contiguous, 0, 0},
+    {"window_wider_than_keys_causal", 1, 7, 13, 2, 2, 5, 5, true, 0.0, 0.0, 0.0, Layout::contiguous, 100, 100},
+    {"window_causal_right_bound_everything", 2, 33, 13, 4, 2, 5, 16, true, 2.0, 0.2, 0.0, Layout::contiguous, 4, 0},
+    {"window_fused_qkv_gqa", 2, 13, 13, 4, 2, 16, 16, false, 1.0, 0.1, 0.0, Layout::fused_qkv, 3, 2},
+    {"window_head_major_mqa", 2, 7, 33, 4, 1, 5, 16, true, 0.0, 0.5, 0.0, Layout::head_major, 9, -1},
 };
 
 INSTANTIATE_TEST_SUITE_P(Cases, AttentionReference,
@@ -309,6 +337,9 @@ TEST(AttentionReferenceAutograd, GradientsMatchFiniteDifferences) {
       {"gqa_causal_q_longer_softcap_dropout", 1, 5, 3, 4, 2, 3, 2, true, 1.0, 0.3},
       {"mqa_q_shorter_dropout", 2, 3, 5, 2, 1, 2, 3, false, 0.0, 0.4},
       {"mha_causal_square", 1, 4, 4, 2, 2, 3, 3, true},
+      {"window_left_causal_softcap_dropout", 1, 6, 6, 2, 1, 3, 2, true, 0.5, 0.3, 0.0, Layout::contiguous, 2, -1},
+      {"window_both_q_longer_empty_rows", 1, 6, 3, 2, 2, 2, 3, false, 0.0, 0.0, 0.0, Layout::contiguous, 1, 0},
+      {"window_right_only_q_shorter_dropout", 2, 3, 6, 2, 1, 2, 2, false, 0.0, 0.4, 0.0, Layout::contiguous, -1, 1},
   };
   for (const AttentionCase& c : cases) {
     SCOPED_TRACE(c.name);
@@ -368,6 +399,10 @@ TEST(AttentionReferenceOps, BadInputsRaise) {
                      "'config.dropout_p'");
   EXPECT_ALPHA_ERROR(ops::attention_materialized(q, k, v, with([](auto& c) { c.softcap = -1.0; })), ValueError, kOp,
                      "'config.softcap'");
+  EXPECT_ALPHA_ERROR(ops::attention_materialized(q, k, v, with([](auto& c) { c.window_left = -2; })), ValueError, kOp,
+                     "'config.window_left'", "-2");
+  EXPECT_ALPHA_ERROR(ops::attention_materialized(q, k, v, with([](auto& c) { c.window_right = -7; })), ValueError,
+                     kOp, "'config.window_right'", "-7");
 
   constexpr const char* kBackOp = "[attention_materialized_backward]";
   ops::AttentionOutput fwd = ops::attention_materialized(q, k, v, ok);
@@ -383,6 +418,59 @@ TEST(AttentionReferenceOps, BadInputsRaise) {
   EXPECT_ALPHA_ERROR(ops::attention_materialized_backward(dout, q, random({2, 6, 3, 8}), random({2, 6, 3, 5}),
                                                        fwd.out, fwd.row_max, fwd.row_sum, ok),
                      ShapeError, kBackOp, "'k'", "dividing");
+  EXPECT_ALPHA_ERROR(ops::attention_materialized_backward(dout, q, k, v, fwd.out, fwd.row_max, fwd.row_sum,
+                                                          with([](auto& c) { c.window_left = -3; })),
+                     ValueError, kBackOp, "'config.window_left'");
+}
+
+// visible_key_range and visible_query_range (which the CUDA kernels skip tiles with) against the naive
+// mask, for every small shape, window and key range: the key range is exactly the visible keys, and the
+// query range exactly the queries that see some key of [key_begin, key_end) (empty when none does).
+TEST(AttentionReferenceWindow, RangesMatchTheNaiveMask) {
+  const int64_t windows[] = {-1, 0, 1, 3, 20};
+  for (bool causal : {false, true})
+    for (int64_t left : windows)
+      for (int64_t right : windows)
+        for (int64_t q_len = 1; q_len <= 7; ++q_len)
+          for (int64_t kv_len = 1; kv_len <= 7; ++kv_len) {
+            ops::AttentionConfig config;
+            config.causal = causal;
+            config.window_left = left;
+            config.window_right = right;
+            kernels::AttentionParams<double> p{};
+            p.q_len = q_len, p.kv_len = kv_len, p.causal = causal, p.window_left = left, p.window_right = right;
+            std::string where = "causal " + std::to_string(causal) + " left " + std::to_string(left) + " right " +
+                                std::to_string(right) + " Tq " + std::to_string(q_len) + " Tk " + std::to_string(kv_len);
+            for (int64_t i = 0; i < q_len; ++i) {
+              kernels::KeyRange keys = kernels::visible_key_range(p, i);
+              ASSERT_LE(0, keys.begin) << where;
+              ASSERT_LE(keys.begin, keys.end) << where;
+              ASSERT_LE(keys.end, kv_len) << where;
+              for (int64_t j = 0; j < kv_len; ++j)
+                ASSERT_EQ(j >= keys.begin && j < keys.end, naive_visible(config, q_len, kv_len, i, j))
+                    << where << " i " << i << " j " << j;
+            }
+            for (int64_t key_begin = 0; key_begin <= kv_len; ++key_begin)
+              for (int64_t key_end = key_begin; key_end <= kv_len; ++key_end) {
+                int64_t first = q_len, last = -1;
+                for (int64_t i = 0; i < q_len; ++i)
+                  for (int64_t j = key_begin; j < key_end; ++j)
+                    if (naive_visible(config, q_len, kv_len, i, j)) first = std::min(first, i), last = std::max(last, i);
+                kernels::QueryRange queries = kernels::visible_query_range(p, key_begin, key_end);
+                std::string keys = where + " keys [" + std::to_string(key_begin) + ", " + std::to_string(key_end) + ")";
+                if (last < 0) {
+                  ASSERT_EQ(queries.begin, queries.end) << keys;
+                  continue;
+                }
+                ASSERT_EQ(queries.begin, first) << keys;
+                ASSERT_EQ(queries.end, last + 1) << keys;
+                for (int64_t i = first; i <= last; ++i) {  // contiguous: every query in between sees one
+                  bool any = false;
+                  for (int64_t j = key_begin; j < key_end; ++j) any = any || naive_visible(config, q_len, kv_len, i, j);
+                  ASSERT_TRUE(any) << keys << " i " << i;
+                }
+              }
+          }
 }
 
 }  // namespace

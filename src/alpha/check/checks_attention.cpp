@@ -2,8 +2,10 @@
 // CPU reference in f64 (row cuda.attention), for every dtype, over shapes that cover: causal with Tq < Tk
 // and with Tq > Tk (leading query rows that see no key: m = −inf, l = 0, output 0, no gradient), softcap,
 // dropout on P (the reference's Philox mask), GQA (Hq = 8, Hkv = 2) and MQA (Hkv = 1), D = 48, 64 and 128,
-// Dv != D, Tq = 1 (decoding), odd lengths (77), q/k/v as strided views into one fused qkv tensor, and the
-// `seed` model's shape (B = 8, T = 512, H = 8, D = 48, causal).
+// Dv != D, Tq = 1 (decoding), odd lengths (77), q/k/v as strided views into one fused qkv tensor, the
+// `seed` model's shape (B = 8, T = 512, H = 8, D = 48, causal), and sliding windows (left only with and
+// without causal, right only, both sides with Tq < Tk, rows left empty by a window with Tq > Tk, a
+// zero-width window) whose edges fall inside 64-wide tiles, so that tiles are skipped on both sides.
 // The forward's out, row_max and row_sum are compared; the backward runs on the reference's forward
 // results rounded to the dtype (so both sides see the same numbers) and its dq, dk, dv are compared, and
 // it runs twice: dq, dk and dv (dk and dv summed over each GQA group) must repeat bit for bit.
@@ -27,6 +29,7 @@ struct Case {
   bool causal;
   double softcap, dropout_p;
   bool fused_qkv;  // q, k, v are slices of one [B, T, Hq + 2·Hkv, D] tensor (Tq = Tk, Dv = D)
+  int64_t window_left = -1, window_right = -1;
 };
 
 constexpr Case kCases[] = {
@@ -38,6 +41,13 @@ constexpr Case kCases[] = {
     {"fused_qkv_t77_gqa_softcap_dropout", 2, 77, 77, 8, 2, 64, 64, true, 0.3, 0.1, true},
     {"cross_tq33_tk130_d128_dv96", 1, 33, 130, 2, 2, 128, 96, false, 0.0, 0.1, false},
     {"seed", 8, 512, 512, 8, 8, 48, 48, true, 0.0, 0.0, false},
+    {"window_left63_causal_gqa_dropout", 2, 200, 200, 8, 2, 64, 64, true, 0.0, 0.1, false, 63, -1},
+    {"window_left100_noncausal_d48", 1, 200, 200, 4, 4, 48, 48, false, 0.0, 0.0, false, 100, -1},
+    {"window_right70_fused_qkv_dropout", 2, 130, 130, 8, 2, 64, 64, false, 0.0, 0.1, true, -1, 70},
+    {"window_both_tq_lt_tk_softcap", 1, 77, 300, 4, 4, 64, 64, false, 0.3, 0.0, false, 20, 45},
+    {"window_empty_rows_tq_gt_tk_mqa", 2, 300, 100, 4, 1, 48, 64, false, 0.0, 0.1, false, 10, 5},
+    {"window_causal_empty_rows_tq_gt_tk", 1, 150, 70, 2, 2, 64, 32, true, 0.0, 0.0, false, 30, 0},
+    {"window_zero_width_causal", 1, 65, 65, 2, 2, 64, 64, true, 0.0, 0.0, false, 0, 0},
 };
 
 // q, k, v (f64 on the CPU, values rounded to the dtype) and their copies on the GPU in the dtype.
@@ -74,6 +84,8 @@ void check_case(Context& ctx, const Case& c) {
   config.dropout_p = c.dropout_p;
   config.dropout_seed = ctx.next_seed();
   config.dropout_offset = 12345;
+  config.window_left = c.window_left;
+  config.window_right = c.window_right;
   Inputs in = make_inputs(ctx, c, dtype);
   const Shape out_shape = {c.batch, c.q_len, c.q_heads, c.value_dim}, stats_shape = {c.batch, c.q_heads, c.q_len};
   const kernels::AttentionParams<T> params = ops::attention_kernel_params<T>(in.gq, in.gk, in.gv, config);

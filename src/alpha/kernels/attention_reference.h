@@ -1,12 +1,14 @@
 // Reference attention, naive and materialising: for one (batch, head) at a time it builds the whole
-// [Tq, Tk] score matrix S = softcap(q·kᵀ·scale) with the causal mask applied, then the softmax
+// [Tq, Tk] score matrix S = softcap(q·kᵀ·scale) with the causal and window masks applied, then the softmax
 // statistics m = rowmax(S), l = rowsum(exp(S − m)) and P = exp(S − m) / l, then out = dropout(P)·V.
 // It fuses nothing on purpose: it is the oracle the fused attention kernels (flash, JVP, NSA) are
 // tested against, so it favours the plainest correct computation, accumulated in acc_t<T>.
 //
 // Conventions shared by forward and backward:
-// - Causal masking is bottom-right aligned: query i sees key j iff j <= i + (Tk − Tq). A query row that
-//   sees no key (possible when Tq > Tk) has m = −inf, l = 0, output 0 and contributes no gradient.
+// - Query i sees the keys [begin, end) of visible_key_range(p, i): causal masking is bottom-right aligned
+//   (j <= i + (Tk − Tq)), and a sliding window bounds j on either side of that diagonal. A query row that
+//   sees no key (causal with Tq > Tk, or a window past the keys) has m = −inf, l = 0, output 0 and
+//   contributes no gradient. Masked keys on either side are excluded from m, l and every product.
 // - Dropout acts on the normalised P, so m and l are those of the undropped softmax. Element (b, h, i, j)
 //   is kept iff dropout_keep(seed, offset + ((b·Hq + h)·Tq + i)·Tk + j, p); kept values are scaled by
 //   1/(1 − p). The backward regenerates the same mask.
@@ -104,13 +106,26 @@ ALPHA_HD KeyRange visible_key_range(const AttentionParams<T>& p, int64_t i) {
   return {begin, end};
 }
 
-// Keys query i sees without a window: all of them, or with the bottom-right aligned causal mask the first
-// i + (Tk − Tq) + 1 of them (none for the leading rows when Tq > Tk). Shared with the CUDA kernels.
+// The queries that see at least one key of [key_begin, key_end) (0 <= key_begin <= key_end <= Tk): a
+// contiguous range, as begin and end of visible_key_range never decrease with i and the rows that see no
+// key are leading or trailing ones. Query i qualifies iff end(i) > key_begin and begin(i) < key_end; with
+// d(i) = i + Tk − Tq these read d(i) >= key_begin (causal), d(i) + window_right >= key_begin (right window)
+// and d(i) − window_left < key_end (left window). Shared with the CUDA kernels (which skip tiles with it).
+struct QueryRange {
+  int64_t begin;
+  int64_t end;
+};
 template <class T>
-ALPHA_HD int64_t visible_keys(const AttentionParams<T>& p, int64_t i) {
-  if (!p.causal) return p.kv_len;
-  const int64_t visible = i + p.kv_len - p.q_len + 1;
-  return visible < 0 ? 0 : visible > p.kv_len ? p.kv_len : visible;
+ALPHA_HD QueryRange visible_query_range(const AttentionParams<T>& p, int64_t key_begin, int64_t key_end) {
+  if (key_begin >= key_end) return {0, 0};
+  const int64_t shift = p.kv_len - p.q_len;  // d(i) = i + shift
+  int64_t begin = 0, end = p.q_len;
+  if (p.causal && key_begin - shift > begin) begin = key_begin - shift;
+  if (p.window_right >= 0 && key_begin - p.window_right - shift > begin) begin = key_begin - p.window_right - shift;
+  if (p.window_left >= 0 && key_end + p.window_left - shift < end) end = key_end + p.window_left - shift;
+  if (begin > p.q_len) begin = p.q_len;
+  if (end < begin) end = begin;
+  return {begin, end};
 }
 
 // The Philox counter of P(b, h, i, j), with bh = b·Hq + h: dropout_offset + (bh·Tq + i)·Tk + j.

@@ -53,6 +53,10 @@ void check_inputs(std::string_view op, const Tensor& q, const Tensor& k, const T
     raise<ValueError>(op, "config.softcap", "a finite value >= 0 (0 disables)", std::to_string(config.softcap));
   if (!(config.dropout_p >= 0 && config.dropout_p < 1))
     raise<ValueError>(op, "config.dropout_p", "a probability in [0, 1)", std::to_string(config.dropout_p));
+  for (auto [name, window] : {std::pair<std::string_view, int64_t>{"config.window_left", config.window_left},
+                               {"config.window_right", config.window_right}})
+    if (window < -1)
+      raise<ValueError>(op, name, "a window of -1 (unbounded) or >= 0", std::to_string(window));
 }
 
 kernels::AttentionStrides strides_of(const Tensor& t) { return {t.stride(0), t.stride(1), t.stride(2)}; }
@@ -112,6 +116,8 @@ kernels::AttentionParams<T> attention_kernel_params(const Tensor& q, const Tenso
   params.dropout_scale = acc_t<T>(1.0 / (1.0 - config.dropout_p));
   params.dropout_seed = config.dropout_seed;
   params.dropout_offset = config.dropout_offset;
+  params.window_left = config.window_left;
+  params.window_right = config.window_right;
   return params;
 }
 

@@ -4,8 +4,8 @@
 // device it runs the materialising kernels (kernels/attention_materialized.h, f32, bf16 or f16 computing
 // in f32): tiled products through an f32 workspace of B·Hq·Tq·Tk floats taken from the caching allocator,
 // NOT flash attention (its memory grows with Tq·Tk). Both return the per-row statistics fused kernels
-// save: m = rowmax(S) and l = rowsum(exp(S − m)), with S = softcap(q·kᵀ·scale) (masked entries
-// excluded) and P = exp(S − m) / l; both draw the same dropout mask.
+// save: m = rowmax(S) and l = rowsum(exp(S − m)), with S = softcap(q·kᵀ·scale) (entries masked by the
+// causal mask or the sliding window excluded) and P = exp(S − m) / l; both draw the same dropout mask.
 #pragma once
 #include <cstdint>
 
@@ -20,6 +20,10 @@ struct AttentionConfig {
   double dropout_p = 0.0;   // on P, mask from Philox(seed, offset + ((b·Hq + h)·Tq + i)·Tk + j)
   uint64_t dropout_seed = 0;
   uint64_t dropout_offset = 0;
+  // Sliding window around the diagonal d(i) = i + (Tk − Tq): query i sees keys j with
+  // d(i) − window_left <= j <= d(i) + window_right (and the causal mask, if set); −1 leaves a side unbounded.
+  int64_t window_left = -1;
+  int64_t window_right = -1;
 };
 
 struct AttentionOutput {

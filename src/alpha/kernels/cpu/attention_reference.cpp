@@ -28,10 +28,10 @@ void fill_scores(const AttentionParams<T>& p, const T* q, const T* k, int64_t b,
   int64_t kv_head = h / (p.q_heads / p.kv_heads);
   for (int64_t i = 0; i < p.q_len; ++i) {
     const T* qi = row_at(q, p.q_strides, b, i, h);
-    int64_t visible = visible_keys(p, i);
+    const KeyRange visible = visible_key_range(p, i);
     A* row = scores.data() + i * p.kv_len;
     for (int64_t j = 0; j < p.kv_len; ++j) {
-      if (j >= visible) {
+      if (j < visible.begin || j >= visible.end) {
         row[j] = -std::numeric_limits<A>::infinity();
         continue;
       }
@@ -67,19 +67,19 @@ void attention_reference_forward(const AttentionForwardArgs<T>& args) {
     fill_scores(p, args.q, args.k, b, h, scores);
     for (int64_t i = 0; i < p.q_len; ++i) {
       A* row = scores.data() + i * p.kv_len;
-      int64_t visible = visible_keys(p, i);
+      const KeyRange visible = visible_key_range(p, i);
       // A row with no visible key keeps m = −inf, l = 0 and outputs 0.
       A m = -std::numeric_limits<A>::infinity();
-      for (int64_t j = 0; j < visible; ++j) m = std::max(m, row[j]);
+      for (int64_t j = visible.begin; j < visible.end; ++j) m = std::max(m, row[j]);
       A l = 0;
-      for (int64_t j = 0; j < visible; ++j) {
+      for (int64_t j = visible.begin; j < visible.end; ++j) {
         row[j] = std::exp(row[j] - m);  // the row now holds unnormalised probabilities
         l += row[j];
       }
       args.row_max[bh * p.q_len + i] = m;
       args.row_sum[bh * p.q_len + i] = l;
       std::fill(out_row.begin(), out_row.end(), A(0));
-      for (int64_t j = 0; j < visible; ++j) {
+      for (int64_t j = visible.begin; j < visible.end; ++j) {
         A weight = row[j] / l * dropout_factor(p, b, h, i, j);
         if (weight == 0) continue;
         const T* vj = row_at(args.v, p.v_strides, b, j, kv_head);
@@ -116,7 +116,8 @@ void attention_reference_backward(const AttentionBackwardArgs<T>& args) {
         for (int64_t d = 0; d < p.value_dim; ++d) d_i += A(dout[d]) * A(args.out[o + d]);
         const T* qi = row_at(args.q, p.q_strides, b, i, h);
         std::fill(dq_row.begin(), dq_row.end(), A(0));
-        for (int64_t j = 0; j < visible_keys(p, i); ++j) {
+        const KeyRange visible = visible_key_range(p, i);
+        for (int64_t j = visible.begin; j < visible.end; ++j) {
           A prob = std::exp(row[j] - m) / l;
           A factor = dropout_factor(p, b, h, i, j);
           const T* vj = row_at(args.v, p.v_strides, b, j, kv_head);

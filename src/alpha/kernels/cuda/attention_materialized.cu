@@ -10,8 +10,9 @@
 //   keys_product_kernel  dV = P̃ᵀ·dO, dK = dSᵀ·Q            (per (b, kv head); reduction over the group's
 //                        heads, then the queries that see the tile's keys, in that fixed order: no atomics)
 // plus two row kernels: softmax_kernel (m, l and P̃ in place over S) and delta_kernel (D = rowsum(dO∘O)).
-// Tiles whose keys every row of the tile has masked are skipped; no kernel reads a masked entry of the
-// workspace (loaders test visible_keys), so the skipped tiles may hold anything.
+// Tiles in which every row has every key masked (by the causal mask or the window, on either side) are
+// skipped; no kernel reads a masked entry of the workspace (loaders test visible_key_range), so the skipped
+// tiles may hold anything.
 // Dropout draws the reference's mask: element (b, h, i, j) of P is kept iff dropout_keeps of Philox
 // counter attention_dropout_index(p, b·Hq + h, i, j) (the same functions as the CPU reference).
 #include <algorithm>
@@ -93,10 +94,25 @@ __device__ float dropout_factor(const AttentionParams<T>& p, int64_t bh, int64_t
   return dropout_keeps(bits, p.dropout_p) ? p.dropout_scale : 0.0f;
 }
 
-// The most keys any query of the tile starting at row i0 sees (the last row sees the most).
+// Whether key j is visible to query i.
+__device__ bool sees(const KeyRange& keys, int64_t j) { return j >= keys.begin && j < keys.end; }
+
+// The keys some query of the tile starting at row i0 sees: the union of the rows' visible_key_range, one
+// range as begin and end never decrease with i. Only the rows that see a key count (the others are
+// leading or trailing rows with empty ranges); empty ({0, 0}) if none does.
 template <class T>
-__device__ int64_t tile_keys(const AttentionParams<T>& p, int64_t i0) {
-  return visible_keys(p, (i0 + kTile < p.q_len ? i0 + kTile : p.q_len) - 1);
+__device__ KeyRange tile_key_range(const AttentionParams<T>& p, int64_t i0) {
+  const QueryRange seeing = visible_query_range(p, 0, p.kv_len);
+  const int64_t first = i0 > seeing.begin ? i0 : seeing.begin;
+  const int64_t end = i0 + kTile < seeing.end ? i0 + kTile : seeing.end;
+  if (first >= end) return {0, 0};
+  return {visible_key_range(p, first).begin, visible_key_range(p, end - 1).end};
+}
+
+// The queries that see some key of the tile starting at key j0 (visible_query_range).
+template <class T>
+__device__ QueryRange tile_query_range(const AttentionParams<T>& p, int64_t j0) {
+  return visible_query_range(p, j0, j0 + kTile < p.kv_len ? j0 + kTile : p.kv_len);
 }
 
 // Grid (b·Hq + h, query tile, key tile). x: rows of head h (q, or dO for kGrad), y: rows of kv head
@@ -111,7 +127,8 @@ __global__ void scores_kernel(const Bits<T>* x, AttentionStrides xs, const Bits<
   __shared__ StepTiles tiles;
   const int64_t bh = blockIdx.x, b = bh / p.q_heads, h = bh % p.q_heads, kv_head = h / (p.q_heads / p.kv_heads);
   const int64_t i0 = int64_t(blockIdx.y) * kTile, j0 = int64_t(blockIdx.z) * kTile;
-  if (j0 >= tile_keys(p, i0)) return;  // every row of the tile has these keys masked
+  const QueryRange seeing = tile_query_range(p, j0);
+  if (seeing.end <= i0 || seeing.begin >= i0 + kTile) return;  // every row of the tile has these keys masked
   const Bits<T>* x_rows = x + b * xs.batch + h * xs.head;
   const Bits<T>* y_rows = y + b * ys.batch + kv_head * ys.head;
   Accumulator acc = {};
@@ -131,7 +148,7 @@ __global__ void scores_kernel(const Bits<T>* x, AttentionStrides xs, const Bits<
     const int64_t i = i0 + r, j = j0 + c;
     if (i >= p.q_len || j >= p.kv_len) return;
     float& entry = head_scores[i * p.kv_len + j];
-    const bool visible = j < visible_keys(p, i);
+    const bool visible = sees(visible_key_range(p, i), j);
     if constexpr (!kGrad) {
       float s = dot * p.scale;
       if (p.softcap > 0) s = p.softcap * tanhf(s / p.softcap);
@@ -162,15 +179,17 @@ __global__ void softmax_kernel(AttentionParams<T> p, float* scores, float* row_m
   __shared__ float scratch[32];
   const int64_t rows = p.batch * p.q_heads * p.q_len;
   for (int64_t row = blockIdx.x; row < rows; row += gridDim.x) {
-    const int64_t bh = row / p.q_len, i = row % p.q_len, visible = visible_keys(p, i);
+    const int64_t bh = row / p.q_len, i = row % p.q_len;
+    const KeyRange visible = visible_key_range(p, i);
     float* s = scores + row * p.kv_len;
     float m = -INFINITY;
-    for (int64_t j = threadIdx.x; j < visible; j += blockDim.x) m = fmaxf(m, s[j]);
+    for (int64_t j = visible.begin + threadIdx.x; j < visible.end; j += blockDim.x) m = fmaxf(m, s[j]);
     m = block_max(m, scratch);
     float l = 0.0f;
-    for (int64_t j = threadIdx.x; j < visible; j += blockDim.x) l += expf(s[j] - m);
+    for (int64_t j = visible.begin + threadIdx.x; j < visible.end; j += blockDim.x) l += expf(s[j] - m);
     l = block_sum(l, scratch);
-    for (int64_t j = threadIdx.x; j < visible; j += blockDim.x) s[j] = expf(s[j] - m) / l * dropout_factor(p, bh, i, j);
+    for (int64_t j = visible.begin + threadIdx.x; j < visible.end; j += blockDim.x)
+      s[j] = expf(s[j] - m) / l * dropout_factor(p, bh, i, j);
     if (threadIdx.x == 0) {
       row_max[row] = m;
       row_sum[row] = l;
@@ -188,12 +207,13 @@ __global__ void rows_product_kernel(const float* a, const Bits<T>* x, AttentionS
   const int64_t i0 = int64_t(blockIdx.y) * kTile, d0 = int64_t(blockIdx.z) * kTile;
   const float* head_a = a + bh * p.q_len * p.kv_len;
   const Bits<T>* x_rows = x + b * xs.batch + kv_head * xs.head;
+  const KeyRange keys = tile_key_range(p, i0);
   Accumulator acc = {};
   product<true, false>(
-      0, tile_keys(p, i0),
+      keys.begin, keys.end,
       [&](int r, int64_t j) {
         const int64_t i = i0 + r;
-        return i < p.q_len && j < visible_keys(p, i) ? head_a[i * p.kv_len + j] : 0.0f;
+        return i < p.q_len && sees(visible_key_range(p, i), j) ? head_a[i * p.kv_len + j] : 0.0f;
       },
       [&](int64_t j, int c) {
         const int64_t d = d0 + c;
@@ -218,19 +238,18 @@ __global__ void keys_product_kernel(const float* a, const Bits<T>* y, AttentionS
   const int64_t group = p.q_heads / p.kv_heads;
   const int64_t b = blockIdx.x / p.kv_heads, kv_head = blockIdx.x % p.kv_heads;
   const int64_t j0 = int64_t(blockIdx.y) * kTile, d0 = int64_t(blockIdx.z) * kTile;
-  // Queries before this one see none of the tile's keys (causal: key j is seen from query j − (Tk − Tq) on).
-  const int64_t first_seen_by = j0 - (p.kv_len - p.q_len);
-  const int64_t first_query = p.causal && first_seen_by > 0 ? first_seen_by : 0;
+  // Queries outside this range see none of the tile's keys (causal mask and window).
+  const QueryRange queries = tile_query_range(p, j0);
   Accumulator acc = {};
   for (int64_t h = kv_head * group; h < (kv_head + 1) * group; ++h) {
     const int64_t bh = b * p.q_heads + h;
     const float* head_a = a + bh * p.q_len * p.kv_len;
     const Bits<T>* y_rows = y + b * ys.batch + h * ys.head;
     product<false, false>(
-        first_query, p.q_len,
+        queries.begin, queries.end,
         [&](int c, int64_t i) {
           const int64_t j = j0 + c;
-          if (j >= p.kv_len || j >= visible_keys(p, i)) return 0.0f;
+          if (j >= p.kv_len || !sees(visible_key_range(p, i), j)) return 0.0f;
           const float value = head_a[i * p.kv_len + j];
           if constexpr (kProbs) {
             const int64_t row = bh * p.q_len + i;
