@@ -16,6 +16,7 @@ void check_matmul(Context& ctx);
 void check_dropout(Context& ctx);
 void check_optim(Context& ctx);
 void check_attention(Context& ctx);
+void check_flash_attention(Context& ctx);
 
 }  // namespace alpha::check
 #endif

@@ -178,6 +178,7 @@ const std::vector<KernelCheck>& all_checks() {
       {"dropout", &check_dropout},
       {"optim", &check_optim},
       {"attention", &check_attention},
+      {"flash_attention", &check_flash_attention},
 #endif
   };
   return checks;

@@ -167,6 +167,14 @@ inline constexpr ToleranceRow kTolerances[] = {
     {"cuda.attention", DType::f32, {2e-5, 1e-4}},
     {"cuda.attention", DType::bf16, {2e-5, 5e-3}},
     {"cuda.attention", DType::f16, {2e-5, 1e-3}},
+    // Flash attention: the materialising kernels' error sources (f32 FMA dot products over D ≤ 256, a few
+    // ulps of expf/tanhf, rows up to Tk = 1000 keys, dK/dV sums over group·Tq ≤ 2000 terms) plus the online
+    // softmax, which rescales l and the output accumulator by exp(m_old − m_new) once per key tile (about
+    // Tk / 32 extra roundings of 2⁻²⁴ each: < 1e-5 relative at Tk = 1000). Same bounds as cuda.attention,
+    // with the absolute floor raised to 3e-5 for the longer sums; bf16/f16 add one rounding to T.
+    {"cuda.flash_attention", DType::f32, {3e-5, 1e-4}},
+    {"cuda.flash_attention", DType::bf16, {3e-5, 5e-3}},
+    {"cuda.flash_attention", DType::f16, {3e-5, 1e-3}},
 };
 
 // Throws std::out_of_range for a missing row.

@@ -1,0 +1,63 @@
+// Harness checks of flash attention (kernels/cuda/flash_attention.cu) against the CPU reference in f64
+// (row cuda.flash_attention), for every dtype, with the check shared with the materialising kernels
+// (attention_cases.h: forward out, row_max, row_sum; backward dq, dk, dv on the reference's forward results;
+// the backward twice, bit for bit). The cases cover every head-dimension bucket and tile shape of the
+// kernels (D = 32, 48, 64, 96, 128, 256; Dv != D within and across buckets), lengths that are not multiples
+// of the tiles (1, 17, 127, 1000), causal and not, Tq < Tk and Tq > Tk (leading rows that see no key),
+// softcap, dropout, GQA ratios 1, 2, 8 and MQA, strided q/k/v slices of one fused qkv tensor, and sliding
+// windows (left, right, both, empty rows, zero width) whose edges fall inside tiles, so that the kernels
+// skip key tiles on both sides and query tiles in the dK/dV pass. Outputs are poisoned: an element no
+// kernel writes fails.
+#if ALPHA_WITH_CUDA
+#include "alpha/check/attention_cases.h"
+#include "alpha/check/families.h"
+#include "alpha/kernels/flash_attention.h"
+
+namespace alpha::check {
+
+namespace {
+
+// name, B, Tq, Tk, Hq, Hkv, D, Dv, causal, softcap, dropout, fused qkv, window left, window right
+constexpr AttentionCase kCases[] = {
+    {"t1", 1, 1, 1, 2, 2, 64, 64, true, 0.0, 0.0, false},
+    {"mha_d64", 2, 64, 64, 4, 4, 64, 64, false, 0.0, 0.0, false},
+    {"causal_gqa2_t17_d32", 2, 17, 17, 4, 2, 32, 32, true, 0.0, 0.0, false},
+    {"causal_gqa8_dropout_t127_d48", 1, 127, 127, 16, 2, 48, 48, true, 0.0, 0.1, false},
+    {"causal_masked_rows_mqa_tq100_tk37_d128_dv64", 2, 100, 37, 4, 1, 128, 64, true, 0.0, 0.0, false},
+    {"decode_tq1_gqa_dropout_d96", 3, 1, 77, 8, 2, 96, 96, true, 0.0, 0.2, false},
+    {"fused_qkv_t127_gqa_softcap_dropout", 2, 127, 127, 8, 2, 64, 64, true, 0.3, 0.1, true},
+    {"cross_tq33_tk130_d128_dropout", 1, 33, 130, 2, 2, 128, 128, false, 0.0, 0.1, false},
+    {"causal_tq77_tk200_softcap_d256", 1, 77, 200, 2, 2, 256, 256, true, 0.3, 0.0, false},
+    {"mqa_d256_dv128_dropout", 1, 65, 65, 4, 1, 256, 128, false, 0.0, 0.1, false},
+    {"causal_t1000_d64", 1, 1000, 1000, 2, 2, 64, 64, true, 0.0, 0.0, false},
+    {"tq1000_tk300_gqa2_dropout_d128", 1, 1000, 300, 4, 2, 128, 128, false, 0.0, 0.1, false},
+    {"window_left63_causal_gqa_dropout", 2, 200, 200, 8, 2, 64, 64, true, 0.0, 0.1, false, 63, -1},
+    {"window_left100_causal_t1000_d32", 1, 1000, 1000, 2, 2, 32, 32, true, 0.0, 0.0, false, 100, -1},
+    {"window_right70_fused_qkv_dropout", 2, 130, 130, 8, 2, 64, 64, false, 0.0, 0.1, true, -1, 70},
+    {"window_both_tq_lt_tk_softcap_d48", 1, 77, 300, 4, 4, 48, 48, false, 0.3, 0.0, false, 20, 45},
+    {"window_empty_rows_tq_gt_tk_mqa_dv64", 2, 300, 100, 4, 1, 48, 64, false, 0.0, 0.1, false, 10, 5},
+    {"window_causal_empty_rows_tq_gt_tk_d256", 1, 150, 70, 2, 2, 256, 256, true, 0.0, 0.0, false, 30, 0},
+    {"window_zero_width_causal", 1, 65, 65, 2, 2, 64, 64, true, 0.0, 0.0, false, 0, 0},
+};
+
+template <class T>
+void check_case(Context& ctx, const AttentionCase& c) {
+  check_attention_case<T>(
+      ctx, c, "flash_attention", "cuda.flash_attention",
+      [&](const kernels::AttentionForwardArgs<T>& args) { kernels::cuda::flash_attention_forward(args, ctx.stream()); },
+      [&](const kernels::AttentionBackwardArgs<T>& args) {
+        Tensor workspace = ctx.poisoned({kernels::flash_attention_backward_workspace(args.params)}, DType::f32);
+        kernels::cuda::flash_attention_backward(args, workspace.data<float>(), ctx.stream());
+      });
+}
+
+}  // namespace
+
+void check_flash_attention(Context& ctx) {
+  for_each_cuda_dtype([&]<class T>() {
+    for (const AttentionCase& c : kCases) check_case<T>(ctx, c);
+  });
+}
+
+}  // namespace alpha::check
+#endif

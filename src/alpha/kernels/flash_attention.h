@@ -1,0 +1,56 @@
+// Flash attention on CUDA (FlashAttention-2, Dao 2023): the fused twin of the reference attention
+// (attention_reference.h), taking the same argument structs and computing the same thing under the same
+// conventions (bottom-right causal mask, sliding window through visible_key_range, softcap, dropout on P
+// with the reference's Philox mask, GQA/MQA, Dv != D, any Tq and Tk, row statistics, rows that see no key).
+// Unlike the materialising kernels (attention_materialized.h) it never writes a score matrix anywhere: S,
+// P and dS exist one tile at a time in shared memory, so memory is O(B·Hq·Tq) beyond the operands.
+//
+// Forward: one thread block per (query tile, b, h). It stages its Q tile in shared memory and walks the
+// key tiles of the tile's visible range only (the union of visible_key_range over its rows); per key tile
+// S = softcap(Q·Kᵀ·scale), masked; then the online softmax in f32: running m, l per row, the accumulator
+// rescaled by exp(m_old − m_new), acc += (exp(S − m_new)∘Z)·V with Z the scaled dropout mask. At the end
+// out = acc / l, row_max = m, row_sum = l: the undropped statistics of the reference (a row that sees no
+// key: m = −inf, l = 0, out 0).
+// Backward: (a) D = rowsum(dO∘O) into the workspace; (b) one block per (key tile, b, kv head) holds its
+// K, V tiles and walks the query heads of its GQA group and their query tiles that see any of its keys,
+// recomputing P = exp(S − m) / l from q, k and the forward's statistics, and accumulates
+// dV += (P∘Z)ᵀ·dO and dK += dS_rawᵀ·Q·scale in registers, dS = P∘(dP − D), dP = (dO·Vᵀ)∘Z,
+// dS_raw = dS∘(1 − (S/c)²) through a softcap c; (c) one block per (query tile, b, h) walks its visible key
+// tiles for dQ += dS_raw·K·scale. All products are f32 FMA loops over tiles in shared memory.
+//
+// Determinism: no atomics; every output element is owned by one thread that adds its terms in a fixed
+// order (dK, dV: query head, then query, ascending), and row reductions use fixed shuffle trees, so every
+// run gives the same bits.
+//
+// Head dimensions: D and Dv from 1 to 256, independently (kernels are compiled for buckets of the widest
+// of the two: 64, 128, 256); wider raises ShapeError.
+#pragma once
+#include <cstdint>
+
+#include "alpha/core/stream.h"
+#include "alpha/kernels/attention_reference.h"
+
+namespace alpha::kernels {
+
+// The f32 workspace of the backward, in elements: D = rowsum(dO∘O), one value per query row (B·Hq·Tq).
+template <class T>
+int64_t flash_attention_backward_workspace(const AttentionParams<T>& p) {
+  return p.batch * p.q_heads * p.q_len;
+}
+
+#if ALPHA_WITH_CUDA
+// Device pointers; queued on `stream` (Stream{}: the current device's default stream). T = float, bf16 or
+// f16, computing in f32 (row_max and row_sum are f32). Raises ShapeError for head dimensions beyond 256 or
+// more than 65535 batch·heads, BackendError when the device lacks the shared memory a tile needs.
+namespace cuda {
+// Writes out, row_max and row_sum.
+template <class T>
+void flash_attention_forward(const AttentionForwardArgs<T>& args, Stream stream);
+// Writes dq, dk and dv (each element once: no zeroing needed). `workspace` holds at least
+// flash_attention_backward_workspace(args.params) floats on the same device; it is overwritten.
+template <class T>
+void flash_attention_backward(const AttentionBackwardArgs<T>& args, float* workspace, Stream stream);
+}  // namespace cuda
+#endif
+
+}  // namespace alpha::kernels
