@@ -38,7 +38,7 @@ TEST(GPTConfigParse, RequiredFieldsAndDefaults) {
   EXPECT_EQ(c.logit_softcap, 0.0);
   EXPECT_TRUE(c.bias);
   EXPECT_TRUE(c.tie_embeddings);
-  EXPECT_EQ(c.attention, "reference");
+  EXPECT_EQ(c.attention, "auto");
   EXPECT_EQ(c.head_dim(), 16);
 }
 
@@ -80,7 +80,7 @@ TEST(GPTConfigParse, EveryBadValueNamesTheFieldAndWhatWasExpected) {
       {"logit_softcap", "big", "a number"},
       {"bias", "yes", "true or false"},
       {"tie_embeddings", 1, "true or false"},
-      {"attention", "sparse", "\"reference\", \"flash\", \"nsa\""},
+      {"attention", "sparse", "\"auto\", \"reference\", \"flash\", \"nsa\""},
       {"layernorm_eps", 0.0, "> 0"},
       {"init_std", -0.02, "> 0"},
       {"seed", -1, "non-negative integer"},
@@ -152,12 +152,12 @@ TEST(GPTConfigParse, FileErrorsNameTheFile) {
                      "alpha_missing.json");
 }
 
-TEST(GPTConfigParse, ModelRefusesAttentionThisBuildLacks) {
-  for (const char* kind : {"flash", "nsa"}) {
-    GPTConfig c = GPTConfig::from_json(minimal());
-    c.attention = kind;
-    EXPECT_ALPHA_ERROR(GPT model(c), ConfigError, "GPT", "attention", kind, "\"reference\"");
-  }
+TEST(GPTConfigParse, ModelRefusesAttentionItCannotRunThere) {
+  GPTConfig c = GPTConfig::from_json(minimal());
+  c.attention = "nsa";
+  EXPECT_ALPHA_ERROR(GPT model(c), ConfigError, "GPT", "attention", "nsa", "no NSA in this build");
+  c.attention = "flash";  // on the CPU
+  EXPECT_ALPHA_ERROR(GPT model(c), ConfigError, "GPT", "attention", "flash", "runs on a CUDA device", "cpu");
 }
 
 }  // namespace

@@ -54,5 +54,7 @@ Variable residual_dropout_add(const Variable& residual, const Variable& x, const
 // the materialising CUDA kernels on a GPU): q [B,Tq,Hq,D], k [B,Tk,Hkv,D], v [B,Tk,Hkv,Dv].
 Variable attention_materialized(const Variable& q, const Variable& k, const Variable& v,
                                 const ops::AttentionConfig& config);
+// Flash attention (ops::flash_attention: CUDA tensors only), same contract and gradients.
+Variable flash_attention(const Variable& q, const Variable& k, const Variable& v, const ops::AttentionConfig& config);
 
 }  // namespace alpha::autograd

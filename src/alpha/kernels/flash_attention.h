@@ -32,6 +32,9 @@
 
 namespace alpha::kernels {
 
+// The widest head dimension (D or Dv) the kernels are built for.
+inline constexpr int64_t kFlashMaxHeadDim = 256;
+
 // The f32 workspace of the backward, in elements: D = rowsum(dO∘O), one value per query row (B·Hq·Tq).
 template <class T>
 int64_t flash_attention_backward_workspace(const AttentionParams<T>& p) {

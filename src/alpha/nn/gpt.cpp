@@ -34,6 +34,7 @@ class CausalSelfAttention : public Module {
   CausalSelfAttention(std::string prefix, const GPTConfig& c, const ParameterOptions& o)
       : Module(std::move(prefix)),
         config_(c),
+        flash_(c.attention == "flash" || (c.attention == "auto" && o.device.is_cuda())),
         qkv_(child_prefix("qkv"), c.n_embd, (c.n_head + 2 * c.n_kv_head) * c.head_dim(), c.bias, c.init_std, o),
         proj_(child_prefix("proj"), c.n_embd, c.n_embd, c.bias, c.init_std / std::sqrt(2.0 * double(c.n_layer)), o) {
     add_child(qkv_);
@@ -56,12 +57,14 @@ class CausalSelfAttention : public Module {
     attention.dropout_p = probs.p;
     attention.dropout_seed = probs.seed;
     attention.dropout_offset = probs.offset;
-    Variable y = autograd::attention_materialized(q, k, v, attention);  // (B, T, Hq, D)
+    Variable y = flash_ ? autograd::flash_attention(q, k, v, attention)
+                        : autograd::attention_materialized(q, k, v, attention);  // (B, T, Hq, D)
     return proj_.forward(autograd::reshape(y, {B, T, config_.n_embd}));
   }
 
  private:
   const GPTConfig& config_;
+  bool flash_;  // flash kernels, else the materialising attention
   Linear qkv_;
   Linear proj_;
 };
@@ -115,11 +118,14 @@ class Block : public Module {
 
 namespace {
 
-const GPTConfig& checked(const GPTConfig& config) {
+const GPTConfig& checked(const GPTConfig& config, Device device) {
   config.validate();
-  if (config.attention != "reference")
-    raise<ConfigError>("GPT", "attention", "\"reference\" (the only attention implementation in this build)",
-                       "\"" + config.attention + "\"");
+  if (config.attention == "nsa")
+    raise<ConfigError>("GPT", "attention", "\"auto\", \"reference\" or \"flash\" (no NSA in this build)", "\"nsa\"");
+  if (config.attention == "flash" && !device.is_cuda())
+    raise<ConfigError>("GPT", "attention",
+                       "\"auto\" or \"reference\" on " + device.str() + " (flash attention runs on a CUDA device)",
+                       "\"flash\"");
   return config;
 }
 
@@ -127,7 +133,7 @@ const GPTConfig& checked(const GPTConfig& config) {
 
 GPT::GPT(const GPTConfig& config, DType dtype, Device device, std::optional<DType> compute_dtype)
     : Module(""),
-      config_(checked(config)),
+      config_(checked(config, device)),
       options_{config.seed, dtype, device, compute_dtype},
       wte_("wte", config.vocab_size, config.n_embd, config.init_std, options_),
       wpe_("wpe", config.block_size, config.n_embd, config.init_std, options_),

@@ -86,7 +86,7 @@ void GPTConfig::validate() const {
   require_non_negative(attn_softcap, "attn_softcap", "a cap >= 0 (0 = off)");
   require_non_negative(logit_softcap, "logit_softcap", "a cap >= 0 (0 = off)");
   if (std::find(std::begin(kAttentionKinds), std::end(kAttentionKinds), attention) == std::end(kAttentionKinds))
-    raise<ConfigError>(kOp, "attention", "one of \"reference\", \"flash\", \"nsa\"", "\"" + attention + "\"");
+    raise<ConfigError>(kOp, "attention", "one of \"auto\", \"reference\", \"flash\", \"nsa\"", "\"" + attention + "\"");
   if (!(layernorm_eps > 0.0)) raise<ConfigError>(kOp, "layernorm_eps", "a value > 0", std::to_string(layernorm_eps));
   if (!(init_std > 0.0)) raise<ConfigError>(kOp, "init_std", "a value > 0", std::to_string(init_std));
 }

@@ -23,7 +23,7 @@ struct GPTConfig {
   double logit_softcap = 0.0;           // 0 = off; else logits = c·tanh(logits/c)
   bool bias = true;                     // biases in the linear layers and LayerNorms
   bool tie_embeddings = true;           // the output head reuses wte.weight
-  std::string attention = "reference";  // "reference", "flash" or "nsa"
+  std::string attention = "auto";       // "auto", "reference", "flash" or "nsa" (kAttentionKinds)
   double layernorm_eps = 1e-5;
   double init_std = 0.02;
   uint64_t seed = 1337;  // parameter initialisation and dropout masks
@@ -41,7 +41,9 @@ struct GPTConfig {
 };
 
 // The attention implementations a config may name.
-inline constexpr std::string_view kAttentionKinds[] = {"reference", "flash", "nsa"};
+// "auto": flash attention on a GPU, the reference (materialising) attention on the CPU; "reference": the
+// materialising attention on either device; "flash": the flash kernels (a GPU only).
+inline constexpr std::string_view kAttentionKinds[] = {"auto", "reference", "flash", "nsa"};
 
 // Reads and validates a config file; an unreadable file raises IOError, bad JSON or values ConfigError
 // (the message names the file).

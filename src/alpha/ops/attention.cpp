@@ -7,6 +7,7 @@
 #include <utility>
 
 #include "alpha/kernels/attention_materialized.h"
+#include "alpha/kernels/flash_attention.h"
 #include "alpha/ops/attention_params.h"
 #include "alpha/ops/check.h"
 
@@ -14,8 +15,14 @@ namespace alpha::ops {
 
 namespace {
 
-constexpr std::string_view kForward = "attention_materialized";
-constexpr std::string_view kBackward = "attention_materialized_backward";
+// The two implementations behind one contract: the materialising one (the CPU reference, and its GPU
+// twin) and the flash kernels (GPU only).
+enum class Algorithm { materialized, flash };
+
+std::string_view forward_name(Algorithm a) { return a == Algorithm::flash ? "flash_attention" : "attention_materialized"; }
+std::string_view backward_name(Algorithm a) {
+  return a == Algorithm::flash ? "flash_attention_backward" : "attention_materialized_backward";
+}
 
 // The feature dimension must be unit-stride; the other three may have any strides.
 void check_unit_last_stride(std::string_view op, std::string_view arg, const Tensor& t) {
@@ -64,16 +71,32 @@ kernels::AttentionStrides strides_of(const Tensor& t) { return {t.stride(0), t.s
 // The dtype of the row statistics: the accumulation dtype, f64 for f64 inputs and f32 otherwise.
 DType statistics_dtype(const Tensor& q) { return q.dtype() == DType::f64 ? DType::f64 : DType::f32; }
 
-// Runs the backend's kernel on `args`: the reference on the CPU; on a GPU the materialising kernels, with
-// their workspace from the device's caching allocator (released when this returns: the next user of the
-// block is queued after the kernels on the same stream).
+// The flash kernels' guardrails: a CUDA device and the head dims they are built for; nothing falls back.
+void check_flash_inputs(std::string_view op, const Tensor& q, const Tensor& v) {
+  if (!q.device().is_cuda())
+    raise<DeviceError>(op, "q", "a CUDA tensor (flash attention runs on the GPU; attention_materialized is the CPU's)",
+                       q.device().str());
+  for (auto [name, dim] : {std::pair<std::string_view, int64_t>{"q", q.size(3)}, {"v", v.size(3)}})
+    if (dim > kernels::kFlashMaxHeadDim)
+      raise<ShapeError>(op, name, "a head dimension of at most " + std::to_string(kernels::kFlashMaxHeadDim),
+                        std::to_string(dim));
+}
+
+// Runs the chosen implementation's kernel on `args`: the reference on the CPU; on a GPU the materialising
+// or the flash kernels, with their workspace from the device's caching allocator (released when this
+// returns: the next user of the block is queued after the kernels on the same stream).
 template <class T, class Where>
-void forward_kernel([[maybe_unused]] const Where& where, const kernels::AttentionForwardArgs<T>& args,
-                    [[maybe_unused]] Device device) {
+void forward_kernel(Algorithm algorithm, [[maybe_unused]] const Where& where,
+                    const kernels::AttentionForwardArgs<T>& args, [[maybe_unused]] Device device) {
   if constexpr (std::is_same_v<Where, OnCpu>) {
+    (void)algorithm;  // flash inputs were refused on the CPU
     kernels::cpu::attention_reference_forward(args);
   } else {
 #if ALPHA_WITH_CUDA
+    if (algorithm == Algorithm::flash) {
+      kernels::cuda::flash_attention_forward(args, where.stream);
+      return;
+    }
     Tensor workspace = Tensor::empty({kernels::attention_materialized_workspace(args.params)}, DType::f32, device);
     kernels::cuda::attention_materialized_forward(args, workspace.data<float>(), where.stream);
 #endif
@@ -81,14 +104,18 @@ void forward_kernel([[maybe_unused]] const Where& where, const kernels::Attentio
 }
 
 template <class T, class Where>
-void backward_kernel([[maybe_unused]] const Where& where, const kernels::AttentionBackwardArgs<T>& args,
-                     [[maybe_unused]] Device device) {
+void backward_kernel(Algorithm algorithm, [[maybe_unused]] const Where& where,
+                     const kernels::AttentionBackwardArgs<T>& args, [[maybe_unused]] Device device) {
   if constexpr (std::is_same_v<Where, OnCpu>) {
+    (void)algorithm;
     kernels::cpu::attention_reference_backward(args);
   } else {
 #if ALPHA_WITH_CUDA
-    Tensor workspace = Tensor::empty({kernels::attention_materialized_workspace(args.params)}, DType::f32, device);
-    kernels::cuda::attention_materialized_backward(args, workspace.data<float>(), where.stream);
+    const int64_t floats = algorithm == Algorithm::flash ? kernels::flash_attention_backward_workspace(args.params)
+                                                         : kernels::attention_materialized_workspace(args.params);
+    Tensor workspace = Tensor::empty({floats}, DType::f32, device);
+    if (algorithm == Algorithm::flash) kernels::cuda::flash_attention_backward(args, workspace.data<float>(), where.stream);
+    else kernels::cuda::attention_materialized_backward(args, workspace.data<float>(), where.stream);
 #endif
   }
 }
@@ -130,37 +157,43 @@ ALPHA_INSTANTIATE(bf16)
 ALPHA_INSTANTIATE(f16)
 #undef ALPHA_INSTANTIATE
 
-AttentionOutput attention_materialized(const Tensor& q, const Tensor& k, const Tensor& v,
-                                      const AttentionConfig& config) {
-  check_inputs(kForward, q, k, v, config);
+namespace {
+
+AttentionOutput attention_forward(Algorithm algorithm, const Tensor& q, const Tensor& k, const Tensor& v,
+                                  const AttentionConfig& config) {
+  const std::string_view op = forward_name(algorithm);
+  check_inputs(op, q, k, v, config);
+  if (algorithm == Algorithm::flash) check_flash_inputs(op, q, v);
   int64_t batch = q.size(0), q_len = q.size(1), q_heads = q.size(2);
   AttentionOutput result;
   result.out = Tensor::empty({batch, q_len, q_heads, v.size(3)}, q.dtype(), q.device());
   result.row_max = Tensor::empty({batch, q_heads, q_len}, statistics_dtype(q), q.device());
   result.row_sum = Tensor::empty({batch, q_heads, q_len}, statistics_dtype(q), q.device());
-  dispatch_float(kForward, q, [&]<class T>(const auto& where) {
-    forward_kernel(where, kernels::AttentionForwardArgs<T>{
+  dispatch_float(op, q, [&]<class T>(const auto& where) {
+    forward_kernel(algorithm, where, kernels::AttentionForwardArgs<T>{
         q.data<T>(), k.data<T>(), v.data<T>(), result.out.data<T>(), result.row_max.data<acc_t<T>>(),
         result.row_sum.data<acc_t<T>>(), attention_kernel_params<T>(q, k, v, config)}, q.device());
   });
   return result;
 }
 
-AttentionGrads attention_materialized_backward(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v,
-                                               const Tensor& out, const Tensor& row_max, const Tensor& row_sum,
-                                               const AttentionConfig& config) {
-  check_inputs(kBackward, q, k, v, config);
+AttentionGrads attention_backward(Algorithm algorithm, const Tensor& dout, const Tensor& q, const Tensor& k,
+                                  const Tensor& v, const Tensor& out, const Tensor& row_max, const Tensor& row_sum,
+                                  const AttentionConfig& config) {
+  const std::string_view op = backward_name(algorithm);
+  check_inputs(op, q, k, v, config);
+  if (algorithm == Algorithm::flash) check_flash_inputs(op, q, v);
   Shape out_shape = {q.size(0), q.size(1), q.size(2), v.size(3)};
   Shape stats_shape = {q.size(0), q.size(2), q.size(1)};
   for (auto [name, t] : {std::pair<std::string_view, const Tensor&>{"dout", dout}, {"out", out}}) {
-    check_same_device(kBackward, name, t, q);
-    check_same_dtype(kBackward, name, t, q);
-    check_shape(kBackward, name, t, out_shape);
+    check_same_device(op, name, t, q);
+    check_same_dtype(op, name, t, q);
+    check_shape(op, name, t, out_shape);
   }
   for (auto [name, t] : {std::pair<std::string_view, const Tensor&>{"row_max", row_max}, {"row_sum", row_sum}}) {
-    check_same_device(kBackward, name, t, q);
-    check_dtype(kBackward, name, t, {statistics_dtype(q)});
-    check_shape(kBackward, name, t, stats_shape);
+    check_same_device(op, name, t, q);
+    check_dtype(op, name, t, {statistics_dtype(q)});
+    check_shape(op, name, t, stats_shape);
   }
   Tensor dout_c = dout.contiguous(), out_c = out.contiguous();
   Tensor row_max_c = row_max.contiguous(), row_sum_c = row_sum.contiguous();
@@ -168,13 +201,36 @@ AttentionGrads attention_materialized_backward(const Tensor& dout, const Tensor&
   grads.dq = Tensor::empty(q.shape(), q.dtype(), q.device());
   grads.dk = Tensor::empty(k.shape(), k.dtype(), k.device());
   grads.dv = Tensor::empty(v.shape(), v.dtype(), v.device());
-  dispatch_float(kBackward, q, [&]<class T>(const auto& where) {
-    backward_kernel(where, kernels::AttentionBackwardArgs<T>{
+  dispatch_float(op, q, [&]<class T>(const auto& where) {
+    backward_kernel(algorithm, where, kernels::AttentionBackwardArgs<T>{
         dout_c.data<T>(), q.data<T>(), k.data<T>(), v.data<T>(), out_c.data<T>(), row_max_c.data<acc_t<T>>(),
         row_sum_c.data<acc_t<T>>(), grads.dq.data<T>(), grads.dk.data<T>(), grads.dv.data<T>(),
         attention_kernel_params<T>(q, k, v, config)}, q.device());
   });
   return grads;
+}
+
+}  // namespace
+
+AttentionOutput attention_materialized(const Tensor& q, const Tensor& k, const Tensor& v,
+                                      const AttentionConfig& config) {
+  return attention_forward(Algorithm::materialized, q, k, v, config);
+}
+
+AttentionGrads attention_materialized_backward(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v,
+                                               const Tensor& out, const Tensor& row_max, const Tensor& row_sum,
+                                               const AttentionConfig& config) {
+  return attention_backward(Algorithm::materialized, dout, q, k, v, out, row_max, row_sum, config);
+}
+
+AttentionOutput flash_attention(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionConfig& config) {
+  return attention_forward(Algorithm::flash, q, k, v, config);
+}
+
+AttentionGrads flash_attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v,
+                                        const Tensor& out, const Tensor& row_max, const Tensor& row_sum,
+                                        const AttentionConfig& config) {
+  return attention_backward(Algorithm::flash, dout, q, k, v, out, row_max, row_sum, config);
 }
 
 }  // namespace alpha::ops

@@ -44,4 +44,14 @@ AttentionGrads attention_materialized_backward(const Tensor& dout, const Tensor&
                                                const Tensor& out, const Tensor& row_max, const Tensor& row_sum,
                                                const AttentionConfig& config);
 
+// Flash attention on a CUDA device (kernels/flash_attention.h): the contract, options, statistics and
+// dropout mask of attention_materialized, computed tile by tile without ever holding the Tq×Tk scores.
+// bf16 and f16 inputs accumulate in f32; f32 inputs compute in true f32 (no TF32). Head dims D and Dv up
+// to 256 each. A CPU tensor raises DeviceError and a wider head ShapeError: nothing falls back to a slower
+// path.
+AttentionOutput flash_attention(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionConfig& config);
+AttentionGrads flash_attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v,
+                                        const Tensor& out, const Tensor& row_max, const Tensor& row_sum,
+                                        const AttentionConfig& config);
+
 }  // namespace alpha::ops

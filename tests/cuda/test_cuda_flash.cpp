@@ -1,0 +1,82 @@
+// Flash attention through the op, autograd and the model on the GPU: the op matches the materialising
+// op on the same inputs (both are checked against the f64 reference kernel by kernel in the harness),
+// gradients flow through autograd, the GPT picks flash on a GPU with attention "auto" and trains, and the
+// guardrails raise (a CPU tensor, a head dimension beyond the kernels'). Skipped without a GPU, except the
+// CPU guardrail.
+#include <gtest/gtest.h>
+
+#include "alpha/autograd/functions.h"
+#include "alpha/nn/gpt.h"
+#include "alpha/ops/attention.h"
+#include "kernels/kernel_helpers.h"
+#include "support/checks.h"
+#include "support/gpu.h"
+
+namespace alpha {
+namespace {
+
+class CudaFlash : public test::GpuTest<> {};
+
+TEST_F(CudaFlash, OpMatchesTheMaterialisingOpForwardAndBackward) {
+  const Device gpu = Device::cuda(0);
+  for (DType dtype : {DType::f32, DType::bf16}) {
+    SCOPED_TRACE(dtype_name(dtype));
+    // A fused qkv tensor: q, k, v are strided views; GQA 4:2, causal, softcap, dropout, a window.
+    Tensor qkv = test::random({2, 77, 8, 48}, dtype).to(gpu);
+    Tensor q = qkv.slice(2, 0, 4), k = qkv.slice(2, 4, 6), v = qkv.slice(2, 6, 8);
+    ops::AttentionConfig config;
+    config.causal = true;
+    config.softcap = 5.0;
+    config.dropout_p = 0.1;
+    config.dropout_seed = 7;
+    config.window_left = 40;
+    ops::AttentionOutput flash = ops::flash_attention(q, k, v, config);
+    ops::AttentionOutput dense = ops::attention_materialized(q, k, v, config);
+    const double tol = dtype == DType::f32 ? 1e-4 : 2e-2;
+    EXPECT_TRUE(test::all_close(flash.out.to(Device::cpu()), dense.out.to(Device::cpu()), test::Tolerance{tol, tol}));
+    EXPECT_TRUE(test::all_close(flash.row_sum.to(Device::cpu()), dense.row_sum.to(Device::cpu()),
+                                test::Tolerance{1e-4, 1e-4}));
+    Tensor dout = test::random({2, 77, 4, 48}, dtype).to(gpu);
+    ops::AttentionGrads gf = ops::flash_attention_backward(dout, q, k, v, flash.out, flash.row_max, flash.row_sum, config);
+    ops::AttentionGrads gd =
+        ops::attention_materialized_backward(dout, q, k, v, dense.out, dense.row_max, dense.row_sum, config);
+    for (auto [got, want] : {std::pair{gf.dq, gd.dq}, {gf.dk, gd.dk}, {gf.dv, gd.dv}})
+      EXPECT_TRUE(test::all_close(got.to(Device::cpu()), want.to(Device::cpu()), test::Tolerance{tol, tol}));
+  }
+}
+
+TEST_F(CudaFlash, GptUsesFlashOnTheGpuAndItsGradientsMatchTheMaterialisingModel) {
+  nn::GPTConfig c = nn::load_gpt_config("tiny", ALPHA_SOURCE_DIR "/configs");
+  ASSERT_EQ(c.attention, "auto");
+  Tensor ids = test::random_indices({2, 33}, int32_t(c.vocab_size));
+  Tensor targets = test::random_indices({2, 33}, int32_t(c.vocab_size));
+  auto loss_and_grads = [&](const char* attention) {
+    nn::GPTConfig ci = c;
+    ci.attention = attention;
+    nn::GPT model(ci, DType::f32, Device::cuda(0));
+    autograd::Variable loss = model.forward(ids, targets).loss;
+    autograd::backward(loss);
+    std::vector<Tensor> grads;
+    for (const auto& p : model.named_parameters()) grads.push_back(p.variable.grad().to(Device::cpu()));
+    return std::pair{loss.value().item(), grads};
+  };
+  auto [flash_loss, flash_grads] = loss_and_grads("auto");
+  auto [dense_loss, dense_grads] = loss_and_grads("reference");
+  EXPECT_NEAR(flash_loss, dense_loss, 1e-5);
+  ASSERT_EQ(flash_grads.size(), dense_grads.size());
+  for (size_t i = 0; i < flash_grads.size(); ++i)
+    EXPECT_TRUE(test::all_close(flash_grads[i], dense_grads[i], test::Tolerance{1e-5, 1e-3})) << "parameter " << i;
+}
+
+TEST_F(CudaFlash, WiderHeadsRaise) {
+  Tensor q = test::random({1, 4, 1, 320}, DType::bf16).to(Device::cuda(0));
+  EXPECT_ALPHA_ERROR(ops::flash_attention(q, q, q, {}), ShapeError, "[flash_attention]", "'q'", "at most 256", "320");
+}
+
+TEST(CudaFlashGuardrails, CpuTensorsRaise) {
+  Tensor q = test::random({1, 4, 2, 32}, DType::f32);
+  EXPECT_ALPHA_ERROR(ops::flash_attention(q, q, q, {}), DeviceError, "[flash_attention]", "'q'", "CUDA tensor", "cpu");
+}
+
+}  // namespace
+}  // namespace alpha
