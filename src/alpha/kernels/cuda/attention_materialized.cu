@@ -9,7 +9,7 @@
 //   rows_product_kernel  out = P̃·V, dQ = dS·K              (per (b, h); reduction over the visible keys)
 //   keys_product_kernel  dV = P̃ᵀ·dO, dK = dSᵀ·Q            (per (b, kv head); reduction over the group's
 //                        heads, then the queries that see the tile's keys, in that fixed order: no atomics)
-// plus two row kernels: softmax_kernel (m, l and P̃ in place over S) and delta_kernel (D = rowsum(dO∘O)).
+// plus two row kernels: softmax_kernel (m, l and P̃ in place over S) and the shared attention_delta_kernel (attention_common.cuh: D = rowsum(dO∘O)).
 // Tiles in which every row has every key masked (by the causal mask or the window, on either side) are
 // skipped; no kernel reads a masked entry of the workspace (loaders test visible_key_range), so the skipped
 // tiles may hold anything.
@@ -20,6 +20,7 @@
 
 #include "alpha/core/philox.h"
 #include "alpha/kernels/attention_materialized.h"
+#include "alpha/kernels/cuda/attention_common.cuh"
 #include "alpha/kernels/cuda/common.cuh"
 #include "alpha/runtime/cuda_check.cuh"
 
@@ -84,14 +85,6 @@ __device__ void for_each_output(const Accumulator& acc, const Fn& fn) {
   const int ty = threadIdx.x / kSide, tx = threadIdx.x % kSide;
   for (int r = 0; r < kPer; ++r)
     for (int c = 0; c < kPer; ++c) fn(ty + kSide * r, tx + kSide * c, acc[r][c]);
-}
-
-// The factor dropout applies to P(bh, i, j): 0 dropped, 1/(1 − p) kept, 1 without dropout.
-template <class T>
-__device__ float dropout_factor(const AttentionParams<T>& p, int64_t bh, int64_t i, int64_t j) {
-  if (p.dropout_p == 0) return 1.0f;
-  const uint32_t bits = philox_bits(p.dropout_seed, attention_dropout_index(p, bh, i, j));
-  return dropout_keeps(bits, p.dropout_p) ? p.dropout_scale : 0.0f;
 }
 
 // Whether key j is visible to query i.
@@ -270,25 +263,6 @@ __global__ void keys_product_kernel(const float* a, const Bits<T>* y, AttentionS
   });
 }
 
-constexpr int kDeltaThreads = 256;
-
-// One warp per query row (bh·Tq + i): delta = Σ_d dO·O (lane-strided partial sums, then the warp's
-// fixed butterfly).
-template <class T>
-__global__ void delta_kernel(const Bits<T>* dout, const Bits<T>* out, AttentionParams<T> p, float* delta) {
-  const int64_t rows = p.batch * p.q_heads * p.q_len;
-  const int64_t warps = int64_t(gridDim.x) * (blockDim.x / 32);
-  const int lane = threadIdx.x % 32;
-  for (int64_t row = int64_t(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32; row < rows; row += warps) {
-    const int64_t bh = row / p.q_len, i = row % p.q_len, b = bh / p.q_heads, h = bh % p.q_heads;
-    const int64_t o = ((b * p.q_len + i) * p.q_heads + h) * p.value_dim;
-    float s = 0.0f;
-    for (int64_t d = lane; d < p.value_dim; d += 32) s += Elem<T>::load(dout[o + d]) * Elem<T>::load(out[o + d]);
-    s = warp_sum(s);
-    if (lane == 0) delta[row] = s;
-  }
-}
-
 unsigned tile_count(int64_t n) { return unsigned((n + kTile - 1) / kTile); }
 bool empty(dim3 grid) { return grid.x == 0 || grid.y == 0 || grid.z == 0; }
 
@@ -337,11 +311,7 @@ void attention_materialized_backward(const AttentionBackwardArgs<T>& args, float
   float* scores = workspace;
   float* delta = workspace + rows * p.kv_len;
   const AttentionStrides dout_strides = contiguous(p.q_len, p.q_heads, p.value_dim);
-  if (rows > 0) {
-    constexpr auto deltas = delta_kernel<T>;
-    ALPHA_CUDA_LAUNCH(deltas, row_blocks(rows, kDeltaThreads / 32), kDeltaThreads, s, bits(args.dout), bits(args.out),
-                      p, delta);
-  }
+  launch_attention_delta(args.dout, args.out, p, delta, s);
   launch_scores(p, scores, s, args.q, args.k);
   // dV from P̃ rebuilt from S, before S is overwritten by dS.
   const dim3 dv_grid(unsigned(p.batch * p.kv_heads), tile_count(p.kv_len), tile_count(p.value_dim));

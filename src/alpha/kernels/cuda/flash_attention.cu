@@ -24,6 +24,7 @@
 
 #include "alpha/core/error.h"
 #include "alpha/core/philox.h"
+#include "alpha/kernels/cuda/attention_common.cuh"
 #include "alpha/kernels/cuda/common.cuh"
 #include "alpha/kernels/flash_attention.h"
 #include "alpha/runtime/cuda_check.cuh"
@@ -137,14 +138,6 @@ __device__ void load_rows(SharedTile tile, const Bits<T>* rows, int64_t row_stri
   }
 }
 
-// The factor dropout applies to P(bh, i, j): 0 dropped, 1/(1 − p) kept, 1 without dropout.
-template <class T>
-__device__ float dropout_factor(const AttentionParams<T>& p, int64_t bh, int64_t i, int64_t j) {
-  if (p.dropout_p == 0) return 1.0f;
-  const uint32_t bits = philox_bits(p.dropout_seed, attention_dropout_index(p, bh, i, j));
-  return dropout_keeps(bits, p.dropout_p) ? p.dropout_scale : 0.0f;
-}
-
 // Whether query i (< Tq) sees key j.
 template <class T>
 __device__ bool visible(const AttentionParams<T>& p, int64_t i, int64_t j) {
@@ -243,26 +236,6 @@ __global__ void __launch_bounds__(kThreads) forward_kernel(AttentionForwardArgs<
 }
 
 // ---- Backward -------------------------------------------------------------------------------------------
-
-constexpr int kDeltaThreads = 256;
-constexpr int64_t kMaxDeltaBlocks = 1 << 16;
-
-// One warp per query row (bh·Tq + i): delta = Σ_d dO·O (lane-strided partial sums, then the warp's fixed
-// butterfly).
-template <class T>
-__global__ void delta_kernel(const Bits<T>* dout, const Bits<T>* out, AttentionParams<T> p, float* delta) {
-  const int64_t rows = p.batch * p.q_heads * p.q_len;
-  const int64_t warps = int64_t(gridDim.x) * (blockDim.x / 32);
-  const int lane = threadIdx.x % 32;
-  for (int64_t row = int64_t(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32; row < rows; row += warps) {
-    const int64_t bh = row / p.q_len, i = row % p.q_len, b = bh / p.q_heads, h = bh % p.q_heads;
-    const int64_t o = ((b * p.q_len + i) * p.q_heads + h) * p.value_dim;
-    float s = 0.0f;
-    for (int64_t d = lane; d < p.value_dim; d += 32) s += Elem<T>::load(dout[o + d]) * Elem<T>::load(out[o + d]);
-    s = warp_sum(s);
-    if (lane == 0) delta[row] = s;
-  }
-}
 
 // Loads the query side of a backward tile: q and dO rows [i0, i0 + queries) of head bh, and their
 // statistics (0 for rows past Tq, which no visible entry reads).
@@ -476,12 +449,7 @@ void flash_attention_backward(const AttentionBackwardArgs<T>& args, float* works
   const AttentionParams<T>& p = args.params;
   cudaStream_t s = alpha::cuda::stream_handle(stream);
   const int b = bucket(p, "flash_attention_backward");
-  const int64_t rows = p.batch * p.q_heads * p.q_len;
-  if (rows > 0) {
-    const unsigned blocks = unsigned(std::min((rows + kDeltaThreads / 32 - 1) / (kDeltaThreads / 32), kMaxDeltaBlocks));
-    constexpr auto deltas = delta_kernel<T>;
-    ALPHA_CUDA_LAUNCH(deltas, blocks, kDeltaThreads, s, bits(args.dout), bits(args.out), p, workspace);
-  }
+  launch_attention_delta(args.dout, args.out, p, workspace, s);
   switch (b) {
     case 64: return backward<T, 64>(args, workspace, s);
     case 128: return backward<T, 128>(args, workspace, s);

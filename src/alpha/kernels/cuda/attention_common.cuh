@@ -1,0 +1,52 @@
+// Device pieces both GPU attention implementations (attention_materialized.cu, flash_attention.cu) share:
+// the dropout factor of P(bh, i, j) under the reference's mask contract, and the backward's preprocessing
+// pass D = rowsum(dO∘O) (one warp per query row, a fixed butterfly: deterministic).
+#pragma once
+#include <algorithm>
+
+#include "alpha/core/philox.h"
+#include "alpha/kernels/attention_reference.h"
+#include "alpha/kernels/cuda/common.cuh"
+#include "alpha/runtime/cuda_check.cuh"
+
+namespace alpha::kernels::cuda {
+
+// The factor dropout applies to P(bh, i, j): 0 dropped, 1/(1 − p) kept, 1 without dropout.
+template <class T>
+__device__ float dropout_factor(const AttentionParams<T>& p, int64_t bh, int64_t i, int64_t j) {
+  if (p.dropout_p == 0) return 1.0f;
+  const uint32_t bits = philox_bits(p.dropout_seed, attention_dropout_index(p, bh, i, j));
+  return dropout_keeps(bits, p.dropout_p) ? p.dropout_scale : 0.0f;
+}
+
+// One warp per query row (bh·Tq + i) of the contiguous dO and O [B, Tq, Hq, Dv]: delta = Σ_d dO·O
+// (lane-strided partial sums, then the warp's fixed butterfly).
+template <class T>
+__global__ void attention_delta_kernel(const Bits<T>* dout, const Bits<T>* out, AttentionParams<T> p, float* delta) {
+  const int64_t rows = p.batch * p.q_heads * p.q_len;
+  const int64_t warps = int64_t(gridDim.x) * (blockDim.x / 32);
+  const int lane = threadIdx.x % 32;
+  for (int64_t row = int64_t(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32; row < rows; row += warps) {
+    const int64_t bh = row / p.q_len, i = row % p.q_len, b = bh / p.q_heads, h = bh % p.q_heads;
+    const int64_t o = ((b * p.q_len + i) * p.q_heads + h) * p.value_dim;
+    float s = 0.0f;
+    for (int64_t d = lane; d < p.value_dim; d += 32) s += Elem<T>::load(dout[o + d]) * Elem<T>::load(out[o + d]);
+    s = warp_sum(s);
+    if (lane == 0) delta[row] = s;
+  }
+}
+
+// Queues attention_delta_kernel over every query row into delta (B·Hq·Tq floats).
+template <class T>
+void launch_attention_delta(const T* dout, const T* out, const AttentionParams<T>& p, float* delta,
+                            cudaStream_t stream) {
+  constexpr int kThreads = 256;
+  constexpr int64_t kMaxBlocks = 1 << 16;
+  const int64_t rows = p.batch * p.q_heads * p.q_len;
+  if (rows == 0) return;
+  const unsigned blocks = unsigned(std::min((rows + kThreads / 32 - 1) / (kThreads / 32), kMaxBlocks));
+  constexpr auto kernel = attention_delta_kernel<T>;
+  ALPHA_CUDA_LAUNCH(kernel, blocks, kThreads, stream, bits(dout), bits(out), p, delta);
+}
+
+}  // namespace alpha::kernels::cuda
