@@ -31,6 +31,7 @@ constexpr AttentionCase kCases[] = {
     {"mqa_d256_dv128_dropout", 1, 65, 65, 4, 1, 256, 128, false, 0.0, 0.1, false},
     {"causal_t1000_d64", 1, 1000, 1000, 2, 2, 64, 64, true, 0.0, 0.0, false},
     {"tq1000_tk300_gqa2_dropout_d128", 1, 1000, 300, 4, 2, 128, 128, false, 0.0, 0.1, false},
+    {"causal_t4099_gqa2_d64", 1, 4099, 4099, 2, 1, 64, 64, true, 0.0, 0.0, false},
     {"window_left63_causal_gqa_dropout", 2, 200, 200, 8, 2, 64, 64, true, 0.0, 0.1, false, 63, -1},
     {"window_left100_causal_t1000_d32", 1, 1000, 1000, 2, 2, 32, 32, true, 0.0, 0.0, false, 100, -1},
     {"window_right70_fused_qkv_dropout", 2, 130, 130, 8, 2, 64, 64, false, 0.0, 0.1, true, -1, 70},
