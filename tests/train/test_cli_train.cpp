@@ -58,6 +58,26 @@ TEST(CliTrain, BadInputsGiveOneClearLine) {
                         err, "--tie-embeddings");
   expect_one_line_error(test::run_alpha("train --resume --out " + dir.file("empty"), dir, out, err), err, "--resume");
   expect_one_line_error(test::run_alpha("sample --checkpoint " + dir.file("nowhere"), dir, out, err), err, "nowhere");
+  // Precision and TF32: known values only, and the GPU-only ones refused on the CPU.
+  expect_one_line_error(test::run_alpha("train --precision fp8 --out " + dir.file("r6") + kQuick, dir, out, err), err,
+                        "precision");
+  expect_one_line_error(test::run_alpha("train --precision bf16 --out " + dir.file("r7") + kQuick, dir, out, err), err,
+                        "bf16 compute needs a CUDA device");
+  expect_one_line_error(test::run_alpha("train --tf32 true --out " + dir.file("r8") + kQuick, dir, out, err), err,
+                        "tf32");
+  // Flash attention names a GPU kernel: on the CPU the model refuses it.
+  expect_one_line_error(test::run_alpha("train --attention flash --out " + dir.file("r9") + kQuick, dir, out, err), err,
+                        "flash attention runs on a CUDA device");
+}
+
+TEST(CliCheck, KernelHarnessNeedsAGpuAndAKnownCheck) {
+  test::TempDir dir;
+  std::string out, err;
+  // The CPU is not a device the harness checks; neither is a GPU this machine or build lacks.
+  expect_one_line_error(test::run_alpha("check kernels --device cpu", dir, out, err), err, "check kernels");
+  EXPECT_NE(err.find("cpu"), std::string::npos) << err;
+  EXPECT_TRUE(out.empty()) << "no table before the error: " << out;
+  expect_one_line_error(test::run_alpha("check kernels --device gpu7", dir, out, err), err, "--device");
 }
 
 TEST(CliTrain, LogitsNeedsAnIdsTensor) {
