@@ -54,27 +54,17 @@ const Device kGpu = Device::cuda(0);
   return test::all_close(g, w, tol);
 }
 
-// Fresh values rounded to `dtype`, as an f32 CPU tensor (the reference's input) and on the GPU in `dtype`.
-struct Pair {
-  Tensor cpu, gpu;
-};
-Pair random_pair(Shape shape, DType dtype, double lo = -1.0, double hi = 1.0) {
-  Tensor values = test::random(std::move(shape), DType::f32, lo, hi).to(dtype);
-  return {values.to(DType::f32), values.to(kGpu)};
-}
-
-const DType kGpuDtypes[] = {DType::f32, DType::bf16, DType::f16};
 #endif
 
 TEST_F(CudaMatmul, MatmulDispatchesToTheTensorsDevice) {
 #if ALPHA_WITH_CUDA
-  for (DType dtype : kGpuDtypes)
+  for (DType dtype : test::kGpuDtypes)
     for (bool trans_a : {false, true})
       for (bool trans_b : {false, true}) {
         SCOPED_TRACE(std::string(dtype_name(dtype)) + (trans_a ? " Ta" : " Na") + (trans_b ? " Tb" : " Nb"));
         const int64_t m = 37, k = 65, n = 24;
-        Pair a = random_pair(trans_a ? Shape{2, 3, k, m} : Shape{2, 3, m, k}, dtype);
-        Pair b = random_pair(trans_b ? Shape{2, 3, n, k} : Shape{2, 3, k, n}, dtype);
+        test::GpuInput a = test::gpu_input(trans_a ? Shape{2, 3, k, m} : Shape{2, 3, m, k}, dtype);
+        test::GpuInput b = test::gpu_input(trans_b ? Shape{2, 3, n, k} : Shape{2, 3, k, n}, dtype);
         uint64_t launches = ops::kernel_launches();
         Tensor c = ops::matmul(a.gpu, b.gpu, trans_a, trans_b);
         EXPECT_EQ(ops::kernel_launches(), launches + 1);
@@ -83,7 +73,7 @@ TEST_F(CudaMatmul, MatmulDispatchesToTheTensorsDevice) {
         EXPECT_TRUE(close_to_cpu("matmul", c, ops::matmul(a.cpu, b.cpu, trans_a, trans_b), k));
       }
   // Strided device views: a column slice is used in place (rows 20 apart), a transposed view is copied first.
-  Pair wide = random_pair({2, 5, 20}, DType::f32), tall = random_pair({2, 7, 5}, DType::f32), b = random_pair({2, 7, 4}, DType::f32);
+  test::GpuInput wide = test::gpu_input({2, 5, 20}, DType::f32), tall = test::gpu_input({2, 7, 5}, DType::f32), b = test::gpu_input({2, 7, 4}, DType::f32);
   EXPECT_TRUE(close_to_cpu("matmul.column_slice", ops::matmul(wide.gpu.slice(2, 3, 10), b.gpu),
                            ops::matmul(wide.cpu.slice(2, 3, 10), b.cpu), 7));
   EXPECT_TRUE(close_to_cpu("matmul.transposed_view", ops::matmul(tall.gpu.transpose(1, 2), b.gpu.slice(2, 0, 4)),
@@ -96,12 +86,12 @@ TEST_F(CudaMatmul, MatmulDispatchesToTheTensorsDevice) {
 
 TEST_F(CudaMatmul, LinearAndItsBackwardMatchTheCpu) {
 #if ALPHA_WITH_CUDA
-  for (DType dtype : kGpuDtypes)
+  for (DType dtype : test::kGpuDtypes)
     for (bool with_bias : {false, true}) {
       SCOPED_TRACE(std::string(dtype_name(dtype)) + (with_bias ? " with bias" : " without bias"));
       const int64_t in = 48, out = 40;
-      Pair x = random_pair({4, 33, in}, dtype), w = random_pair({out, in}, dtype), dy = random_pair({4, 33, out}, dtype);
-      Pair bias = with_bias ? random_pair({out}, dtype) : Pair{};
+      test::GpuInput x = test::gpu_input({4, 33, in}, dtype), w = test::gpu_input({out, in}, dtype), dy = test::gpu_input({4, 33, out}, dtype);
+      test::GpuInput bias = with_bias ? test::gpu_input({out}, dtype) : test::GpuInput{};
       EXPECT_TRUE(close_to_cpu("linear", ops::linear(x.gpu, w.gpu, bias.gpu), ops::linear(x.cpu, w.cpu, bias.cpu), in));
       ops::LinearGrads got = ops::linear_backward(dy.gpu, x.gpu, w.gpu, true, true, true);
       ops::LinearGrads want = ops::linear_backward(dy.cpu, x.cpu, w.cpu, true, true, true);
@@ -124,13 +114,13 @@ TEST_F(CudaMatmul, LinearGeluAndItsBackwardMatchTheCpu) {
   // hidden 64: the pre-activation's rows are a multiple of 8 apart (cuBLASLt's fused epilogues); 65: they are
   // not (the unfused path).
   for (int64_t hidden : {64, 65})
-    for (DType dtype : kGpuDtypes)
+    for (DType dtype : test::kGpuDtypes)
       for (bool with_bias : {false, true}) {
         SCOPED_TRACE(std::to_string(hidden) + " " + std::string(dtype_name(dtype)) + (with_bias ? " bias" : ""));
         const int64_t in = 24, out = 16, rows = 2 * 45;
-        Pair x = random_pair({2, 45, in}, dtype), w1 = random_pair({hidden, in}, dtype);
-        Pair w2 = random_pair({out, hidden}, dtype), dy = random_pair({2, 45, out}, dtype);
-        Pair b1 = with_bias ? random_pair({hidden}, dtype) : Pair{};
+        test::GpuInput x = test::gpu_input({2, 45, in}, dtype), w1 = test::gpu_input({hidden, in}, dtype);
+        test::GpuInput w2 = test::gpu_input({out, hidden}, dtype), dy = test::gpu_input({2, 45, out}, dtype);
+        test::GpuInput b1 = with_bias ? test::gpu_input({hidden}, dtype) : test::GpuInput{};
         ops::LinearGelu got = ops::linear_gelu(x.gpu, w1.gpu, b1.gpu);
         ops::LinearGelu want = ops::linear_gelu(x.cpu, w1.cpu, b1.cpu);
         EXPECT_TRUE(close_to_cpu("linear_gelu.pre", got.pre, want.pre, in));
@@ -153,8 +143,8 @@ TEST_F(CudaMatmul, GeluMlpGradientsMatchTheCpu) {
 #if ALPHA_WITH_CUDA
   for (DType dtype : {DType::f32, DType::bf16}) {
     SCOPED_TRACE(dtype_name(dtype));
-    Pair x = random_pair({3, 16, 32}, dtype), w1 = random_pair({128, 32}, dtype), b1 = random_pair({128}, dtype);
-    Pair w2 = random_pair({32, 128}, dtype), b2 = random_pair({32}, dtype);
+    test::GpuInput x = test::gpu_input({3, 16, 32}, dtype), w1 = test::gpu_input({128, 32}, dtype), b1 = test::gpu_input({128}, dtype);
+    test::GpuInput w2 = test::gpu_input({32, 128}, dtype), b2 = test::gpu_input({32}, dtype);
     auto run = [](const Tensor& xv, const Tensor& w1v, const Tensor& b1v, const Tensor& w2v, const Tensor& b2v) {
       std::vector<autograd::Variable> v{autograd::Variable(xv, true), autograd::Variable(w1v, true),
                                         autograd::Variable(b1v, true), autograd::Variable(w2v, true),
@@ -180,7 +170,7 @@ TEST_F(CudaMatmul, GeluMlpGradientsMatchTheCpu) {
 TEST_F(CudaMatmul, Tf32IsAnOptInForF32Only) {
 #if ALPHA_WITH_CUDA
   ASSERT_FALSE(ops::allow_tf32());
-  Pair a = random_pair({256, 1024}, DType::f32), b = random_pair({1024, 192}, DType::f32);
+  test::GpuInput a = test::gpu_input({256, 1024}, DType::f32), b = test::gpu_input({1024, 192}, DType::f32);
   Tensor want = ops::matmul(a.cpu, b.cpu);
   EXPECT_TRUE(close_to_cpu("matmul.f32", ops::matmul(a.gpu, b.gpu), want, 1024));
   ops::set_allow_tf32(true);

@@ -27,30 +27,14 @@ class CudaPhilox : public test::GpuTest<> {};
 
 #if ALPHA_WITH_CUDA
 const Device kGpu = Device::cuda(0);
-const DType kGpuDtypes[] = {DType::f32, DType::bf16, DType::f16};
 
-// Whether got (any device) holds exactly want's bytes (want on the CPU, same dtype and shape).
-::testing::AssertionResult same_bits(const Tensor& got, const Tensor& want) {
-  Tensor g = got.to(Device::cpu()).contiguous(), w = want.contiguous();
-  if (g.dtype() != w.dtype() || g.shape() != w.shape())
-    return ::testing::AssertionFailure() << "got " << g.describe() << ", want " << w.describe();
-  const auto* gp = static_cast<const unsigned char*>(g.raw_data());
-  const auto* wp = static_cast<const unsigned char*>(w.raw_data());
-  const size_t size = dtype_size(g.dtype());
-  for (int64_t i = 0; i < g.numel(); ++i)
-    if (std::memcmp(gp + size_t(i) * size, wp + size_t(i) * size, size) != 0)
-      return ::testing::AssertionFailure() << "element " << i << " differs: got "
-                                           << g.to(DType::f64).to_vector<double>()[size_t(i)] << ", want "
-                                           << w.to(DType::f64).to_vector<double>()[size_t(i)];
-  return ::testing::AssertionSuccess();
-}
 #endif
 
 TEST_F(CudaPhilox, DropoutOpsMatchTheCpuBitForBit) {
 #if ALPHA_WITH_CUDA
   const ops::DropoutConfig config{0.3, test::fresh_seed(), 4099};
-  EXPECT_TRUE(same_bits(ops::dropout_mask({33, 65}, config, kGpu), ops::dropout_mask({33, 65}, config)));
-  for (DType dtype : kGpuDtypes) {
+  EXPECT_TRUE(test::bit_equal(ops::dropout_mask({33, 65}, config, kGpu), ops::dropout_mask({33, 65}, config)));
+  for (DType dtype : test::kGpuDtypes) {
     SCOPED_TRACE(dtype_name(dtype));
     // Inputs rounded to the dtype; the CPU computes in f32 and rounds to the dtype once, as the GPU does.
     Tensor x = test::random({33, 65}, dtype).to(DType::f32), r = test::random({33, 65}, dtype).to(DType::f32);
@@ -58,13 +42,13 @@ TEST_F(CudaPhilox, DropoutOpsMatchTheCpuBitForBit) {
     Tensor y = ops::dropout(gx, config);
     EXPECT_EQ(y.device(), kGpu);
     EXPECT_EQ(y.dtype(), dtype);
-    EXPECT_TRUE(same_bits(y, ops::dropout(x, config).to(dtype)));
-    EXPECT_TRUE(same_bits(ops::dropout_backward(gx, config), ops::dropout_backward(x, config).to(dtype)));
+    EXPECT_TRUE(test::bit_equal(y, ops::dropout(x, config).to(dtype)));
+    EXPECT_TRUE(test::bit_equal(ops::dropout_backward(gx, config), ops::dropout_backward(x, config).to(dtype)));
     EXPECT_TRUE(
-        same_bits(ops::residual_dropout_add(gr, gx, config), ops::residual_dropout_add(r, x, config).to(dtype)));
+        test::bit_equal(ops::residual_dropout_add(gr, gx, config), ops::residual_dropout_add(r, x, config).to(dtype)));
     // A strided device input is made contiguous first; the mask follows the logical (row-major) index.
     Tensor xt = x.transpose(0, 1);
-    EXPECT_TRUE(same_bits(ops::dropout(gx.transpose(0, 1), config), ops::dropout(xt, config).to(dtype)));
+    EXPECT_TRUE(test::bit_equal(ops::dropout(gx.transpose(0, 1), config), ops::dropout(xt, config).to(dtype)));
   }
 #endif
 }
@@ -72,7 +56,7 @@ TEST_F(CudaPhilox, DropoutOpsMatchTheCpuBitForBit) {
 TEST_F(CudaPhilox, AdamWOpsMatchTheCpuBitForBit) {
 #if ALPHA_WITH_CUDA
   const ops::AdamWConfig config{1e-2, 0.9, 0.95, 1e-8, 0.1, 7};
-  for (DType dtype : kGpuDtypes) {
+  for (DType dtype : test::kGpuDtypes) {
     SCOPED_TRACE(dtype_name(dtype));
     // The CPU runs in f32 on the dtype's values; its results rounded to the dtype are the GPU's.
     Tensor param = test::random({7, 130}, dtype).to(DType::f32), grad = test::random({7, 130}, dtype).to(DType::f32);
@@ -82,9 +66,9 @@ TEST_F(CudaPhilox, AdamWOpsMatchTheCpuBitForBit) {
     Tensor gm = m.to(dtype).to(kGpu), gv = v.to(dtype).to(kGpu);
     ops::adamw_step(gp, gg, gm, gv, config, 0.7);
     ops::adamw_step(param, grad, m, v, config, 0.7);
-    EXPECT_TRUE(same_bits(gp, param.to(dtype)));
-    EXPECT_TRUE(same_bits(gm, m.to(dtype)));
-    EXPECT_TRUE(same_bits(gv, v.to(dtype)));
+    EXPECT_TRUE(test::bit_equal(gp, param.to(dtype)));
+    EXPECT_TRUE(test::bit_equal(gm, m.to(dtype)));
+    EXPECT_TRUE(test::bit_equal(gv, v.to(dtype)));
   }
   // Mixed precision: f32 master, bf16/f16 grad and compute copy.
   for (DType low : {DType::bf16, DType::f16}) {
@@ -95,17 +79,17 @@ TEST_F(CudaPhilox, AdamWOpsMatchTheCpuBitForBit) {
     Tensor copy = Tensor::zeros({1000003}, low), gcopy = Tensor::zeros({1000003}, low, kGpu);
     ops::adamw_step(gp, gg, gm, gv, gcopy, config);
     ops::adamw_step(param, grad, m, v, copy, config);
-    EXPECT_TRUE(same_bits(gp, param));
-    EXPECT_TRUE(same_bits(gm, m));
-    EXPECT_TRUE(same_bits(gv, v));
-    EXPECT_TRUE(same_bits(gcopy, copy));
+    EXPECT_TRUE(test::bit_equal(gp, param));
+    EXPECT_TRUE(test::bit_equal(gm, m));
+    EXPECT_TRUE(test::bit_equal(gv, v));
+    EXPECT_TRUE(test::bit_equal(gcopy, copy));
   }
 #endif
 }
 
 TEST_F(CudaPhilox, GradNormAndClippingOnTheDevice) {
 #if ALPHA_WITH_CUDA
-  for (DType dtype : kGpuDtypes) {
+  for (DType dtype : test::kGpuDtypes) {
     SCOPED_TRACE(dtype_name(dtype));
     std::vector<Tensor> host, a, b;
     for (int64_t n : {int64_t(5), int64_t(4099), int64_t(300001)}) {
@@ -126,7 +110,7 @@ TEST_F(CudaPhilox, GradNormAndClippingOnTheDevice) {
     Tensor coefficient = ops::clip_grad_norm(a, 0.5 * want, norm);
     EXPECT_EQ(coefficient.device(), kGpu);
     EXPECT_EQ(coefficient.to(Device::cpu()).item(), ops::clip_grad_norm(b, 0.5 * want, got));
-    for (size_t k = 0; k < a.size(); ++k) EXPECT_TRUE(same_bits(a[k], b[k].to(Device::cpu())));
+    for (size_t k = 0; k < a.size(); ++k) EXPECT_TRUE(test::bit_equal(a[k], b[k].to(Device::cpu())));
   }
 #endif
 }
@@ -142,7 +126,7 @@ TEST_F(CudaPhilox, MaterializedAttentionMatchesTheCpuReference) {
   const int64_t B = 2, T = 77, Hq = 8, Hkv = 2, D = 48;
   Tensor qkv = test::random({B, T, Hq + 2 * Hkv, D});
   Tensor dout = test::random({B, 40, Hq, D});
-  for (DType dtype : kGpuDtypes) {
+  for (DType dtype : test::kGpuDtypes) {
     SCOPED_TRACE(dtype_name(dtype));
     Tensor host = qkv.to(dtype).to(DType::f32), device = qkv.to(dtype).to(kGpu);
     auto split = [&](const Tensor& t) {  // q: the last 40 queries; k, v: all 77 keys
@@ -172,9 +156,9 @@ TEST_F(CudaPhilox, MaterializedAttentionMatchesTheCpuReference) {
     EXPECT_TRUE(test::all_close(first.dk, want_grads.dk, "cuda.attention"));
     EXPECT_TRUE(test::all_close(first.dv, want_grads.dv, "cuda.attention"));
     // dk and dv sum over each GQA group in a fixed order: the same bits on every run.
-    EXPECT_TRUE(same_bits(second.dq, first.dq.to(Device::cpu())));
-    EXPECT_TRUE(same_bits(second.dk, first.dk.to(Device::cpu())));
-    EXPECT_TRUE(same_bits(second.dv, first.dv.to(Device::cpu())));
+    EXPECT_TRUE(test::bit_equal(second.dq, first.dq.to(Device::cpu())));
+    EXPECT_TRUE(test::bit_equal(second.dk, first.dk.to(Device::cpu())));
+    EXPECT_TRUE(test::bit_equal(second.dv, first.dv.to(Device::cpu())));
   }
 #endif
 }

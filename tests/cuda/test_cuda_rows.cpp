@@ -25,7 +25,6 @@ class CudaRows : public test::GpuTest<> {};
 #if ALPHA_WITH_CUDA
 const Device kGpu = Device::cuda(0);
 const Device kCpu = Device::cpu();
-constexpr DType kGpuDtypes[] = {DType::f32, DType::bf16, DType::f16};
 
 // got (a GPU tensor in its dtype) against want (a CPU tensor) with the row (check, got's dtype).
 ::testing::AssertionResult gpu_close(const Tensor& got, const Tensor& want, std::string_view check) {
@@ -33,31 +32,15 @@ constexpr DType kGpuDtypes[] = {DType::f32, DType::bf16, DType::f16};
   return test::all_close(got.to(kCpu), want, check);
 }
 
-::testing::AssertionResult same_bits(const Tensor& a, const Tensor& b) {
-  Tensor x = a.to(kCpu).contiguous(), y = b.to(kCpu).contiguous();
-  if (x.dtype() != y.dtype() || x.shape() != y.shape())
-    return ::testing::AssertionFailure() << x.describe() << " vs " << y.describe();
-  if (std::memcmp(x.raw_data(), y.raw_data(), x.nbytes()) != 0) return ::testing::AssertionFailure() << "bits differ";
-  return ::testing::AssertionSuccess();
-}
-
-// A random tensor rounded to dtype: the GPU input, and the same values in f32 for the CPU op.
-struct Input {
-  Tensor gpu, cpu;
-};
-Input input(Shape shape, DType dtype, double lo = -1.0, double hi = 1.0) {
-  Tensor t = test::random(std::move(shape), dtype, lo, hi);
-  return {t.to(kGpu), t.to(DType::f32)};
-}
 #endif
 
 TEST_F(CudaRows, LayerNormMatchesCpu) {
 #if ALPHA_WITH_CUDA
-  for (DType dtype : kGpuDtypes) {
+  for (DType dtype : test::kGpuDtypes) {
     SCOPED_TRACE(dtype_name(dtype));
     for (Shape shape : {Shape{4, 33, 768}, Shape{5, 1025}, Shape{7, 3}}) {
       const int64_t C = shape.back();
-      Input x = input(shape, dtype), w = input({C}, dtype), b = input({C}, dtype), dy = input(shape, dtype);
+      test::GpuInput x = test::gpu_input(shape, dtype), w = test::gpu_input({C}, dtype), b = test::gpu_input({C}, dtype), dy = test::gpu_input(shape, dtype);
       uint64_t launches = ops::kernel_launches();
       ops::LayerNormOutput got = ops::layernorm(x.gpu, w.gpu, b.gpu, 1e-5);
       EXPECT_EQ(ops::kernel_launches(), launches + 1);
@@ -79,7 +62,7 @@ TEST_F(CudaRows, LayerNormMatchesCpu) {
           ops::layernorm_backward(dy.gpu, x.gpu, w.gpu, want.mean.to(kGpu), want.rstd.to(kGpu), false, true, false);
       EXPECT_FALSE(only_dweight.dx.defined());
       EXPECT_FALSE(only_dweight.dbias.defined());
-      EXPECT_TRUE(same_bits(only_dweight.dweight, g.dweight));
+      EXPECT_TRUE(test::bit_equal(only_dweight.dweight, g.dweight));
     }
   }
 #endif
@@ -87,12 +70,12 @@ TEST_F(CudaRows, LayerNormMatchesCpu) {
 
 TEST_F(CudaRows, ActivationsMatchCpu) {
 #if ALPHA_WITH_CUDA
-  for (DType dtype : kGpuDtypes) {
+  for (DType dtype : test::kGpuDtypes) {
     SCOPED_TRACE(dtype_name(dtype));
     // A transposed (non-contiguous) GPU input: the op makes it contiguous first.
     Tensor xt = test::random({65, 33}, dtype, -4.0, 4.0);
     Tensor gx = xt.to(kGpu).transpose(0, 1), x = xt.to(DType::f32).transpose(0, 1);
-    Input dy = input({33, 65}, dtype);
+    test::GpuInput dy = test::gpu_input({33, 65}, dtype);
     EXPECT_TRUE(gpu_close(ops::gelu(gx), ops::gelu(x), "cuda.activation"));
     EXPECT_TRUE(gpu_close(ops::gelu_backward(dy.gpu, gx), ops::gelu_backward(dy.cpu, x), "cuda.activation"));
     Tensor y = ops::softcap(gx, 3.0);
@@ -106,7 +89,7 @@ TEST_F(CudaRows, ActivationsMatchCpu) {
     EXPECT_TRUE(gpu_close(ops::softmax_backward(dy.gpu, s), ops::softmax_backward(dy.cpu, s_cpu), "cuda.softmax"));
     // Rows longer than a warp holds, and rows of one element.
     for (Shape shape : {Shape{3, 5000}, Shape{17, 1}}) {
-      Input z = input(shape, dtype, -4.0, 4.0);
+      test::GpuInput z = test::gpu_input(shape, dtype, -4.0, 4.0);
       EXPECT_TRUE(gpu_close(ops::softmax(z.gpu), ops::softmax(z.cpu), "cuda.softmax"));
     }
   }
@@ -115,10 +98,10 @@ TEST_F(CudaRows, ActivationsMatchCpu) {
 
 TEST_F(CudaRows, CrossEntropyMatchesCpu) {
 #if ALPHA_WITH_CUDA
-  for (DType dtype : kGpuDtypes) {
+  for (DType dtype : test::kGpuDtypes) {
     SCOPED_TRACE(dtype_name(dtype));
     for (int64_t V : {int64_t(50257), int64_t(11)}) {
-      Input logits = input({2, 3, V}, dtype, -4.0, 4.0);
+      test::GpuInput logits = test::gpu_input({2, 3, V}, dtype, -4.0, 4.0);
       Tensor targets = test::random_indices({2, 3}, int32_t(V));
       targets.data<int32_t>()[4] = ops::kIgnoreIndex;
       Tensor gtargets = targets.to(kGpu);
@@ -140,7 +123,7 @@ TEST_F(CudaRows, CrossEntropyMatchesCpu) {
       EXPECT_TRUE(test::all_close(dx.to(kCpu), want_dx, tol));
       Tensor dloss = Tensor::full({}, 0.5, DType::f32, kGpu);
       Tensor dx_device = ops::cross_entropy_backward(dloss, logits.gpu, gtargets, want.lse.to(kGpu), got.counted);
-      EXPECT_TRUE(same_bits(dx_device, dx));
+      EXPECT_TRUE(test::bit_equal(dx_device, dx));
     }
   }
 #endif
@@ -148,20 +131,20 @@ TEST_F(CudaRows, CrossEntropyMatchesCpu) {
 
 TEST_F(CudaRows, EmbeddingMatchesCpu) {
 #if ALPHA_WITH_CUDA
-  for (DType dtype : kGpuDtypes) {
+  for (DType dtype : test::kGpuDtypes) {
     SCOPED_TRACE(dtype_name(dtype));
     Tensor table = test::random({1000, 64}, dtype);
     Tensor ids = test::random_indices({4, 33}, 20);  // ids repeat
     Tensor out = ops::embedding(ids.to(kGpu), table.to(kGpu));
     EXPECT_EQ(out.shape(), (Shape{4, 33, 64}));
-    EXPECT_TRUE(same_bits(out, ops::embedding(ids, table.to(DType::f32)).to(dtype)));
-    Input dy = input({4, 33, 64}, dtype);
+    EXPECT_TRUE(test::bit_equal(out, ops::embedding(ids, table.to(DType::f32)).to(dtype)));
+    test::GpuInput dy = test::gpu_input({4, 33, 64}, dtype);
     Tensor dtable = ops::embedding_backward(dy.gpu, ids.to(kGpu), 1000);
     Tensor want = ops::embedding_backward(dy.cpu, ids, 1000);
     EXPECT_TRUE(gpu_close(dtable, want, "cuda.embedding"));
-    EXPECT_TRUE(same_bits(dtable, ops::embedding_backward(dy.gpu, ids.to(kGpu), 1000)));
+    EXPECT_TRUE(test::bit_equal(dtable, ops::embedding_backward(dy.gpu, ids.to(kGpu), 1000)));
     if (dtype == DType::f32) {
-      EXPECT_TRUE(same_bits(dtable, want));  // both round the same f64 sums
+      EXPECT_TRUE(test::bit_equal(dtable, want));  // both round the same f64 sums
     }
   }
 #endif

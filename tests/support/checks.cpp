@@ -1,5 +1,6 @@
 #include "support/checks.h"
 
+#include <algorithm>
 #include <atomic>
 #include <cmath>
 #include <limits>
@@ -101,6 +102,22 @@ Tensor poisoned(Shape shape, DType dtype) {
                                              << ", finite difference " << numeric;
     }
   }
+  return ::testing::AssertionSuccess();
+}
+
+std::string tensor_bytes(const Tensor& t) {
+  Tensor c = t.to(Device::cpu()).contiguous();
+  return std::string(static_cast<const char*>(c.raw_data()), c.nbytes());
+}
+
+::testing::AssertionResult bit_equal(const Tensor& got, const Tensor& want) {
+  if (got.dtype() != want.dtype() || got.shape() != want.shape())
+    return ::testing::AssertionFailure() << got.describe() << " != " << want.describe();
+  std::string g = tensor_bytes(got), w = tensor_bytes(want);
+  auto [gi, wi] = std::mismatch(g.begin(), g.end(), w.begin());
+  if (gi != g.end())
+    return ::testing::AssertionFailure() << got.describe() << " differs at byte " << (gi - g.begin()) << " (element "
+                                         << (gi - g.begin()) / int64_t(dtype_size(got.dtype())) << ")";
   return ::testing::AssertionSuccess();
 }
 

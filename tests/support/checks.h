@@ -29,6 +29,11 @@ Tensor poisoned(Shape shape, DType dtype);
 ::testing::AssertionResult all_close(const Tensor& got, const Tensor& want, std::string_view check);
 ::testing::AssertionResult all_close(const Tensor& got, const Tensor& want, Tolerance tol);
 
+// The tensor's elements as raw bytes, row-major (a device tensor is copied to the host first).
+std::string tensor_bytes(const Tensor& t);
+// Same dtype, same shape and the same bytes (either tensor on any device): bit-exact results.
+::testing::AssertionResult bit_equal(const Tensor& got, const Tensor& want);
+
 // Checks autograd gradients of f (inputs must be f64 and require grad) against central finite
 // differences of L = Σ f(inputs) ∘ W with a fixed random W, at step h.
 ::testing::AssertionResult gradcheck(const std::function<autograd::Variable(const std::vector<autograd::Variable>&)>& f,

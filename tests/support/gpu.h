@@ -5,7 +5,19 @@
 
 #include <gtest/gtest.h>
 
+#include "alpha/tensor/tensor.h"
+
 namespace alpha::test {
+
+// The dtypes the CUDA kernels compute in.
+inline constexpr DType kGpuDtypes[] = {DType::f32, DType::bf16, DType::f16};
+
+// Fresh uniform values in [lo, hi) rounded to `dtype`: on cuda:0 in `dtype` (the GPU op's input), and the
+// same values as f32 on the CPU (the CPU op's input).
+struct GpuInput {
+  Tensor gpu, cpu;
+};
+GpuInput gpu_input(Shape shape, DType dtype, double lo = -1.0, double hi = 1.0);
 
 // Whether cuda:0 can run kernels; otherwise `why` says what is missing.
 bool gpu_available(std::string& why);

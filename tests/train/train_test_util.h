@@ -1,4 +1,4 @@
-// Helpers for the checkpoint I/O suites: tensors of random bits and bit-exact comparison. Scratch
+// Helpers for the checkpoint I/O suites: tensors of random bits (bit-exact comparison: support/checks.h). Scratch
 // directories and raw file access come from core/file_test_util.h.
 #pragma once
 #include <string>
@@ -7,6 +7,7 @@
 
 #include "alpha/tensor/tensor.h"
 #include "core/file_test_util.h"
+#include "support/checks.h"
 
 namespace alpha::test {
 
@@ -14,10 +15,6 @@ namespace alpha::test {
 // which only a bit-exact path preserves.
 Tensor random_bits(Shape shape, DType dtype);
 
-// The tensor's elements as raw bytes, row-major.
-std::string tensor_bytes(const Tensor& t);
 
-// Same dtype, same shape and the same bytes.
-::testing::AssertionResult bit_equal(const Tensor& got, const Tensor& want);
 
 }  // namespace alpha::test
