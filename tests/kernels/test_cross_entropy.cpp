@@ -176,10 +176,23 @@ TEST(CrossEntropy, GradientFactorReadFromMemory) {
     Tensor dloss = Tensor::full({}, -1.25, dtype);
     Tensor from_memory = ops::cross_entropy_backward(dloss, logits, targets, out.lse, out.counted);
     EXPECT_EQ(host.to_vector<double>(), from_memory.to_vector<double>());
+    // From the forward's own output (its validated targets): the same bits.
+    EXPECT_EQ(ops::cross_entropy_backward(dloss, logits, out).to_vector<double>(), host.to_vector<double>());
     Tensor none = Tensor::zeros({}, DType::i64);
     EXPECT_TRUE(all_close(ops::cross_entropy_backward(dloss, logits, targets, out.lse, none),
                           Tensor::zeros({7, 9}, DType::f64), "cross_entropy"));
   }
+}
+
+TEST(CrossEntropy, BackwardFromAForwardOfOtherLogitsRaises) {
+  Tensor logits = random({7, 9}, DType::f32, -3.0, 3.0);
+  ops::CrossEntropyOutput out = ops::cross_entropy(logits, random_targets(7, 9));
+  Tensor dloss = Tensor::full({}, 1.0, DType::f32);
+  EXPECT_ALPHA_ERROR(ops::cross_entropy_backward(dloss, random({5, 9}, DType::f32), out), ShapeError,
+                     "[cross_entropy_backward]", "'forward.targets'", "[5]", "[7]");
+  ops::CrossEntropyOutput empty;
+  EXPECT_ALPHA_ERROR(ops::cross_entropy_backward(dloss, logits, empty), ValueError, "[cross_entropy_backward]",
+                     "'forward.targets'", "a defined tensor");
 }
 
 TEST(CrossEntropy, BadInputsRaise) {

@@ -56,6 +56,7 @@ CrossEntropyOutput cross_entropy(const Tensor& logits, const Tensor& targets) {
   Tensor xc = logits.contiguous();
   CrossEntropyOutput result;
   result.counted_rows = checked.counted;
+  result.targets = checked.targets.reshape({shape.rows});
   result.counted = Tensor::empty({}, DType::i64, logits.device());
   Tensor loss;  // the kernel's mean, in the accumulation dtype
   dispatch_float("cross_entropy", logits, [&]<class T>(const auto& where) {
@@ -95,11 +96,11 @@ Tensor cross_entropy_backward(double dloss, const Tensor& logits, const Tensor& 
   return dlogits;
 }
 
-Tensor cross_entropy_backward(const Tensor& dloss, const Tensor& logits, const Tensor& targets, const Tensor& lse,
-                              const Tensor& counted_rows) {
-  constexpr std::string_view op = "cross_entropy_backward";
-  Rows shape = checked_logits(op, logits);
-  CheckedTargets checked = checked_targets(op, targets, logits, shape);
+namespace {
+
+// The backward with the loss gradient and the count read on the device, from targets already validated.
+Tensor backward_from_device_values(std::string_view op, const Tensor& dloss, const Tensor& logits, Rows shape,
+                                   const Tensor& targets, const Tensor& lse, const Tensor& counted_rows) {
   check_same_device(op, "lse", lse, logits);
   check_shape(op, "lse", lse, {shape.rows});
   check_device_scalar(op, "dloss", dloss, logits, logits.dtype() == DType::f64 ? DType::f64 : DType::f32);
@@ -110,10 +111,30 @@ Tensor cross_entropy_backward(const Tensor& dloss, const Tensor& logits, const T
     check_dtype(op, "lse", lse, {dtype_of<acc_t<T>>});
     Tensor lc = lse.contiguous();
     ALPHA_KERNEL(cross_entropy_backward)(where, kernels::CrossEntropyBackwardArgs<T>{
-        xc.data<T>(), checked.targets.data<int32_t>(), lc.data<acc_t<T>>(), dlogits.data<T>(), acc_t<T>(1),
+        xc.data<T>(), targets.data<int32_t>(), lc.data<acc_t<T>>(), dlogits.data<T>(), acc_t<T>(1),
         shape.rows, shape.vocab, kIgnoreIndex, cc.data<int64_t>(), dc.data<acc_t<T>>()});
   });
   return dlogits;
+}
+
+}  // namespace
+
+Tensor cross_entropy_backward(const Tensor& dloss, const Tensor& logits, const Tensor& targets, const Tensor& lse,
+                              const Tensor& counted_rows) {
+  constexpr std::string_view op = "cross_entropy_backward";
+  Rows shape = checked_logits(op, logits);
+  CheckedTargets checked = checked_targets(op, targets, logits, shape);
+  return backward_from_device_values(op, dloss, logits, shape, checked.targets, lse, counted_rows);
+}
+
+Tensor cross_entropy_backward(const Tensor& dloss, const Tensor& logits, const CrossEntropyOutput& forward) {
+  constexpr std::string_view op = "cross_entropy_backward";
+  Rows shape = checked_logits(op, logits);
+  check_dtype(op, "forward.targets", forward.targets, {DType::i32});
+  check_same_device(op, "forward.targets", forward.targets, logits);
+  check_shape(op, "forward.targets", forward.targets, {shape.rows});
+  return backward_from_device_values(op, dloss, logits, shape, forward.targets.contiguous(), forward.lse,
+                                     forward.counted);
 }
 
 }  // namespace alpha::ops

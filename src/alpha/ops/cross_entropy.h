@@ -12,6 +12,7 @@ struct CrossEntropyOutput {
   Tensor lse;   // [N] per-row log-sum-exp (accumulation dtype), saved for the backward
   int64_t counted_rows = 0;  // counted on the host while the targets are validated
   Tensor counted;            // 0-dimensional i64 on the logits' device: the same count, as the kernel wrote it
+  Tensor targets;            // [N] i32, the validated targets (contiguous, on the logits' device)
 };
 // logits [N, V] (or [..., V], flattened), targets [N] (i32) in [0, V) or kIgnoreIndex. On a GPU the targets
 // are validated on the host (one device-to-host copy that waits for the device's stream); the loss itself
@@ -25,5 +26,8 @@ Tensor cross_entropy_backward(double dloss, const Tensor& logits, const Tensor& 
 // through the host (beyond the targets' validation).
 Tensor cross_entropy_backward(const Tensor& dloss, const Tensor& logits, const Tensor& targets, const Tensor& lse,
                               const Tensor& counted_rows);
+// The same from the forward's own output (its validated targets, lse and count): the backward of a
+// training step, which need not validate the targets again (on a GPU that would be another host round trip).
+Tensor cross_entropy_backward(const Tensor& dloss, const Tensor& logits, const CrossEntropyOutput& forward);
 
 }  // namespace alpha::ops
