@@ -180,6 +180,8 @@ GPTOutput GPT::forward(const Tensor& ids, const Tensor& targets, const ForwardOp
   if (dropout.active()) x = autograd::dropout(x, dropout.next());
   for (const auto& block : blocks_) x = block->forward(x, dropout);
   x = ln_f_.forward(x);
+  // The tied head casts the table again rather than reusing the embedding's cast: with bf16 compute, one
+  // shared cast would sum the two uses' gradients in bf16; two casts each bring theirs to f32 first.
   Variable logits = lm_head_ ? lm_head_->forward(x) : autograd::linear(x, options_.for_compute(wte_.weight()), Variable());  // (B, T, V)
   if (config_.logit_softcap > 0.0) logits = autograd::softcap(logits, config_.logit_softcap);
 
