@@ -1,9 +1,12 @@
-// Device pieces both GPU attention implementations (attention_materialized.cu, flash_attention.cu) share:
-// the dropout factor of P(bh, i, j) under the reference's mask contract, and the backward's preprocessing
-// pass D = rowsum(dO∘O) (one warp per query row, a fixed butterfly: deterministic).
+// What the GPU attention implementations (attention_materialized.cu, flash_attention*.cu) share: the
+// dropout factor of P(bh, i, j) under the reference's mask contract, the backward's preprocessing pass
+// D = rowsum(dO∘O) (one warp per query row, a fixed butterfly: deterministic), and the launch of a kernel
+// with a large dynamic shared-memory block.
 #pragma once
 #include <algorithm>
+#include <string>
 
+#include "alpha/core/error.h"
 #include "alpha/core/philox.h"
 #include "alpha/kernels/attention_reference.h"
 #include "alpha/kernels/cuda/common.cuh"
@@ -47,6 +50,31 @@ void launch_attention_delta(const T* dout, const T* out, const AttentionParams<T
   const unsigned blocks = unsigned(std::min((rows + kThreads / 32 - 1) / (kThreads / 32), kMaxBlocks));
   constexpr auto kernel = attention_delta_kernel<T>;
   ALPHA_CUDA_LAUNCH(kernel, blocks, kThreads, stream, bits(dout), bits(out), p, delta);
+}
+
+inline unsigned tile_count(int64_t n, int tile) { return unsigned((n + tile - 1) / tile); }
+
+// The grid's y extent (batch·heads), at most 65535.
+inline unsigned heads_extent(int64_t heads, const char* op) {
+  if (heads > 65535) raise<ShapeError>(op, "batch·heads", "at most 65535", std::to_string(heads));
+  return unsigned(heads);
+}
+
+// Launches kernel<<<grid, threads, bytes of dynamic shared memory, stream>>>(args...), after checking the
+// device offers that much shared memory to a block and raising the kernel's limit to it.
+template <class... Params, class... Args>
+void launch_with_shared(void (*kernel)(Params...), const char* name, dim3 grid, int threads, size_t bytes,
+                        cudaStream_t stream, const Args&... args) {
+  if (grid.x == 0 || grid.y == 0) return;
+  int device = 0, limit = 0;
+  ALPHA_CUDA_CHECK(cudaGetDevice(&device));
+  ALPHA_CUDA_CHECK(cudaDeviceGetAttribute(&limit, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+  if (bytes > size_t(limit))
+    raise<BackendError>(name, "shared memory", "at most " + std::to_string(limit) + " bytes per block on this device",
+                        std::to_string(bytes));
+  ALPHA_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes)));
+  kernel<<<grid, threads, bytes, stream>>>(args...);
+  alpha::cuda::check(cudaGetLastError(), name, __FILE__, __LINE__);
 }
 
 }  // namespace alpha::kernels::cuda

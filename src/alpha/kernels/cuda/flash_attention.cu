@@ -1,8 +1,10 @@
-// Flash attention on CUDA (kernels/flash_attention.h): FlashAttention-2 forward and backward, with tiles
-// of f32 in shared memory and plain FMA loops (no tensor cores yet). Element types: f32, and bf16/f16
-// storage; everything computes in f32. The score matrix is never written to global memory.
+// Flash attention on CUDA (kernels/flash_attention.h): the entry points, and the f32 kernels. bf16 and
+// f16 inputs run on the tensor cores (flash_attention_mma_*.cu); f32 inputs run here in true f32 (no TF32):
+// FlashAttention-2's forward and backward with tiles of f32 in shared memory and plain FMA loops, so f32
+// attention keeps f32's accuracy (relative error ~1e-6) at the f32 pipe's speed. The score matrix is never
+// written to global memory.
 //
-// Every kernel runs 256 threads and uses the same two ownership patterns over a tile of
+// Every f32 kernel runs 256 threads and uses the same two ownership patterns over a tile of
 // `queries` × `keys` entries (Tiling, per head-dimension bucket in FlashTraits):
 // - entries: thread e computes entries e, e + 256, ... in row-major order (a warp covers consecutive keys of
 //   one query row), each a dot product over D (and Dv) from shared memory;
@@ -26,6 +28,7 @@
 #include "alpha/core/philox.h"
 #include "alpha/kernels/cuda/attention_common.cuh"
 #include "alpha/kernels/cuda/common.cuh"
+#include "alpha/kernels/cuda/flash_attention_mma.cuh"
 #include "alpha/kernels/flash_attention.h"
 #include "alpha/runtime/cuda_check.cuh"
 
@@ -382,39 +385,14 @@ int bucket(const AttentionParams<T>& p, const char* op) {
   return widest <= 64 ? 64 : widest <= 128 ? 128 : 256;
 }
 
-unsigned tile_count(int64_t n, int tile) { return unsigned((n + tile - 1) / tile); }
-
-// The grid's y extent (batch·heads), at most 65535.
-unsigned heads_extent(int64_t heads, const char* op) {
-  if (heads > 65535) raise<ShapeError>(op, "batch·heads", "at most 65535", std::to_string(heads));
-  return unsigned(heads);
-}
-
-// Launches kernel<<<grid, kThreads, floats·4 bytes of dynamic shared memory, stream>>>(args...), after
-// checking the device offers that much and raising the kernel's limit to it.
-template <class... Params, class... Args>
-void launch(void (*kernel)(Params...), const char* name, dim3 grid, int64_t floats, cudaStream_t stream,
-            const Args&... args) {
-  if (grid.x == 0 || grid.y == 0) return;
-  const size_t bytes = size_t(floats) * sizeof(float);
-  int device = 0, limit = 0;
-  ALPHA_CUDA_CHECK(cudaGetDevice(&device));
-  ALPHA_CUDA_CHECK(cudaDeviceGetAttribute(&limit, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
-  if (bytes > size_t(limit))
-    raise<BackendError>(name, "shared memory", "at most " + std::to_string(limit) + " bytes per block on this device",
-                        std::to_string(bytes));
-  ALPHA_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes)));
-  kernel<<<grid, kThreads, bytes, stream>>>(args...);
-  alpha::cuda::check(cudaGetLastError(), name, __FILE__, __LINE__);
-}
-
 template <class T, int kBucket>
 void forward(const AttentionForwardArgs<T>& args, cudaStream_t stream) {
   const AttentionParams<T>& p = args.params;
   constexpr Tiling kT = FlashTraits<kBucket>::kForward;
   const int64_t floats = ForwardShared<kT>(nullptr, int(p.head_dim), int(p.value_dim)).floats;
   const dim3 grid(tile_count(p.q_len, kT.queries), heads_extent(p.batch * p.q_heads, "flash_attention_forward"));
-  launch(forward_kernel<T, kBucket>, "flash_attention_forward", grid, floats, stream, args);
+  launch_with_shared(forward_kernel<T, kBucket>, "flash_attention_forward", grid, kThreads, floats * sizeof(float),
+                     stream, args);
 }
 
 template <class T, int kBucket>
@@ -424,12 +402,12 @@ void backward(const AttentionBackwardArgs<T>& args, const float* delta, cudaStre
   const int d = int(p.head_dim), dv = int(p.value_dim);
   const dim3 key_grid(tile_count(p.kv_len, kKeys.keys),
                       heads_extent(p.batch * p.kv_heads, "flash_attention_backward"));
-  launch(key_grads_kernel<T, kBucket>, "flash_attention_backward (dk, dv)", key_grid,
-         BackwardShared<kKeys>(nullptr, d, dv).floats, stream, args, delta);
+  launch_with_shared(key_grads_kernel<T, kBucket>, "flash_attention_backward (dk, dv)", key_grid, kThreads,
+                     BackwardShared<kKeys>(nullptr, d, dv).floats * sizeof(float), stream, args, delta);
   const dim3 query_grid(tile_count(p.q_len, kQueries.queries),
                         heads_extent(p.batch * p.q_heads, "flash_attention_backward"));
-  launch(query_grads_kernel<T, kBucket>, "flash_attention_backward (dq)", query_grid,
-         BackwardShared<kQueries>(nullptr, d, dv).floats, stream, args, delta);
+  launch_with_shared(query_grads_kernel<T, kBucket>, "flash_attention_backward (dq)", query_grid, kThreads,
+                     BackwardShared<kQueries>(nullptr, d, dv).floats * sizeof(float), stream, args, delta);
 }
 
 }  // namespace
@@ -437,10 +415,14 @@ void backward(const AttentionBackwardArgs<T>& args, const float* delta, cudaStre
 template <class T>
 void flash_attention_forward(const AttentionForwardArgs<T>& args, Stream stream) {
   cudaStream_t s = alpha::cuda::stream_handle(stream);
-  switch (bucket(args.params, "flash_attention_forward")) {
-    case 64: return forward<T, 64>(args, s);
-    case 128: return forward<T, 128>(args, s);
-    default: return forward<T, 256>(args, s);
+  if constexpr (!std::is_same_v<T, float>) {
+    flash_attention_mma_forward(args, s);
+  } else {
+    switch (bucket(args.params, "flash_attention_forward")) {
+      case 64: return forward<T, 64>(args, s);
+      case 128: return forward<T, 128>(args, s);
+      default: return forward<T, 256>(args, s);
+    }
   }
 }
 
@@ -448,12 +430,18 @@ template <class T>
 void flash_attention_backward(const AttentionBackwardArgs<T>& args, float* workspace, Stream stream) {
   const AttentionParams<T>& p = args.params;
   cudaStream_t s = alpha::cuda::stream_handle(stream);
-  const int b = bucket(p, "flash_attention_backward");
-  launch_attention_delta(args.dout, args.out, p, workspace, s);
-  switch (b) {
-    case 64: return backward<T, 64>(args, workspace, s);
-    case 128: return backward<T, 128>(args, workspace, s);
-    default: return backward<T, 256>(args, workspace, s);
+  if constexpr (!std::is_same_v<T, float>) {
+    mma_head_dim_bucket(p, "flash_attention_backward");  // raises before anything is queued
+    launch_attention_delta(args.dout, args.out, p, workspace, s);
+    flash_attention_mma_backward(args, workspace, s);
+  } else {
+    const int b = bucket(p, "flash_attention_backward");
+    launch_attention_delta(args.dout, args.out, p, workspace, s);
+    switch (b) {
+      case 64: return backward<T, 64>(args, workspace, s);
+      case 128: return backward<T, 128>(args, workspace, s);
+      default: return backward<T, 256>(args, workspace, s);
+    }
   }
 }
 

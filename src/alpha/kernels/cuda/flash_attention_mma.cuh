@@ -1,0 +1,101 @@
+// Flash attention for bf16 and f16 on the tensor cores (kernels/flash_attention.h's contract): what the
+// forward (flash_attention_mma_forward.cu) and backward (flash_attention_mma_backward.cu) kernels share:
+// the head-dimension buckets they are compiled for, the layout they require, and the element-wise pieces
+// of the score and its gradient, written once so both passes compute the same P.
+//
+// Precision, as FlashAttention-2: q, k, v, dO are bf16/f16; every product accumulates in f32 on the tensor
+// cores (mma.m16n8k16); S, the softmax statistics and dS are f32; P (for P·V and dV = P̃ᵀ·dO) and dS (for
+// dQ = dS·K and dK = dSᵀ·Q) are rounded to the input type before their products, which is where the kernels'
+// error beyond the storage rounding comes from (the harness bounds it by twice the naive low-precision
+// attention's).
+//
+// Head dimensions: D and Dv are multiples of 8 up to 256, padded with zeros in shared memory to the bucket
+// of the wider of the two (32, 64, 96, 128 or 256: D = 48 runs the 64 kernels, as FlashAttention-2 does).
+// Rows of q, k and v start 16-byte aligned (cp.async moves 16 bytes): the pointers are 16-byte aligned and
+// every stride but the feature one is a multiple of 8 elements. Anything else raises ShapeError naming what
+// was expected; nothing falls back.
+#pragma once
+#include <cmath>
+#include <cstdint>
+#include <string>
+
+#include "alpha/core/error.h"
+#include "alpha/kernels/attention_reference.h"
+#include "alpha/kernels/cuda/attention_common.cuh"
+
+namespace alpha::kernels::cuda {
+
+inline constexpr float kLog2e = 1.4426950408889634f;
+
+// The kernels' bucket for D and Dv (raises ShapeError for what the kernels cannot take).
+template <class T>
+int mma_head_dim_bucket(const AttentionParams<T>& p, const char* op) {
+  const int64_t widest = std::max(p.head_dim, p.value_dim);
+  if (p.head_dim < 8 || p.value_dim < 8 || widest > 256 || p.head_dim % 8 || p.value_dim % 8)
+    raise<ShapeError>(op, "head_dim, value_dim", "multiples of 8 from 8 to 256 for bf16/f16 flash attention",
+                      std::to_string(p.head_dim) + ", " + std::to_string(p.value_dim));
+  return widest <= 32 ? 32 : widest <= 64 ? 64 : widest <= 96 ? 96 : widest <= 128 ? 128 : 256;
+}
+
+// Raises ShapeError unless `rows` (an operand of [B, T, H, features]) starts 16-byte aligned with every
+// stride a multiple of 8 elements.
+template <class T>
+void require_mma_rows(const T* rows, const AttentionStrides& s, const char* op, const char* name) {
+  const bool aligned = reinterpret_cast<uintptr_t>(rows) % 16 == 0 && s.batch % 8 == 0 && s.time % 8 == 0 &&
+                       s.head % 8 == 0;
+  if (!aligned)
+    raise<ShapeError>(op, name, "16-byte aligned rows (pointer 16-byte aligned, batch/time/head strides multiples of 8)",
+                      "strides " + std::to_string(s.batch) + ", " + std::to_string(s.time) + ", " +
+                          std::to_string(s.head));
+}
+
+// S = softcap(dot·scale), the logit of one entry.
+template <class T>
+__device__ __forceinline__ float attention_logit(const AttentionParams<T>& p, float dot) {
+  const float s = dot * p.scale;
+  return p.softcap > 0 ? p.softcap * tanhf(s / p.softcap) : s;
+}
+
+// Whether query i sees key j (false for i past Tq).
+template <class T>
+__device__ __forceinline__ bool mma_visible(const AttentionParams<T>& p, int64_t i, int64_t j) {
+  if (i >= p.q_len) return false;
+  const KeyRange range = visible_key_range(p, i);
+  return j >= range.begin && j < range.end;
+}
+
+// The last row of the tile of `rows` rows starting at `first`, out of `total`.
+__device__ __forceinline__ int64_t tile_last_row(int64_t first, int rows, int64_t total) {
+  return first + rows < total ? first + rows - 1 : total - 1;
+}
+
+// log2 of the forward's normaliser of row i, so that P = exp2(S·log2e − lse2): m·log2e + log2(l). +inf
+// for a row that sees no key (and for rows past Tq): P = 0 there.
+__device__ __forceinline__ float log2_normaliser(float row_max, float row_sum) {
+  return row_sum > 0.0f ? fmaf(row_max, kLog2e, log2f(row_sum)) : INFINITY;
+}
+
+// P̃ and dS_raw·scale of one visible entry, from its q·k dot, its dO·v dot, its row's lse2 and D, and
+// its dropout factor z: P = exp(S − m) / l, P̃ = P·z, dS = P·(dP·z − D), through the softcap
+// dS_raw = dS·(1 − (S/c)²).
+struct EntryGrad {
+  float prob_dropped;
+  float dscore;  // dS_raw·scale: the factor of k in dQ and of q in dK
+};
+template <class T>
+__device__ __forceinline__ EntryGrad entry_gradient(const AttentionParams<T>& p, float qk, float dov, float lse2,
+                                                   float delta, float z) {
+  const float s = attention_logit(p, qk);
+  const float prob = exp2f(fmaf(s, kLog2e, -lse2));
+  float ds = prob * fmaf(dov, z, -delta);
+  if (p.softcap > 0) ds *= 1.0f - (s / p.softcap) * (s / p.softcap);
+  return {prob * z, ds * p.scale};
+}
+
+template <class T>
+void flash_attention_mma_forward(const AttentionForwardArgs<T>& args, cudaStream_t stream);
+// delta: D = rowsum(dO∘O) per query row, already computed (launch_attention_delta).
+template <class T>
+void flash_attention_mma_backward(const AttentionBackwardArgs<T>& args, const float* delta, cudaStream_t stream);
+
+}  // namespace alpha::kernels::cuda

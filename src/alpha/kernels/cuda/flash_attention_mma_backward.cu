@@ -1,0 +1,293 @@
+// Flash attention backward for bf16/f16 on the tensor cores (shared pieces and the precision contract in
+// flash_attention_mma.cuh), deterministic: no atomics, every output element summed by one thread in a fixed
+// order. After D = rowsum(dO∘O) (attention_common.cuh), two kernels:
+//
+// key_grads: one block per (key tile of 16·kWarps keys, b·Hkv + kv head); each warp owns 16 keys, holds
+// their dK and dV in f32 registers, and walks the query heads of the GQA group, then the query tiles that
+// see any of the block's keys (visible_query_range), streamed through a two-stage cp.async ring of Q, dO and
+// the rows' statistics. Per query tile it computes, transposed so that its keys are the rows:
+//   Sᵀ = K·Qᵀ, dP̃ᵀ = V·dOᵀ (tensor cores, f32), then per entry P̃ and dS_raw·scale (entry_gradient),
+//   dV += P̃ᵀ·dO and dK += dSᵀ·Q, with P̃ᵀ and dSᵀ rounded to T straight from the registers that computed
+//   them (the C → A fragment identity, mma.cuh).
+// query_grads: one block per (query tile of 16·kWarps queries, b·Hq + h); each warp owns 16 queries and
+// their dQ, walks the visible key tiles (two-stage ring of K and V), recomputes S = Q·Kᵀ and dP̃ = dO·Vᵀ and
+// adds dS·K. Recomputing S and dP̃ here (7 tile products in all instead of FlashAttention-2's 5 with an atomic
+// dQ) is the price of determinism.
+#include "alpha/kernels/cuda/flash_attention_mma.cuh"
+#include "alpha/kernels/cuda/mma.cuh"
+
+namespace alpha::kernels::cuda {
+
+namespace {
+
+using namespace mma;
+
+constexpr int kWarps = 4;
+constexpr int kThreads = 32 * kWarps;
+constexpr int kBlockRows = 16 * kWarps;  // keys of a key_grads block, queries of a query_grads block
+
+// Per bucket: the width of the tiles a block streams (queries for key_grads, keys for query_grads).
+template <int kHeadDim> struct BackwardTraits {
+  static constexpr int kStream = 64;
+};
+template <> struct BackwardTraits<128> {
+  static constexpr int kStream = 32;
+};
+template <> struct BackwardTraits<256> {
+  static constexpr int kStream = 32;
+};
+
+template <int kHeadDim>
+struct BackwardShape {
+  static constexpr int kStream = BackwardTraits<kHeadDim>::kStream;
+  using HeldTile = SharedTile<kBlockRows, kHeadDim>;
+  using StreamTile = SharedTile<kStream, kHeadDim>;
+  // Two held tiles (K, V or Q, dO), two stages of two streamed tiles, and for key_grads two stages of the
+  // streamed rows' lse2 and D (f32).
+  static constexpr size_t kTileBytes = (2 * HeldTile::kElements + 4 * StreamTile::kElements) * sizeof(uint16_t);
+  static constexpr size_t kSharedBytes = kTileBytes + 4 * kStream * sizeof(float);
+};
+
+// The (row, column) entries of a warp's 16 × 8·kN C fragments: row g + 8·(x / 2), column 8n + 2t + x % 2.
+__device__ __forceinline__ int fragment_row(int lane, int x) { return lane / 4 + 8 * (x / 2); }
+__device__ __forceinline__ int fragment_col(int lane, int n, int x) { return 8 * n + 2 * (lane % 4) + x % 2; }
+
+template <class T, int kHeadDim>
+__global__ void __launch_bounds__(kThreads) key_grads_kernel(AttentionBackwardArgs<T> a, const float* delta) {
+  using Shape = BackwardShape<kHeadDim>;
+  constexpr int kQ = Shape::kStream, kN = kQ / 8, kO = kHeadDim / 8;
+  extern __shared__ __align__(16) uint16_t shared[];
+  const typename Shape::HeldTile k_tile{shared}, v_tile{shared + Shape::HeldTile::kElements};
+  uint16_t* streamed = shared + 2 * Shape::HeldTile::kElements;
+  // Stage s of the ring: q_tiles.next(s), do_tiles.next(s), lse2_rows + s·kQ, delta_rows + s·kQ.
+  const typename Shape::StreamTile q_tiles{streamed}, do_tiles = q_tiles.next(2);
+  float* lse2_rows = reinterpret_cast<float*>(streamed + 4 * Shape::StreamTile::kElements);
+  float* delta_rows = lse2_rows + 2 * kQ;
+
+  const AttentionParams<T>& p = a.params;
+  const int warp = int(threadIdx.x) / 32, lane = int(threadIdx.x) % 32;
+  const int64_t group = p.q_heads / p.kv_heads;
+  const int64_t b = blockIdx.y / p.kv_heads, kv_head = blockIdx.y % p.kv_heads;
+  const int64_t j0 = int64_t(blockIdx.x) * kBlockRows, j_end = tile_last_row(j0, kBlockRows, p.kv_len) + 1;
+  const int d_qk = int(p.head_dim), d_v = int(p.value_dim);
+  load_tile_async(k_tile, bits(a.k) + b * p.k_strides.batch + kv_head * p.k_strides.head, p.k_strides.time, j0,
+                  p.kv_len, d_qk, threadIdx.x, kThreads);
+  load_tile_async(v_tile, bits(a.v) + b * p.v_strides.batch + kv_head * p.v_strides.head, p.v_strides.time, j0,
+                  p.kv_len, d_v, threadIdx.x, kThreads);
+
+  // Steps: (query head of the group, query tile of the rows that see the block's keys), head-major.
+  const QueryRange queries = visible_query_range(p, j0, j_end);
+  const int64_t tiles_per_head = (queries.end - queries.begin + kQ - 1) / kQ;
+  const int64_t steps = tiles_per_head * group;
+  auto step_rows = [&](int64_t step, int64_t& bh, int64_t& i0) {
+    bh = b * p.q_heads + kv_head * group + step / tiles_per_head;
+    i0 = queries.begin + (step % tiles_per_head) * kQ;
+  };
+  auto load_queries = [&](int64_t step, int stage) {
+    int64_t bh, i0;
+    step_rows(step, bh, i0);
+    const int64_t h = bh % p.q_heads;
+    load_tile_async(q_tiles.next(stage), bits(a.q) + b * p.q_strides.batch + h * p.q_strides.head, p.q_strides.time, i0,
+                    p.q_len, d_qk, threadIdx.x, kThreads);
+    load_tile_async(do_tiles.next(stage), bits(a.dout) + (b * p.q_len * p.q_heads + h) * p.value_dim,
+                    p.q_heads * p.value_dim, i0, p.q_len, d_v, threadIdx.x, kThreads);
+    for (int r = threadIdx.x; r < kQ; r += kThreads) {
+      const int64_t i = i0 + r, row = bh * p.q_len + i;
+      const bool inside = i < p.q_len;
+      lse2_rows[stage * kQ + r] = inside ? log2_normaliser(a.row_max[row], a.row_sum[row]) : INFINITY;
+      delta_rows[stage * kQ + r] = inside ? delta[row] : 0.0f;
+    }
+  };
+  if (steps > 0) load_queries(0, 0);
+  copy_async_commit();
+
+  FragC dk[1][kO], dv[1][kO];
+  zero(dk);
+  zero(dv);
+  const int key_row0 = warp * 16;
+  int stage = 0;
+  for (int64_t step = 0; step < steps; ++step, stage ^= 1) {
+    if (step + 1 < steps) load_queries(step + 1, stage ^ 1);
+    copy_async_commit();
+    copy_async_wait<1>();
+    __syncthreads();  // this stage's q, dO, statistics (and the first time k, v) are in place
+
+    int64_t bh, i0;
+    step_rows(step, bh, i0);
+    FragC st[1][kN], dpt[1][kN];  // Sᵀ and dP̃ᵀ: rows this warp's keys, columns the tile's queries
+    zero(st);
+    zero(dpt);
+    warp_product_abt<T, 1, kN, kHeadDim>(st, k_tile, key_row0, q_tiles.next(stage), 0, lane);
+    warp_product_abt<T, 1, kN, kHeadDim>(dpt, v_tile, key_row0, do_tiles.next(stage), 0, lane);
+
+    const int64_t last_row = tile_last_row(i0, kQ, p.q_len);
+    const bool masked = !(j0 >= visible_key_range(p, last_row).begin && j0 + kBlockRows <= visible_key_range(p, i0).end);
+#pragma unroll
+    for (int n = 0; n < kN; ++n)
+#pragma unroll
+      for (int x = 0; x < 4; ++x) {
+        const int col = fragment_col(lane, n, x);
+        const int64_t i = i0 + col, j = j0 + key_row0 + fragment_row(lane, x);
+        EntryGrad e{0.0f, 0.0f};
+        if (!masked || mma_visible(p, i, j)) {
+          const float z = p.dropout_p > 0 && i < p.q_len ? dropout_factor(p, bh, i, j) : 1.0f;
+          e = entry_gradient(p, st[0][n].x[x], dpt[0][n].x[x], lse2_rows[stage * kQ + col], delta_rows[stage * kQ + col], z);
+        }
+        st[0][n].x[x] = e.prob_dropped;
+        dpt[0][n].x[x] = e.dscore;
+      }
+
+    FragA probs[1][kN / 2], dscores[1][kN / 2];
+    to_a_fragments<T>(probs, st);
+    to_a_fragments<T>(dscores, dpt);
+    warp_product_ab<T, 1, kO, kQ>(dv, probs, do_tiles.next(stage), 0, 0, lane);
+    warp_product_ab<T, 1, kO, kQ>(dk, dscores, q_tiles.next(stage), 0, 0, lane);
+    __syncthreads();  // every warp is done with this stage before the next iteration refills it
+  }
+  copy_async_wait<0>();
+
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    const int64_t j = j0 + key_row0 + fragment_row(lane, 2 * half);
+    if (j >= p.kv_len) continue;
+    uint16_t* dk_row = bits(a.dk) + ((b * p.kv_len + j) * p.kv_heads + kv_head) * p.head_dim;
+    uint16_t* dv_row = bits(a.dv) + ((b * p.kv_len + j) * p.kv_heads + kv_head) * p.value_dim;
+#pragma unroll
+    for (int n = 0; n < kO; ++n) {
+      const int col = fragment_col(lane, n, 0);
+      if (col < d_qk)
+        *reinterpret_cast<uint32_t*>(dk_row + col) = pack2<T>(dk[0][n].x[2 * half], dk[0][n].x[2 * half + 1]);
+      if (col < d_v)
+        *reinterpret_cast<uint32_t*>(dv_row + col) = pack2<T>(dv[0][n].x[2 * half], dv[0][n].x[2 * half + 1]);
+    }
+  }
+}
+
+template <class T, int kHeadDim>
+__global__ void __launch_bounds__(kThreads) query_grads_kernel(AttentionBackwardArgs<T> a, const float* delta) {
+  using Shape = BackwardShape<kHeadDim>;
+  constexpr int kK = Shape::kStream, kN = kK / 8, kO = kHeadDim / 8;
+  extern __shared__ __align__(16) uint16_t shared[];
+  const typename Shape::HeldTile q_tile{shared}, do_tile{shared + Shape::HeldTile::kElements};
+  uint16_t* streamed = shared + 2 * Shape::HeldTile::kElements;
+  // Stage s of the ring: k_tiles.next(s), v_tiles.next(s).
+  const typename Shape::StreamTile k_tiles{streamed}, v_tiles = k_tiles.next(2);
+
+  const AttentionParams<T>& p = a.params;
+  const int warp = int(threadIdx.x) / 32, lane = int(threadIdx.x) % 32;
+  const int64_t bh = blockIdx.y, b = bh / p.q_heads, h = bh % p.q_heads, kv_head = h / (p.q_heads / p.kv_heads);
+  const int64_t i0 = int64_t(gridDim.x - 1 - blockIdx.x) * kBlockRows;
+  const int64_t last_row = tile_last_row(i0, kBlockRows, p.q_len);
+  const int64_t key_begin = visible_key_range(p, i0).begin, key_end = visible_key_range(p, last_row).end;
+  const int64_t whole_begin = visible_key_range(p, last_row).begin, whole_end = visible_key_range(p, i0).end;
+  const int d_qk = int(p.head_dim), d_v = int(p.value_dim);
+  const uint16_t* k_rows = bits(a.k) + b * p.k_strides.batch + kv_head * p.k_strides.head;
+  const uint16_t* v_rows = bits(a.v) + b * p.v_strides.batch + kv_head * p.v_strides.head;
+  auto load_keys = [&](int64_t j0, int stage) {
+    load_tile_async(k_tiles.next(stage), k_rows, p.k_strides.time, j0, p.kv_len, d_qk, threadIdx.x, kThreads);
+    load_tile_async(v_tiles.next(stage), v_rows, p.v_strides.time, j0, p.kv_len, d_v, threadIdx.x, kThreads);
+  };
+  load_tile_async(q_tile, bits(a.q) + b * p.q_strides.batch + h * p.q_strides.head, p.q_strides.time, i0, p.q_len,
+                  d_qk, threadIdx.x, kThreads);
+  load_tile_async(do_tile, bits(a.dout) + (b * p.q_len * p.q_heads + h) * p.value_dim, p.q_heads * p.value_dim, i0,
+                  p.q_len, d_v, threadIdx.x, kThreads);
+  if (key_begin < key_end) load_keys(key_begin, 0);
+  copy_async_commit();
+
+  // This thread's two rows (fragment rows g and g + 8 of its warp) and their statistics.
+  const int row0 = warp * 16;
+  float lse2[2], row_delta[2];
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    const int64_t i = i0 + row0 + fragment_row(lane, 2 * half), row = bh * p.q_len + i;
+    const bool inside = i < p.q_len;
+    lse2[half] = inside ? log2_normaliser(a.row_max[row], a.row_sum[row]) : INFINITY;
+    row_delta[half] = inside ? delta[row] : 0.0f;
+  }
+
+  FragC dq[1][kO];
+  zero(dq);
+  int stage = 0;
+  for (int64_t j0 = key_begin; j0 < key_end; j0 += kK, stage ^= 1) {
+    if (j0 + kK < key_end) load_keys(j0 + kK, stage ^ 1);
+    copy_async_commit();
+    copy_async_wait<1>();
+    __syncthreads();  // this stage's k, v (and the first time q, dO) are in shared memory
+
+    FragC s[1][kN], dp[1][kN];
+    zero(s);
+    zero(dp);
+    warp_product_abt<T, 1, kN, kHeadDim>(s, q_tile, row0, k_tiles.next(stage), 0, lane);
+    warp_product_abt<T, 1, kN, kHeadDim>(dp, do_tile, row0, v_tiles.next(stage), 0, lane);
+
+    const bool masked = !(j0 >= whole_begin && j0 + kK <= whole_end);
+#pragma unroll
+    for (int n = 0; n < kN; ++n)
+#pragma unroll
+      for (int x = 0; x < 4; ++x) {
+        const int half = x / 2;
+        const int64_t i = i0 + row0 + fragment_row(lane, x), j = j0 + fragment_col(lane, n, x);
+        float dscore = 0.0f;
+        if (!masked || mma_visible(p, i, j)) {
+          const float z = p.dropout_p > 0 && i < p.q_len ? dropout_factor(p, bh, i, j) : 1.0f;
+          dscore = entry_gradient(p, s[0][n].x[x], dp[0][n].x[x], lse2[half], row_delta[half], z).dscore;
+        }
+        s[0][n].x[x] = dscore;
+      }
+
+    FragA dscores[1][kN / 2];
+    to_a_fragments<T>(dscores, s);
+    warp_product_ab<T, 1, kO, kK>(dq, dscores, k_tiles.next(stage), 0, 0, lane);
+    __syncthreads();  // every warp is done with this stage before the next iteration refills it
+  }
+  copy_async_wait<0>();
+
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    const int64_t i = i0 + row0 + fragment_row(lane, 2 * half);
+    if (i >= p.q_len) continue;
+    uint16_t* dq_row = bits(a.dq) + ((b * p.q_len + i) * p.q_heads + h) * p.head_dim;
+#pragma unroll
+    for (int n = 0; n < kO; ++n) {
+      const int col = fragment_col(lane, n, 0);
+      if (col < d_qk)
+        *reinterpret_cast<uint32_t*>(dq_row + col) = pack2<T>(dq[0][n].x[2 * half], dq[0][n].x[2 * half + 1]);
+    }
+  }
+}
+
+template <class T, int kHeadDim>
+void backward(const AttentionBackwardArgs<T>& args, const float* delta, cudaStream_t stream) {
+  using Shape = BackwardShape<kHeadDim>;
+  const AttentionParams<T>& p = args.params;
+  const dim3 key_grid(tile_count(p.kv_len, kBlockRows), heads_extent(p.batch * p.kv_heads, "flash_attention_backward"));
+  launch_with_shared(key_grads_kernel<T, kHeadDim>, "flash_attention_backward (dk, dv)", key_grid, kThreads,
+                     Shape::kSharedBytes, stream, args, delta);
+  const dim3 query_grid(tile_count(p.q_len, kBlockRows), heads_extent(p.batch * p.q_heads, "flash_attention_backward"));
+  launch_with_shared(query_grads_kernel<T, kHeadDim>, "flash_attention_backward (dq)", query_grid, kThreads,
+                     Shape::kTileBytes, stream, args, delta);
+}
+
+}  // namespace
+
+template <class T>
+void flash_attention_mma_backward(const AttentionBackwardArgs<T>& args, const float* delta, cudaStream_t stream) {
+  constexpr const char* kOp = "flash_attention_backward";
+  const AttentionParams<T>& p = args.params;
+  const int bucket = mma_head_dim_bucket(p, kOp);
+  require_mma_rows(args.q, p.q_strides, kOp, "q");
+  require_mma_rows(args.k, p.k_strides, kOp, "k");
+  require_mma_rows(args.v, p.v_strides, kOp, "v");
+  switch (bucket) {
+    case 32: return backward<T, 32>(args, delta, stream);
+    case 64: return backward<T, 64>(args, delta, stream);
+    case 96: return backward<T, 96>(args, delta, stream);
+    case 128: return backward<T, 128>(args, delta, stream);
+    default: return backward<T, 256>(args, delta, stream);
+  }
+}
+
+template void flash_attention_mma_backward<bf16>(const AttentionBackwardArgs<bf16>&, const float*, cudaStream_t);
+template void flash_attention_mma_backward<f16>(const AttentionBackwardArgs<f16>&, const float*, cudaStream_t);
+
+}  // namespace alpha::kernels::cuda
