@@ -70,10 +70,10 @@ __global__ void __launch_bounds__(kThreads) key_grads_kernel(AttentionBackwardAr
   const int64_t b = blockIdx.y / p.kv_heads, kv_head = blockIdx.y % p.kv_heads;
   const int64_t j0 = int64_t(blockIdx.x) * kBlockRows, j_end = tile_last_row(j0, kBlockRows, p.kv_len) + 1;
   const int d_qk = int(p.head_dim), d_v = int(p.value_dim);
-  load_tile_async(k_tile, bits(a.k) + b * p.k_strides.batch + kv_head * p.k_strides.head, p.k_strides.time, j0,
-                  p.kv_len, d_qk, threadIdx.x, kThreads);
-  load_tile_async(v_tile, bits(a.v) + b * p.v_strides.batch + kv_head * p.v_strides.head, p.v_strides.time, j0,
-                  p.kv_len, d_v, threadIdx.x, kThreads);
+  load_tile_async<kThreads>(k_tile, bits(a.k) + b * p.k_strides.batch + kv_head * p.k_strides.head, p.k_strides.time, j0,
+                  p.kv_len, d_qk);
+  load_tile_async<kThreads>(v_tile, bits(a.v) + b * p.v_strides.batch + kv_head * p.v_strides.head, p.v_strides.time, j0,
+                  p.kv_len, d_v);
 
   // Steps: (query head of the group, query tile of the rows that see the block's keys), head-major.
   const QueryRange queries = visible_query_range(p, j0, j_end);
@@ -87,10 +87,10 @@ __global__ void __launch_bounds__(kThreads) key_grads_kernel(AttentionBackwardAr
     int64_t bh, i0;
     step_rows(step, bh, i0);
     const int64_t h = bh % p.q_heads;
-    load_tile_async(q_tiles.next(stage), bits(a.q) + b * p.q_strides.batch + h * p.q_strides.head, p.q_strides.time, i0,
-                    p.q_len, d_qk, threadIdx.x, kThreads);
-    load_tile_async(do_tiles.next(stage), bits(a.dout) + (b * p.q_len * p.q_heads + h) * p.value_dim,
-                    p.q_heads * p.value_dim, i0, p.q_len, d_v, threadIdx.x, kThreads);
+    load_tile_async<kThreads>(q_tiles.next(stage), bits(a.q) + b * p.q_strides.batch + h * p.q_strides.head, p.q_strides.time, i0,
+                    p.q_len, d_qk);
+    load_tile_async<kThreads>(do_tiles.next(stage), bits(a.dout) + (b * p.q_len * p.q_heads + h) * p.value_dim,
+                    p.q_heads * p.value_dim, i0, p.q_len, d_v);
     for (int r = threadIdx.x; r < kQ; r += kThreads) {
       const int64_t i = i0 + r, row = bh * p.q_len + i;
       const bool inside = i < p.q_len;
@@ -184,13 +184,13 @@ __global__ void __launch_bounds__(kThreads) query_grads_kernel(AttentionBackward
   const uint16_t* k_rows = bits(a.k) + b * p.k_strides.batch + kv_head * p.k_strides.head;
   const uint16_t* v_rows = bits(a.v) + b * p.v_strides.batch + kv_head * p.v_strides.head;
   auto load_keys = [&](int64_t j0, int stage) {
-    load_tile_async(k_tiles.next(stage), k_rows, p.k_strides.time, j0, p.kv_len, d_qk, threadIdx.x, kThreads);
-    load_tile_async(v_tiles.next(stage), v_rows, p.v_strides.time, j0, p.kv_len, d_v, threadIdx.x, kThreads);
+    load_tile_async<kThreads>(k_tiles.next(stage), k_rows, p.k_strides.time, j0, p.kv_len, d_qk);
+    load_tile_async<kThreads>(v_tiles.next(stage), v_rows, p.v_strides.time, j0, p.kv_len, d_v);
   };
-  load_tile_async(q_tile, bits(a.q) + b * p.q_strides.batch + h * p.q_strides.head, p.q_strides.time, i0, p.q_len,
-                  d_qk, threadIdx.x, kThreads);
-  load_tile_async(do_tile, bits(a.dout) + (b * p.q_len * p.q_heads + h) * p.value_dim, p.q_heads * p.value_dim, i0,
-                  p.q_len, d_v, threadIdx.x, kThreads);
+  load_tile_async<kThreads>(q_tile, bits(a.q) + b * p.q_strides.batch + h * p.q_strides.head, p.q_strides.time, i0, p.q_len,
+                  d_qk);
+  load_tile_async<kThreads>(do_tile, bits(a.dout) + (b * p.q_len * p.q_heads + h) * p.value_dim, p.q_heads * p.value_dim, i0,
+                  p.q_len, d_v);
   if (key_begin < key_end) load_keys(key_begin, 0);
   copy_async_commit();
 

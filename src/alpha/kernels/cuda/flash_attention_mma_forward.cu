@@ -20,18 +20,17 @@ namespace {
 
 using namespace mma;
 
-// Per bucket: warps per block, 16-row tiles per warp, keys per tile.
+// Per bucket: warps per block, 16-row tiles per warp, keys per tile. Four warps a block, so that two or
+// more blocks share an SM and one block's softmax overlaps another's products (a block's warps move through
+// the phases of a key tile together, between its barriers).
 template <int kHeadDim> struct ForwardTraits {
+  static constexpr int kWarps = 4, kMTiles = 1, kKeys = 64;
+};
+template <> struct ForwardTraits<32> {
   static constexpr int kWarps = 4, kMTiles = 2, kKeys = 64;
 };
-template <> struct ForwardTraits<96> {
-  static constexpr int kWarps = 8, kMTiles = 1, kKeys = 64;
-};
-template <> struct ForwardTraits<128> {
-  static constexpr int kWarps = 8, kMTiles = 1, kKeys = 64;
-};
 template <> struct ForwardTraits<256> {
-  static constexpr int kWarps = 8, kMTiles = 1, kKeys = 32;
+  static constexpr int kWarps = 4, kMTiles = 1, kKeys = 32;
 };
 
 template <int kHeadDim>
@@ -70,10 +69,10 @@ __global__ void __launch_bounds__(ForwardShape<kHeadDim>::kThreads)
   const uint16_t* v_rows = bits(a.v) + b * p.v_strides.batch + kv_head * p.v_strides.head;
   const int d_qk = int(p.head_dim), d_v = int(p.value_dim);
   auto load_keys = [&](int64_t j0, int stage) {
-    load_tile_async(k_tiles.next(stage), k_rows, p.k_strides.time, j0, p.kv_len, d_qk, threadIdx.x, Shape::kThreads);
-    load_tile_async(v_tiles.next(stage), v_rows, p.v_strides.time, j0, p.kv_len, d_v, threadIdx.x, Shape::kThreads);
+    load_tile_async<Shape::kThreads>(k_tiles.next(stage), k_rows, p.k_strides.time, j0, p.kv_len, d_qk);
+    load_tile_async<Shape::kThreads>(v_tiles.next(stage), v_rows, p.v_strides.time, j0, p.kv_len, d_v);
   };
-  load_tile_async(q_tile, q_rows, p.q_strides.time, i0, p.q_len, d_qk, threadIdx.x, Shape::kThreads);
+  load_tile_async<Shape::kThreads>(q_tile, q_rows, p.q_strides.time, i0, p.q_len, d_qk);
   if (key_begin < key_end) load_keys(key_begin, 0);
   copy_async_commit();
 
@@ -128,7 +127,7 @@ __global__ void __launch_bounds__(ForwardShape<kHeadDim>::kThreads)
         tile_max = fmaxf(tile_max, __shfl_xor_sync(kFullWarp, tile_max, 2));
         const float new_max = fmaxf(row_max[m][half], tile_max);
         const float base = new_max == -INFINITY ? 0.0f : new_max;  // all masked so far: every exp is 0
-        const float rescale = exp2f((row_max[m][half] - base) * kLog2e);
+        const float rescale = fast_exp2((row_max[m][half] - base) * kLog2e);
         const float base_log2 = base * kLog2e;
         row_max[m][half] = new_max;
         row_sum[m][half] *= rescale;
@@ -139,7 +138,7 @@ __global__ void __launch_bounds__(ForwardShape<kHeadDim>::kThreads)
         for (int n = 0; n < kN; ++n)
 #pragma unroll
           for (int x = 2 * half; x < 2 * half + 2; ++x) {
-            const float prob = exp2f(fmaf(s[m][n].x[x], kLog2e, -base_log2));
+            const float prob = fast_exp2(fmaf(s[m][n].x[x], kLog2e, -base_log2));
             row_sum[m][half] += prob;
             s[m][n].x[x] = prob;
           }

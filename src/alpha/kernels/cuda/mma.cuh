@@ -112,17 +112,33 @@ struct SharedTile {
 };
 
 // Starts copying rows [first, first + kRows) of a global operand (row r at rows + r·row_stride, `width`
-// elements wide, width and row_stride multiples of 8, rows 16-byte aligned) into `tile`, by `threads` threads;
-// rows at or past `total` and columns at or past `width` are zero-filled. Completes at copy_async_wait.
-template <int kRows, int kCols>
+// elements wide, width and row_stride multiples of 8, rows 16-byte aligned) into `tile`, by the kThreads
+// threads of the block; rows at or past `total` and columns at or past `width` are zero-filled. Completes at
+// copy_async_wait. When whole rows of 16-byte chunks divide among the threads, each thread's chunks sit in
+// one column at a fixed row step, so the per-chunk work is a pointer increment.
+template <int kThreads, int kRows, int kCols>
 __device__ __forceinline__ void load_tile_async(SharedTile<kRows, kCols> tile, const uint16_t* rows,
-                                                int64_t row_stride, int64_t first, int64_t total, int width,
-                                                int thread, int threads) {
-  constexpr int kChunks = kCols / 8;
-  for (int e = thread; e < kRows * kChunks; e += threads) {
-    const int r = e / kChunks, col = (e % kChunks) * 8;
-    const bool valid = first + r < total && col < width;
-    copy_async16(tile.at(r, col), valid ? rows + (first + r) * row_stride + col : rows, valid);
+                                                int64_t row_stride, int64_t first, int64_t total, int width) {
+  constexpr int kChunksPerRow = kCols / 8;
+  const int thread = int(threadIdx.x);
+  if constexpr (kThreads % kChunksPerRow == 0) {
+    constexpr int kRowStep = kThreads / kChunksPerRow;
+    const int col = thread % kChunksPerRow * 8, row0 = thread / kChunksPerRow;
+    const int64_t rows_left = total - first - row0;  // this thread's row pass·kRowStep exists iff below
+    const uint16_t* src = rows + (first + row0) * row_stride + col;
+#pragma unroll
+    for (int pass = 0; pass * kRowStep < kRows; ++pass) {
+      if (kRows % kRowStep != 0 && row0 + pass * kRowStep >= kRows) break;
+      const bool valid = pass * kRowStep < rows_left && col < width;
+      copy_async16(tile.at(row0 + pass * kRowStep, col), valid ? src + pass * kRowStep * row_stride : rows, valid);
+    }
+  } else {
+#pragma unroll 4
+    for (int e = thread; e < kRows * kChunksPerRow; e += kThreads) {
+      const int r = e / kChunksPerRow, col = e % kChunksPerRow * 8;
+      const bool valid = first + r < total && col < width;
+      copy_async16(tile.at(r, col), valid ? rows + (first + r) * row_stride + col : rows, valid);
+    }
   }
 }
 
