@@ -1,13 +1,15 @@
-// Harness checks of flash attention (kernels/cuda/flash_attention.cu) against the CPU reference in f64
-// (row cuda.flash_attention), for every dtype, with the check shared with the materialising kernels
-// (attention_cases.h: forward out, row_max, row_sum; backward dq, dk, dv on the reference's forward results;
-// the backward twice, bit for bit). The cases cover every head-dimension bucket and tile shape of the
-// kernels (D = 32, 48, 64, 96, 128, 256; Dv != D within and across buckets), lengths that are not multiples
-// of the tiles (1, 17, 127, 1000), causal and not, Tq < Tk and Tq > Tk (leading rows that see no key),
-// softcap, dropout, GQA ratios 1, 2, 8 and MQA, strided q/k/v slices of one fused qkv tensor, and sliding
-// windows (left, right, both, empty rows, zero width) whose edges fall inside tiles, so that the kernels
-// skip key tiles on both sides and query tiles in the dK/dV pass. Outputs are poisoned: an element no
-// kernel writes fails.
+// Harness checks of flash attention (kernels/cuda/flash_attention.cu) against the CPU reference in f64,
+// for every dtype, with the check shared with the materialising kernels (attention_cases.h: forward out,
+// row_max, row_sum; backward dq, dk, dv on the reference's forward results; the backward twice, bit for
+// bit). f32 outputs and the statistics are held to row cuda.flash_attention; bf16/f16 out, dq, dk, dv to at
+// most twice the error of naive attention in the same precision, plus a floor that takes that row's abs
+// (the kernels round P and dS to T before their matrix products, as FlashAttention does). The cases cover
+// every head-dimension bucket and tile shape of the kernels (D = 32, 48, 64, 96, 128, 256; Dv != D within
+// and across buckets), lengths that are not multiples of the tiles (1, 17, 127, 1000, 4099), causal and
+// not, Tq < Tk and Tq > Tk (leading rows that see no key), softcap, dropout, GQA ratios 1, 2, 8 and MQA,
+// strided q/k/v slices of one fused qkv tensor, and sliding windows (left, right, both, empty rows, zero
+// width) whose edges fall inside tiles, so that the kernels skip key tiles on both sides and query tiles in
+// the dK/dV pass. Outputs are poisoned: an element no kernel writes fails.
 #if ALPHA_WITH_CUDA
 #include "alpha/check/attention_cases.h"
 #include "alpha/check/families.h"

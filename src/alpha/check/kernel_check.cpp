@@ -16,6 +16,20 @@
 
 namespace alpha::check {
 
+namespace {
+
+// |got − want| of one element: an infinite or NaN reference must be matched exactly (0 if it is, inf if
+// not), and NaN or inf against a finite reference is infinitely off (a poisoned element left unwritten).
+double element_error(double got, double want) {
+  if (!std::isfinite(want)) return got == want || (std::isnan(got) && std::isnan(want)) ? 0.0 : INFINITY;
+  return std::isfinite(got) ? std::fabs(got - want) : INFINITY;
+}
+
+// A tensor's values as a contiguous f64 tensor on the CPU.
+Tensor host_f64(const Tensor& t) { return t.to(Device::cpu()).to(DType::f64).contiguous(); }
+
+}  // namespace
+
 Context::Context(Device gpu, uint64_t seed, std::function<void(const Comparison&)> report)
     : gpu_(gpu), seed_(seed), report_(std::move(report)) {
 #if ALPHA_WITH_CUDA
@@ -69,8 +83,7 @@ bool Context::compare(std::string kernel, const Tensor& got, const Tensor& want,
     report(std::move(c));
     return false;
   }
-  Tensor g = got.to(Device::cpu()).to(DType::f64).contiguous();
-  Tensor w = want.to(DType::f64).contiguous();
+  Tensor g = host_f64(got), w = host_f64(want);
   const double* gp = g.data<double>();
   const double* wp = w.data<double>();
   // Below this magnitude the absolute bound dominates, so relative errors are measured against it.
@@ -79,14 +92,8 @@ bool Context::compare(std::string kernel, const Tensor& got, const Tensor& want,
   int64_t worst = -1, bad = 0;
   for (int64_t i = 0; i < g.numel(); ++i) {
     const double bound = tol.abs + tol.rel * std::fabs(wp[i]);
-    double e = std::fabs(gp[i] - wp[i]);
-    bool ok = e <= bound;  // false for NaN: a poisoned element left unwritten fails here
-    if (!std::isfinite(wp[i])) {  // an infinite or NaN reference must be matched exactly
-      ok = gp[i] == wp[i] || (std::isnan(gp[i]) && std::isnan(wp[i]));
-      e = ok ? 0.0 : INFINITY;
-    } else if (!std::isfinite(gp[i])) {
-      e = INFINITY;
-    }
+    const double e = element_error(gp[i], wp[i]);
+    const bool ok = e <= bound;
     sum_abs += e;
     c.max_abs = std::max(c.max_abs, e);
     const double denom = std::max(std::fabs(wp[i]), floor);
@@ -104,6 +111,62 @@ bool Context::compare(std::string kernel, const Tensor& got, const Tensor& want,
     c.detail = buf;
     if (!c.passed) c.detail += " (" + std::to_string(bad) + " elements out of tolerance)";
   }
+  const bool passed = c.passed;
+  report(std::move(c));
+  return passed;
+}
+
+void judge_against_naive(Comparison& c, const Tensor& got, const Tensor& want, const Tensor& naive,
+                         std::string_view row) {
+  for (const Tensor* t : {&got, &naive})
+    if (t->shape() != want.shape()) {
+      c.passed = false;
+      c.naive = Comparison::Naive{NAN, NAN};  // no bound to show
+      c.detail = std::string(t == &got ? "shape " : "the naive computation's shape ") + shape_str(t->shape()) +
+                 " against the reference's " + shape_str(want.shape());
+      return;
+    }
+  Tensor g = host_f64(got), w = host_f64(want), n = host_f64(naive);
+  const double* gp = g.data<double>();
+  const double* wp = w.data<double>();
+  const double* np = n.data<double>();
+  double sum_abs = 0.0, naive_max_abs = 0.0, want_max_abs = 0.0;
+  int64_t worst = -1, naive_worst = -1;
+  for (int64_t i = 0; i < g.numel(); ++i) {
+    const double e = element_error(gp[i], wp[i]), naive_e = element_error(np[i], wp[i]);
+    sum_abs += e;
+    if (worst < 0 || e > c.max_abs) c.max_abs = e, worst = i;
+    if (naive_worst < 0 || naive_e > naive_max_abs) naive_max_abs = naive_e, naive_worst = i;
+    if (std::isfinite(wp[i])) want_max_abs = std::max(want_max_abs, std::fabs(wp[i]));
+  }
+  c.mean_abs = g.numel() > 0 ? sum_abs / double(g.numel()) : 0.0;
+  c.max_rel = want_max_abs > 0 ? c.max_abs / want_max_abs : (c.max_abs > 0 ? INFINITY : 0.0);
+  const double bound = naive_attention_bound(row, got.dtype(), naive_max_abs, want_max_abs);
+  c.naive = Comparison::Naive{naive_max_abs, bound};
+  char buf[320];
+  if (!std::isfinite(naive_max_abs)) {
+    c.passed = false;
+    std::snprintf(buf, sizeof buf, "the naive computation is not finite at element %lld (%.9g, want %.9g)",
+                  static_cast<long long>(naive_worst), np[naive_worst], wp[naive_worst]);
+    c.detail = buf;
+    return;
+  }
+  c.passed = c.max_abs <= bound;
+  const double ratio = naive_max_abs > 0 ? c.max_abs / naive_max_abs : (c.max_abs > 0 ? INFINITY : 0.0);
+  std::snprintf(buf, sizeof buf, "naive max_abs %.3e, ours/naive %.2f, bound %gxnaive + floor %.1e", naive_max_abs,
+                ratio, kNaiveErrorFactor, bound - kNaiveErrorFactor * naive_max_abs);
+  c.detail = buf;
+  if (worst >= 0) {
+    std::snprintf(buf, sizeof buf, "; worst element %lld: got %.9g, want %.9g, naive %.9g",
+                  static_cast<long long>(worst), gp[worst], wp[worst], np[worst]);
+    c.detail += buf;
+  }
+}
+
+bool Context::compare_with_naive(std::string kernel, const Tensor& got, const Tensor& want, const Tensor& naive,
+                                 std::string_view row) {
+  Comparison c = labelled(std::move(kernel), got);
+  judge_against_naive(c, got, want, naive, row);
   const bool passed = c.passed;
   report(std::move(c));
   return passed;
@@ -220,16 +283,18 @@ std::string format_header() {
 
 std::string format_comparison(const Comparison& c) {
   char buf[400];
-  std::string tol = c.tol.abs == 0 && c.tol.rel == 0 ? std::string("bitwise") : [&] {
+  std::string tol = [&] {
     char t[40];
-    std::snprintf(t, sizeof t, "%.1e/%.1e", c.tol.abs, c.tol.rel);
+    if (c.naive) std::snprintf(t, sizeof t, "%.1e (%gxnaive)", c.naive->bound, kNaiveErrorFactor);
+    else if (c.tol.abs == 0 && c.tol.rel == 0) return std::string("bitwise");
+    else std::snprintf(t, sizeof t, "%.1e/%.1e", c.tol.abs, c.tol.rel);
     return std::string(t);
   }();
   std::snprintf(buf, sizeof buf, "%-34s %-5s %-20s %10.3e %10.3e %10.3e  %-17s %s", c.kernel.c_str(),
                 std::string(dtype_name(c.dtype)).c_str(), c.shape.c_str(), c.max_abs, c.mean_abs, c.max_rel, tol.c_str(),
                 c.passed ? "PASS" : "FAIL");
   std::string line = buf;
-  if (!c.passed && !c.detail.empty()) line += "  (" + c.detail + ")";
+  if ((!c.passed || c.naive) && !c.detail.empty()) line += "  (" + c.detail + ")";
   return line;
 }
 

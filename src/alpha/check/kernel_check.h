@@ -2,7 +2,10 @@
 // kernel runs on fresh random inputs, into outputs poisoned with NaN, and each output is compared with the
 // CPU kernel's result in f64 on the same values (the inputs are rounded to the kernel's dtype first, so
 // both sides see identical numbers). A comparison reports max_abs, mean_abs and max_rel and passes when
-// every element is within the tolerance table's row (alpha/check/tolerances.h) for its dtype.
+// every element is within the tolerance table's row (alpha/check/tolerances.h) for its dtype. bf16/f16
+// attention outputs are judged instead against naive attention computed in the same precision
+// (compare_with_naive, naive_attention_bound in tolerances.h): ours may be off the f64 reference by at most
+// twice as much as it, plus a floor.
 //
 // A check is one function per kernel family (checks_<family>.cpp) that loops over the sizes and dtypes it
 // covers and calls Context::compare for every output; the registry (kernel_check.cpp) lists them.
@@ -56,7 +59,21 @@ struct Comparison {
   Tolerance tol{};     // {0, 0} for bit-for-bit comparisons
   bool passed = false;
   std::string detail;  // the worst element (index, got, want), or why the comparison failed
+  // Set by compare_with_naive, whose max_rel is max_abs / max|want| (normwise: the bound is normwise too).
+  struct Naive {
+    double max_abs;  // max |naive − want|: the naive low-precision computation's error
+    double bound;    // what max_abs may reach: naive_attention_bound (tolerances.h)
+  };
+  std::optional<Naive> naive;
 };
+
+// The judgement of Context::compare_with_naive, which needs no GPU: `got` (bf16 or f16, any device) and
+// `naive` (the naive low-precision computation on the same inputs, any device and dtype) against `want`
+// (f64 on the CPU), with the bound of naive_attention_bound for got's dtype and the f32 row `row`. Fills
+// c's measurements, naive, passed and detail. NaN or inf where `want` is finite fails ours; in the naive
+// result it fails the comparison too, as a yardstick that is not finite judges nothing.
+void judge_against_naive(Comparison& c, const Tensor& got, const Tensor& want, const Tensor& naive,
+                         std::string_view row);
 
 // What a check works with: the GPU, its stream, fresh seeds, and the comparisons it reports.
 class Context {
@@ -86,6 +103,11 @@ class Context {
   bool compare(std::string kernel, const Tensor& got, const Tensor& want, std::string_view row);
   // Same, with an explicit tolerance (for bounds that scale with the input, such as a sum's).
   bool compare(std::string kernel, const Tensor& got, const Tensor& want, Tolerance tol);
+  // For bf16/f16 attention: passes iff max|got − want| <= 2·max|naive − want| + floor, where `naive` is the
+  // naive low-precision attention on the same inputs (judge_against_naive; the factor and the floor, which
+  // takes the abs of the f32 row `row`, are in tolerances.h).
+  bool compare_with_naive(std::string kernel, const Tensor& got, const Tensor& want, const Tensor& naive,
+                          std::string_view row);
   // Passes only if `got` and `want` (same dtype, any devices) hold the same bytes: dropout masks, and a
   // deterministic kernel run twice.
   bool compare_bits(std::string kernel, const Tensor& got, const Tensor& want);
@@ -136,7 +158,9 @@ struct HarnessResult {
 HarnessResult run_checks(std::string_view filter, Device gpu, uint64_t seed,
                          const std::function<void(const Comparison&)>& on_comparison = {});
 
-// One line per comparison: kernel, dtype, shape, max_abs, mean_abs, max_rel, tolerance, PASS/FAIL.
+// One line per comparison: kernel, dtype, shape, max_abs, mean_abs, max_rel, tolerance, PASS/FAIL, and
+// the detail of a failure. A comparison with the naive computation shows its bound as the tolerance
+// ("2.6e-03 (2xnaive)") and always its detail (the naive error, the ratio ours/naive).
 std::string format_comparison(const Comparison& c);
 std::string format_header();
 

@@ -25,6 +25,7 @@
 
 #include "alpha/core/dtype.h"
 #include "alpha/core/hd.h"
+#include "alpha/core/philox.h"
 
 namespace alpha::kernels {
 
@@ -132,6 +133,15 @@ ALPHA_HD QueryRange visible_query_range(const AttentionParams<T>& p, int64_t key
 template <class T>
 ALPHA_HD uint64_t attention_dropout_index(const AttentionParams<T>& p, int64_t bh, int64_t i, int64_t j) {
   return p.dropout_offset + (uint64_t(bh) * uint64_t(p.q_len) + uint64_t(i)) * uint64_t(p.kv_len) + uint64_t(j);
+}
+
+// The factor dropout applies to P(b, h, i, j), with bh = b·Hq + h: 0 when dropped, 1/(1 − p) when kept, 1
+// without dropout (Z of the backward's formulas). Shared by the reference and the harness's naive attention.
+template <class T>
+ALPHA_HD acc_t<T> attention_dropout_factor(const AttentionParams<T>& p, int64_t bh, int64_t i, int64_t j) {
+  if (p.dropout_p == 0) return acc_t<T>(1);
+  const bool keep = dropout_keep(p.dropout_seed, attention_dropout_index(p, bh, i, j), p.dropout_p);
+  return keep ? p.dropout_scale : acc_t<T>(0);
 }
 
 namespace cpu {

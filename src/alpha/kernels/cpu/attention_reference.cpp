@@ -8,8 +8,6 @@
 #include <limits>
 #include <vector>
 
-#include "alpha/core/philox.h"
-
 namespace alpha::kernels::cpu {
 
 namespace {
@@ -44,15 +42,6 @@ void fill_scores(const AttentionParams<T>& p, const T* q, const T* k, int64_t b,
   }
 }
 
-// The factor dropout applies to P(b, h, i, j): 0 when dropped, 1/(1 − p) when kept, 1 without dropout.
-template <class T>
-acc_t<T> dropout_factor(const AttentionParams<T>& p, int64_t b, int64_t h, int64_t i, int64_t j) {
-  using A = acc_t<T>;
-  if (p.dropout_p == 0) return A(1);
-  uint64_t index = attention_dropout_index(p, b * p.q_heads + h, i, j);
-  return dropout_keep(p.dropout_seed, index, p.dropout_p) ? p.dropout_scale : A(0);
-}
-
 }  // namespace
 
 template <class T>
@@ -80,7 +69,7 @@ void attention_reference_forward(const AttentionForwardArgs<T>& args) {
       args.row_sum[bh * p.q_len + i] = l;
       std::fill(out_row.begin(), out_row.end(), A(0));
       for (int64_t j = visible.begin; j < visible.end; ++j) {
-        A weight = row[j] / l * dropout_factor(p, b, h, i, j);
+        A weight = row[j] / l * attention_dropout_factor(p, bh, i, j);
         if (weight == 0) continue;
         const T* vj = row_at(args.v, p.v_strides, b, j, kv_head);
         for (int64_t d = 0; d < p.value_dim; ++d) out_row[size_t(d)] += weight * A(vj[d]);
@@ -119,7 +108,7 @@ void attention_reference_backward(const AttentionBackwardArgs<T>& args) {
         const KeyRange visible = visible_key_range(p, i);
         for (int64_t j = visible.begin; j < visible.end; ++j) {
           A prob = std::exp(row[j] - m) / l;
-          A factor = dropout_factor(p, b, h, i, j);
+          A factor = attention_dropout_factor(p, b * p.q_heads + h, i, j);
           const T* vj = row_at(args.v, p.v_strides, b, j, kv_head);
           const T* kj = row_at(args.k, p.k_strides, b, j, kv_head);
           A dprob = 0;
