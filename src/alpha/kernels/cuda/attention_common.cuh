@@ -1,5 +1,5 @@
-// What the GPU attention implementations (attention_materialized.cu, flash_attention*.cu) share: the
-// dropout factor of P(bh, i, j) under the reference's mask contract, the backward's preprocessing pass
+// What the GPU attention implementations (attention_materialized.cu, flash_attention*.cu) share (beside
+// attention_reference.h's visibility rule and dropout factor, shared with the CPU): the backward's preprocessing pass
 // D = rowsum(dO∘O) (one warp per query row, a fixed butterfly: deterministic), and the launch of a kernel
 // with a large dynamic shared-memory block.
 #pragma once
@@ -13,14 +13,6 @@
 #include "alpha/runtime/cuda_check.cuh"
 
 namespace alpha::kernels::cuda {
-
-// The factor dropout applies to P(bh, i, j): 0 dropped, 1/(1 − p) kept, 1 without dropout.
-template <class T>
-__device__ float dropout_factor(const AttentionParams<T>& p, int64_t bh, int64_t i, int64_t j) {
-  if (p.dropout_p == 0) return 1.0f;
-  const uint32_t bits = philox_bits(p.dropout_seed, attention_dropout_index(p, bh, i, j));
-  return dropout_keeps(bits, p.dropout_p) ? p.dropout_scale : 0.0f;
-}
 
 // One warp per query row (bh·Tq + i) of the contiguous dO and O [B, Tq, Hq, Dv]: delta = Σ_d dO·O
 // (lane-strided partial sums, then the warp's fixed butterfly).

@@ -154,7 +154,7 @@ __global__ void scores_kernel(const Bits<T>* x, AttentionStrides xs, const Bits<
       const int64_t row = bh * p.q_len + i;
       const float s = entry;
       const float prob = expf(s - row_max[row]) / row_sum[row];
-      float ds = prob * (dot * dropout_factor(p, bh, i, j) - delta[row]);
+      float ds = prob * (dot * attention_dropout_factor(p, bh, i, j) - delta[row]);
       if (p.softcap > 0) ds *= 1.0f - (s / p.softcap) * (s / p.softcap);
       entry = ds * p.scale;
     }
@@ -182,7 +182,7 @@ __global__ void softmax_kernel(AttentionParams<T> p, float* scores, float* row_m
     for (int64_t j = visible.begin + threadIdx.x; j < visible.end; j += blockDim.x) l += expf(s[j] - m);
     l = block_sum(l, scratch);
     for (int64_t j = visible.begin + threadIdx.x; j < visible.end; j += blockDim.x)
-      s[j] = expf(s[j] - m) / l * dropout_factor(p, bh, i, j);
+      s[j] = expf(s[j] - m) / l * attention_dropout_factor(p, bh, i, j);
     if (threadIdx.x == 0) {
       row_max[row] = m;
       row_sum[row] = l;
@@ -246,7 +246,7 @@ __global__ void keys_product_kernel(const float* a, const Bits<T>* y, AttentionS
           const float value = head_a[i * p.kv_len + j];
           if constexpr (kProbs) {
             const int64_t row = bh * p.q_len + i;
-            return expf(value - row_max[row]) / row_sum[row] * dropout_factor(p, bh, i, j);
+            return expf(value - row_max[row]) / row_sum[row] * attention_dropout_factor(p, bh, i, j);
           } else {
             return value;
           }

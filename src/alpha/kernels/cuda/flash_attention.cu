@@ -215,7 +215,7 @@ __global__ void __launch_bounds__(kThreads) forward_kernel(AttentionForwardArgs<
     for (int c = own.lane; c < kT.keys; c += Rows::kPerRow) {
       const float e = expf(sh.s(own.row, c) - base);
       tile_sum += e;
-      sh.s(own.row, c) = e > 0.0f ? e * dropout_factor(p, bh, i, j0 + c) : 0.0f;
+      sh.s(own.row, c) = e > 0.0f ? e * attention_dropout_factor(p, bh, i, j0 + c) : 0.0f;
     }
     l = l * rescale + group_sum<Rows::kPerRow>(tile_sum);
     m = m_new;
@@ -273,7 +273,7 @@ __device__ void score_grads(const AttentionParams<T>& p, const BackwardShared<kT
     if (visible(p, i, j)) {
       const float s = score(p, dot(sh.q, r, sh.k, c, int(p.head_dim)));
       const float prob = expf(s - sh.stats(0, r)) / sh.stats(1, r);  // l >= 1 on a row that sees a key
-      const float z = dropout_factor(p, bh, i, j);
+      const float z = attention_dropout_factor(p, bh, i, j);
       prob_dropped = prob * z;
       ds = prob * (dot(sh.dout, r, sh.v, c, int(p.value_dim)) * z - sh.stats(2, r));
       if (p.softcap > 0) ds *= 1.0f - (s / p.softcap) * (s / p.softcap);

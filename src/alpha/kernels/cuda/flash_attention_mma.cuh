@@ -41,12 +41,12 @@ int mma_head_dim_bucket(const AttentionParams<T>& p, const char* op) {
 // stride a multiple of 8 elements.
 template <class T>
 void require_mma_rows(const T* rows, const AttentionStrides& s, const char* op, const char* name) {
-  const bool aligned = reinterpret_cast<uintptr_t>(rows) % 16 == 0 && s.batch % 8 == 0 && s.time % 8 == 0 &&
-                       s.head % 8 == 0;
+  const bool aligned =
+      reinterpret_cast<uintptr_t>(rows) % 16 == 0 && s.batch % 8 == 0 && s.time % 8 == 0 && s.head % 8 == 0;
   if (!aligned)
-    raise<ShapeError>(op, name, "16-byte aligned rows (pointer 16-byte aligned, batch/time/head strides multiples of 8)",
-                      "strides " + std::to_string(s.batch) + ", " + std::to_string(s.time) + ", " +
-                          std::to_string(s.head));
+    raise<ShapeError>(
+        op, name, "16-byte aligned rows (pointer 16-byte aligned, batch/time/head strides multiples of 8)",
+        "strides " + std::to_string(s.batch) + ", " + std::to_string(s.time) + ", " + std::to_string(s.head));
 }
 
 // S = softcap(dot·scale), the logit of one entry.
@@ -92,7 +92,7 @@ struct EntryGrad {
 };
 template <class T>
 __device__ __forceinline__ EntryGrad entry_gradient(const AttentionParams<T>& p, float qk, float dov, float lse2,
-                                                   float delta, float z) {
+                                                    float delta, float z) {
   const float s = attention_logit(p, qk);
   const float prob = fast_exp2(fmaf(s, kLog2e, -lse2));
   float ds = prob * fmaf(dov, z, -delta);

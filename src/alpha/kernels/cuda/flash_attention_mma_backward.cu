@@ -27,13 +27,16 @@ constexpr int kThreads = 32 * kWarps;
 constexpr int kBlockRows = 16 * kWarps;  // keys of a key_grads block, queries of a query_grads block
 
 // Per bucket: the width of the tiles a block streams (queries for key_grads, keys for query_grads).
-template <int kHeadDim> struct BackwardTraits {
+template <int kHeadDim>
+struct BackwardTraits {
   static constexpr int kStream = 64;
 };
-template <> struct BackwardTraits<128> {
+template <>
+struct BackwardTraits<128> {
   static constexpr int kStream = 32;
 };
-template <> struct BackwardTraits<256> {
+template <>
+struct BackwardTraits<256> {
   static constexpr int kStream = 32;
 };
 
@@ -70,35 +73,38 @@ __global__ void __launch_bounds__(kThreads) key_grads_kernel(AttentionBackwardAr
   const int64_t b = blockIdx.y / p.kv_heads, kv_head = blockIdx.y % p.kv_heads;
   const int64_t j0 = int64_t(blockIdx.x) * kBlockRows, j_end = tile_last_row(j0, kBlockRows, p.kv_len) + 1;
   const int d_qk = int(p.head_dim), d_v = int(p.value_dim);
-  load_tile_async<kThreads>(k_tile, bits(a.k) + b * p.k_strides.batch + kv_head * p.k_strides.head, p.k_strides.time, j0,
-                  p.kv_len, d_qk);
-  load_tile_async<kThreads>(v_tile, bits(a.v) + b * p.v_strides.batch + kv_head * p.v_strides.head, p.v_strides.time, j0,
-                  p.kv_len, d_v);
+  load_tile_async<kThreads>(k_tile, bits(a.k) + b * p.k_strides.batch + kv_head * p.k_strides.head, p.k_strides.time,
+                            j0, p.kv_len, d_qk);
+  load_tile_async<kThreads>(v_tile, bits(a.v) + b * p.v_strides.batch + kv_head * p.v_strides.head, p.v_strides.time,
+                            j0, p.kv_len, d_v);
 
-  // Steps: (query head of the group, query tile of the rows that see the block's keys), head-major.
+  // Steps: (query head of the group, query tile of the rows that see the block's keys), head-major; a
+  // cursor moves through them by increments (no 64-bit division in the loop).
   const QueryRange queries = visible_query_range(p, j0, j_end);
   const int64_t tiles_per_head = (queries.end - queries.begin + kQ - 1) / kQ;
   const int64_t steps = tiles_per_head * group;
-  auto step_rows = [&](int64_t step, int64_t& bh, int64_t& i0) {
-    bh = b * p.q_heads + kv_head * group + step / tiles_per_head;
-    i0 = queries.begin + (step % tiles_per_head) * kQ;
+  struct Step {
+    int64_t h, i0;
   };
-  auto load_queries = [&](int64_t step, int stage) {
-    int64_t bh, i0;
-    step_rows(step, bh, i0);
-    const int64_t h = bh % p.q_heads;
-    load_tile_async<kThreads>(q_tiles.next(stage), bits(a.q) + b * p.q_strides.batch + h * p.q_strides.head, p.q_strides.time, i0,
-                    p.q_len, d_qk);
-    load_tile_async<kThreads>(do_tiles.next(stage), bits(a.dout) + (b * p.q_len * p.q_heads + h) * p.value_dim,
-                    p.q_heads * p.value_dim, i0, p.q_len, d_v);
+  auto following = [&](Step s) {
+    s.i0 += kQ;
+    if (s.i0 >= queries.end) s.i0 = queries.begin, ++s.h;
+    return s;
+  };
+  auto load_queries = [&](Step s, int stage) {
+    load_tile_async<kThreads>(q_tiles.next(stage), bits(a.q) + b * p.q_strides.batch + s.h * p.q_strides.head,
+                              p.q_strides.time, s.i0, p.q_len, d_qk);
+    load_tile_async<kThreads>(do_tiles.next(stage), bits(a.dout) + (b * p.q_len * p.q_heads + s.h) * p.value_dim,
+                              p.q_heads * p.value_dim, s.i0, p.q_len, d_v);
     for (int r = threadIdx.x; r < kQ; r += kThreads) {
-      const int64_t i = i0 + r, row = bh * p.q_len + i;
+      const int64_t i = s.i0 + r, row = (b * p.q_heads + s.h) * p.q_len + i;
       const bool inside = i < p.q_len;
       lse2_rows[stage * kQ + r] = inside ? log2_normaliser(a.row_max[row], a.row_sum[row]) : INFINITY;
       delta_rows[stage * kQ + r] = inside ? delta[row] : 0.0f;
     }
   };
-  if (steps > 0) load_queries(0, 0);
+  Step current{kv_head * group, queries.begin};
+  if (steps > 0) load_queries(current, 0);
   copy_async_commit();
 
   FragC dk[1][kO], dv[1][kO];
@@ -106,14 +112,13 @@ __global__ void __launch_bounds__(kThreads) key_grads_kernel(AttentionBackwardAr
   zero(dv);
   const int key_row0 = warp * 16;
   int stage = 0;
-  for (int64_t step = 0; step < steps; ++step, stage ^= 1) {
-    if (step + 1 < steps) load_queries(step + 1, stage ^ 1);
+  for (int64_t step = 0; step < steps; ++step, stage ^= 1, current = following(current)) {
+    if (step + 1 < steps) load_queries(following(current), stage ^ 1);
     copy_async_commit();
     copy_async_wait<1>();
     __syncthreads();  // this stage's q, dO, statistics (and the first time k, v) are in place
 
-    int64_t bh, i0;
-    step_rows(step, bh, i0);
+    const int64_t bh = b * p.q_heads + current.h, i0 = current.i0;
     FragC st[1][kN], dpt[1][kN];  // Sᵀ and dP̃ᵀ: rows this warp's keys, columns the tile's queries
     zero(st);
     zero(dpt);
@@ -121,7 +126,8 @@ __global__ void __launch_bounds__(kThreads) key_grads_kernel(AttentionBackwardAr
     warp_product_abt<T, 1, kN, kHeadDim>(dpt, v_tile, key_row0, do_tiles.next(stage), 0, lane);
 
     const int64_t last_row = tile_last_row(i0, kQ, p.q_len);
-    const bool masked = !(j0 >= visible_key_range(p, last_row).begin && j0 + kBlockRows <= visible_key_range(p, i0).end);
+    const bool masked =
+        !(j0 >= visible_key_range(p, last_row).begin && j0 + kBlockRows <= visible_key_range(p, i0).end);
 #pragma unroll
     for (int n = 0; n < kN; ++n)
 #pragma unroll
@@ -130,8 +136,9 @@ __global__ void __launch_bounds__(kThreads) key_grads_kernel(AttentionBackwardAr
         const int64_t i = i0 + col, j = j0 + key_row0 + fragment_row(lane, x);
         EntryGrad e{0.0f, 0.0f};
         if (!masked || mma_visible(p, i, j)) {
-          const float z = p.dropout_p > 0 && i < p.q_len ? dropout_factor(p, bh, i, j) : 1.0f;
-          e = entry_gradient(p, st[0][n].x[x], dpt[0][n].x[x], lse2_rows[stage * kQ + col], delta_rows[stage * kQ + col], z);
+          const float z = p.dropout_p > 0 && i < p.q_len ? attention_dropout_factor(p, bh, i, j) : 1.0f;
+          e = entry_gradient(p, st[0][n].x[x], dpt[0][n].x[x], lse2_rows[stage * kQ + col],
+                             delta_rows[stage * kQ + col], z);
         }
         st[0][n].x[x] = e.prob_dropped;
         dpt[0][n].x[x] = e.dscore;
@@ -187,10 +194,10 @@ __global__ void __launch_bounds__(kThreads) query_grads_kernel(AttentionBackward
     load_tile_async<kThreads>(k_tiles.next(stage), k_rows, p.k_strides.time, j0, p.kv_len, d_qk);
     load_tile_async<kThreads>(v_tiles.next(stage), v_rows, p.v_strides.time, j0, p.kv_len, d_v);
   };
-  load_tile_async<kThreads>(q_tile, bits(a.q) + b * p.q_strides.batch + h * p.q_strides.head, p.q_strides.time, i0, p.q_len,
-                  d_qk);
-  load_tile_async<kThreads>(do_tile, bits(a.dout) + (b * p.q_len * p.q_heads + h) * p.value_dim, p.q_heads * p.value_dim, i0,
-                  p.q_len, d_v);
+  load_tile_async<kThreads>(q_tile, bits(a.q) + b * p.q_strides.batch + h * p.q_strides.head, p.q_strides.time, i0,
+                            p.q_len, d_qk);
+  load_tile_async<kThreads>(do_tile, bits(a.dout) + (b * p.q_len * p.q_heads + h) * p.value_dim,
+                            p.q_heads * p.value_dim, i0, p.q_len, d_v);
   if (key_begin < key_end) load_keys(key_begin, 0);
   copy_async_commit();
 
@@ -229,7 +236,7 @@ __global__ void __launch_bounds__(kThreads) query_grads_kernel(AttentionBackward
         const int64_t i = i0 + row0 + fragment_row(lane, x), j = j0 + fragment_col(lane, n, x);
         float dscore = 0.0f;
         if (!masked || mma_visible(p, i, j)) {
-          const float z = p.dropout_p > 0 && i < p.q_len ? dropout_factor(p, bh, i, j) : 1.0f;
+          const float z = p.dropout_p > 0 && i < p.q_len ? attention_dropout_factor(p, bh, i, j) : 1.0f;
           dscore = entry_gradient(p, s[0][n].x[x], dp[0][n].x[x], lse2[half], row_delta[half], z).dscore;
         }
         s[0][n].x[x] = dscore;

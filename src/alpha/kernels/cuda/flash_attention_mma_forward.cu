@@ -23,13 +23,16 @@ using namespace mma;
 // Per bucket: warps per block, 16-row tiles per warp, keys per tile. Four warps a block, so that two or
 // more blocks share an SM and one block's softmax overlaps another's products (a block's warps move through
 // the phases of a key tile together, between its barriers).
-template <int kHeadDim> struct ForwardTraits {
+template <int kHeadDim>
+struct ForwardTraits {
   static constexpr int kWarps = 4, kMTiles = 1, kKeys = 64;
 };
-template <> struct ForwardTraits<32> {
+template <>
+struct ForwardTraits<32> {
   static constexpr int kWarps = 4, kMTiles = 2, kKeys = 64;
 };
-template <> struct ForwardTraits<256> {
+template <>
+struct ForwardTraits<256> {
   static constexpr int kWarps = 4, kMTiles = 1, kKeys = 32;
 };
 
@@ -44,8 +47,7 @@ struct ForwardShape {
 };
 
 template <class T, int kHeadDim>
-__global__ void __launch_bounds__(ForwardShape<kHeadDim>::kThreads)
-    mma_forward_kernel(AttentionForwardArgs<T> a) {
+__global__ void __launch_bounds__(ForwardShape<kHeadDim>::kThreads) mma_forward_kernel(AttentionForwardArgs<T> a) {
   using Shape = ForwardShape<kHeadDim>;
   using Traits = typename Shape::Traits;
   constexpr int kM = Traits::kMTiles, kN = Traits::kKeys / 8, kO = kHeadDim / 8;
@@ -147,7 +149,7 @@ __global__ void __launch_bounds__(ForwardShape<kHeadDim>::kThreads)
           for (int n = 0; n < kN; ++n)
 #pragma unroll
             for (int x = 2 * half; x < 2 * half + 2; ++x)
-              s[m][n].x[x] *= dropout_factor(p, bh, i, j0 + 8 * n + 2 * t + x % 2);
+              s[m][n].x[x] *= attention_dropout_factor(p, bh, i, j0 + 8 * n + 2 * t + x % 2);
       }
 
     FragA probs[kM][kN / 2];

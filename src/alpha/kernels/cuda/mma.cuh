@@ -67,9 +67,7 @@ __device__ __forceinline__ uint32_t pack2(float low, float high) {
   return word;
 }
 
-__device__ __forceinline__ uint32_t shared_address(const void* p) {
-  return uint32_t(__cvta_generic_to_shared(p));
-}
+__device__ __forceinline__ uint32_t shared_address(const void* p) { return uint32_t(__cvta_generic_to_shared(p)); }
 
 // ldmatrix: lanes 8m .. 8m+7 give the addresses of the 8 rows (16 bytes each) of matrix m; register m
 // receives matrix m in the A/B fragment order (thread lane holds row lane/4, elements 2·(lane%4) and +1; with
@@ -117,8 +115,8 @@ struct SharedTile {
 // copy_async_wait. When whole rows of 16-byte chunks divide among the threads, each thread's chunks sit in
 // one column at a fixed row step, so the per-chunk work is a pointer increment.
 template <int kThreads, int kRows, int kCols>
-__device__ __forceinline__ void load_tile_async(SharedTile<kRows, kCols> tile, const uint16_t* rows,
-                                                int64_t row_stride, int64_t first, int64_t total, int width) {
+__device__ __forceinline__ void load_tile_async(SharedTile<kRows, kCols> tile, const uint16_t* rows, int64_t row_stride,
+                                                int64_t first, int64_t total, int width) {
   constexpr int kChunksPerRow = kCols / 8;
   const int thread = int(threadIdx.x);
   if constexpr (kThreads % kChunksPerRow == 0) {
