@@ -1,7 +1,8 @@
 // Flash attention through the op, autograd and the model on the GPU: the op matches the materialising
 // op on the same inputs (both are checked against the f64 reference kernel by kernel in the harness),
 // gradients flow through autograd, the GPT picks flash on a GPU with attention "auto" and trains, and the
-// guardrails raise (a CPU tensor, a head dimension beyond the kernels'). Skipped without a GPU, except the
+// guardrails raise (a CPU tensor, a head dimension beyond the kernels', a bf16 head dimension that is not a
+// multiple of 8, bf16 rows that are not 16-byte aligned). Skipped without a GPU, except the
 // CPU guardrail.
 #include <gtest/gtest.h>
 
@@ -71,6 +72,22 @@ TEST_F(CudaFlash, GptUsesFlashOnTheGpuAndItsGradientsMatchTheMaterialisingModel)
 TEST_F(CudaFlash, WiderHeadsRaise) {
   Tensor q = test::random({1, 4, 1, 320}, DType::bf16).to(Device::cuda(0));
   EXPECT_ALPHA_ERROR(ops::flash_attention(q, q, q, {}), ShapeError, "[flash_attention]", "'q'", "at most 256", "320");
+}
+
+TEST_F(CudaFlash, Bf16HeadDimsThatAreNotMultiplesOf8Raise) {
+  Tensor q = test::random({1, 4, 2, 36}, DType::bf16).to(Device::cuda(0));
+  EXPECT_ALPHA_ERROR(ops::flash_attention(q, q, q, {}), ShapeError, "[flash_attention]", "'q'", "multiple of 8", "36");
+  // f32 runs the FMA kernels, which take any head dimension up to 256.
+  Tensor q32 = test::random({1, 4, 2, 36}, DType::f32).to(Device::cuda(0));
+  EXPECT_NO_THROW(ops::flash_attention(q32, q32, q32, {}));
+}
+
+TEST_F(CudaFlash, Bf16RowsThatAreNot16ByteAlignedRaise) {
+  // Head dim 16 viewed one element into rows of 17: rows start 2 bytes past a 16-byte boundary (and the
+  // strides are not multiples of 8), which cp.async cannot move.
+  Tensor base = test::random({1, 4, 2, 17}, DType::bf16).to(Device::cuda(0));
+  Tensor q = base.slice(3, 1, 17);
+  EXPECT_ALPHA_ERROR(ops::flash_attention(q, q, q, {}), ShapeError, "flash_attention_forward", "'q'", "16-byte aligned");
 }
 
 TEST(CudaFlashGuardrails, CpuTensorsRaise) {

@@ -71,15 +71,21 @@ kernels::AttentionStrides strides_of(const Tensor& t) { return {t.stride(0), t.s
 // The dtype of the row statistics: the accumulation dtype, f64 for f64 inputs and f32 otherwise.
 DType statistics_dtype(const Tensor& q) { return q.dtype() == DType::f64 ? DType::f64 : DType::f32; }
 
-// The flash kernels' guardrails: a CUDA device and the head dims they are built for; nothing falls back.
+// The flash kernels' guardrails: a CUDA device and the head dims they are built for (the kernels also
+// raise for rows that are not 16-byte aligned); nothing falls back.
 void check_flash_inputs(std::string_view op, const Tensor& q, const Tensor& v) {
   if (!q.device().is_cuda())
     raise<DeviceError>(op, "q", "a CUDA tensor (flash attention runs on the GPU; attention_materialized is the CPU's)",
                        q.device().str());
-  for (auto [name, dim] : {std::pair<std::string_view, int64_t>{"q", q.size(3)}, {"v", v.size(3)}})
+  const bool tensor_cores = q.dtype() == DType::bf16 || q.dtype() == DType::f16;
+  for (auto [name, dim] : {std::pair<std::string_view, int64_t>{"q", q.size(3)}, {"v", v.size(3)}}) {
     if (dim > kernels::kFlashMaxHeadDim)
       raise<ShapeError>(op, name, "a head dimension of at most " + std::to_string(kernels::kFlashMaxHeadDim),
                         std::to_string(dim));
+    if (tensor_cores && dim % 8 != 0)
+      raise<ShapeError>(op, name, "a head dimension that is a multiple of 8 for bf16/f16 (tiles move 16 bytes)",
+                        std::to_string(dim));
+  }
 }
 
 // Runs the chosen implementation's kernel on `args`: the reference on the CPU; on a GPU the materialising
