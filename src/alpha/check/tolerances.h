@@ -71,6 +71,18 @@ inline constexpr ToleranceRow kTolerances[] = {
     {"naive_low_precision_attention", DType::f16, {2.0e-3, 0}},
     // Analytic gradients (f64) against central finite differences.
     {"gradcheck", DType::f64, {1e-6, 1e-5}},
+    // Attention JVP (ops/attention_jvp.h): the fused form against the reference forward and the saved-
+    // statistics form, and f32 against f64 (the bar is a relative error below 1e-3). The same dot
+    // products (D <= 16) and softmax sums (Tk <= 33) as "attention", plus the online rescaling and the
+    // tangent's sums of P·tS·V (terms ~1 that cancel through μ): found within 2.4e-7 absolute on O(1)
+    // outputs in f32 (4u; 3.8e-7 of the largest output at most) and 3.6e-15 in f64; l (up to ~25) within
+    // 2e-6 in f32, which rel covers.
+    {"attention_jvp", DType::f32, {2e-6, 1e-5}},
+    {"attention_jvp", DType::f64, {1e-13, 1e-12}},
+    // The f64 JVP against central differences of the f64 forward at step h = 1e-5: truncation h²/6 times the
+    // third derivative along the tangent (largest through a tight softcap: found up to 3.2e-9 absolute at
+    // c = 0.5, below 1e-10 without) plus rounding u·|O|/h ≈ 1e-11; 2e-8 absolute, 1e-7 relative.
+    {"attention_jvp.finite_difference", DType::f64, {2e-8, 1e-7}},
 
     // CUDA kernels against the CPU kernel in f64 (the harness). Element-wise add, mul, scale and axpy round
     // exactly as the CPU does (one f32 rounding per operation, then one to T): any difference is a bug.

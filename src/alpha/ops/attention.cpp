@@ -31,45 +31,7 @@ void check_unit_last_stride(std::string_view op, std::string_view arg, const Ten
                        "strides " + shape_str(t.strides()) + " for shape " + shape_str(t.shape()));
 }
 
-// Validates q, k, v and the configuration (shared by forward and backward).
-void check_inputs(std::string_view op, const Tensor& q, const Tensor& k, const Tensor& v,
-                  const AttentionConfig& config) {
-  check_backend_float(op, "q", q);
-  for (auto [name, t] : {std::pair<std::string_view, const Tensor&>{"k", k}, {"v", v}}) {
-    check_same_device(op, name, t, q);
-    check_same_dtype(op, name, t, q);
-  }
-  check_dim(op, "q", q, 4);
-  check_dim(op, "k", k, 4);
-  check_dim(op, "v", v, 4);
-  check_size(op, "k", k, 0, q.size(0));
-  check_size(op, "k", k, 3, q.size(3));
-  check_size(op, "v", v, 0, q.size(0));
-  check_size(op, "v", v, 1, k.size(1));
-  check_size(op, "v", v, 2, k.size(2));
-  if (q.size(3) < 1) raise<ShapeError>(op, "q", "a head dimension of at least 1", shape_str(q.shape()));
-  if (k.size(2) < 1 || q.size(2) % k.size(2) != 0)
-    raise<ShapeError>(op, "k", "a head count (dimension 2) dividing q's " + std::to_string(q.size(2)),
-                      shape_str(k.shape()));
-  check_unit_last_stride(op, "q", q);
-  check_unit_last_stride(op, "k", k);
-  check_unit_last_stride(op, "v", v);
-  if (!std::isfinite(config.scale))
-    raise<ValueError>(op, "config.scale", "a finite scale (0 for 1/sqrt(D))", std::to_string(config.scale));
-  if (!(config.softcap >= 0) || !std::isfinite(config.softcap))
-    raise<ValueError>(op, "config.softcap", "a finite value >= 0 (0 disables)", std::to_string(config.softcap));
-  if (!(config.dropout_p >= 0 && config.dropout_p < 1))
-    raise<ValueError>(op, "config.dropout_p", "a probability in [0, 1)", std::to_string(config.dropout_p));
-  for (auto [name, window] : {std::pair<std::string_view, int64_t>{"config.window_left", config.window_left},
-                               {"config.window_right", config.window_right}})
-    if (window < -1)
-      raise<ValueError>(op, name, "a window of -1 (unbounded) or >= 0", std::to_string(window));
-}
-
 kernels::AttentionStrides strides_of(const Tensor& t) { return {t.stride(0), t.stride(1), t.stride(2)}; }
-
-// The dtype of the row statistics: the accumulation dtype, f64 for f64 inputs and f32 otherwise.
-DType statistics_dtype(const Tensor& q) { return q.dtype() == DType::f64 ? DType::f64 : DType::f32; }
 
 // The flash kernels' guardrails: a CUDA device and the head dims they are built for (the kernels also
 // raise for rows that are not 16-byte aligned); nothing falls back.
@@ -128,6 +90,51 @@ void backward_kernel(Algorithm algorithm, [[maybe_unused]] const Where& where,
 
 }  // namespace
 
+void check_attention_inputs(std::string_view op, const Tensor& q, const Tensor& k, const Tensor& v,
+                            const AttentionConfig& config) {
+  check_backend_float(op, "q", q);
+  for (auto [name, t] : {std::pair<std::string_view, const Tensor&>{"k", k}, {"v", v}}) {
+    check_same_device(op, name, t, q);
+    check_same_dtype(op, name, t, q);
+  }
+  check_dim(op, "q", q, 4);
+  check_dim(op, "k", k, 4);
+  check_dim(op, "v", v, 4);
+  check_size(op, "k", k, 0, q.size(0));
+  check_size(op, "k", k, 3, q.size(3));
+  check_size(op, "v", v, 0, q.size(0));
+  check_size(op, "v", v, 1, k.size(1));
+  check_size(op, "v", v, 2, k.size(2));
+  if (q.size(3) < 1) raise<ShapeError>(op, "q", "a head dimension of at least 1", shape_str(q.shape()));
+  if (k.size(2) < 1 || q.size(2) % k.size(2) != 0)
+    raise<ShapeError>(op, "k", "a head count (dimension 2) dividing q's " + std::to_string(q.size(2)),
+                      shape_str(k.shape()));
+  check_unit_last_stride(op, "q", q);
+  check_unit_last_stride(op, "k", k);
+  check_unit_last_stride(op, "v", v);
+  if (!std::isfinite(config.scale))
+    raise<ValueError>(op, "config.scale", "a finite scale (0 for 1/sqrt(D))", std::to_string(config.scale));
+  if (!(config.softcap >= 0) || !std::isfinite(config.softcap))
+    raise<ValueError>(op, "config.softcap", "a finite value >= 0 (0 disables)", std::to_string(config.softcap));
+  if (!(config.dropout_p >= 0 && config.dropout_p < 1))
+    raise<ValueError>(op, "config.dropout_p", "a probability in [0, 1)", std::to_string(config.dropout_p));
+  for (auto [name, window] : {std::pair<std::string_view, int64_t>{"config.window_left", config.window_left},
+                               {"config.window_right", config.window_right}})
+    if (window < -1)
+      raise<ValueError>(op, name, "a window of -1 (unbounded) or >= 0", std::to_string(window));
+}
+
+DType attention_statistics_dtype(const Tensor& q) { return q.dtype() == DType::f64 ? DType::f64 : DType::f32; }
+
+void check_attention_statistics(std::string_view op, const Tensor& q, const Tensor& row_max, const Tensor& row_sum) {
+  const Shape shape = {q.size(0), q.size(2), q.size(1)};
+  for (auto [name, t] : {std::pair<std::string_view, const Tensor&>{"row_max", row_max}, {"row_sum", row_sum}}) {
+    check_same_device(op, name, t, q);
+    check_dtype(op, name, t, {attention_statistics_dtype(q)});
+    check_shape(op, name, t, shape);
+  }
+}
+
 template <class T>
 kernels::AttentionParams<T> attention_kernel_params(const Tensor& q, const Tensor& k, const Tensor& v,
                                                     const AttentionConfig& config) {
@@ -168,13 +175,13 @@ namespace {
 AttentionOutput attention_forward(Algorithm algorithm, const Tensor& q, const Tensor& k, const Tensor& v,
                                   const AttentionConfig& config) {
   const std::string_view op = forward_name(algorithm);
-  check_inputs(op, q, k, v, config);
+  check_attention_inputs(op, q, k, v, config);
   if (algorithm == Algorithm::flash) check_flash_inputs(op, q, v);
   int64_t batch = q.size(0), q_len = q.size(1), q_heads = q.size(2);
   AttentionOutput result;
   result.out = Tensor::empty({batch, q_len, q_heads, v.size(3)}, q.dtype(), q.device());
-  result.row_max = Tensor::empty({batch, q_heads, q_len}, statistics_dtype(q), q.device());
-  result.row_sum = Tensor::empty({batch, q_heads, q_len}, statistics_dtype(q), q.device());
+  result.row_max = Tensor::empty({batch, q_heads, q_len}, attention_statistics_dtype(q), q.device());
+  result.row_sum = Tensor::empty({batch, q_heads, q_len}, attention_statistics_dtype(q), q.device());
   dispatch_float(op, q, [&]<class T>(const auto& where) {
     forward_kernel(algorithm, where, kernels::AttentionForwardArgs<T>{
         q.data<T>(), k.data<T>(), v.data<T>(), result.out.data<T>(), result.row_max.data<acc_t<T>>(),
@@ -187,20 +194,15 @@ AttentionGrads attention_backward(Algorithm algorithm, const Tensor& dout, const
                                   const Tensor& v, const Tensor& out, const Tensor& row_max, const Tensor& row_sum,
                                   const AttentionConfig& config) {
   const std::string_view op = backward_name(algorithm);
-  check_inputs(op, q, k, v, config);
+  check_attention_inputs(op, q, k, v, config);
   if (algorithm == Algorithm::flash) check_flash_inputs(op, q, v);
   Shape out_shape = {q.size(0), q.size(1), q.size(2), v.size(3)};
-  Shape stats_shape = {q.size(0), q.size(2), q.size(1)};
   for (auto [name, t] : {std::pair<std::string_view, const Tensor&>{"dout", dout}, {"out", out}}) {
     check_same_device(op, name, t, q);
     check_same_dtype(op, name, t, q);
     check_shape(op, name, t, out_shape);
   }
-  for (auto [name, t] : {std::pair<std::string_view, const Tensor&>{"row_max", row_max}, {"row_sum", row_sum}}) {
-    check_same_device(op, name, t, q);
-    check_dtype(op, name, t, {statistics_dtype(q)});
-    check_shape(op, name, t, stats_shape);
-  }
+  check_attention_statistics(op, q, row_max, row_sum);
   Tensor dout_c = dout.contiguous(), out_c = out.contiguous();
   Tensor row_max_c = row_max.contiguous(), row_sum_c = row_sum.contiguous();
   AttentionGrads grads;

@@ -8,37 +8,26 @@
 #include <limits>
 #include <vector>
 
+#include "alpha/kernels/cpu/attention_scores.h"
+
 namespace alpha::kernels::cpu {
 
 namespace {
 
-template <class T>
-const T* row_at(const T* base, const AttentionStrides& s, int64_t b, int64_t t, int64_t h) {
-  return base + b * s.batch + t * s.time + h * s.head;
-}
-
-// Fills scores (Tq, Tk) for batch b, query head h with softcap(q_i·k_j·scale) for visible keys and
-// −inf for masked ones.
+// Fills scores (Tq, Tk) for batch b, query head h with attention_score for visible keys and −inf for
+// masked ones.
 template <class T>
 void fill_scores(const AttentionParams<T>& p, const T* q, const T* k, int64_t b, int64_t h,
                  std::vector<acc_t<T>>& scores) {
   using A = acc_t<T>;
-  int64_t kv_head = h / (p.q_heads / p.kv_heads);
+  const int64_t kv_head = attention_kv_head(p, h);
   for (int64_t i = 0; i < p.q_len; ++i) {
     const T* qi = row_at(q, p.q_strides, b, i, h);
     const KeyRange visible = visible_key_range(p, i);
     A* row = scores.data() + i * p.kv_len;
-    for (int64_t j = 0; j < p.kv_len; ++j) {
-      if (j < visible.begin || j >= visible.end) {
-        row[j] = -std::numeric_limits<A>::infinity();
-        continue;
-      }
-      const T* kj = row_at(k, p.k_strides, b, j, kv_head);
-      A dot = 0;
-      for (int64_t d = 0; d < p.head_dim; ++d) dot += A(qi[d]) * A(kj[d]);
-      A s = dot * p.scale;
-      row[j] = p.softcap > 0 ? p.softcap * std::tanh(s / p.softcap) : s;
-    }
+    for (int64_t j = 0; j < p.kv_len; ++j)
+      row[j] = j < visible.begin || j >= visible.end ? -std::numeric_limits<A>::infinity()
+                                                     : attention_score(p, qi, row_at(k, p.k_strides, b, j, kv_head));
   }
 }
 
@@ -117,7 +106,7 @@ void attention_reference_backward(const AttentionBackwardArgs<T>& args) {
             dprob += A(dout[d]) * A(vj[d]);
           }
           A dscore = prob * (dprob * factor - d_i);
-          if (p.softcap > 0) dscore *= A(1) - (row[j] / p.softcap) * (row[j] / p.softcap);
+          dscore *= softcap_slope(p, row[j]);
           dscore *= p.scale;
           for (int64_t d = 0; d < p.head_dim; ++d) {
             dq_row[size_t(d)] += dscore * A(kj[d]);
