@@ -9,6 +9,8 @@ RUN_DIR ?= runs/default
 # The preset decides whether the CUDA backend is built (release: where nvcc is found); ALPHA_CUDA=ON|OFF
 # overrides it (CI sets ON, so a missing nvcc is an error there).
 ALPHA_CUDA ?=
+# Likewise for the dashboard's server (release: where cpp-httplib is found); CI sets ON.
+ALPHA_DASHBOARD ?=
 # The CUDA toolkit's usual home, for machines where it is installed but not on PATH.
 ifeq ($(shell command -v nvcc),)
   ifneq ($(wildcard /usr/local/cuda/bin/nvcc),)
@@ -31,7 +33,8 @@ pyenv: deps
 	  $(PYENV)/bin/pip install -q --no-deps safetensors ml_dtypes==0.4.1  # keep Debian's numpy 1.x for its torch
 
 configure: deps pyenv
-	cmake --preset $(PRESET) $(if $(ALPHA_CUDA),-DALPHA_CUDA=$(ALPHA_CUDA)) -DALPHA_PYTHON=$(CURDIR)/$(PYENV)/bin/python
+	cmake --preset $(PRESET) $(if $(ALPHA_CUDA),-DALPHA_CUDA=$(ALPHA_CUDA)) \
+	  $(if $(ALPHA_DASHBOARD),-DALPHA_DASHBOARD=$(ALPHA_DASHBOARD)) -DALPHA_PYTHON=$(CURDIR)/$(PYENV)/bin/python
 
 build: configure
 	cmake --build $(BUILD) -j $(JOBS)

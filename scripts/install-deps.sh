@@ -2,7 +2,8 @@
 # Installs the Debian packages Alpha needs that are missing (nothing when all are present).
 set -euo pipefail
 packages=(build-essential cmake ninja-build pkg-config libopenblas-dev libsentencepiece-dev
-          nlohmann-json3-dev libcli11-dev libgtest-dev libgmock-dev python3 python3-numpy)
+          nlohmann-json3-dev libcli11-dev libgtest-dev libgmock-dev python3 python3-numpy
+          libcpp-httplib-dev chromium)  # the dashboard's HTTP server; the browser its test loads the page in
 if [ "${ALPHA_PYTHON_TESTS:-1}" = 1 ]; then
   packages+=(python3-torch python3-pip python3-venv)
 fi

@@ -11,6 +11,7 @@
 #include "alpha/autograd/variable.h"
 #include "alpha/cli/commands.h"
 #include "alpha/core/error.h"
+#include "alpha/dashboard/server.h"
 #include "alpha/nn/gpt_config.h"
 #include "alpha/train/safetensors.h"
 #include "alpha/train/trainer.h"
@@ -66,6 +67,8 @@ struct TrainArgs {
   std::vector<std::string> data;
   std::string out = "runs/latest";
   bool resume = false;
+  bool dashboard = false;
+  int dashboard_port = 8765;
   std::unique_ptr<ConfigFlags> model_flags, train_flags;
 };
 
@@ -85,6 +88,17 @@ void run_train(const TrainArgs& args) {
   options.run_dir = args.out;
   options.data = args.data;
   options.resume = args.resume;
+  // The server reads files only when the page asks, so it costs the loop nothing; it lists the run's
+  // siblings too (the folder holding --out), for comparison.
+  std::unique_ptr<dashboard::DashboardServer> server;
+  if (args.dashboard) {
+    fs::path run_dir = fs::absolute(args.out).lexically_normal();
+    fs::path runs_dir = (run_dir.has_filename() ? run_dir : run_dir.parent_path()).parent_path();
+    server = std::make_unique<dashboard::DashboardServer>(
+        dashboard::ServerOptions{runs_dir, "127.0.0.1", args.dashboard_port});
+    server->start();
+    std::cout << "dashboard: " << server->url() << " (runs in " << runs_dir.string() << ")" << std::endl;
+  }
   train::Trainer(options).run();
 }
 
@@ -132,6 +146,9 @@ void add_train_commands(CLI::App& app) {
   train_cmd->add_option("--data", targs->data, "Text file(s) or folder(s) of .txt, or a folder made by `alpha prepare`");
   train_cmd->add_option("--out", targs->out, "Run directory")->capture_default_str();
   train_cmd->add_flag("--resume", targs->resume, "Continue the run in --out from its latest checkpoint");
+  train_cmd->add_flag("--dashboard", targs->dashboard, "Serve the live dashboard (on 127.0.0.1) while training");
+  train_cmd->add_option("--dashboard-port", targs->dashboard_port, "The dashboard's port; 0 = any free one")
+      ->capture_default_str();
   targs->model_flags = std::make_unique<ConfigFlags>(*train_cmd, nn::GPTConfig().to_json(), "Model");
   targs->train_flags = std::make_unique<ConfigFlags>(*train_cmd, train::TrainConfig().to_json(), "Training");
   train_cmd->callback([targs] { run_train(*targs); });

@@ -12,5 +12,6 @@ void add_tokenizer_command(CLI::App& app);  // alpha tokenizer train
 void add_prepare_command(CLI::App& app);    // alpha prepare
 void add_train_commands(CLI::App& app);     // alpha train, alpha sample, alpha logits
 void add_check_command(CLI::App& app);      // alpha check kernels
+void add_dashboard_commands(CLI::App& app); // alpha dashboard, alpha report
 
 }  // namespace alpha::cli

@@ -15,6 +15,7 @@ int main(int argc, char** argv) {
   alpha::cli::add_prepare_command(app);
   alpha::cli::add_train_commands(app);
   alpha::cli::add_check_command(app);
+  alpha::cli::add_dashboard_commands(app);
   try {
     app.parse(argc, argv);  // runs the chosen subcommand's callback
   } catch (const CLI::ParseError& e) {

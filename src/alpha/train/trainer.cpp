@@ -1,6 +1,7 @@
 #include "alpha/train/trainer.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <sstream>
@@ -57,6 +58,11 @@ void restore_parameters(const std::vector<nn::NamedParameter>& parameters,
     autograd::Variable v = p.variable;
     v.mutable_value().copy_from(it->second);
   }
+}
+
+// Seconds since the Unix epoch: the metrics' wall clock, comparable across resumes and runs.
+double unix_seconds() {
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
 }
 
 // Keeps the metrics lines of the steps a checkpoint holds, so a resumed run's log has no step twice.
@@ -248,7 +254,8 @@ std::string Trainer::run(std::optional<int64_t> stop_at_step) {
                              {"step_time_s", step_s},   {"forward_s", forward_s},
                              {"backward_s", backward_s}, {"optimizer_s", optimizer_s},
                              {"ops", used.ops},         {"allocations", used.allocations},
-                             {"fresh_allocations", used.fresh_allocations}, {"peak_bytes", used.peak_bytes}};
+                             {"fresh_allocations", used.fresh_allocations}, {"peak_bytes", used.peak_bytes},
+                             {"wall_time", unix_seconds()}};
     record["val_loss"] = std::isnan(val_loss) ? nlohmann::json(nullptr) : nlohmann::json(val_loss);
     data_->metrics->write(record);
     progress.update(steps_done_, loss, tokens_per_second);
@@ -270,6 +277,8 @@ std::string Trainer::run(std::optional<int64_t> stop_at_step) {
   if (steps_done_ < t.steps || t.sample_tokens == 0) return "";
   std::string text = sample_text(*model_, *data_->tokenizer, t.prompt, t.sample_tokens, t.temperature, t.top_k,
                                  options_.model.seed);
+  // Kept beside the metrics for `alpha report`.
+  write_file_atomic(options_.run_dir / "sample.txt", t.prompt + text, kOp);
   if (options_.echo) std::printf("--- sample (%lld tokens) ---\n%s%s\n---\n", static_cast<long long>(t.sample_tokens),
                                  t.prompt.c_str(), text.c_str());
   return text;
