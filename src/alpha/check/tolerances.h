@@ -83,6 +83,23 @@ inline constexpr ToleranceRow kTolerances[] = {
     // third derivative along the tangent (largest through a tight softcap: found up to 3.2e-9 absolute at
     // c = 0.5, below 1e-10 without) plus rounding u·|O|/h ≈ 1e-11; 2e-8 absolute, 1e-7 relative.
     {"attention_jvp.finite_difference", DType::f64, {2e-8, 1e-7}},
+    // Attention HVP (ops/attention_hvp.h). abs is per unit of max|H·v| over hq, hk and hv (the test scales
+    // it): a finite difference's error is relative to the whole HVP, not to each element. The exact f64 HVP
+    // against Richardson-extrapolated central differences of the f64 backward ((4·C(h/2) − C(h))/3 at
+    // h = 1e-3): truncation O(h⁴) times the fifth derivative, largest through a tight softcap (found up to
+    // 2.3e-9 at c = 0.5, scale 0.9; ~1e-12 without), plus rounding ~u·|∇f|/h ≈ 1e-13: 2e-8.
+    {"attention_hvp", DType::f64, {2e-8, 0}},
+    // ⟨u, H·v⟩ − ⟨v, H·u⟩ per unit of Σ|u∘H·v| + Σ|v∘H·u|: both are the exact HVP's f64 sums, whose rounding
+    // is relative to their terms (found up to 2e-16); 1e-13 leaves room for the cancellation inside each
+    // element, and is nine orders below what an asymmetric (wrong) Hessian gives.
+    {"attention_hvp.symmetry", DType::f64, {1e-13, 0}},
+    // ops::attention_hvp against the exact HVP at the eps docs/ATTENTION_DERIVATIVES.md recommends. f64 at
+    // eps = 1e-5: truncation eps²/6 times the third derivative (found up to 1.5e-8 at softcap c = 0.5, ~1e-10
+    // without) plus rounding ~u/eps ≈ 1e-11: 1e-7. f32 at eps = 3e-3: rounding of the two f32 backward
+    // passes, about 10·u·|∇f|/eps (the sums of Tk·(D + Dv) terms), plus truncation: found up to 2.5e-4
+    // without a softcap and 1.4e-3 with c = 0.5, scale 0.9 (where truncation dominates): 4e-3.
+    {"attention_hvp.central_difference", DType::f64, {1e-7, 0}},
+    {"attention_hvp.central_difference", DType::f32, {4e-3, 0}},
 
     // CUDA kernels against the CPU kernel in f64 (the harness). Element-wise add, mul, scale and axpy round
     // exactly as the CPU does (one f32 rounding per operation, then one to T): any difference is a bug.

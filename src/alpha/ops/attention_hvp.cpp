@@ -1,0 +1,93 @@
+#include "alpha/ops/attention_hvp.h"
+
+#include <cmath>
+#include <string>
+#include <tuple>
+
+#include "alpha/kernels/attention_hvp.h"
+#include "alpha/ops/attention_params.h"
+#include "alpha/ops/check.h"
+#include "alpha/ops/elementwise.h"
+
+namespace alpha::ops {
+
+namespace {
+
+// Validates what both HVPs take: the attention inputs, grad_out shaped as the output, the direction shaped
+// as (q, k, v) on their device in their dtype, and no dropout.
+void check_hvp_inputs(std::string_view op, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& grad_out,
+                      const Tensor& vq, const Tensor& vk, const Tensor& vv, const AttentionConfig& config) {
+  check_attention_inputs(op, q, k, v, config);
+  const Shape out_shape = {q.size(0), q.size(1), q.size(2), v.size(3)};
+  for (auto [name, t, shape] : {std::tuple<std::string_view, const Tensor&, const Shape&>{"grad_out", grad_out, out_shape},
+                                {"vq", vq, q.shape()},
+                                {"vk", vk, k.shape()},
+                                {"vv", vv, v.shape()}}) {
+    check_defined(op, name, t);
+    check_same_device(op, name, t, q);
+    check_same_dtype(op, name, t, q);
+    check_shape(op, name, t, shape);
+  }
+  if (config.dropout_p != 0)
+    raise<ValueError>(op, "config.dropout_p", "0 (the HVP of attention with dropout is not supported)",
+                      std::to_string(config.dropout_p));
+}
+
+// ∇f at (q, k, v) + step·(vq, vk, vv): the forward's statistics recomputed at that point, then the backward
+// with dout = grad_out.
+AttentionGrads gradient_at(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& grad_out,
+                           const Tensor& vq, const Tensor& vk, const Tensor& vv, const AttentionConfig& config,
+                           double step) {
+  Tensor qs = q.clone(), ks = k.clone(), vs = v.clone();
+  add_(qs, vq, step);
+  add_(ks, vk, step);
+  add_(vs, vv, step);
+  AttentionOutput fwd = attention_materialized(qs, ks, vs, config);
+  return attention_materialized_backward(grad_out, qs, ks, vs, fwd.out, fwd.row_max, fwd.row_sum, config);
+}
+
+// (plus − minus) / (2·eps), the difference taken first: it is exact where the two are within a factor of 2.
+Tensor central_difference(Tensor plus, const Tensor& minus, double eps) {
+  add_(plus, minus, -1.0);
+  return scale(plus, 0.5 / eps);
+}
+
+}  // namespace
+
+AttentionHvp attention_hvp(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& grad_out,
+                           const Tensor& vq, const Tensor& vk, const Tensor& vv, const AttentionConfig& config,
+                           double eps) {
+  constexpr std::string_view op = "attention_hvp";
+  check_hvp_inputs(op, q, k, v, grad_out, vq, vk, vv, config);
+  if (!(eps > 0) || !std::isfinite(eps))
+    raise<ValueError>(op, "eps", "a finite step > 0 (see docs/ATTENTION_DERIVATIVES.md for a value per dtype)",
+                      std::to_string(eps));
+  AttentionGrads plus = gradient_at(q, k, v, grad_out, vq, vk, vv, config, eps);
+  AttentionGrads minus = gradient_at(q, k, v, grad_out, vq, vk, vv, config, -eps);
+  return {central_difference(plus.dq, minus.dq, eps), central_difference(plus.dk, minus.dk, eps),
+          central_difference(plus.dv, minus.dv, eps)};
+}
+
+AttentionHvp attention_hvp_exact(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& grad_out,
+                                 const Tensor& vq, const Tensor& vk, const Tensor& vv, const AttentionConfig& config) {
+  constexpr std::string_view op = "attention_hvp_exact";
+  check_defined(op, "q", q);
+  if (!q.device().is_cpu())
+    raise<DeviceError>(op, "q", "a CPU tensor (the exact HVP is the f64 CPU oracle; attention_hvp runs on a GPU)",
+                       q.device().str());
+  check_dtype(op, "q", q, {DType::f64});
+  check_hvp_inputs(op, q, k, v, grad_out, vq, vk, vv, config);
+  // Contiguous copies, so that each direction is laid out as its operand (the strides params carry).
+  Tensor qc = q.contiguous(), kc = k.contiguous(), vc = v.contiguous(), gc = grad_out.contiguous();
+  Tensor vqc = vq.contiguous(), vkc = vk.contiguous(), vvc = vv.contiguous();
+  AttentionHvp result{Tensor::empty(q.shape(), DType::f64), Tensor::empty(k.shape(), DType::f64),
+                      Tensor::empty(v.shape(), DType::f64)};
+  count_kernel_launch();
+  kernels::cpu::attention_hvp_exact(kernels::AttentionHvpArgs{
+      qc.data<double>(), kc.data<double>(), vc.data<double>(), gc.data<double>(), vqc.data<double>(),
+      vkc.data<double>(), vvc.data<double>(), result.hq.data<double>(), result.hk.data<double>(),
+      result.hv.data<double>(), attention_kernel_params<double>(qc, kc, vc, config)});
+  return result;
+}
+
+}  // namespace alpha::ops
