@@ -92,6 +92,10 @@ void run_train(const TrainArgs& args) {
   // siblings too (the folder holding --out), for comparison.
   std::unique_ptr<dashboard::DashboardServer> server;
   if (args.dashboard) {
+    // Checked here so that the error names this command's flag, not the server's --port.
+    if (args.dashboard_port < 0 || args.dashboard_port > 65535)
+      raise<ValueError>("train", "--dashboard-port", "a port from 0 to 65535 (0: any free one)",
+                        std::to_string(args.dashboard_port));
     fs::path run_dir = fs::absolute(args.out).lexically_normal();
     fs::path runs_dir = (run_dir.has_filename() ? run_dir : run_dir.parent_path()).parent_path();
     server = std::make_unique<dashboard::DashboardServer>(
