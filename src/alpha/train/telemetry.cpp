@@ -27,7 +27,9 @@ MetricsWriter::MetricsWriter(const std::filesystem::path& run_dir, bool append)
   if (!out_) raise_io("metrics", path_.string(), -1, "cannot open for writing");
 }
 
-void MetricsWriter::write(const nlohmann::json& record) {
+void MetricsWriter::write(nlohmann::json record) {
+  // Seconds since the Unix epoch when the line is written: a wall clock comparable across resumes and runs.
+  record["wall_time"] = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
   out_ << record.dump() << '\n';
   out_.flush();
   if (!out_) raise_io("metrics", path_.string(), -1, "write failed");

@@ -47,7 +47,8 @@ class MetricsWriter {
  public:
   // Opens RUN_DIR/metrics.jsonl; appends when resuming, truncates otherwise.
   MetricsWriter(const std::filesystem::path& run_dir, bool append);
-  void write(const nlohmann::json& record);
+  // Writes one record as a line, stamped with "wall_time" (Unix seconds).
+  void write(nlohmann::json record);
 
  private:
   std::filesystem::path path_;

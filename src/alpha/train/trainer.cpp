@@ -1,7 +1,6 @@
 #include "alpha/train/trainer.h"
 
 #include <algorithm>
-#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <sstream>
@@ -58,11 +57,6 @@ void restore_parameters(const std::vector<nn::NamedParameter>& parameters,
     autograd::Variable v = p.variable;
     v.mutable_value().copy_from(it->second);
   }
-}
-
-// Seconds since the Unix epoch: the metrics' wall clock, comparable across resumes and runs.
-double unix_seconds() {
-  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
 }
 
 // Keeps the metrics lines of the steps a checkpoint holds, so a resumed run's log has no step twice.
@@ -254,10 +248,9 @@ std::string Trainer::run(std::optional<int64_t> stop_at_step) {
                              {"step_time_s", step_s},   {"forward_s", forward_s},
                              {"backward_s", backward_s}, {"optimizer_s", optimizer_s},
                              {"ops", used.ops},         {"allocations", used.allocations},
-                             {"fresh_allocations", used.fresh_allocations}, {"peak_bytes", used.peak_bytes},
-                             {"wall_time", unix_seconds()}};
+                             {"fresh_allocations", used.fresh_allocations}, {"peak_bytes", used.peak_bytes}};
     record["val_loss"] = std::isnan(val_loss) ? nlohmann::json(nullptr) : nlohmann::json(val_loss);
-    data_->metrics->write(record);
+    data_->metrics->write(std::move(record));
     progress.update(steps_done_, loss, tokens_per_second);
     if (options_.echo && (evaluate || (!progress.enabled() && steps_done_ == 1))) {
       progress.finish();
