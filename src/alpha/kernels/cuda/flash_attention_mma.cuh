@@ -83,21 +83,27 @@ __device__ __forceinline__ float log2_normaliser(float row_max, float row_sum) {
   return row_sum > 0.0f ? fmaf(row_max, kLog2e, log2f(row_sum)) : INFINITY;
 }
 
-// P̃ and dS_raw·scale of one visible entry, from its q·k dot, its dO·v dot, its row's lse2 and D, and
-// its dropout factor z: P = exp(S − m) / l, P̃ = P·z, dS = P·(dP·z − D), through the softcap
-// dS_raw = dS·(1 − (S/c)²).
+// P̃ and dS_raw of one visible entry, from its q·k dot, its dO·v dot, its row's lse2 and D, and its
+// dropout factor z: P = exp(S − m) / l, P̃ = P·z, dS = P·(dP·z − D), through the softcap
+// dS_raw = dS·(1 − (S/c)²). `scale_log2` is scale·log2e. The factor `scale` of dQ = dS_raw·K·scale and
+// dK = dS_rawᵀ·Q·scale is left to the callers, who apply it once to their accumulators.
 struct EntryGrad {
   float prob_dropped;
-  float dscore;  // dS_raw·scale: the factor of k in dQ and of q in dK
+  float dscore;
 };
 template <class T>
-__device__ __forceinline__ EntryGrad entry_gradient(const AttentionParams<T>& p, float qk, float dov, float lse2,
-                                                    float delta, float z) {
-  const float s = attention_logit(p, qk);
-  const float prob = fast_exp2(fmaf(s, kLog2e, -lse2));
-  float ds = prob * fmaf(dov, z, -delta);
-  if (p.softcap > 0) ds *= 1.0f - (s / p.softcap) * (s / p.softcap);
-  return {prob * z, ds * p.scale};
+__device__ __forceinline__ EntryGrad entry_gradient(const AttentionParams<T>& p, float scale_log2, float qk,
+                                                    float dov, float lse2, float delta, float z) {
+  float prob, ds;
+  if (p.softcap > 0) {
+    const float s = attention_logit(p, qk);
+    prob = fast_exp2(fmaf(s, kLog2e, -lse2));
+    ds = prob * fmaf(dov, z, -delta) * (1.0f - (s / p.softcap) * (s / p.softcap));
+  } else {
+    prob = fast_exp2(fmaf(qk, scale_log2, -lse2));
+    ds = prob * fmaf(dov, z, -delta);
+  }
+  return {prob * z, ds};
 }
 
 template <class T>

@@ -2,17 +2,18 @@
 // flash_attention_mma.cuh), deterministic: no atomics, every output element summed by one thread in a fixed
 // order. After D = rowsum(dO∘O) (attention_common.cuh), two kernels:
 //
-// key_grads: one block per (key tile of 16·kWarps keys, b·Hkv + kv head); each warp owns 16 keys, holds
-// their dK and dV in f32 registers, and walks the query heads of the GQA group, then the query tiles that
-// see any of the block's keys (visible_query_range), streamed through a two-stage cp.async ring of Q, dO and
-// the rows' statistics. Per query tile it computes, transposed so that its keys are the rows:
-//   Sᵀ = K·Qᵀ, dP̃ᵀ = V·dOᵀ (tensor cores, f32), then per entry P̃ and dS_raw·scale (entry_gradient),
+// key_grads: one block per (key tile of 16·kKeyTiles·kWarps keys, b·Hkv + kv head); each warp owns
+// 16·kKeyTiles keys, holds their dK and dV in f32 registers, and walks the query heads of the GQA group,
+// then the query tiles that see any of the block's keys (visible_query_range), streamed through a
+// two-stage cp.async ring of Q, dO and the rows' statistics. Per query tile it computes, transposed so that
+// its keys are the rows:
+//   Sᵀ = K·Qᵀ, dP̃ᵀ = V·dOᵀ (tensor cores, f32), then per entry P̃ and dS_raw (entry_gradient),
 //   dV += P̃ᵀ·dO and dK += dSᵀ·Q, with P̃ᵀ and dSᵀ rounded to T straight from the registers that computed
-//   them (the C → A fragment identity, mma.cuh).
-// query_grads: one block per (query tile of 16·kWarps queries, b·Hq + h); each warp owns 16 queries and
-// their dQ, walks the visible key tiles (two-stage ring of K and V), recomputes S = Q·Kᵀ and dP̃ = dO·Vᵀ and
-// adds dS·K. Recomputing S and dP̃ here (7 tile products in all instead of FlashAttention-2's 5 with an atomic
-// dQ) is the price of determinism.
+//   them (the C → A fragment identity, mma.cuh); dK is scaled once, at the end.
+// query_grads: one block per (query tile of 16·kQueryTiles·kWarps queries, b·Hq + h); each warp owns
+// 16·kQueryTiles queries and their dQ, walks the visible key tiles (two-stage ring of K and V), recomputes
+// S = Q·Kᵀ and dP̃ = dO·Vᵀ and adds dS·K. Recomputing S and dP̃ here (7 tile products in all instead of
+// FlashAttention-2's 5 with an atomic dQ) is the price of determinism.
 #include "alpha/kernels/cuda/flash_attention_mma.cuh"
 #include "alpha/kernels/cuda/mma.cuh"
 
@@ -24,41 +25,64 @@ using namespace mma;
 
 constexpr int kWarps = 4;
 constexpr int kThreads = 32 * kWarps;
-constexpr int kBlockRows = 16 * kWarps;  // keys of a key_grads block, queries of a query_grads block
 
-// Per bucket: the width of the tiles a block streams (queries for key_grads, keys for query_grads).
+// Per bucket: 16-row tiles per warp in each kernel (more rows per warp reuse each B fragment loaded from
+// shared memory more often, at the price of registers), and the width of the tiles a block streams
+// (queries for key_grads, keys for query_grads).
 template <int kHeadDim>
 struct BackwardTraits {
-  static constexpr int kStream = 64;
+  static constexpr int kKeyTiles = 1, kQueryTiles = 1, kStream = 32;
 };
 template <>
 struct BackwardTraits<128> {
-  static constexpr int kStream = 32;
-};
-template <>
-struct BackwardTraits<256> {
-  static constexpr int kStream = 32;
+  static constexpr int kKeyTiles = 1, kQueryTiles = 2, kStream = 16;
 };
 
-template <int kHeadDim>
+// A kernel's shared memory: two held tiles of kHeld rows (K, V or Q, dO), two stages of two streamed tiles,
+// and (key_grads) two stages of the streamed rows' lse2 and D in f32.
+template <int kHeadDim, int kHeld, bool kStreamedStats>
 struct BackwardShape {
+  static constexpr int kRows = kHeld;
   static constexpr int kStream = BackwardTraits<kHeadDim>::kStream;
-  using HeldTile = SharedTile<kBlockRows, kHeadDim>;
+  using HeldTile = SharedTile<kHeld, kHeadDim>;
   using StreamTile = SharedTile<kStream, kHeadDim>;
-  // Two held tiles (K, V or Q, dO), two stages of two streamed tiles, and for key_grads two stages of the
-  // streamed rows' lse2 and D (f32).
-  static constexpr size_t kTileBytes = (2 * HeldTile::kElements + 4 * StreamTile::kElements) * sizeof(uint16_t);
-  static constexpr size_t kSharedBytes = kTileBytes + 4 * kStream * sizeof(float);
+  static constexpr size_t kBytes = (2 * HeldTile::kElements + 4 * StreamTile::kElements) * sizeof(uint16_t) +
+                                   (kStreamedStats ? 4 * kStream * sizeof(float) : 0);
 };
+template <int kHeadDim>
+using KeyShape = BackwardShape<kHeadDim, 16 * BackwardTraits<kHeadDim>::kKeyTiles * kWarps, true>;
+template <int kHeadDim>
+using QueryShape = BackwardShape<kHeadDim, 16 * BackwardTraits<kHeadDim>::kQueryTiles * kWarps, false>;
 
 // The (row, column) entries of a warp's 16 × 8·kN C fragments: row g + 8·(x / 2), column 8n + 2t + x % 2.
 __device__ __forceinline__ int fragment_row(int lane, int x) { return lane / 4 + 8 * (x / 2); }
 __device__ __forceinline__ int fragment_col(int lane, int n, int x) { return 8 * n + 2 * (lane % 4) + x % 2; }
 
+// Stores rows [row0, row0 + 16·kM) of a warp's f32 accumulator (16·kM × 8·kO), times `scale`, as T into
+// out_row(r) (null for a row past the operand), columns below `width`.
+template <class T, int kM, int kO, class RowPointer>
+__device__ __forceinline__ void store_rows(const FragC (&acc)[kM][kO], float scale, int width, int lane,
+                                           const RowPointer& out_row) {
+#pragma unroll
+  for (int m = 0; m < kM; ++m)
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      uint16_t* row = out_row(16 * m + fragment_row(lane, 2 * half));
+      if (row == nullptr) continue;
+#pragma unroll
+      for (int n = 0; n < kO; ++n) {
+        const int col = fragment_col(lane, n, 0);
+        if (col < width)
+          *reinterpret_cast<uint32_t*>(row + col) =
+              pack2<T>(acc[m][n].x[2 * half] * scale, acc[m][n].x[2 * half + 1] * scale);
+      }
+    }
+}
+
 template <class T, int kHeadDim>
 __global__ void __launch_bounds__(kThreads) key_grads_kernel(AttentionBackwardArgs<T> a, const float* delta) {
-  using Shape = BackwardShape<kHeadDim>;
-  constexpr int kQ = Shape::kStream, kN = kQ / 8, kO = kHeadDim / 8;
+  using Shape = KeyShape<kHeadDim>;
+  constexpr int kM = BackwardTraits<kHeadDim>::kKeyTiles, kQ = Shape::kStream, kN = kQ / 8, kO = kHeadDim / 8;
   extern __shared__ __align__(16) uint16_t shared[];
   const typename Shape::HeldTile k_tile{shared}, v_tile{shared + Shape::HeldTile::kElements};
   uint16_t* streamed = shared + 2 * Shape::HeldTile::kElements;
@@ -71,8 +95,9 @@ __global__ void __launch_bounds__(kThreads) key_grads_kernel(AttentionBackwardAr
   const int warp = int(threadIdx.x) / 32, lane = int(threadIdx.x) % 32;
   const int64_t group = p.q_heads / p.kv_heads;
   const int64_t b = blockIdx.y / p.kv_heads, kv_head = blockIdx.y % p.kv_heads;
-  const int64_t j0 = int64_t(blockIdx.x) * kBlockRows, j_end = tile_last_row(j0, kBlockRows, p.kv_len) + 1;
+  const int64_t j0 = int64_t(blockIdx.x) * Shape::kRows, j_end = tile_last_row(j0, Shape::kRows, p.kv_len) + 1;
   const int d_qk = int(p.head_dim), d_v = int(p.value_dim);
+  const float scale_log2 = p.scale * kLog2e;
   load_tile_async<kThreads>(k_tile, bits(a.k) + b * p.k_strides.batch + kv_head * p.k_strides.head, p.k_strides.time,
                             j0, p.kv_len, d_qk);
   load_tile_async<kThreads>(v_tile, bits(a.v) + b * p.v_strides.batch + kv_head * p.v_strides.head, p.v_strides.time,
@@ -107,10 +132,10 @@ __global__ void __launch_bounds__(kThreads) key_grads_kernel(AttentionBackwardAr
   if (steps > 0) load_queries(current, 0);
   copy_async_commit();
 
-  FragC dk[1][kO], dv[1][kO];
+  FragC dk[kM][kO], dv[kM][kO];
   zero(dk);
   zero(dv);
-  const int key_row0 = warp * 16;
+  const int key_row0 = warp * 16 * kM;
   int stage = 0;
   for (int64_t step = 0; step < steps; ++step, stage ^= 1, current = following(current)) {
     if (step + 1 < steps) load_queries(following(current), stage ^ 1);
@@ -119,61 +144,58 @@ __global__ void __launch_bounds__(kThreads) key_grads_kernel(AttentionBackwardAr
     __syncthreads();  // this stage's q, dO, statistics (and the first time k, v) are in place
 
     const int64_t bh = b * p.q_heads + current.h, i0 = current.i0;
-    FragC st[1][kN], dpt[1][kN];  // Sᵀ and dP̃ᵀ: rows this warp's keys, columns the tile's queries
+    FragC st[kM][kN], dpt[kM][kN];  // Sᵀ and dP̃ᵀ: rows this warp's keys, columns the tile's queries
     zero(st);
     zero(dpt);
-    warp_product_abt<T, 1, kN, kHeadDim>(st, k_tile, key_row0, q_tiles.next(stage), 0, lane);
-    warp_product_abt<T, 1, kN, kHeadDim>(dpt, v_tile, key_row0, do_tiles.next(stage), 0, lane);
+    warp_product_abt<T, kM, kN, kHeadDim>(st, k_tile, key_row0, q_tiles.next(stage), 0, lane);
+    warp_product_abt<T, kM, kN, kHeadDim>(dpt, v_tile, key_row0, do_tiles.next(stage), 0, lane);
 
     const int64_t last_row = tile_last_row(i0, kQ, p.q_len);
     const bool masked =
-        !(j0 >= visible_key_range(p, last_row).begin && j0 + kBlockRows <= visible_key_range(p, i0).end);
+        !(j0 >= visible_key_range(p, last_row).begin && j0 + Shape::kRows <= visible_key_range(p, i0).end);
 #pragma unroll
     for (int n = 0; n < kN; ++n)
 #pragma unroll
-      for (int x = 0; x < 4; ++x) {
-        const int col = fragment_col(lane, n, x);
-        const int64_t i = i0 + col, j = j0 + key_row0 + fragment_row(lane, x);
-        EntryGrad e{0.0f, 0.0f};
-        if (!masked || mma_visible(p, i, j)) {
-          const float z = p.dropout_p > 0 && i < p.q_len ? attention_dropout_factor(p, bh, i, j) : 1.0f;
-          e = entry_gradient(p, st[0][n].x[x], dpt[0][n].x[x], lse2_rows[stage * kQ + col],
-                             delta_rows[stage * kQ + col], z);
-        }
-        st[0][n].x[x] = e.prob_dropped;
-        dpt[0][n].x[x] = e.dscore;
+      for (int col_bit = 0; col_bit < 2; ++col_bit) {
+        const int col = fragment_col(lane, n, col_bit);
+        const float lse2 = lse2_rows[stage * kQ + col], row_delta = delta_rows[stage * kQ + col];
+        const int64_t i = i0 + col;
+#pragma unroll
+        for (int m = 0; m < kM; ++m)
+#pragma unroll
+          for (int x = col_bit; x < 4; x += 2) {
+            const int64_t j = j0 + key_row0 + 16 * m + fragment_row(lane, x);
+            EntryGrad e{0.0f, 0.0f};
+            if (!masked || mma_visible(p, i, j)) {
+              const float z = p.dropout_p > 0 && i < p.q_len ? attention_dropout_factor(p, bh, i, j) : 1.0f;
+              e = entry_gradient(p, scale_log2, st[m][n].x[x], dpt[m][n].x[x], lse2, row_delta, z);
+            }
+            st[m][n].x[x] = e.prob_dropped;
+            dpt[m][n].x[x] = e.dscore;
+          }
       }
 
-    FragA probs[1][kN / 2], dscores[1][kN / 2];
+    FragA probs[kM][kN / 2], dscores[kM][kN / 2];
     to_a_fragments<T>(probs, st);
     to_a_fragments<T>(dscores, dpt);
-    warp_product_ab<T, 1, kO, kQ>(dv, probs, do_tiles.next(stage), 0, 0, lane);
-    warp_product_ab<T, 1, kO, kQ>(dk, dscores, q_tiles.next(stage), 0, 0, lane);
+    warp_product_ab<T, kM, kO, kQ>(dv, probs, do_tiles.next(stage), 0, 0, lane);
+    warp_product_ab<T, kM, kO, kQ>(dk, dscores, q_tiles.next(stage), 0, 0, lane);
     __syncthreads();  // every warp is done with this stage before the next iteration refills it
   }
   copy_async_wait<0>();
 
-#pragma unroll
-  for (int half = 0; half < 2; ++half) {
-    const int64_t j = j0 + key_row0 + fragment_row(lane, 2 * half);
-    if (j >= p.kv_len) continue;
-    uint16_t* dk_row = bits(a.dk) + ((b * p.kv_len + j) * p.kv_heads + kv_head) * p.head_dim;
-    uint16_t* dv_row = bits(a.dv) + ((b * p.kv_len + j) * p.kv_heads + kv_head) * p.value_dim;
-#pragma unroll
-    for (int n = 0; n < kO; ++n) {
-      const int col = fragment_col(lane, n, 0);
-      if (col < d_qk)
-        *reinterpret_cast<uint32_t*>(dk_row + col) = pack2<T>(dk[0][n].x[2 * half], dk[0][n].x[2 * half + 1]);
-      if (col < d_v)
-        *reinterpret_cast<uint32_t*>(dv_row + col) = pack2<T>(dv[0][n].x[2 * half], dv[0][n].x[2 * half + 1]);
-    }
-  }
+  auto key_row = [&](uint16_t* out, int64_t width, int r) -> uint16_t* {
+    const int64_t j = j0 + key_row0 + r;
+    return j < p.kv_len ? out + ((b * p.kv_len + j) * p.kv_heads + kv_head) * width : nullptr;
+  };
+  store_rows<T>(dk, p.scale, d_qk, lane, [&](int r) { return key_row(bits(a.dk), p.head_dim, r); });
+  store_rows<T>(dv, 1.0f, d_v, lane, [&](int r) { return key_row(bits(a.dv), p.value_dim, r); });
 }
 
 template <class T, int kHeadDim>
 __global__ void __launch_bounds__(kThreads) query_grads_kernel(AttentionBackwardArgs<T> a, const float* delta) {
-  using Shape = BackwardShape<kHeadDim>;
-  constexpr int kK = Shape::kStream, kN = kK / 8, kO = kHeadDim / 8;
+  using Shape = QueryShape<kHeadDim>;
+  constexpr int kM = BackwardTraits<kHeadDim>::kQueryTiles, kK = Shape::kStream, kN = kK / 8, kO = kHeadDim / 8;
   extern __shared__ __align__(16) uint16_t shared[];
   const typename Shape::HeldTile q_tile{shared}, do_tile{shared + Shape::HeldTile::kElements};
   uint16_t* streamed = shared + 2 * Shape::HeldTile::kElements;
@@ -183,11 +205,12 @@ __global__ void __launch_bounds__(kThreads) query_grads_kernel(AttentionBackward
   const AttentionParams<T>& p = a.params;
   const int warp = int(threadIdx.x) / 32, lane = int(threadIdx.x) % 32;
   const int64_t bh = blockIdx.y, b = bh / p.q_heads, h = bh % p.q_heads, kv_head = h / (p.q_heads / p.kv_heads);
-  const int64_t i0 = int64_t(gridDim.x - 1 - blockIdx.x) * kBlockRows;
-  const int64_t last_row = tile_last_row(i0, kBlockRows, p.q_len);
+  const int64_t i0 = int64_t(gridDim.x - 1 - blockIdx.x) * Shape::kRows;
+  const int64_t last_row = tile_last_row(i0, Shape::kRows, p.q_len);
   const int64_t key_begin = visible_key_range(p, i0).begin, key_end = visible_key_range(p, last_row).end;
   const int64_t whole_begin = visible_key_range(p, last_row).begin, whole_end = visible_key_range(p, i0).end;
   const int d_qk = int(p.head_dim), d_v = int(p.value_dim);
+  const float scale_log2 = p.scale * kLog2e;
   const uint16_t* k_rows = bits(a.k) + b * p.k_strides.batch + kv_head * p.k_strides.head;
   const uint16_t* v_rows = bits(a.v) + b * p.v_strides.batch + kv_head * p.v_strides.head;
   auto load_keys = [&](int64_t j0, int stage) {
@@ -201,18 +224,20 @@ __global__ void __launch_bounds__(kThreads) query_grads_kernel(AttentionBackward
   if (key_begin < key_end) load_keys(key_begin, 0);
   copy_async_commit();
 
-  // This thread's two rows (fragment rows g and g + 8 of its warp) and their statistics.
-  const int row0 = warp * 16;
-  float lse2[2], row_delta[2];
+  // This thread's rows (fragment rows g and g + 8 of each of its warp's 16-row tiles) and their statistics.
+  const int row0 = warp * 16 * kM;
+  float lse2[kM][2], row_delta[kM][2];
 #pragma unroll
-  for (int half = 0; half < 2; ++half) {
-    const int64_t i = i0 + row0 + fragment_row(lane, 2 * half), row = bh * p.q_len + i;
-    const bool inside = i < p.q_len;
-    lse2[half] = inside ? log2_normaliser(a.row_max[row], a.row_sum[row]) : INFINITY;
-    row_delta[half] = inside ? delta[row] : 0.0f;
-  }
+  for (int m = 0; m < kM; ++m)
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const int64_t i = i0 + row0 + 16 * m + fragment_row(lane, 2 * half), row = bh * p.q_len + i;
+      const bool inside = i < p.q_len;
+      lse2[m][half] = inside ? log2_normaliser(a.row_max[row], a.row_sum[row]) : INFINITY;
+      row_delta[m][half] = inside ? delta[row] : 0.0f;
+    }
 
-  FragC dq[1][kO];
+  FragC dq[kM][kO];
   zero(dq);
   int stage = 0;
   for (int64_t j0 = key_begin; j0 < key_end; j0 += kK, stage ^= 1) {
@@ -221,58 +246,55 @@ __global__ void __launch_bounds__(kThreads) query_grads_kernel(AttentionBackward
     copy_async_wait<1>();
     __syncthreads();  // this stage's k, v (and the first time q, dO) are in shared memory
 
-    FragC s[1][kN], dp[1][kN];
+    FragC s[kM][kN], dp[kM][kN];
     zero(s);
     zero(dp);
-    warp_product_abt<T, 1, kN, kHeadDim>(s, q_tile, row0, k_tiles.next(stage), 0, lane);
-    warp_product_abt<T, 1, kN, kHeadDim>(dp, do_tile, row0, v_tiles.next(stage), 0, lane);
+    warp_product_abt<T, kM, kN, kHeadDim>(s, q_tile, row0, k_tiles.next(stage), 0, lane);
+    warp_product_abt<T, kM, kN, kHeadDim>(dp, do_tile, row0, v_tiles.next(stage), 0, lane);
 
     const bool masked = !(j0 >= whole_begin && j0 + kK <= whole_end);
 #pragma unroll
-    for (int n = 0; n < kN; ++n)
+    for (int m = 0; m < kM; ++m)
 #pragma unroll
-      for (int x = 0; x < 4; ++x) {
-        const int half = x / 2;
-        const int64_t i = i0 + row0 + fragment_row(lane, x), j = j0 + fragment_col(lane, n, x);
-        float dscore = 0.0f;
-        if (!masked || mma_visible(p, i, j)) {
-          const float z = p.dropout_p > 0 && i < p.q_len ? attention_dropout_factor(p, bh, i, j) : 1.0f;
-          dscore = entry_gradient(p, s[0][n].x[x], dp[0][n].x[x], lse2[half], row_delta[half], z).dscore;
+      for (int n = 0; n < kN; ++n)
+#pragma unroll
+        for (int x = 0; x < 4; ++x) {
+          const int half = x / 2;
+          const int64_t i = i0 + row0 + 16 * m + fragment_row(lane, x), j = j0 + fragment_col(lane, n, x);
+          float dscore = 0.0f;
+          if (!masked || mma_visible(p, i, j)) {
+            const float z = p.dropout_p > 0 && i < p.q_len ? attention_dropout_factor(p, bh, i, j) : 1.0f;
+            dscore = entry_gradient(p, scale_log2, s[m][n].x[x], dp[m][n].x[x], lse2[m][half], row_delta[m][half], z)
+                         .dscore;
+          }
+          s[m][n].x[x] = dscore;
         }
-        s[0][n].x[x] = dscore;
-      }
 
-    FragA dscores[1][kN / 2];
+    FragA dscores[kM][kN / 2];
     to_a_fragments<T>(dscores, s);
-    warp_product_ab<T, 1, kO, kK>(dq, dscores, k_tiles.next(stage), 0, 0, lane);
+    warp_product_ab<T, kM, kO, kK>(dq, dscores, k_tiles.next(stage), 0, 0, lane);
     __syncthreads();  // every warp is done with this stage before the next iteration refills it
   }
   copy_async_wait<0>();
 
-#pragma unroll
-  for (int half = 0; half < 2; ++half) {
-    const int64_t i = i0 + row0 + fragment_row(lane, 2 * half);
-    if (i >= p.q_len) continue;
-    uint16_t* dq_row = bits(a.dq) + ((b * p.q_len + i) * p.q_heads + h) * p.head_dim;
-#pragma unroll
-    for (int n = 0; n < kO; ++n) {
-      const int col = fragment_col(lane, n, 0);
-      if (col < d_qk)
-        *reinterpret_cast<uint32_t*>(dq_row + col) = pack2<T>(dq[0][n].x[2 * half], dq[0][n].x[2 * half + 1]);
-    }
-  }
+  store_rows<T>(dq, p.scale, d_qk, lane, [&](int r) -> uint16_t* {
+    const int64_t i = i0 + row0 + r;
+    return i < p.q_len ? bits(a.dq) + ((b * p.q_len + i) * p.q_heads + h) * p.head_dim : nullptr;
+  });
 }
 
 template <class T, int kHeadDim>
 void backward(const AttentionBackwardArgs<T>& args, const float* delta, cudaStream_t stream) {
-  using Shape = BackwardShape<kHeadDim>;
+  using Keys = KeyShape<kHeadDim>;
+  using Queries = QueryShape<kHeadDim>;
   const AttentionParams<T>& p = args.params;
-  const dim3 key_grid(tile_count(p.kv_len, kBlockRows), heads_extent(p.batch * p.kv_heads, "flash_attention_backward"));
+  const dim3 key_grid(tile_count(p.kv_len, Keys::kRows), heads_extent(p.batch * p.kv_heads, "flash_attention_backward"));
   launch_with_shared(key_grads_kernel<T, kHeadDim>, "flash_attention_backward (dk, dv)", key_grid, kThreads,
-                     Shape::kSharedBytes, stream, args, delta);
-  const dim3 query_grid(tile_count(p.q_len, kBlockRows), heads_extent(p.batch * p.q_heads, "flash_attention_backward"));
+                     Keys::kBytes, stream, args, delta);
+  const dim3 query_grid(tile_count(p.q_len, Queries::kRows),
+                        heads_extent(p.batch * p.q_heads, "flash_attention_backward"));
   launch_with_shared(query_grads_kernel<T, kHeadDim>, "flash_attention_backward (dq)", query_grid, kThreads,
-                     Shape::kTileBytes, stream, args, delta);
+                     Queries::kBytes, stream, args, delta);
 }
 
 }  // namespace

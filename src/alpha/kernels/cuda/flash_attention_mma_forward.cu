@@ -20,9 +20,11 @@ namespace {
 
 using namespace mma;
 
-// Per bucket: warps per block, 16-row tiles per warp, keys per tile. Four warps a block, so that two or
-// more blocks share an SM and one block's softmax overlaps another's products (a block's warps move through
-// the phases of a key tile together, between its barriers).
+// Per bucket: warps per block, 16-row tiles per warp, keys per tile, as measured best on an H100
+// (bench/flash_attention.py rows at T 512 and 4096, five variants side by side). Small blocks let two or
+// more share an SM, so one block's softmax overlaps another's products (a block's warps move through the
+// phases of a key tile together, between its barriers); two row tiles per warp at D 128 halve the K and V
+// fragments loaded from shared memory per product (at the price of a few spilled registers).
 template <int kHeadDim>
 struct ForwardTraits {
   static constexpr int kWarps = 4, kMTiles = 1, kKeys = 64;
@@ -34,6 +36,14 @@ struct ForwardTraits<32> {
 template <>
 struct ForwardTraits<256> {
   static constexpr int kWarps = 4, kMTiles = 1, kKeys = 32;
+};
+template <>
+struct ForwardTraits<64> {
+  static constexpr int kWarps = 8, kMTiles = 1, kKeys = 64;
+};
+template <>
+struct ForwardTraits<128> {
+  static constexpr int kWarps = 4, kMTiles = 2, kKeys = 32;
 };
 
 template <int kHeadDim>
@@ -80,14 +90,6 @@ __global__ void __launch_bounds__(ForwardShape<kHeadDim>::kThreads) mma_forward_
 
   // This thread's rows: i0 + row0 + 16m + g + 8·half, for C fragment values x with half = x / 2.
   const int row0 = warp * 16 * kM;
-  KeyRange rows_keys[kM][2];
-#pragma unroll
-  for (int m = 0; m < kM; ++m)
-#pragma unroll
-    for (int half = 0; half < 2; ++half) {
-      const int64_t i = i0 + row0 + 16 * m + g + 8 * half;
-      rows_keys[m][half] = i < p.q_len ? visible_key_range(p, i) : KeyRange{0, 0};
-    }
 
   float row_max[kM][2], row_sum[kM][2];  // row_sum: this thread's columns only, until the end
   FragC acc[kM][kO];
@@ -111,9 +113,15 @@ __global__ void __launch_bounds__(ForwardShape<kHeadDim>::kThreads) mma_forward_
     for (int m = 0; m < kM; ++m)
 #pragma unroll
       for (int half = 0; half < 2; ++half) {
-        // The row's visible keys as columns of this tile: [first_col, end_col).
-        const int first_col = int(max(rows_keys[m][half].begin - j0, int64_t(-1)));
-        const int end_col = int(min(rows_keys[m][half].end - j0, int64_t(Traits::kKeys)));
+        const int64_t i = i0 + row0 + 16 * m + g + 8 * half;
+        // The row's visible keys as columns of this tile, [first_col, end_col), where the tile needs a mask
+        // (worked out here rather than held across tiles: registers are what limits the tile size).
+        int first_col = 0, end_col = Traits::kKeys;
+        if (masked) {
+          const KeyRange keys = i < p.q_len ? visible_key_range(p, i) : KeyRange{0, 0};
+          first_col = int(max(keys.begin - j0, int64_t(-1)));
+          end_col = int(min(keys.end - j0, int64_t(Traits::kKeys)));
+        }
         float tile_max = -INFINITY;
 #pragma unroll
         for (int n = 0; n < kN; ++n)
@@ -121,7 +129,7 @@ __global__ void __launch_bounds__(ForwardShape<kHeadDim>::kThreads) mma_forward_
           for (int x = 2 * half; x < 2 * half + 2; ++x) {
             const int col = 8 * n + 2 * t + x % 2;
             float logit = attention_logit(p, s[m][n].x[x]);
-            if (masked && (col < first_col || col >= end_col)) logit = -INFINITY;
+            if (col < first_col || col >= end_col) logit = -INFINITY;
             s[m][n].x[x] = logit;
             tile_max = fmaxf(tile_max, logit);
           }
@@ -135,7 +143,6 @@ __global__ void __launch_bounds__(ForwardShape<kHeadDim>::kThreads) mma_forward_
         row_sum[m][half] *= rescale;
 #pragma unroll
         for (int n = 0; n < kO; ++n) acc[m][n].x[2 * half] *= rescale, acc[m][n].x[2 * half + 1] *= rescale;
-        const int64_t i = i0 + row0 + 16 * m + g + 8 * half;
 #pragma unroll
         for (int n = 0; n < kN; ++n)
 #pragma unroll
