@@ -1,10 +1,14 @@
-// Times Alpha's GPU attention (ops::flash_attention and its backward) on one shape and prints one JSON
-// line: the median forward and backward milliseconds over --iters runs after --warmup. The Python driver
-// bench/flash_attention.py runs it for every benchmark row beside PyTorch's SDPA backends and computes
-// TFLOP/s and ratios. A benchmark, not a test: it asserts nothing.
+// Times Alpha's GPU attention on one shape and prints one JSON line of median milliseconds over --iters runs
+// after --warmup. --mode train (the default): ops::flash_attention and its backward ("forward_ms",
+// "backward_ms"), driven by bench/flash_attention.py beside PyTorch's SDPA backends. --mode jvp: the forward
+// again ("forward_ms"), the fused JVP ops::attention_jvp_fused ("jvp_fused_ms"), the saved-statistics JVP
+// ops::attention_jvp on the forward's results ("jvp_saved_ms"), and the device memory the fused JVP call
+// allocates ("jvp_fused_bytes": out, tangent and statistics, O(B·H·T·Dv); no T×T buffer), driven by
+// bench/attention_jvp.py beside torch.func.jvp. The drivers compute TFLOP/s and ratios. A benchmark, not
+// a test: it asserts nothing.
 //
 // Usage: alpha_attention_bench --batch B --heads H --kv-heads HKV --seq T --head-dim D [--causal]
-//                              [--dtype bf16|f16] [--iters 20] [--warmup 5]
+//                              [--dtype bf16|f16] [--mode train|jvp] [--iters 20] [--warmup 5]
 #include <cuda_runtime.h>
 
 #include <CLI/CLI.hpp>
@@ -16,7 +20,9 @@
 
 #include "alpha/core/error.h"
 #include "alpha/ops/attention.h"
+#include "alpha/ops/attention_jvp.h"
 #include "alpha/runtime/cuda_backend.h"
+#include "alpha/tensor/allocator.h"
 
 namespace {
 
@@ -46,10 +52,10 @@ double median_ms(const std::function<void()>& fn, int warmup, int iters) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"Time Alpha's GPU attention forward and backward on one shape"};
+  CLI::App app{"Time Alpha's GPU attention (forward and backward, or the JVP) on one shape"};
   int64_t batch = 1, heads = 1, kv_heads = 0, seq = 512, head_dim = 64;
   bool causal = false;
-  std::string dtype_name = "bf16";
+  std::string dtype_name = "bf16", mode = "train";
   int iters = 20, warmup = 5;
   app.add_option("--batch", batch)->required();
   app.add_option("--heads", heads)->required();
@@ -58,6 +64,7 @@ int main(int argc, char** argv) {
   app.add_option("--head-dim", head_dim)->required();
   app.add_flag("--causal", causal);
   app.add_option("--dtype", dtype_name)->check(CLI::IsMember({"bf16", "f16"}));
+  app.add_option("--mode", mode)->check(CLI::IsMember({"train", "jvp"}));
   app.add_option("--iters", iters);
   app.add_option("--warmup", warmup);
   CLI11_PARSE(app, argc, argv);
@@ -72,6 +79,23 @@ int main(int argc, char** argv) {
     alpha::ops::AttentionConfig config;
     config.causal = causal;
     alpha::ops::AttentionOutput out = alpha::ops::flash_attention(q, k, v, config);
+    if (mode == "jvp") {
+      alpha::Tensor tq = input(heads, 5), tk = input(kv_heads, 6), tv = input(kv_heads, 7);
+      const double forward_ms = median_ms([&] { out = alpha::ops::flash_attention(q, k, v, config); }, warmup, iters);
+      alpha::CachingAllocator& memory = alpha::allocator_for(gpu);
+      const uint64_t before = memory.stats().bytes_in_use;
+      memory.reset_peak();
+      alpha::ops::AttentionJvpOutput jvp = alpha::ops::attention_jvp_fused(q, k, v, tq, tk, tv, config);
+      const uint64_t fused_bytes = memory.stats().peak_bytes_in_use - before;
+      const double fused_ms =
+          median_ms([&] { jvp = alpha::ops::attention_jvp_fused(q, k, v, tq, tk, tv, config); }, warmup, iters);
+      const double saved_ms =
+          median_ms([&] { alpha::ops::attention_jvp(q, k, v, tq, tk, tv, out.out, out.row_max, out.row_sum, config); },
+                    warmup, iters);
+      std::printf("{\"forward_ms\": %.6f, \"jvp_fused_ms\": %.6f, \"jvp_saved_ms\": %.6f, \"jvp_fused_bytes\": %llu}\n",
+                  forward_ms, fused_ms, saved_ms, static_cast<unsigned long long>(fused_bytes));
+      return 0;
+    }
     alpha::Tensor dout = input(heads, 4);
     const double forward_ms = median_ms([&] { out = alpha::ops::flash_attention(q, k, v, config); }, warmup, iters);
     const double backward_ms = median_ms(

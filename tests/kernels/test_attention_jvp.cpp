@@ -2,7 +2,8 @@
 // differences of the reference forward (the true JVP) over a matrix of masks, windows, softcaps, GQA/MQA,
 // Tq != Tk, empty rows and odd sizes; the fused form against the reference forward and the saved-statistics
 // form; what the saved-statistics form computes with statistics from elsewhere (against a frozen-statistics
-// operator written here); f32 against f64; NaN and extreme logits; bad inputs.
+// operator written here); f32 against f64; NaN and extreme logits; bad inputs. The CUDA kernels are tested
+// against these CPU kernels in tests/cuda/test_cuda_attention_jvp.cpp.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -16,8 +17,8 @@
 #include "alpha/ops/attention_jvp.h"
 #include "alpha/ops/attention_params.h"
 #include "alpha/ops/check.h"
+#include "support/attention_jvp_case.h"
 #include "support/checks.h"
-#include "support/gpu.h"
 
 namespace alpha {
 namespace {
@@ -25,14 +26,7 @@ namespace {
 using test::all_close;
 using test::random;
 
-struct JvpCase {
-  std::string name;
-  int64_t batch, q_len, kv_len, q_heads, kv_heads, head_dim, value_dim;
-  ops::AttentionConfig config;  // never dropout
-  bool head_major = false;      // q, k, v as [B, H, T, D] tensors transposed to [B, T, H, D] (strided)
-};
-
-std::ostream& operator<<(std::ostream& os, const JvpCase& c) { return os << c.name; }
+using test::JvpCase;
 
 const JvpCase kCases[] = {
     // name, B, Tq, Tk, Hq, Hkv, D, Dv, config, head_major
@@ -369,18 +363,6 @@ TEST(AttentionJvpOps, BadInputsRaise) {
                      kFused, "'tv'");
   EXPECT_ALPHA_ERROR(ops::attention_jvp_fused(q, random({2, 6, 3, 8}), random({2, 6, 3, 5}), tq, tk, tv, ok),
                      ShapeError, kFused, "'k'", "dividing");
-}
-
-// The GPU JVP kernels are not built yet: a CUDA tensor raises DeviceError (no fallback to the CPU).
-TEST(CudaAttentionJvp, CudaTensorsRaiseDeviceError) {
-  ALPHA_SKIP_WITHOUT_GPU();
-  const Device gpu = Device::cuda(0);
-  Tensor q = random({1, 4, 2, 8}).to(gpu), k = random({1, 4, 2, 8}).to(gpu), v = random({1, 4, 2, 8}).to(gpu);
-  ops::AttentionConfig ok;
-  ops::AttentionOutput fwd = ops::attention_materialized(q, k, v, ok);
-  EXPECT_ALPHA_ERROR(ops::attention_jvp(q, k, v, q, k, v, fwd.out, fwd.row_max, fwd.row_sum, ok), DeviceError,
-                     "[attention_jvp]", "issue 6");
-  EXPECT_ALPHA_ERROR(ops::attention_jvp_fused(q, k, v, q, k, v, ok), DeviceError, "[attention_jvp_fused]", "issue 6");
 }
 
 }  // namespace

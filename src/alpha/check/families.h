@@ -17,6 +17,7 @@ void check_dropout(Context& ctx);
 void check_optim(Context& ctx);
 void check_attention(Context& ctx);
 void check_flash_attention(Context& ctx);
+void check_attention_jvp(Context& ctx);
 
 }  // namespace alpha::check
 #endif

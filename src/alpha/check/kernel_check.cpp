@@ -242,6 +242,7 @@ const std::vector<KernelCheck>& all_checks() {
       {"optim", &check_optim},
       {"attention", &check_attention},
       {"flash_attention", &check_flash_attention},
+      {"attention_jvp", &check_attention_jvp},
 #endif
   };
   return checks;

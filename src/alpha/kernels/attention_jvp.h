@@ -26,10 +26,13 @@
 // the forward. The CPU kernel is the model for the GPU one: it never needs more than one key tile's scores.
 //
 // Both accumulate in acc_t<T> and write O and tO in T; a row that sees no key gets O = 0, tO = 0, m = −inf,
-// l = 0. The GPU kernels are not built yet (issue 6): only the CPU declarations are here.
+// l = 0. The CPU kernels (f32, f64) run in order and are the GPU kernels' oracle; the CUDA kernels (f32, bf16,
+// f16, computing in f32; kernels/cuda/attention_jvp.cu) stream key tiles through shared memory as flash
+// attention's forward does.
 #pragma once
 #include <cstdint>
 
+#include "alpha/core/stream.h"
 #include "alpha/kernels/attention_reference.h"
 
 namespace alpha::kernels {
@@ -69,5 +72,19 @@ namespace cpu {
 template <class T> void attention_jvp(const AttentionJvpArgs<T>& args);
 template <class T> void attention_jvp_fused(const AttentionJvpFusedArgs<T>& args);
 }  // namespace cpu
+
+// The widest head dimension (D or Dv) the CUDA kernels are built for.
+inline constexpr int64_t kAttentionJvpMaxHeadDim = 256;
+
+#if ALPHA_WITH_CUDA
+// Device pointers; queued on `stream` (Stream{}: the current device's default stream). T = float, bf16 or
+// f16, computing in f32 (row_max and row_sum are f32). Every output element is written (no zeroing needed).
+// Raises ValueError for dropout, ShapeError for head dimensions beyond kAttentionJvpMaxHeadDim or more than
+// 65535 batch·heads, BackendError when the device lacks the shared memory a tile needs (at most 136 KiB).
+namespace cuda {
+template <class T> void attention_jvp(const AttentionJvpArgs<T>& args, Stream stream);
+template <class T> void attention_jvp_fused(const AttentionJvpFusedArgs<T>& args, Stream stream);
+}  // namespace cuda
+#endif
 
 }  // namespace alpha::kernels

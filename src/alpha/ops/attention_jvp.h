@@ -10,9 +10,11 @@
 // (the true JVP).
 //
 // Both take the causal mask, sliding window, softcap, GQA/MQA (tk, tv per kv head, shared by the query heads
-// of a group), Tq != Tk, Dv != D and rows that see no key (out 0, tangent 0); f32 or f64, accumulating in
-// f32/f64, results in the input dtype. Dropout raises ValueError (config.dropout_p); CUDA tensors raise
-// DeviceError (the GPU JVP kernels are not built yet: issue 6); nothing falls back.
+// of a group), Tq != Tk, Dv != D and rows that see no key (out 0, tangent 0). On the CPU f32 or f64,
+// accumulating in f32/f64; on a GPU f32, bf16 or f16, accumulating in f32 (the CUDA kernels, head dimensions
+// up to 256); results in the input dtype, statistics in f32 (f64 for f64). Dropout raises ValueError
+// (config.dropout_p), a wider head dimension on a GPU ShapeError, operands on different devices DeviceError;
+// nothing falls back.
 #pragma once
 #include "alpha/ops/attention.h"
 

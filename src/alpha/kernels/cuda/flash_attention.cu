@@ -27,6 +27,7 @@
 #include "alpha/core/error.h"
 #include "alpha/core/philox.h"
 #include "alpha/kernels/cuda/attention_common.cuh"
+#include "alpha/kernels/cuda/attention_fma_tiles.cuh"
 #include "alpha/kernels/cuda/common.cuh"
 #include "alpha/kernels/cuda/flash_attention_mma.cuh"
 #include "alpha/kernels/flash_attention.h"
@@ -36,13 +37,7 @@ namespace alpha::kernels::cuda {
 
 namespace {
 
-constexpr int kThreads = 256;
-
-// A tile of `queries` query rows by `keys` key rows.
-struct Tiling {
-  int queries;
-  int keys;
-};
+using namespace fma_tiles;
 
 // Tile shapes per head-dimension bucket (the widest of D and Dv, rounded up to 64, 128 or 256), chosen so
 // that the f32 tiles fit in about 60 to 120 KiB of shared memory and a thread's accumulators in 16 to 64
@@ -56,53 +51,6 @@ template <> struct FlashTraits<128> {
 };
 template <> struct FlashTraits<256> {
   static constexpr Tiling kForward{32, 32}, kKeyGrads{16, 32}, kQueryGrads{16, 32};
-};
-constexpr int kMaxHeadDim = 256;
-
-// The rows of an accumulator split among threads: `rows` rows, kThreads / rows threads per row, each
-// owning kBucket / threads_per_row columns.
-template <int kRows, int kBucket>
-struct RowOwnership {
-  static constexpr int kPerRow = kThreads / kRows;
-  static constexpr int kWidth = kBucket / kPerRow;
-  static_assert(kThreads % kRows == 0 && 32 % kPerRow == 0, "a row's threads are a group inside one warp");
-  static_assert(kBucket % kPerRow == 0, "the columns split evenly");
-  int row;   // the accumulator row of this thread
-  int lane;  // its place in the row's group; its columns: lane + kPerRow·k, k < kWidth
-  __device__ RowOwnership() : row(int(threadIdx.x) / kPerRow), lane(int(threadIdx.x) % kPerRow) {}
-  __device__ int column(int k) const { return lane + kPerRow * k; }
-};
-
-// Sum and max over the kGroup consecutive lanes of a row's group (a fixed butterfly: every lane gets the
-// same bits). Every lane of the warp must call it.
-template <int kGroup>
-__device__ float group_sum(float v) {
-  for (int offset = kGroup / 2; offset > 0; offset /= 2) v = __fadd_rn(v, __shfl_xor_sync(kFullWarp, v, offset));
-  return v;
-}
-template <int kGroup>
-__device__ float group_max(float v) {
-  for (int offset = kGroup / 2; offset > 0; offset /= 2) v = fmaxf(v, __shfl_xor_sync(kFullWarp, v, offset));
-  return v;
-}
-
-// A rows × width f32 tile in shared memory, rows padded by one float.
-struct SharedTile {
-  float* data;
-  int stride;
-  __device__ float& operator()(int row, int column) const { return data[row * stride + column]; }
-};
-
-// Hands out consecutive tiles of one shared-memory block; with a null base it only counts (the host sizes
-// the block with the same code the kernel carves it with).
-struct Carver {
-  float* base;
-  int64_t used = 0;
-  __host__ __device__ SharedTile take(int rows, int width) {
-    SharedTile tile{base ? base + used : nullptr, width + 1};
-    used += int64_t(rows) * (width + 1);
-    return tile;
-  }
 };
 
 // Shared memory of each kernel. stats rows: 0 row_max, 1 row_sum, 2 D (per query row of the tile).
@@ -129,49 +77,6 @@ struct BackwardShared {
     floats = c.used;
   }
 };
-
-// tile(r, d) = rows[(first + r)·row_stride + d] as f32 for r < count, d < width; 0 for rows past `total`.
-template <class T>
-__device__ void load_rows(SharedTile tile, const Bits<T>* rows, int64_t row_stride, int64_t first, int64_t total,
-                          int count, int width) {
-  for (int e = threadIdx.x; e < count * width; e += kThreads) {
-    const int r = e / width, d = e % width;
-    const int64_t row = first + r;
-    tile(r, d) = row < total ? Elem<T>::load(rows[row * row_stride + d]) : 0.0f;
-  }
-}
-
-// Whether query i (< Tq) sees key j.
-template <class T>
-__device__ bool visible(const AttentionParams<T>& p, int64_t i, int64_t j) {
-  if (i >= p.q_len) return false;
-  const KeyRange range = visible_key_range(p, i);
-  return j >= range.begin && j < range.end;
-}
-
-// S = softcap(dot·scale).
-template <class T>
-__device__ float score(const AttentionParams<T>& p, float dot) {
-  const float s = dot * p.scale;
-  return p.softcap > 0 ? p.softcap * tanhf(s / p.softcap) : s;
-}
-
-__device__ float dot(SharedTile a, int row_a, SharedTile b, int row_b, int depth) {
-  float sum = 0.0f;
-  for (int d = 0; d < depth; ++d) sum = fmaf(a(row_a, d), b(row_b, d), sum);
-  return sum;
-}
-
-// The rows of a tile of `tile` rows starting at `first`, out of `total`.
-__device__ int rows_in_tile(int64_t first, int tile, int64_t total) {
-  return total - first < tile ? int(total - first) : tile;
-}
-
-// The keys the queries [i0, i0 + count) see, together: [begin of the first row, end of the last row).
-template <class T>
-__device__ KeyRange tile_key_range(const AttentionParams<T>& p, int64_t i0, int count) {
-  return {visible_key_range(p, i0).begin, visible_key_range(p, i0 + count - 1).end};
-}
 
 // ---- Forward --------------------------------------------------------------------------------------------
 
@@ -374,16 +279,6 @@ __global__ void __launch_bounds__(kThreads) query_grads_kernel(AttentionBackward
 }
 
 // ---- Host side ------------------------------------------------------------------------------------------
-
-// The kernels' bucket for these head dimensions; ShapeError beyond the widest.
-template <class T>
-int bucket(const AttentionParams<T>& p, const char* op) {
-  const int64_t widest = std::max(p.head_dim, p.value_dim);
-  if (p.head_dim < 1 || p.value_dim < 1 || widest > kMaxHeadDim)
-    raise<ShapeError>(op, "head_dim, value_dim", "1 to " + std::to_string(kMaxHeadDim) + " (flash attention tiles)",
-                      std::to_string(p.head_dim) + ", " + std::to_string(p.value_dim));
-  return widest <= 64 ? 64 : widest <= 128 ? 128 : 256;
-}
 
 template <class T, int kBucket>
 void forward(const AttentionForwardArgs<T>& args, cudaStream_t stream) {
