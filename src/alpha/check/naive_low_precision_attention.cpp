@@ -6,7 +6,9 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <string>
 #include <string_view>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -172,6 +174,68 @@ void naive_backward(const kernels::AttentionParams<T>& p, const T* dout, const T
     }
 }
 
+// tq, tk, tv with the strides of q, k, v given in `tangent_params` (the same shapes).
+template <class T>
+void naive_jvp(const kernels::AttentionParams<T>& p, const kernels::AttentionParams<T>& tangent_params, const T* q,
+               const T* k, const T* v, const T* tq, const T* tk, const T* tv, T* out, T* tangent_out) {
+  const int64_t group = p.q_heads / p.kv_heads;
+  for (int64_t b = 0; b < p.batch; ++b)
+    for (int64_t h = 0; h < p.q_heads; ++h) {
+      const int64_t kv_head = h / group;
+      const std::vector<float> q_head = head_matrix(q, p.q_strides, b, h, p.q_len, p.head_dim);         // (Tq, D)
+      const std::vector<float> k_head = head_matrix(k, p.k_strides, b, kv_head, p.kv_len, p.head_dim);   // (Tk, D)
+      const std::vector<float> v_head = head_matrix(v, p.v_strides, b, kv_head, p.kv_len, p.value_dim);  // (Tk, Dv)
+      const std::vector<float> tq_head = head_matrix(tq, tangent_params.q_strides, b, h, p.q_len, p.head_dim);
+      const std::vector<float> tk_head = head_matrix(tk, tangent_params.k_strides, b, kv_head, p.kv_len, p.head_dim);
+      const std::vector<float> tv_head = head_matrix(tv, tangent_params.v_strides, b, kv_head, p.kv_len, p.value_dim);
+#pragma omp parallel
+      {
+        ProbabilityRow row(p.kv_len);
+        std::vector<float> tangent_score(size_t(p.kv_len)), acc_out(size_t(p.value_dim));  // (Tk), (Dv)
+        std::vector<float> acc_tp(size_t(p.value_dim)), acc_tv(size_t(p.value_dim));       // (Dv): tP·V, P·tv
+#pragma omp for schedule(dynamic, 16)
+        for (int64_t i = 0; i < p.q_len; ++i) {
+          const kernels::KeyRange keys = kernels::visible_key_range(p, i);
+          const float* q_row = q_head.data() + i * p.head_dim;
+          const float* tq_row = tq_head.data() + i * p.head_dim;
+          probability_row(p, q_row, k_head, b * p.q_heads + h, i, keys, row);
+          float mu = 0;  // rowsum(P∘tS)
+          for (int64_t j = keys.begin; j < keys.end; ++j) {
+            const float* k_row = k_head.data() + j * p.head_dim;
+            const float raw = rounded<T>(rounded<T>(dot(tq_row, k_row, p.head_dim)) +
+                                         rounded<T>(dot(q_row, tk_head.data() + j * p.head_dim, p.head_dim)));
+            float ts = rounded<T>(raw * p.scale);
+            if (p.softcap > 0) {
+              const float capped = row.score[size_t(j)] / p.softcap;
+              ts = rounded<T>(ts * (1.0f - capped * capped));
+            }
+            tangent_score[size_t(j)] = ts;
+            mu += row.prob[size_t(j)] * ts;
+          }
+          mu = rounded<T>(mu);
+          std::fill(acc_out.begin(), acc_out.end(), 0.0f);
+          std::fill(acc_tp.begin(), acc_tp.end(), 0.0f);
+          std::fill(acc_tv.begin(), acc_tv.end(), 0.0f);
+          for (int64_t j = keys.begin; j < keys.end; ++j) {
+            const float prob = row.prob[size_t(j)];
+            const float tangent_prob = rounded<T>(prob * (tangent_score[size_t(j)] - mu));
+            for (int64_t d = 0; d < p.value_dim; ++d) {
+              const float vd = v_head[size_t(j * p.value_dim + d)];
+              acc_out[size_t(d)] += prob * vd;
+              acc_tp[size_t(d)] += tangent_prob * vd;
+              acc_tv[size_t(d)] += prob * tv_head[size_t(j * p.value_dim + d)];
+            }
+          }
+          const int64_t o = ((b * p.q_len + i) * p.q_heads + h) * p.value_dim;
+          for (int64_t d = 0; d < p.value_dim; ++d) {
+            out[o + d] = T(acc_out[size_t(d)]);
+            tangent_out[o + d] = T(rounded<T>(acc_tp[size_t(d)]) + rounded<T>(acc_tv[size_t(d)]));
+          }
+        }
+      }
+    }
+}
+
 template <class T>
 void naive_attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& dout,
                      const ops::AttentionConfig& config, NaiveAttention& result) {
@@ -202,6 +266,38 @@ NaiveAttention naive_low_precision_attention(const Tensor& q, const Tensor& k, c
     case DType::bf16: naive_attention<bf16>(q, k, v, dout_rows, config, result); break;
     case DType::f16: naive_attention<f16>(q, k, v, dout_rows, config, result); break;
     default: naive_attention<float>(q, k, v, dout_rows, config, result); break;
+  }
+  return result;
+}
+
+NaiveAttentionJvp naive_low_precision_attention_jvp(const Tensor& q, const Tensor& k, const Tensor& v,
+                                                    const Tensor& tq, const Tensor& tk, const Tensor& tv,
+                                                    const ops::AttentionConfig& config) {
+  ops::check_dtype(kOp, "q", q, {DType::f32, DType::bf16, DType::f16});
+  if (!q.device().is_cpu()) raise<DeviceError>(kOp, "q", "a CPU tensor", q.describe());
+  for (auto [name, t, primal] : {std::tuple<std::string_view, const Tensor&, const Tensor&>{"k", k, k},
+                                 {"v", v, v},
+                                 {"tq", tq, q},
+                                 {"tk", tk, k},
+                                 {"tv", tv, v}}) {
+    ops::check_same_device(kOp, name, t, q);
+    ops::check_same_dtype(kOp, name, t, q);
+    ops::check_dim(kOp, name, t, 4);
+    ops::check_shape(kOp, name, t, primal.shape());
+  }
+  if (config.dropout_p != 0)
+    raise<ValueError>(kOp, "config.dropout_p", "0 (the JVP has no dropout)", std::to_string(config.dropout_p));
+  const Shape out_shape = {q.size(0), q.size(1), q.size(2), v.size(3)};
+  NaiveAttentionJvp result{Tensor::empty(out_shape, q.dtype()), Tensor::empty(out_shape, q.dtype())};
+  auto run = [&]<class T>() {
+    naive_jvp(ops::attention_kernel_params<T>(q, k, v, config), ops::attention_kernel_params<T>(tq, tk, tv, config),
+              q.data<T>(), k.data<T>(), v.data<T>(), tq.data<T>(), tk.data<T>(), tv.data<T>(), result.out.data<T>(),
+              result.tangent_out.data<T>());
+  };
+  switch (q.dtype()) {
+    case DType::bf16: run.template operator()<bf16>(); break;
+    case DType::f16: run.template operator()<f16>(); break;
+    default: run.template operator()<float>(); break;
   }
   return result;
 }

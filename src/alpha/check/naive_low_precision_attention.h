@@ -16,6 +16,12 @@
 // dK and dV of a GQA group sum over its query heads in f32 before their rounding. The backward recomputes
 // the forward's P̃ from q, k, v. For T = f32 nothing rounds: it is the reference computed in f32.
 //
+// The JVP along tangents (tq, tk, tv), as forward-mode AD of that computation (torch.func.jvp of the math
+// path) rounds it, with the forward's S and P above (no dropout):
+//   tS = round(round(round(tq·kᵀ) + round(q·tkᵀ))·scale); with softcap tS = round(tS∘(1 − (S/c)²));
+//   μ = round(rowsum(P∘tS)) (in f32); tP = round(P∘(tS − μ)); tO = round(round(tP·V) + round(P·tv))
+// The yardstick of the bf16/f16 JVP kernels that round e and e·tS to T before their products.
+//
 // It is an oracle, written plainly: one (batch, head) at a time, the score matrix materialised, OpenMP
 // over query rows (and over keys for dK, dV); each element is summed by one thread in a fixed order.
 #pragma once
@@ -35,5 +41,16 @@ struct NaiveAttention {
 // inputs outside that.
 NaiveAttention naive_low_precision_attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& dout,
                                              const ops::AttentionConfig& config);
+
+struct NaiveAttentionJvp {
+  Tensor out;          // [B, Tq, Hq, Dv]
+  Tensor tangent_out;  // [B, Tq, Hq, Dv]
+};
+
+// q, k, v as above; tq, tk, tv shaped as q, k, v (any strides, unit-stride features), of q's dtype and
+// device. Raises as above, and ValueError for dropout.
+NaiveAttentionJvp naive_low_precision_attention_jvp(const Tensor& q, const Tensor& k, const Tensor& v,
+                                                    const Tensor& tq, const Tensor& tk, const Tensor& tv,
+                                                    const ops::AttentionConfig& config);
 
 }  // namespace alpha::check

@@ -215,14 +215,15 @@ inline constexpr ToleranceRow kTolerances[] = {
     // for the longer sums; row_max and row_sum (f32 for every dtype) use this row. bf16/f16 outputs are
     // judged by naive_attention_bound (below), whose floor takes this row's abs.
     {"cuda.flash_attention", DType::f32, {3e-5, 1e-4}},
-    // The attention JVP (kernels/cuda/attention_jvp.cu), both forms, for every dtype: f32 FMA throughout
-    // (the scores' and tangent scores' dot products over D <= 256, row sums over Tk <= 4099 keys, the online
-    // rescaling once per key tile as flash attention's), the flash row's error sources, with tO = acc − μ∘O a
-    // difference of terms about as large as itself (within the f32 abs). bf16 and f16 inputs are exact in
-    // both computations and the kernels keep P, tS and their products in f32, so the outputs add one rounding
-    // to T (at most 2⁻⁸ bf16, 2⁻¹¹ f16 relative) to the f32 error, as cuda.attention's bf16/f16 rows: an
-    // element-wise rule stricter than the naive-attention rule of the flash kernels, which round P to T.
-    // row_max and row_sum are f32 for every dtype and use the f32 row.
+    // The attention JVP (kernels/cuda/attention_jvp.cu). f32: the FMA kernels, f32 throughout (the scores'
+    // and tangent scores' dot products over D <= 256, row sums over Tk <= 4099 keys, the online rescaling
+    // once per key tile as flash attention's), the flash row's error sources, with tO = acc − μ∘O a difference
+    // of terms about as large as itself (within the f32 abs); row_max and row_sum (f32 for every dtype) use
+    // it too. bf16/f16: the saved-statistics form runs the FMA kernel, whose inputs are exact in both
+    // computations and which keeps P, tS and their products in f32, so its output adds one rounding to T (at
+    // most 2⁻⁸ bf16, 2⁻¹¹ f16 relative) to the f32 error, as cuda.attention's bf16/f16 rows. The fused form's
+    // bf16/f16 out and tangent (the tensor-core kernel rounds e and e·tS to T before its products) are judged
+    // by naive_attention_bound against the naive JVP in the same precision, whose floor takes the f32 abs.
     {"cuda.attention_jvp", DType::f32, {3e-5, 1e-4}},
     {"cuda.attention_jvp", DType::bf16, {3e-5, 5e-3}},
     {"cuda.attention_jvp", DType::f16, {3e-5, 1e-3}},

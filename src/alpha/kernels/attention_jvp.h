@@ -27,8 +27,8 @@
 //
 // Both accumulate in acc_t<T> and write O and tO in T; a row that sees no key gets O = 0, tO = 0, m = −inf,
 // l = 0. The CPU kernels (f32, f64) run in order and are the GPU kernels' oracle; the CUDA kernels (f32, bf16,
-// f16, computing in f32; kernels/cuda/attention_jvp.cu) stream key tiles through shared memory as flash
-// attention's forward does.
+// f16, accumulating in f32; kernels/cuda/attention_jvp.cu) stream key tiles through shared memory as flash
+// attention's forward does, the fused form in bf16/f16 on the tensor cores where the layout allows.
 #pragma once
 #include <cstdint>
 

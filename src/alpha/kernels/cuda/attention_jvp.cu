@@ -13,11 +13,14 @@
 // - Saved statistics (attention_jvp): P = exp(S − m)/l from the forward's m, l; μ += P·tS,
 //   acc += (P·tS)·V_j + P·tv_j; at the end tO = acc − μ∘O with O the forward's output.
 // - Fused (attention_jvp_fused): the online softmax of flash attention: a running max m (a constant shift,
-//   not differentiated), e = exp(S − m), and l = Σe, r = Σe·tS, acc_o = Σe·V_j, acc_t = Σ(e·tS)·V_j + e·tv_j,
-//   rescaled by exp(m_old − m_new) when m grows; at the end O = acc_o/l, μ = r/l, tO = acc_t/l − μ∘O (the
-//   true JVP), and the statistics m, l of the forward.
-// Each row accumulates only the keys it sees (not the masked entries of its tile): a NaN or inf in a key it
-// does not see cannot reach it, as on the CPU.
+//   not differentiated), e = exp(S − m), and l = Σe, r = Σe·tS, acc_o = Σe·V_j, rescaled by exp(m_old − m_new)
+//   when m grows; at the end O = acc_o/l and the statistics m, l of the forward. The tangent accumulates
+//   centred, acc_t = Σ e·(tS − c)·V_j + e·tv_j with c the running μ = r/l (after each key tile's l and r, and
+//   when c moves, acc_t −= (c_new − c_old)·acc_o), so that at the end tO = acc_t/l (the true JVP) with no
+//   subtraction of μ∘O: where |tS| ≫ |tO| (logits of ~1e4, whose tangent scores are ~1e4 too) the
+//   uncentred Σ(e·tS)·V/l − μ∘O would cancel to rounding noise, as the CPU kernel's does in f32.
+// In the FMA kernel each row accumulates only the keys it sees (not the masked entries of its tile): a NaN or
+// inf in a key it does not see cannot reach it, as on the CPU.
 //
 // FLOPs, per visible (query, key) pair, counting a multiply-add as 2 (the convention of the forward's
 // 4·D per pair, D = Dv): the forward does q·k (2D) and P·V (2Dv). The fused JVP does q·k (2D), tq·k and q·tk
@@ -25,10 +28,17 @@
 // saved-statistics JVP skips e·V: 6D + 4Dv. The element-wise work (exp, softcap, the rescaling) is O(1) per
 // pair and not counted. Causal attention has Tq(Tq + 1)/2 pairs per head for Tq = Tk; full has Tq·Tk.
 //
-// This is the f32 FMA kernel for every dtype (bf16/f16 are converted to f32 in shared memory, so the only
-// rounding to T is the outputs'). Determinism: no atomics; every output element is owned by one thread that
-// adds its terms in key order, and the row max uses a fixed shuffle tree: every run gives the same bits.
-// Head dimensions: D and Dv from 1 to 256 (buckets 64, 128, 256 of the wider); wider raises ShapeError.
+// Two kernels compute this. The FMA kernel takes every dtype and both forms: bf16/f16 are converted to f32 in
+// shared memory, so the only rounding to T is the outputs'; D and Dv from 1 to 256 (buckets 64, 128, 256 of
+// the wider; wider raises ShapeError). The tensor-core kernel (mma.cuh, as flash attention's bf16/f16
+// forward) takes the fused form in bf16/f16 when D and Dv are multiples of 8 up to 128 and q, k, v rows are
+// 16-byte aligned: the five products per key tile on mma.m16n8k16 with f32 accumulators, e and e·tS rounded
+// to T before their products as FlashAttention rounds P (see mma_jvp_fused_kernel); there a masked key inside
+// a row's key tile contributes 0·v, so an inf or NaN in a v or tv the row does not see may reach it.
+// Determinism: no atomics; every output element is owned by one thread (or fragment lane) that adds its
+// terms in key order, and row reductions use fixed shuffle trees: every run gives the same bits.
+#include <algorithm>
+#include <cstdint>
 #include <string>
 #include <type_traits>
 
@@ -36,6 +46,8 @@
 #include "alpha/kernels/cuda/attention_common.cuh"
 #include "alpha/kernels/cuda/attention_fma_tiles.cuh"
 #include "alpha/kernels/cuda/common.cuh"
+#include "alpha/kernels/cuda/flash_attention_mma.cuh"
+#include "alpha/kernels/cuda/mma.cuh"
 #include "alpha/runtime/cuda_check.cuh"
 
 namespace alpha::kernels::cuda {
@@ -136,8 +148,8 @@ __global__ void __launch_bounds__(kThreads) jvp_kernel(JvpArgsOf<T, kFused> a) {
   const int64_t i = i0 + own.row;
   const KeyRange row_keys = i < p.q_len ? visible_key_range(p, i) : KeyRange{0, 0};
   // Saved: mu = Σ P·tS, acc_tangent = Σ (P·tS)·V_j + P·tv_j. Fused: m, l = Σe, mu = Σe·tS (r of the header),
-  // acc_out = Σ e·V_j, acc_tangent = Σ (e·tS)·V_j + e·tv_j, against the running max m.
-  float m = -INFINITY, l = 0.0f, mu = 0.0f, acc_out[Rows::kWidth] = {}, acc_tangent[Rows::kWidth] = {};
+  // acc_out = Σ e·V_j, acc_tangent = Σ e·(tS − centre)·V_j + e·tv_j, against the running max m.
+  float m = -INFINITY, l = 0.0f, mu = 0.0f, centre = 0.0f, acc_out[Rows::kWidth] = {}, acc_tangent[Rows::kWidth] = {};
   const KeyRange keys = tile_key_range(p, i0, rows_here);
   for (int64_t j0 = keys.begin; j0 < keys.end; j0 += kT.keys) {
     load_rows<T>(sh.k, k_rows, p.k_strides.time, j0, p.kv_len, kT.keys, d_qk);
@@ -176,20 +188,32 @@ __global__ void __launch_bounds__(kThreads) jvp_kernel(JvpArgsOf<T, kFused> a) {
       const float m_new = fmaxf(m, group_max<Rows::kPerRow>(tile_max));
       const float base = m_new == -INFINITY ? 0.0f : m_new;  // all masked so far: every exp below is 0
       const float rescale = expf(m - base);
+      float tile_sum = 0.0f, tile_tangent = 0.0f;  // this lane's columns of Σe and Σe·tS
       for (int c = own.lane; c < kT.keys; c += Rows::kPerRow) {
         const float e = expf(sh.weight(own.row, c) - base);
         sh.weight(own.row, c) = e;
-        sh.tangent_weight(own.row, c) *= e;
+        tile_sum += e;
+        tile_tangent += e * sh.tangent_weight(own.row, c);
       }
       m = m_new;
-      l *= rescale, mu *= rescale;
-      for (int k = 0; k < Rows::kWidth; ++k) acc_out[k] *= rescale, acc_tangent[k] *= rescale;
-      __syncwarp();  // the row's e and e·tS, written by its group (inside this warp)
+      l = l * rescale + group_sum<Rows::kPerRow>(tile_sum);
+      mu = mu * rescale + group_sum<Rows::kPerRow>(tile_tangent);
+      // acc_tangent holds Σ e·(tS − centre)·V_j + e·tv_j: moved to the new centre μ so far, r/l.
+      const float new_centre = l > 0.0f ? mu / l : 0.0f;
+      for (int k = 0; k < Rows::kWidth; ++k) {
+        acc_out[k] *= rescale;
+        acc_tangent[k] = fmaf(centre - new_centre, acc_out[k], acc_tangent[k] * rescale);
+      }
+      centre = new_centre;
+      __syncwarp();  // the row's e, written by its group (inside this warp)
     }
     for (int c = int(columns.begin); c < int(columns.end); ++c) {
-      const float weight = sh.weight(own.row, c), tangent_weight = sh.tangent_weight(own.row, c);
-      if constexpr (kFused) l += weight;
-      mu += tangent_weight;
+      const float weight = sh.weight(own.row, c);
+      float tangent_weight = sh.tangent_weight(own.row, c);  // saved: P·tS; fused: tS, here e·(tS − centre)
+      if constexpr (kFused)
+        tangent_weight = weight * (tangent_weight - centre);
+      else
+        mu += tangent_weight;
       for (int k = 0; k < Rows::kWidth; ++k) {
         const int d = own.column(k);
         if (d >= d_v) continue;
@@ -204,7 +228,7 @@ __global__ void __launch_bounds__(kThreads) jvp_kernel(JvpArgsOf<T, kFused> a) {
   const int64_t o = ((b * p.q_len + i) * p.q_heads + h) * p.value_dim;
   Bits<T>* tangent_out = bits(a.tangent_out) + o;
   if constexpr (kFused) {
-    // O = acc_out/l, μ = r/l, tO = acc_tangent/l − μ∘O; a row that sees no key gets 0 for both.
+    // O = acc_out/l, tO = acc_tangent/l (centred on μ = r/l); a row that sees no key gets 0 for both.
     const bool empty = row_keys.begin == row_keys.end;
     Bits<T>* out = bits(a.out) + o;
     for (int k = 0; k < Rows::kWidth; ++k) {
@@ -212,7 +236,7 @@ __global__ void __launch_bounds__(kThreads) jvp_kernel(JvpArgsOf<T, kFused> a) {
       if (d >= d_v) continue;
       const float out_d = empty ? 0.0f : acc_out[k] / l;
       out[d] = Elem<T>::store(out_d);
-      tangent_out[d] = Elem<T>::store(empty ? 0.0f : acc_tangent[k] / l - (mu / l) * out_d);
+      tangent_out[d] = Elem<T>::store(empty ? 0.0f : acc_tangent[k] / l);
     }
     if (own.lane == 0) {
       a.row_max[bh * p.q_len + i] = m;
@@ -237,7 +261,237 @@ void launch(const JvpArgsOf<T, kFused>& args, const char* op, cudaStream_t strea
   launch_with_shared(jvp_kernel<T, kBucket, kFused>, op, grid, kThreads, size_t(floats) * sizeof(float), stream, args);
 }
 
-// Refuses dropout and head dimensions beyond the buckets, then launches the bucket's kernel.
+// ---- Tensor cores: the fused form in bf16 and f16 -------------------------------------------------------
+
+// Per head-dimension bucket (the wider of D and Dv; narrower operands are zero-padded in shared memory):
+// warps per block (each owns 16 query rows) and keys per tile. Shared memory: q and tq tiles, and a
+// two-stage ring of k, tk, v and tv tiles, 90 KiB (64) and 102 KiB (128).
+template <int kHeadDim>
+struct MmaJvpTraits;
+template <>
+struct MmaJvpTraits<64> {
+  static constexpr int kWarps = 4, kKeys = 64;
+};
+template <>
+struct MmaJvpTraits<128> {
+  static constexpr int kWarps = 4, kKeys = 32;
+};
+
+template <int kHeadDim>
+struct MmaJvpShape {
+  using Traits = MmaJvpTraits<kHeadDim>;
+  static constexpr int kThreads = 32 * Traits::kWarps;
+  static constexpr int kRows = 16 * Traits::kWarps;
+  using QTile = mma::SharedTile<kRows, kHeadDim>;
+  using KvTile = mma::SharedTile<Traits::kKeys, kHeadDim>;
+  static constexpr size_t kSharedBytes = (2 * QTile::kElements + 8 * KvTile::kElements) * sizeof(uint16_t);
+};
+
+// Grid (query tile, b·Hq + h), query tiles last-first (under a causal mask the longest rows start first).
+// The fused form of the header on the tensor cores, per key tile and warp (16 query rows):
+//   S = Q·Kᵀ and tS = TQ·Kᵀ + Q·TKᵀ into f32 registers; S = softcap(S·scale), tS·scale·(1 − (S/c)²), both
+//   masked where the tile is not wholly visible to the block's rows (S = −inf, tS = 0);
+//   online softmax: m_new = max(m, rowmax S), every sum rescaled by exp(m − m_new), e = exp(S − m_new);
+//   l += rowsum e, r += rowsum e·tS (f32, unrounded); the centre c = r/l, acc_t moved to it (the FMA
+//   kernel's centring: rounding e·(tS − c) to T, not e·tS, keeps the error relative to |tS − μ|);
+//   acc_o += e·V, acc_t += (e·(tS − c))·V + e·TV, with e and e·(tS − c) rounded to T in the registers that
+//   held S and tS (mma.cuh's C → A fragment identity), as FlashAttention rounds P.
+// At the end out = acc_o/l, tangent_out = acc_t/l, row_max = m, row_sum = l.
+template <class T, int kHeadDim>
+__global__ void __launch_bounds__(MmaJvpShape<kHeadDim>::kThreads) mma_jvp_fused_kernel(AttentionJvpFusedArgs<T> a) {
+  using Shape = MmaJvpShape<kHeadDim>;
+  constexpr int kKeys = Shape::Traits::kKeys, kN = kKeys / 8, kO = kHeadDim / 8;
+  extern __shared__ __align__(16) uint16_t shared_bits[];
+  const typename Shape::QTile q_tile{shared_bits}, tq_tile{shared_bits + Shape::QTile::kElements};
+  // Stage s of the ring: k kv_tiles.next(s), tk .next(2 + s), v .next(4 + s), tv .next(6 + s).
+  const typename Shape::KvTile kv_tiles{shared_bits + 2 * Shape::QTile::kElements};
+
+  const AttentionParams<T>& p = a.params;
+  const AttentionJvpInputs<T>& in = a.in;
+  const int warp = int(threadIdx.x) / 32, lane = int(threadIdx.x) % 32, g = lane / 4, t = lane % 4;
+  const int64_t bh = blockIdx.y, b = bh / p.q_heads, h = bh % p.q_heads, kv_head = h / (p.q_heads / p.kv_heads);
+  const int64_t i0 = int64_t(gridDim.x - 1 - blockIdx.x) * Shape::kRows;
+  const int64_t last_row = tile_last_row(i0, Shape::kRows, p.q_len);
+  const int64_t key_begin = visible_key_range(p, i0).begin, key_end = visible_key_range(p, last_row).end;
+  // Key tiles in [whole_begin, whole_end) are visible to every row of the block: no masking there.
+  const int64_t whole_begin = visible_key_range(p, last_row).begin, whole_end = visible_key_range(p, i0).end;
+
+  const int d_qk = int(p.head_dim), d_v = int(p.value_dim);
+  const uint16_t* q_rows = bits(in.q) + b * p.q_strides.batch + h * p.q_strides.head;
+  const uint16_t* k_rows = bits(in.k) + b * p.k_strides.batch + kv_head * p.k_strides.head;
+  const uint16_t* v_rows = bits(in.v) + b * p.v_strides.batch + kv_head * p.v_strides.head;
+  const uint16_t* tq_rows = bits(in.tq) + (b * p.q_len * p.q_heads + h) * p.head_dim;
+  const uint16_t* tk_rows = bits(in.tk) + (b * p.kv_len * p.kv_heads + kv_head) * p.head_dim;
+  const uint16_t* tv_rows = bits(in.tv) + (b * p.kv_len * p.kv_heads + kv_head) * p.value_dim;
+  auto load_keys = [&](int64_t j0, int stage) {
+    mma::load_tile_async<Shape::kThreads>(kv_tiles.next(stage), k_rows, p.k_strides.time, j0, p.kv_len, d_qk);
+    mma::load_tile_async<Shape::kThreads>(kv_tiles.next(2 + stage), tk_rows, p.kv_heads * p.head_dim, j0, p.kv_len,
+                                          d_qk);
+    mma::load_tile_async<Shape::kThreads>(kv_tiles.next(4 + stage), v_rows, p.v_strides.time, j0, p.kv_len, d_v);
+    mma::load_tile_async<Shape::kThreads>(kv_tiles.next(6 + stage), tv_rows, p.kv_heads * p.value_dim, j0, p.kv_len,
+                                          d_v);
+  };
+  mma::load_tile_async<Shape::kThreads>(q_tile, q_rows, p.q_strides.time, i0, p.q_len, d_qk);
+  mma::load_tile_async<Shape::kThreads>(tq_tile, tq_rows, p.q_heads * p.head_dim, i0, p.q_len, d_qk);
+  if (key_begin < key_end) load_keys(key_begin, 0);
+  mma::copy_async_commit();
+
+  // This thread's rows: i0 + row0 + g + 8·half, for C fragment values x with half = x / 2.
+  const int row0 = warp * 16;
+  // Per half: the running max, l = Σe, r = Σe·tS and the centre r/l of acc_tangent (the whole row's, in each
+  // of its 4 lanes).
+  float row_max[2] = {-INFINITY, -INFINITY}, row_sum[2] = {0.0f, 0.0f}, row_tangent[2] = {0.0f, 0.0f};
+  float centre[2] = {0.0f, 0.0f};
+  mma::FragC acc_out[1][kO], acc_tangent[1][kO];
+  mma::zero(acc_out);
+  mma::zero(acc_tangent);
+
+  int stage = 0;
+  for (int64_t j0 = key_begin; j0 < key_end; j0 += kKeys, stage ^= 1) {
+    if (j0 + kKeys < key_end) load_keys(j0 + kKeys, stage ^ 1);
+    mma::copy_async_commit();
+    mma::copy_async_wait<1>();
+    __syncthreads();  // this stage's k, tk, v, tv (and the first time q, tq) are in shared memory
+
+    mma::FragC s[1][kN], ts[1][kN];
+    mma::zero(s);
+    mma::zero(ts);
+    mma::warp_product_abt<T, 1, kN, kHeadDim>(s, q_tile, row0, kv_tiles.next(stage), 0, lane);
+    mma::warp_product_abt<T, 1, kN, kHeadDim>(ts, tq_tile, row0, kv_tiles.next(stage), 0, lane);
+    mma::warp_product_abt<T, 1, kN, kHeadDim>(ts, q_tile, row0, kv_tiles.next(2 + stage), 0, lane);
+
+    const bool masked = !(j0 >= whole_begin && j0 + kKeys <= whole_end);
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const int64_t i = i0 + row0 + g + 8 * half;
+      // The row's visible keys as columns of this tile, [first_col, end_col), where the tile needs a mask.
+      int first_col = 0, end_col = kKeys;
+      if (masked) {
+        const KeyRange keys = i < p.q_len ? visible_key_range(p, i) : KeyRange{0, 0};
+        first_col = int(max(keys.begin - j0, int64_t(-1)));
+        end_col = int(min(keys.end - j0, int64_t(kKeys)));
+      }
+      float tile_max = -INFINITY;
+#pragma unroll
+      for (int n = 0; n < kN; ++n)
+#pragma unroll
+        for (int x = 2 * half; x < 2 * half + 2; ++x) {
+          const int col = 8 * n + 2 * t + x % 2;
+          const bool inside = col >= first_col && col < end_col;
+          const float logit = score(p, s[0][n].x[x]);
+          ts[0][n].x[x] = inside ? ts[0][n].x[x] * p.scale * softcap_slope(p, logit) : 0.0f;
+          s[0][n].x[x] = inside ? logit : -INFINITY;
+          tile_max = fmaxf(tile_max, s[0][n].x[x]);
+        }
+      tile_max = fmaxf(tile_max, __shfl_xor_sync(kFullWarp, tile_max, 1));
+      tile_max = fmaxf(tile_max, __shfl_xor_sync(kFullWarp, tile_max, 2));
+      const float new_max = fmaxf(row_max[half], tile_max);
+      const float base = new_max == -INFINITY ? 0.0f : new_max;  // all masked so far: every exp is 0
+      const float rescale = fast_exp2((row_max[half] - base) * kLog2e);
+      const float base_log2 = base * kLog2e;
+      row_max[half] = new_max;
+      float tile_sum = 0.0f, tile_tangent = 0.0f;  // the row's Σe and Σe·tS over the tile (its 4 lanes')
+#pragma unroll
+      for (int n = 0; n < kN; ++n)
+#pragma unroll
+        for (int x = 2 * half; x < 2 * half + 2; ++x) {
+          const float e = fast_exp2(fmaf(s[0][n].x[x], kLog2e, -base_log2));
+          tile_sum += e;
+          tile_tangent += e * ts[0][n].x[x];
+          s[0][n].x[x] = e;
+        }
+      tile_sum += __shfl_xor_sync(kFullWarp, tile_sum, 1);
+      tile_sum += __shfl_xor_sync(kFullWarp, tile_sum, 2);
+      tile_tangent += __shfl_xor_sync(kFullWarp, tile_tangent, 1);
+      tile_tangent += __shfl_xor_sync(kFullWarp, tile_tangent, 2);
+      row_sum[half] = fmaf(row_sum[half], rescale, tile_sum);
+      row_tangent[half] = fmaf(row_tangent[half], rescale, tile_tangent);
+      // acc_tangent holds Σ e·(tS − centre)·V_j + e·tv_j: moved to the new centre μ so far, r/l.
+      const float new_centre = row_sum[half] > 0.0f ? row_tangent[half] / row_sum[half] : 0.0f;
+      const float shift = centre[half] - new_centre;
+      centre[half] = new_centre;
+#pragma unroll
+      for (int n = 0; n < kO; ++n)
+#pragma unroll
+        for (int x = 2 * half; x < 2 * half + 2; ++x) {
+          acc_out[0][n].x[x] *= rescale;
+          acc_tangent[0][n].x[x] = fmaf(shift, acc_out[0][n].x[x], acc_tangent[0][n].x[x] * rescale);
+        }
+#pragma unroll
+      for (int n = 0; n < kN; ++n)
+#pragma unroll
+        for (int x = 2 * half; x < 2 * half + 2; ++x) ts[0][n].x[x] = s[0][n].x[x] * (ts[0][n].x[x] - new_centre);
+    }
+
+    mma::FragA e_frags[1][kN / 2], e_tangent_frags[1][kN / 2];
+    mma::to_a_fragments<T>(e_frags, s);
+    mma::to_a_fragments<T>(e_tangent_frags, ts);
+    mma::warp_product_ab<T, 1, kO, kKeys>(acc_out, e_frags, kv_tiles.next(4 + stage), 0, 0, lane);
+    mma::warp_product_ab<T, 1, kO, kKeys>(acc_tangent, e_tangent_frags, kv_tiles.next(4 + stage), 0, 0, lane);
+    mma::warp_product_ab<T, 1, kO, kKeys>(acc_tangent, e_frags, kv_tiles.next(6 + stage), 0, 0, lane);
+    __syncthreads();  // every warp is done with this stage before the next iteration refills it
+  }
+  mma::copy_async_wait<0>();  // no copy outlives the block (none pending when a key tile ran)
+
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    const float sum = row_sum[half];
+    const int64_t i = i0 + row0 + g + 8 * half;
+    if (i >= p.q_len) continue;
+    // O = acc_o/l, tO = acc_t/l (centred on μ = r/l); a row that sees no key gets 0 for both.
+    const KeyRange keys = visible_key_range(p, i);
+    const float inverse = keys.begin == keys.end ? 0.0f : 1.0f / sum;
+    const int64_t o = ((b * p.q_len + i) * p.q_heads + h) * p.value_dim;
+    uint16_t* out = bits(a.out) + o;
+    uint16_t* tangent_out = bits(a.tangent_out) + o;
+#pragma unroll
+    for (int n = 0; n < kO; ++n) {
+      const int col = 8 * n + 2 * t;
+      if (col >= d_v) continue;
+      const float out0 = acc_out[0][n].x[2 * half] * inverse, out1 = acc_out[0][n].x[2 * half + 1] * inverse;
+      *reinterpret_cast<uint32_t*>(out + col) = mma::pack2<T>(out0, out1);
+      *reinterpret_cast<uint32_t*>(tangent_out + col) =
+          mma::pack2<T>(acc_tangent[0][n].x[2 * half] * inverse, acc_tangent[0][n].x[2 * half + 1] * inverse);
+    }
+    if (t == 0) {
+      a.row_max[bh * p.q_len + i] = row_max[half];
+      a.row_sum[bh * p.q_len + i] = sum;
+    }
+  }
+}
+
+// Whether `rows` (an operand of [B, T, H, features]) starts 16-byte aligned with every stride a multiple of
+// 8 elements, as cp.async's 16-byte copies need.
+template <class T>
+bool rows_aligned(const T* rows, const AttentionStrides& s) {
+  return reinterpret_cast<uintptr_t>(rows) % 16 == 0 && s.batch % 8 == 0 && s.time % 8 == 0 && s.head % 8 == 0;
+}
+
+// The tensor-core kernel's bucket for these operands (64 or 128), or 0 where it does not take them: D and
+// Dv multiples of 8 up to 128, q, k and v rows 16-byte aligned. The tangents and outputs are contiguous with
+// D and Dv multiples of 8, so their rows are aligned when their first one is.
+template <class T>
+int mma_jvp_bucket(const AttentionJvpFusedArgs<T>& a) {
+  const AttentionParams<T>& p = a.params;
+  const int64_t widest = std::max(p.head_dim, p.value_dim);
+  if (p.head_dim % 8 != 0 || p.value_dim % 8 != 0 || widest > 128) return 0;
+  auto starts_aligned = [](const void* ptr) { return reinterpret_cast<uintptr_t>(ptr) % 16 == 0; };
+  const bool aligned = rows_aligned(a.in.q, p.q_strides) && rows_aligned(a.in.k, p.k_strides) &&
+                       rows_aligned(a.in.v, p.v_strides) && starts_aligned(a.in.tq) && starts_aligned(a.in.tk) &&
+                       starts_aligned(a.in.tv) && starts_aligned(a.out) && starts_aligned(a.tangent_out);
+  return !aligned ? 0 : widest <= 64 ? 64 : 128;
+}
+
+template <class T, int kHeadDim>
+void launch_mma_fused(const AttentionJvpFusedArgs<T>& args, const char* op, cudaStream_t stream) {
+  using Shape = MmaJvpShape<kHeadDim>;
+  const AttentionParams<T>& p = args.params;
+  const dim3 grid(tile_count(p.q_len, Shape::kRows), heads_extent(p.batch * p.q_heads, op));
+  launch_with_shared(mma_jvp_fused_kernel<T, kHeadDim>, op, grid, Shape::kThreads, Shape::kSharedBytes, stream, args);
+}
+
+// Refuses dropout and head dimensions beyond the buckets, then launches the kernel: the fused form in
+// bf16/f16 on the tensor cores where mma_jvp_bucket takes the operands, everything else on the FMA kernel.
 template <bool kFused, class T>
 void run_jvp(const JvpArgsOf<T, kFused>& args, const char* op, Stream stream) {
   const AttentionParams<T>& p = args.params;
@@ -245,7 +499,15 @@ void run_jvp(const JvpArgsOf<T, kFused>& args, const char* op, Stream stream) {
     raise<ValueError>(op, "params.dropout_p", "0 (the JVP of attention with dropout is not supported)",
                       std::to_string(p.dropout_p));
   cudaStream_t s = alpha::cuda::stream_handle(stream);
-  switch (bucket(p, op)) {
+  const int widest_bucket = bucket(p, op);  // raises for head dimensions beyond 256, on every path
+  if constexpr (kFused && !std::is_same_v<T, float>) {
+    switch (mma_jvp_bucket(args)) {
+      case 64: return launch_mma_fused<T, 64>(args, op, s);
+      case 128: return launch_mma_fused<T, 128>(args, op, s);
+      default: break;  // the FMA kernel takes what the tensor-core one does not
+    }
+  }
+  switch (widest_bucket) {
     case 64: return launch<T, 64, kFused>(args, op, s);
     case 128: return launch<T, 128, kFused>(args, op, s);
     default: return launch<T, 256, kFused>(args, op, s);
