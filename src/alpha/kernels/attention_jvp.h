@@ -80,7 +80,7 @@ inline constexpr int64_t kAttentionJvpMaxHeadDim = 256;
 // Device pointers; queued on `stream` (Stream{}: the current device's default stream). T = float, bf16 or
 // f16, computing in f32 (row_max and row_sum are f32). Every output element is written (no zeroing needed).
 // Raises ValueError for dropout, ShapeError for head dimensions beyond kAttentionJvpMaxHeadDim or more than
-// 65535 batch·heads, BackendError when the device lacks the shared memory a tile needs (at most 136 KiB).
+// 65535 batch·heads, BackendError when the device lacks the shared memory a tile needs (at most 133 KiB).
 namespace cuda {
 template <class T> void attention_jvp(const AttentionJvpArgs<T>& args, Stream stream);
 template <class T> void attention_jvp_fused(const AttentionJvpFusedArgs<T>& args, Stream stream);

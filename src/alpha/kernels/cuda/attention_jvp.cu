@@ -58,8 +58,8 @@ using namespace fma_tiles;
 static_assert(kAttentionJvpMaxHeadDim == kMaxHeadDim, "the buckets end at the declared widest head dimension");
 
 // Tile shapes per head-dimension bucket: the q, tq tiles (queries × D), the k, tk, v, tv tiles (keys × D or
-// Dv) and the two weight tiles (queries × keys) in 84, 108 and 136 KiB of shared memory; a thread holds two
-// accumulators of 16, 16 and 32 columns.
+// Dv) and the two weight tiles (queries × keys) in 82, 106 and 133 KiB of shared memory at D = Dv = bucket;
+// a thread holds two accumulators of 16, 16 and 32 columns.
 template <int kBucket>
 struct JvpTraits;
 template <>
@@ -81,7 +81,7 @@ struct JvpShared {
   SharedTile q, tq;  // (queries × D)
   SharedTile k, tk;  // (keys × D)
   SharedTile v, tv;  // (keys × Dv)
-  // (queries × keys) per entry: saved statistics P and P·tS; fused S and tS, then e and e·tS
+  // (queries × keys) per entry: saved statistics P and P·tS; fused S and tS, then e and tS
   SharedTile weight, tangent_weight;
   SharedTile stats;  // (2 × queries): the saved form's row_max, row_sum
   int64_t floats;
