@@ -2,8 +2,8 @@
 """The attention JVP on one GPU: Alpha's fused JVP next to torch.func.jvp of PyTorch's attention, and next to
 Alpha's own forward, measured in the same run.
 
-Rows: B 8, H 16, T 1024 and 2048, D 64 and 128, causal and not, plus issue 6's B 4, H 16, T 2048, causal,
-D 64 and 128. Inputs bf16 (Alpha [B, T, H, D], PyTorch [B, H, T, D]), tangents fresh random values.
+Rows: B 8, H 16, T 1024 and 2048 (--quick: 2048 only), D 64 and 128, causal and not, plus issue 6's B 4,
+H 16, T 2048, causal, D 64 and 128. Inputs bf16 (Alpha [B, T, H, D], PyTorch [B, H, T, D]), tangents fresh random values.
 FLOPs, per visible (query, key) pair, a multiply-add counted as 2 (kernels/cuda/attention_jvp.cu): the
 forward 2D + 2Dv (q·k, P·V); the fused JVP 6D + 6Dv (q·k; tq·k and q·tk; e·V; (e·tS)·V and e·tv), three
 times the forward's. Pairs per head: T·T, or T(T + 1)/2 when causal. Every column's TFLOP/s divides the JVP's
@@ -12,9 +12,9 @@ Columns:
   alpha fwd      ops::flash_attention (the tensor-core forward), alpha_attention_bench --mode jvp
   alpha jvp      ops::attention_jvp_fused (out and tangent together), same binary, same run
   alpha saved    ops::attention_jvp on the forward's out and statistics
-  torch sdpa     torch.func.jvp of F.scaled_dot_product_attention with PyTorch's default backend choice:
-                 forward AD is implemented only by the math backend, so under sdpa_kernel(FLASH_ATTENTION) or
-                 (EFFICIENT_ATTENTION) it raises; those errors are recorded in the JSON
+  torch sdpa     torch.func.jvp of F.scaled_dot_product_attention with PyTorch's default backend choice;
+                 the fused backends lack forward AD, so under sdpa_kernel(FLASH_ATTENTION) or
+                 (EFFICIENT_ATTENTION) it is expected to raise: what each does is recorded in the JSON
   torch math     the same under sdpa_kernel(MATH)
   torch compile  torch.compile of a function that calls torch.func.jvp of a manual attention (q·kᵀ, mask,
                  softmax in f32, ·V); if compiling fails its error is recorded
@@ -28,7 +28,6 @@ import argparse
 import json
 import math
 import os
-import statistics
 import subprocess
 import sys
 
@@ -45,9 +44,8 @@ def rows(quick):
         for t in ((2048,) if quick else (1024, 2048)):
             for causal in (False, True):
                 out.append(dict(batch=8, heads=16, seq=t, head_dim=d, causal=causal))
-    if not quick:
-        for d in (64, 128):
-            out.append(dict(batch=4, heads=16, seq=2048, head_dim=d, causal=True))
+    for d in (64, 128):
+        out.append(dict(batch=4, heads=16, seq=2048, head_dim=d, causal=True))
     return out
 
 
@@ -135,7 +133,7 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--bench", required=True, help="path to alpha_attention_bench (a CUDA build)")
     parser.add_argument("--out", default=".")
-    parser.add_argument("--quick", action="store_true", help="T 2048 only, without issue 6's B 4 rows")
+    parser.add_argument("--quick", action="store_true", help="T 2048 only (and issue 6's B 4 rows)")
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--iters", type=int, default=10)
     args = parser.parse_args()
@@ -182,6 +180,9 @@ def main():
         print(f"{r['batch']:2d} {r['heads']:3d} {r['seq']:5d} {r['head_dim']:4d} {str(r['causal']):>6s} | {fwd} "
               f"{alpha_cell('jvp_fused')} {alpha_cell('jvp_saved')} {ratio} | "
               + " ".join(peer_cell(p) for p in peers), flush=True)
+        mib = [f"alpha jvp {a['jvp_fused_bytes'] / 2**20:.0f}" if "jvp_fused_bytes" in a else "alpha jvp -"]
+        mib += [f"{p} {entry[p]['peak_bytes'] / 2**20:.0f}" for p in peers if "peak_bytes" in entry[p]]
+        print("    peak MiB beyond the inputs: " + ", ".join(mib))
         for name in ("alpha",) + peers + ("sdpa_flash", "sdpa_efficient"):
             if "error" in entry[name]:
                 print(f"    {name}: {entry[name]['error']}")
