@@ -4,14 +4,19 @@
 // and on --resume they override the configs the run was saved with.
 #include <CLI/CLI.hpp>
 
+#include <chrono>
 #include <filesystem>
 #include <iostream>
 #include <memory>
+#include <optional>
 
 #include "alpha/autograd/variable.h"
 #include "alpha/cli/commands.h"
 #include "alpha/core/error.h"
 #include "alpha/dashboard/server.h"
+#include "alpha/distributed/launch_env.h"
+#include "alpha/distributed/local_launcher.h"
+#include "alpha/distributed/nccl_communicator.h"
 #include "alpha/nn/gpt_config.h"
 #include "alpha/train/safetensors.h"
 #include "alpha/train/trainer.h"
@@ -69,6 +74,7 @@ struct TrainArgs {
   bool resume = false;
   bool dashboard = false;
   int dashboard_port = 8765;
+  int gpus = 0;  // 0: one process, no launcher
   std::unique_ptr<ConfigFlags> model_flags, train_flags;
 };
 
@@ -83,15 +89,34 @@ void run_train(const TrainArgs& args) {
     train_json = train::TrainConfig().to_json();
   }
   train::TrainerOptions options;
+  nlohmann::json train_flags = args.train_flags->given();
+  if (args.gpus > 0 && !train_flags.contains("device")) train_flags["device"] = "cuda";  // --gpus means GPUs
   options.model = nn::GPTConfig::from_json(train::merge_fields(model_json, args.model_flags->given(), "model config"));
-  options.train = train::TrainConfig::from_json(train::merge_fields(train_json, args.train_flags->given(), "train config"));
+  options.train = train::TrainConfig::from_json(train::merge_fields(train_json, train_flags, "train config"));
+  // Several ranks (docs/DISTRIBUTED.md): `--gpus N` starts N workers running this same command; a worker
+  // (or a process started by torchrun or srun) finds its rank in the environment and joins the group.
+  auto timeout = std::chrono::milliseconds(int64_t(options.train.dist_timeout_s * 1000));
+  std::optional<distributed::LaunchEnv> env = distributed::launch_env();
+  if (env && env->world_size == 1) env.reset();  // e.g. srun with one task: a single process
+  if (args.gpus > 1 && !env) {
+    distributed::LaunchResult result = distributed::launch_local_workers(distributed::own_command_line(), args.gpus,
+                                                                         timeout + std::chrono::seconds(30));
+    if (result.exit_code() != 0)
+      throw distributed::RankFailureError("[train] " + result.summary(), result.first_failed_rank);
+    return;
+  }
+  if (env && args.gpus > 0 && env->world_size != args.gpus)
+    raise<ConfigError>("train", "--gpus", "the world size of the " + env->source + " environment, " +
+                       std::to_string(env->world_size), std::to_string(args.gpus));
+  if (env && env->world_size > 1)
+    options.communicator = distributed::make_nccl_communicator(*env, options.train.deterministic_reduce, timeout);
   options.run_dir = args.out;
   options.data = args.data;
   options.resume = args.resume;
   // The server reads files only when the page asks, so it costs the loop nothing; it lists the run's
   // siblings too (the folder holding --out), for comparison.
   std::unique_ptr<dashboard::DashboardServer> server;
-  if (args.dashboard) {
+  if (args.dashboard && (!options.communicator || options.communicator->rank() == 0)) {
     // Checked here so that the error names this command's flag, not the server's --port.
     if (args.dashboard_port < 0 || args.dashboard_port > 65535)
       raise<ValueError>("train", "--dashboard-port", "a port from 0 to 65535 (0: any free one)",
@@ -150,6 +175,9 @@ void add_train_commands(CLI::App& app) {
   train_cmd->add_option("--data", targs->data, "Text file(s) or folder(s) of .txt, or a folder made by `alpha prepare`");
   train_cmd->add_option("--out", targs->out, "Run directory")->capture_default_str();
   train_cmd->add_flag("--resume", targs->resume, "Continue the run in --out from its latest checkpoint");
+  train_cmd->add_option("--gpus", targs->gpus,
+                        "Train data-parallel on this many local GPUs, one worker process each (docs/DISTRIBUTED.md)")
+      ->check(CLI::Range(1, 1024));
   train_cmd->add_flag("--dashboard", targs->dashboard, "Serve the live dashboard (on 127.0.0.1) while training");
   train_cmd->add_option("--dashboard-port", targs->dashboard_port, "The dashboard's port; 0 = any free one")
       ->capture_default_str();

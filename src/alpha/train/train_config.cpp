@@ -34,7 +34,8 @@ void read_field(const nlohmann::json& j, const char* name, T& value) {
   X(steps) X(batch_size) X(seq_len) X(grad_accum) X(lr) X(min_lr) X(warmup_steps) X(lr_decay_steps)    \
   X(weight_decay) X(decay_embeddings) X(beta1) X(beta2) X(adam_eps) X(grad_clip) X(eval_every)         \
   X(eval_batches) X(save_every) X(keep_last) X(data_seed) X(val_fraction) X(sample_tokens)             \
-  X(temperature) X(top_k) X(prompt) X(device) X(precision) X(tf32)
+  X(temperature) X(top_k) X(prompt) X(device) X(precision) X(tf32) \
+  X(zero1) X(deterministic_reduce) X(bucket_mb) X(dist_timeout_s)
 
 TrainConfig TrainConfig::from_json(const nlohmann::json& j) {
   if (!j.is_object()) raise<ConfigError>(kWhat, "(root)", "a JSON object", j.dump());
@@ -82,6 +83,8 @@ void TrainConfig::validate() const {
   require(sample_tokens >= 0, "sample_tokens", ">= 0", str(sample_tokens));
   require(temperature >= 0, "temperature", ">= 0 (0 = greedy)", str(temperature));
   require(top_k >= 0, "top_k", ">= 0 (0 = whole vocabulary)", str(top_k));
+  require(bucket_mb >= 1, "bucket_mb", ">= 1", str(bucket_mb));
+  require(dist_timeout_s > 0, "dist_timeout_s", "> 0", str(dist_timeout_s));
   Device where = Device::parse(device, "device");
   require(precision == "f32" || precision == "bf16", "precision", "\"f32\" or \"bf16\"", str(precision));
   require(precision == "f32" || where.is_cuda(), "precision",

@@ -39,6 +39,11 @@ struct TrainConfig {
   // "f32", or "bf16": bf16 activations and weights for compute, f32 master weights and optimizer state
   // (a CUDA device only: the CPU backend computes in f32 and f64).
   std::string precision = "f32";
+  // Data parallel over several ranks (docs/DISTRIBUTED.md); batch_size is per rank.
+  bool zero1 = false;               // shard AdamW's state over the ranks (reduce-scatter + all-gather)
+  bool deterministic_reduce = false; // fixed NCCL algorithm (ring, simple protocol): runs repeat bit for bit
+  int64_t bucket_mb = 25;           // gradient bucket size in MiB
+  double dist_timeout_s = 300;      // a collective waiting longer for a peer fails the run, naming the rank
   bool tf32 = false;             // f32 matmuls on a GPU may use TF32 tensor cores (10-bit mantissa inputs)
 
   int64_t effective_seq_len(int64_t block_size) const { return seq_len > 0 ? seq_len : block_size; }

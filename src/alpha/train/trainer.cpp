@@ -9,10 +9,12 @@
 #include "alpha/core/file_io.h"
 #include "alpha/data/loader.h"
 #include "alpha/data/prepare.h"
+#include "alpha/distributed/data_parallel.h"
 #include "alpha/nn/sampling.h"
 #include "alpha/ops/matmul.h"
 #include "alpha/train/checkpoint.h"
 #include "alpha/train/optimizer.h"
+#include "alpha/train/optimizer_shards.h"
 #include "alpha/train/schedule.h"
 #include "alpha/train/telemetry.h"
 
@@ -81,8 +83,21 @@ struct Trainer::Data {
   std::unique_ptr<data::Loader> val;  // null without validation shards
   std::unique_ptr<AdamW> optimizer;
   std::unique_ptr<WarmupCosineSchedule> schedule;
-  std::unique_ptr<MetricsWriter> metrics;
+  std::unique_ptr<MetricsWriter> metrics;  // rank 0 only
+  std::unique_ptr<distributed::DataParallel> parallel;  // with a communicator
 };
+
+namespace {
+
+int rank_of(const TrainerOptions& o) { return o.communicator ? o.communicator->rank() : 0; }
+int world_of(const TrainerOptions& o) { return o.communicator ? o.communicator->world_size() : 1; }
+bool sharded(const TrainerOptions& o) { return o.communicator && o.train.zero1; }
+
+distributed::ParallelLayout layout_of(const TrainerOptions& o) {
+  return {world_of(o), sharded(o), sharded(o) ? o.train.bucket_mb << 20 : 0};
+}
+
+}  // namespace
 
 SavedConfigs saved_configs(const fs::path& run_dir) {
   auto latest = latest_checkpoint(run_dir);
@@ -96,8 +111,16 @@ Trainer::Trainer(TrainerOptions options) : options_(std::move(options)), data_(s
   options_.model.validate();
   options_.train.validate();
   Device device = Device::parse(options_.train.device, "device");
+  const int rank = rank_of(options_);
+  if (options_.communicator) {
+    if (device.is_cuda()) device = options_.communicator->device();  // each rank drives its own GPU
+    options_.echo = options_.echo && rank == 0;
+  }
   fs::create_directories(options_.run_dir);
-  prepare_data();
+  // Rank 0 prepares the data while the others wait; then they read what it wrote.
+  if (rank == 0) prepare_data();
+  if (options_.communicator) distributed::barrier(*options_.communicator);
+  if (rank != 0) prepare_data();
   // Parameters (the master weights) and optimizer state stay f32; bf16 precision computes in bf16.
   std::optional<DType> compute_dtype;
   if (options_.train.precision == "bf16") compute_dtype = DType::bf16;
@@ -108,9 +131,16 @@ Trainer::Trainer(TrainerOptions options) : options_(std::move(options)), data_(s
   std::vector<nn::NamedParameter> parameters = model_->named_parameters();
   if (t.decay_embeddings)
     for (auto& p : parameters) p.decay |= p.name == "wte.weight" || p.name == "wpe.weight";
-  data_->optimizer = std::make_unique<AdamW>(parameters, AdamWOptions{t.beta1, t.beta2, t.adam_eps, t.weight_decay});
+  // Under ZeRO-1 the optimizer state lives in DataParallel's shards, and AdamW holds no parameters.
+  data_->optimizer = std::make_unique<AdamW>(sharded(options_) ? std::vector<nn::NamedParameter>{} : parameters,
+                                             AdamWOptions{t.beta1, t.beta2, t.adam_eps, t.weight_decay});
+  if (options_.communicator)
+    data_->parallel = std::make_unique<distributed::DataParallel>(
+        *options_.communicator, parameters,
+        distributed::DataParallelOptions{t.bucket_mb << 20, t.zero1});
   data_->schedule = std::make_unique<WarmupCosineSchedule>(t.lr, t.min_lr, t.effective_warmup_steps(), t.effective_decay_steps());
   if (options_.resume) resume_from_checkpoint();
+  if (rank != 0) return;
   data_->metrics = std::make_unique<MetricsWriter>(options_.run_dir, options_.resume);
 
   nlohmann::json run_config = {{"model", options_.model.to_json()}, {"train", t.to_json()}};
@@ -125,7 +155,7 @@ void Trainer::prepare_data() {
   bool prepared_input = inputs.size() == 1 && is_prepared_folder(inputs[0]);
   if (prepared_input) {
     data_dir = inputs[0];
-  } else if (!(options_.resume && is_prepared_folder(data_dir))) {
+  } else if (rank_of(options_) == 0 && !(options_.resume && is_prepared_folder(data_dir))) {
     data::PrepareOptions prep;
     prep.out_dir = data_dir.string();
     prep.val_fraction = options_.train.val_fraction;
@@ -154,7 +184,11 @@ void Trainer::prepare_data() {
                        std::to_string(lo.seq_len));
   lo.vocab_size = vocab;
   lo.seed = t.data_seed;
+  lo.rank = rank_of(options_);
+  lo.world_size = world_of(options_);
   data_->train = std::make_unique<data::Loader>(shards_with_prefix(data_dir, "train_"), lo);
+  lo.rank = 0;  // every rank validates on the same batches
+  lo.world_size = 1;
   std::vector<std::string> val_shards = shards_with_prefix(data_dir, "val_");
   if (!val_shards.empty() && t.eval_every > 0) {
     lo.shuffle = false;
@@ -164,14 +198,22 @@ void Trainer::prepare_data() {
 }
 
 void Trainer::resume_from_checkpoint() {
+  const int rank = rank_of(options_);
   CheckpointData ckpt = load_checkpoint(options_.run_dir);
+  distributed::check_resume(distributed::ParallelLayout::from_json(ckpt.state.value("parallel", nlohmann::json())),
+                            layout_of(options_));
   restore_parameters(model_->named_parameters(), ckpt.weights, options_.run_dir);
-  std::vector<NamedTensor> moments;
-  for (auto& [name, tensor] : ckpt.optimizer) moments.push_back({name, tensor});
-  data_->optimizer->load_state(moments, ckpt.state.at("optimizer_step").get<int64_t>());
-  data_->train->seek(ckpt.state.at("data").get<data::LoaderPosition>());
   steps_done_ = ckpt.state.at("step").get<int64_t>();
-  truncate_metrics(options_.run_dir, steps_done_);
+  if (sharded(options_)) {
+    OptimizerShard shard = read_optimizer_shard(options_.run_dir, steps_done_, rank, world_of(options_));
+    data_->parallel->load_shard_state(shard.tensors, shard.optimizer_step);
+  } else {
+    std::vector<NamedTensor> moments;
+    for (auto& [name, tensor] : ckpt.optimizer) moments.push_back({name, tensor});
+    data_->optimizer->load_state(moments, ckpt.state.at("optimizer_step").get<int64_t>());
+  }
+  data_->train->seek(ckpt.state.at("data").get<data::LoaderPosition>());
+  if (rank == 0) truncate_metrics(options_.run_dir, steps_done_);
 }
 
 double Trainer::validation_loss() {
@@ -188,6 +230,13 @@ double Trainer::validation_loss() {
 }
 
 void Trainer::save(int64_t steps_done) {
+  // Under ZeRO-1 every rank writes its optimizer shard first, so the checkpoint `latest` will name has all.
+  if (sharded(options_)) {
+    write_optimizer_shard(options_.run_dir, steps_done, rank_of(options_), world_of(options_),
+                          {data_->parallel->shard_state(), data_->parallel->step_count()});
+    distributed::barrier(*options_.communicator);
+  }
+  if (rank_of(options_) != 0) return;
   CheckpointData ckpt;
   for (const auto& p : model_->named_parameters()) ckpt.weights.emplace_back(p.name, p.variable.value());
   for (const auto& s : data_->optimizer->state_tensors()) ckpt.optimizer.emplace_back(s.name, s.tensor);
@@ -195,15 +244,18 @@ void Trainer::save(int64_t steps_done) {
                 {"train_config", options_.train.to_json()},
                 {"data", data_->train->position()},
                 {"rng", {{"model_seed", options_.model.seed}, {"data_seed", options_.train.data_seed}}},
-                {"optimizer_step", data_->optimizer->step_count()}};
+                {"optimizer_step", sharded(options_) ? data_->parallel->step_count() : data_->optimizer->step_count()},
+                {"parallel", layout_of(options_).to_json()}};
   save_checkpoint(options_.run_dir, steps_done, ckpt, int(options_.train.keep_last));
+  if (sharded(options_)) prune_optimizer_shards(options_.run_dir);
 }
 
 std::string Trainer::run(std::optional<int64_t> stop_at_step) {
   const TrainConfig& t = options_.train;
   int64_t last = std::min(t.steps, stop_at_step.value_or(t.steps));
   Device device = model_->device();
-  int64_t tokens_per_step = t.batch_size * t.effective_seq_len(options_.model.block_size) * t.grad_accum;
+  int64_t tokens_per_step =
+      t.batch_size * t.effective_seq_len(options_.model.block_size) * t.grad_accum * world_of(options_);
   ProgressBar progress(steps_done_, last);
   if (options_.echo)
     std::printf("training %lld parameters for steps %lld..%lld (%lld tokens per step) in %s\n",
@@ -226,10 +278,21 @@ std::string Trainer::run(std::optional<int64_t> stop_at_step) {
       autograd::backward(loss);
       backward_s += phase.seconds();
     }
+    if (data_->parallel) {
+      data_->parallel->reduce_gradients();  // once per step, after the last micro-step
+      loss_sum = data_->parallel->average(loss_sum);  // the logged loss: the average over the ranks
+    }
     Stopwatch phase;
-    ClipResult clip = t.grad_clip > 0 ? data_->optimizer->clip_grad_norm(t.grad_clip)
-                                      : ClipResult{data_->optimizer->grad_norm(), 1.0};
-    data_->optimizer->step(lr);
+    ClipResult clip{0.0, 1.0};
+    if (sharded(options_)) {
+      clip.norm = data_->parallel->grad_norm();
+      clip.clip_coef =
+          data_->parallel->sharded_step(lr, t.grad_clip, clip.norm, {t.beta1, t.beta2, t.adam_eps, t.weight_decay});
+    } else {
+      clip = t.grad_clip > 0 ? data_->optimizer->clip_grad_norm(t.grad_clip)
+                             : ClipResult{data_->optimizer->grad_norm(), 1.0};
+      data_->optimizer->step(lr);
+    }
     data_->optimizer->zero_grad();
     double optimizer_s = phase.seconds();
     double step_s = clock.seconds();
@@ -250,8 +313,8 @@ std::string Trainer::run(std::optional<int64_t> stop_at_step) {
                              {"ops", used.ops},         {"allocations", used.allocations},
                              {"fresh_allocations", used.fresh_allocations}, {"peak_bytes", used.peak_bytes}};
     record["val_loss"] = std::isnan(val_loss) ? nlohmann::json(nullptr) : nlohmann::json(val_loss);
-    data_->metrics->write(std::move(record));
-    progress.update(steps_done_, loss, tokens_per_second);
+    if (data_->metrics) data_->metrics->write(std::move(record));
+    if (options_.echo) progress.update(steps_done_, loss, tokens_per_second);
     if (options_.echo && (evaluate || (!progress.enabled() && steps_done_ == 1))) {
       progress.finish();
       std::printf("step %5lld  loss %.4f  val_loss %s  lr %.2e  grad_norm %.3f  %.0f tok/s  ops %llu  allocs %llu "
@@ -267,7 +330,7 @@ std::string Trainer::run(std::optional<int64_t> stop_at_step) {
     if ((t.save_every > 0 && steps_done_ % t.save_every == 0) || steps_done_ == last) save(steps_done_);
   }
   progress.finish();
-  if (steps_done_ < t.steps || t.sample_tokens == 0) return "";
+  if (steps_done_ < t.steps || t.sample_tokens == 0 || rank_of(options_) != 0) return "";
   std::string text = sample_text(*model_, *data_->tokenizer, t.prompt, t.sample_tokens, t.temperature, t.top_k,
                                  options_.model.seed);
   // Kept beside the metrics for `alpha report`.

@@ -16,6 +16,7 @@
 #include <nlohmann/json.hpp>
 
 #include "alpha/data/tokenizer.h"
+#include "alpha/distributed/communicator.h"
 #include "alpha/nn/gpt.h"
 #include "alpha/train/train_config.h"
 
@@ -30,6 +31,9 @@ struct TrainerOptions {
   std::vector<std::string> data;
   bool resume = false;  // continue from RUN_DIR's latest checkpoint (its configs come from the caller)
   bool echo = true;     // print progress lines, validation and the sample on stdout
+  // Data parallel (docs/DISTRIBUTED.md): this process is one rank of the communicator's group; null: a single
+  // process. batch_size is per rank; only rank 0 prints, logs and writes the weights.
+  std::shared_ptr<distributed::Communicator> communicator;
 };
 
 // The configs a run was saved with, for resuming: the state.json of RUN_DIR's latest checkpoint.

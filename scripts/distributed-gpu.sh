@@ -1,0 +1,155 @@
+#!/usr/bin/env bash
+# On a machine with 2 GPUs (2×H200): the checks of multi-GPU training (docs/DISTRIBUTED.md), in one
+# command, logs and a summary in $OUT (or ./gpu-logs):
+#   1. loss match: 100 steps of `seed` in f32 on 1 GPU (batch 16) and on 2 GPUs (batch 8 each, the same
+#      global batch and tokens): every step's loss within 1e-3 relative;
+#   2. deterministic reduction: two 2-GPU runs with --deterministic-reduce true: losses and final weights
+#      bit for bit;
+#   3. throughput: tokens/s of `seed` and `gpt2-124m` (bf16) on 1 GPU and on 2 GPUs, plain and ZeRO-1, at
+#      the same batch per GPU -> scaling efficiency = tokens/s on 2 / (2 × tokens/s on 1);
+#   4. failure: `alpha train --gpus 2`, worker rank 1 killed with SIGKILL mid-run: rank 0 must stop
+#      within the collective timeout (20 s) + 30 s, with an error naming rank 1, and the launcher too.
+# Usage: scripts/distributed-gpu.sh [--skip-build]. Exit code 0 only when every check passed.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+out="${OUT:-gpu-logs}"
+build=1
+for arg in "$@"; do
+  case "$arg" in
+    --skip-build) build=0 ;;
+    *) echo "unknown argument $arg" >&2; exit 2 ;;
+  esac
+done
+mkdir -p "$out"
+runs="$(mktemp -d /tmp/alpha-distributed.XXXXXX)"
+summary="$out/summary.txt"
+: > "$summary"
+say() { echo "$*" | tee -a "$summary"; }
+rc=0
+fail() { say "FAIL: $*"; rc=1; }
+
+nvidia-smi --query-gpu=index,name,driver_version,memory.total --format=csv,noheader | tee "$out/gpu.txt"
+nvidia-smi topo -m > "$out/topology.txt" 2>&1
+gpus=$(nvidia-smi --list-gpus | wc -l)
+[ "$gpus" -ge 2 ] || { say "FAIL: needs 2 GPUs, found $gpus"; exit 1; }
+export NCCL_NVLS_ENABLE=0  # NVLink multicast stays off on these machines (alpha sets it too)
+export NCCL_DEBUG=WARN
+
+start=$(date +%s)
+if [ "$build" = 1 ]; then
+  cmake --preset cuda -DALPHA_PYTHON= -DALPHA_NCCL=ON > "$out/configure.log" 2>&1 ||
+    { tail -30 "$out/configure.log"; exit 1; }
+  cmake --build build/cuda -j 32 --target alpha > "$out/build.log" 2>&1 ||
+    { grep -E "error" "$out/build.log" | head -30; exit 1; }
+fi
+say "build: $(( $(date +%s) - start )) s"
+alpha="$PWD/build/cuda/alpha"
+
+# Quiet runs: no validation, no sample, one checkpoint at the end. `run NAME ARGS...` logs to $out/NAME.log.
+common=(--eval-every 0 --sample-tokens 0 --save-every 0 --keep-last 1)
+run() {
+  local name="$1"; shift
+  local t0=$(date +%s)
+  timeout 300 "$alpha" train "${common[@]}" --out "$runs/$name" "$@" > "$out/$name.log" 2>&1
+  local status=$?
+  echo "$name: exit $status, $(( $(date +%s) - t0 )) s" | tee -a "$out/runs.txt"
+  [ $status = 0 ] || { tail -5 "$out/$name.log"; fail "$name exited with $status"; }
+  cp "$runs/$name/metrics.jsonl" "$out/$name.metrics.jsonl" 2>/dev/null
+  return $status
+}
+
+# Python reads the metrics (stdlib only).
+compare_losses() {  # compare_losses A B TOLERANCE -> prints the largest relative difference, fails above
+  python3 - "$runs/$1/metrics.jsonl" "$runs/$2/metrics.jsonl" "$3" <<'EOF'
+import json, sys
+a = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
+b = [json.loads(l) for l in open(sys.argv[2]) if l.strip()]
+tol = float(sys.argv[3])
+if len(a) != len(b) or not a:
+    print(f"step counts differ: {len(a)} vs {len(b)}"); sys.exit(1)
+worst = max(abs(x["loss"] - y["loss"]) / abs(x["loss"]) for x, y in zip(a, b))
+identical = all(x["loss"] == y["loss"] for x, y in zip(a, b))
+print(f"{len(a)} steps, max relative loss difference {worst:.3e} (tolerance {tol:g}), "
+      f"bit-identical losses: {identical}, last losses {a[-1]['loss']:.6f} / {b[-1]['loss']:.6f}")
+sys.exit(0 if worst <= tol else 1)
+EOF
+}
+tokens_per_second() {  # median over steps 6.. of the run's global tokens/s
+  python3 - "$runs/$1/metrics.jsonl" <<'EOF'
+import json, statistics, sys
+rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
+print(f"{statistics.median(r['tokens_per_second'] for r in rows[5:]):.0f}")
+EOF
+}
+
+say "== 1. loss match: seed, f32, 100 steps, global batch 16 x 256 tokens"
+f32=(--config seed --precision f32 --steps 100 --seq-len 256)
+run one-gpu "${f32[@]}" --device cuda --batch-size 16
+run two-gpu "${f32[@]}" --gpus 2 --batch-size 8 --data "$runs/one-gpu/data"
+line=$(compare_losses one-gpu two-gpu 1e-3) || fail "1 GPU vs 2 GPUs: $line"
+say "1 GPU vs 2 GPUs: $line"
+
+say "== 2. deterministic reduction: two 2-GPU runs, bit for bit"
+run det-a "${f32[@]}" --gpus 2 --batch-size 8 --data "$runs/one-gpu/data" --deterministic-reduce true
+run det-b "${f32[@]}" --gpus 2 --batch-size 8 --data "$runs/one-gpu/data" --deterministic-reduce true
+line=$(compare_losses det-a det-b 0) || fail "deterministic runs differ: $line"
+say "deterministic a vs b: $line"
+if cmp -s "$runs/det-a/checkpoints/step_00000100/model.safetensors" "$runs/det-b/checkpoints/step_00000100/model.safetensors"; then
+  say "deterministic a vs b: final weights bit-identical"
+else
+  fail "deterministic runs: final weights differ"
+fi
+line=$(compare_losses one-gpu det-a 1e-3) && say "1 GPU vs deterministic 2 GPUs: $line"
+
+say "== 3. throughput (bf16, same batch per GPU; median tokens/s over steps 6-30)"
+echo "| config | batch per GPU x seq | 1 GPU tok/s | 2 GPUs tok/s | efficiency | 2 GPUs ZeRO-1 tok/s | efficiency |" > "$out/scaling.md"
+echo "|---|---|---|---|---|---|---|" >> "$out/scaling.md"
+for spec in "seed 32 512" "gpt2-124m 16 1024"; do
+  read -r config batch seq <<< "$spec"
+  perf=(--config "$config" --precision bf16 --steps 30 --batch-size "$batch" --seq-len "$seq")
+  run "$config-1" "${perf[@]}" --device cuda || continue
+  run "$config-2" "${perf[@]}" --gpus 2 --data "$runs/$config-1/data"
+  run "$config-2-zero1" "${perf[@]}" --gpus 2 --data "$runs/$config-1/data" --zero1 true
+  t1=$(tokens_per_second "$config-1"); t2=$(tokens_per_second "$config-2"); tz=$(tokens_per_second "$config-2-zero1")
+  e2=$(python3 -c "print(f'{$t2 / (2 * $t1):.3f}')"); ez=$(python3 -c "print(f'{$tz / (2 * $t1):.3f}')")
+  echo "| $config | $batch x $seq | $t1 | $t2 | $e2 | $tz | $ez |" >> "$out/scaling.md"
+  say "$config: 1 GPU $t1 tok/s, 2 GPUs $t2 tok/s (efficiency $e2), ZeRO-1 $tz tok/s (efficiency $ez)"
+done
+cat "$out/scaling.md"
+
+say "== 4. failure: worker rank 1 killed mid-run, dist timeout 20 s"
+"$alpha" train "${common[@]}" --config seed --gpus 2 --batch-size 8 --seq-len 256 --steps 100000 \
+  --data "$runs/one-gpu/data" --dist-timeout-s 20 --out "$runs/kill" > "$out/kill.log" 2>&1 &
+launcher=$!
+for _ in $(seq 1 120); do  # until training runs (metrics written), at most 60 s
+  [ -s "$runs/kill/metrics.jsonl" ] && [ "$(wc -l < "$runs/kill/metrics.jsonl")" -ge 5 ] && break
+  sleep 0.5
+done
+victim=""
+for pid in $(pgrep -P "$launcher"); do
+  tr '\0' '\n' < "/proc/$pid/environ" 2>/dev/null | grep -qx "RANK=1" && victim=$pid
+done
+if [ -z "$victim" ]; then
+  fail "failure test: no worker with RANK=1 found under launcher $launcher"
+  kill "$launcher" 2>/dev/null
+else
+  kill -9 "$victim"
+  killed_at=$(date +%s)
+  for _ in $(seq 1 120); do kill -0 "$launcher" 2>/dev/null || break; sleep 0.5; done
+  if kill -0 "$launcher" 2>/dev/null; then
+    fail "failure test: the launcher still runs 60 s after rank 1 was killed"
+    pkill -P "$launcher"; kill "$launcher"
+  fi
+  wait "$launcher"; status=$?
+  took=$(( $(date +%s) - killed_at ))
+  say "failure test: launcher exited with $status, $took s after rank 1 was killed"
+  grep -E "rank 1" "$out/kill.log" | head -5 | tee -a "$summary"
+  [ "$status" != 0 ] || fail "failure test: the launcher exited 0"
+  grep -q "worker rank 1 exited" "$out/kill.log" || fail "failure test: the launcher did not name rank 1"
+  grep -q "rank 1 failed" "$out/kill.log" || fail "failure test: rank 0's error did not name rank 1"
+  [ "$took" -le 50 ] || fail "failure test: took $took s (timeout 20 s + 30 s grace)"
+fi
+
+say "total: $(( $(date +%s) - start )) s; $([ $rc = 0 ] && echo 'all checks passed' || echo 'some checks FAILED')"
+rm -rf "$runs"
+exit $rc

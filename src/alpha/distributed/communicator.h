@@ -1,0 +1,64 @@
+// The collectives data-parallel training needs, over raw buffers of f32 or bf16, behind one interface: NCCL
+// between GPUs (nccl_communicator.h), and an in-process one for the CPU tests (tests/distributed). A
+// communicator is one rank of a group of world_size ranks; every rank calls the same collectives in the
+// same order with the same counts.
+//
+// Ordering: a collective may return before it has completed (NCCL queues it on its own stream after the
+// work already queued on the device's default stream); synchronize() waits for all of them within the
+// timeout. When a peer dies or hangs, synchronize() (or the collective itself) aborts the group and raises
+// RankFailureError naming the rank that failed, never waiting forever.
+#pragma once
+#include <chrono>
+#include <cstddef>
+#include <string>
+
+#include "alpha/core/device.h"
+#include "alpha/core/dtype.h"
+#include "alpha/core/error.h"
+
+namespace alpha::distributed {
+
+enum class ReduceOp { sum, average };
+
+// A collective could not complete: a rank died, hung past the timeout, or the library reported an error.
+// failed_rank() is the rank held responsible (-1 when the cause could not be tied to one).
+class RankFailureError : public BackendError {
+ public:
+  RankFailureError(const std::string& message, int failed_rank) : BackendError(message), failed_rank_(failed_rank) {}
+  int failed_rank() const { return failed_rank_; }
+
+ private:
+  int failed_rank_;
+};
+
+class Communicator {
+ public:
+  virtual ~Communicator() = default;
+
+  virtual int rank() const = 0;
+  virtual int world_size() const = 0;
+  // Where the buffers passed to the collectives live (a CUDA device for NCCL, the CPU in-process).
+  virtual Device device() const = 0;
+
+  // In place: every rank's `count` elements become the elementwise sum (or average) over the ranks.
+  virtual void all_reduce(void* data, size_t count, DType dtype, ReduceOp op) = 0;
+  // `send` holds world_size blocks of `recv_count` elements; rank r receives the reduction of block r.
+  virtual void reduce_scatter(const void* send, void* recv, size_t recv_count, DType dtype, ReduceOp op) = 0;
+  // Rank r's `send_count` elements land at offset r * send_count of every rank's `recv`.
+  virtual void all_gather(const void* send, void* recv, size_t send_count, DType dtype) = 0;
+  // Root's `count` elements are copied into every other rank's `data`.
+  virtual void broadcast(void* data, size_t count, DType dtype, int root) = 0;
+
+  // Waits until every collective issued so far has completed. RankFailureError (after aborting the group)
+  // when that takes longer than timeout() or a peer failed.
+  virtual void synchronize() = 0;
+  // Stops the group: pending and later collectives of every rank fail instead of waiting.
+  virtual void abort(const std::string& reason) = 0;
+
+  virtual std::chrono::milliseconds timeout() const = 0;
+};
+
+// Raises DTypeError naming `op` unless dtype is f32 or bf16, the dtypes the collectives carry.
+void require_collective_dtype(const char* op, DType dtype);
+
+}  // namespace alpha::distributed

@@ -1,0 +1,241 @@
+#include "alpha/distributed/data_parallel.h"
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+
+#include "alpha/core/error.h"
+#include "alpha/ops/optim.h"
+
+namespace alpha::distributed {
+
+namespace {
+
+constexpr const char* kOp = "DataParallel";
+
+std::string state_name(const char* slot, size_t bucket) {
+  return std::string(slot) + "/bucket_" + std::to_string(bucket);
+}
+
+}  // namespace
+
+void DataParallelOptions::validate() const {
+  if (bucket_bytes < 1) raise<ConfigError>(kOp, "bucket_bytes", "a size in bytes >= 1", std::to_string(bucket_bytes));
+}
+
+std::vector<Bucket> plan_buckets(const std::vector<int64_t>& numels, size_t element_bytes, int64_t bucket_bytes,
+                                 int world_size) {
+  std::vector<Bucket> buckets;
+  Bucket current;
+  auto close = [&] {
+    current.padded_numel = (current.numel + world_size - 1) / world_size * world_size;
+    current.shard_numel = current.padded_numel / world_size;
+    buckets.push_back(std::move(current));
+    current = Bucket{};
+  };
+  for (size_t i = numels.size(); i-- > 0;) {
+    current.entries.push_back({i, current.numel, numels[i]});
+    current.numel += numels[i];
+    if (current.numel * int64_t(element_bytes) >= bucket_bytes) close();
+  }
+  if (!current.entries.empty()) close();
+  return buckets;
+}
+
+std::vector<ShardSegment> shard_segments(const std::vector<Bucket>& buckets, int rank) {
+  std::vector<ShardSegment> segments;
+  for (size_t b = 0; b < buckets.size(); ++b) {
+    int64_t shard_begin = rank * buckets[b].shard_numel, shard_end = shard_begin + buckets[b].shard_numel;
+    for (const auto& e : buckets[b].entries) {
+      int64_t begin = std::max(shard_begin, e.offset), end = std::min(shard_end, e.offset + e.numel);
+      if (begin < end) segments.push_back({b, e.parameter, begin - e.offset, begin - shard_begin, end - begin});
+    }
+  }
+  return segments;
+}
+
+DataParallel::DataParallel(Communicator& communicator, std::vector<nn::NamedParameter> parameters,
+                           DataParallelOptions options)
+    : communicator_(communicator), parameters_(std::move(parameters)), options_(options) {
+  options_.validate();
+  if (parameters_.empty()) raise<ValueError>(kOp, "parameters", "at least one parameter", "none");
+  dtype_ = parameters_[0].variable.dtype();
+  require_collective_dtype(kOp, dtype_);
+  std::vector<int64_t> numels;
+  for (const auto& p : parameters_) {
+    if (p.variable.dtype() != dtype_)
+      raise<DTypeError>(kOp, p.name, "the dtype of the first parameter " + std::string(dtype_name(dtype_)),
+                        std::string(dtype_name(p.variable.dtype())));
+    if (p.variable.value().device() != communicator_.device())
+      raise<DeviceError>(kOp, p.name, "a parameter on the communicator's device " + communicator_.device().str(),
+                         p.variable.value().device().str());
+    numels.push_back(p.variable.value().numel());
+  }
+  int world = communicator_.world_size();
+  buckets_ = plan_buckets(numels, dtype_size(dtype_), options_.bucket_bytes, world);
+  for (const auto& b : buckets_) flat_.push_back(Tensor::zeros({b.padded_numel}, dtype_, communicator_.device()));
+  if (options_.zero1) {
+    segments_ = shard_segments(buckets_, communicator_.rank());
+    for (const auto& b : buckets_) {
+      m_.push_back(Tensor::zeros({b.shard_numel}, dtype_, communicator_.device()));
+      v_.push_back(Tensor::zeros({b.shard_numel}, dtype_, communicator_.device()));
+    }
+  }
+  scalar_ = Tensor::zeros({1}, DType::f32, communicator_.device());
+}
+
+Tensor DataParallel::flat_view(size_t parameter, bool gradient) const {
+  const nn::NamedParameter& p = parameters_[parameter];
+  if (!gradient) {
+    autograd::Variable v = p.variable;
+    return v.mutable_value().view({-1});
+  }
+  if (!p.variable.grad().defined())
+    raise<ValueError>("DataParallel::reduce_gradients", p.name, "a parameter with a gradient (run backward first)",
+                      "none");
+  return p.variable.grad().view({-1});
+}
+
+Tensor DataParallel::shard_of(size_t bucket) const {
+  int64_t n = buckets_[bucket].shard_numel, first = communicator_.rank() * n;
+  return flat_[bucket].slice(0, first, first + n);
+}
+
+void DataParallel::reduce_gradients() {
+  for (size_t b = 0; b < buckets_.size(); ++b) {
+    for (const auto& e : buckets_[b].entries)
+      flat_[b].slice(0, e.offset, e.offset + e.numel).copy_from(flat_view(e.parameter, true));
+    // Launched before the next bucket is packed: on a GPU the two overlap.
+    if (options_.zero1)
+      communicator_.reduce_scatter(flat_[b].raw_data(), shard_of(b).raw_data(), size_t(buckets_[b].shard_numel), dtype_,
+                                   ReduceOp::average);
+    else
+      communicator_.all_reduce(flat_[b].raw_data(), size_t(buckets_[b].padded_numel), dtype_, ReduceOp::average);
+  }
+  communicator_.synchronize();
+  if (options_.zero1) {
+    for (auto& p : parameters_) p.variable.zero_grad();
+    return;
+  }
+  for (size_t b = 0; b < buckets_.size(); ++b)
+    for (const auto& e : buckets_[b].entries)
+      flat_view(e.parameter, true).copy_from(flat_[b].slice(0, e.offset, e.offset + e.numel));
+}
+
+std::vector<Tensor> DataParallel::gradient_shards() const {
+  std::vector<Tensor> shards;
+  for (size_t b = 0; b < buckets_.size(); ++b) shards.push_back(shard_of(b));
+  return shards;
+}
+
+double DataParallel::grad_norm() {
+  if (!options_.zero1)
+    raise<ConfigError>("DataParallel::grad_norm", "zero1", "a DataParallel built with zero1 on", "zero1 off");
+  // The padding of the shards is zero, so it adds nothing to the norm.
+  double local = ops::global_grad_norm(gradient_shards());
+  scalar_.fill_(local * local);
+  communicator_.all_reduce(scalar_.raw_data(), 1, DType::f32, ReduceOp::sum);
+  communicator_.synchronize();
+  return std::sqrt(scalar_.item());
+}
+
+double DataParallel::sharded_step(double lr, double grad_clip, double norm, const AdamW& adamw) {
+  if (!options_.zero1)
+    raise<ConfigError>("DataParallel::sharded_step", "zero1", "a DataParallel built with zero1 on", "zero1 off");
+  std::vector<Tensor> shards = gradient_shards();
+  double coef = grad_clip > 0 ? ops::clip_grad_norm(shards, grad_clip, norm) : 1.0;
+  ++step_count_;
+  ops::AdamWConfig config{lr, adamw.beta1, adamw.beta2, adamw.eps, 0.0, step_count_};
+  for (const auto& s : segments_) {
+    config.weight_decay = parameters_[s.parameter].decay ? adamw.weight_decay : 0.0;
+    Tensor param = flat_view(s.parameter, false).slice(0, s.parameter_offset, s.parameter_offset + s.numel);
+    Tensor grad = shards[s.bucket].slice(0, s.shard_offset, s.shard_offset + s.numel);
+    Tensor m = m_[s.bucket].slice(0, s.shard_offset, s.shard_offset + s.numel);
+    Tensor v = v_[s.bucket].slice(0, s.shard_offset, s.shard_offset + s.numel);
+    ops::adamw_step(param, grad, m, v, config);
+    // The updated values go where the gradient was: this rank's part of the all-gather below.
+    grad.copy_from(param);
+  }
+  for (size_t b = 0; b < buckets_.size(); ++b)
+    communicator_.all_gather(shards[b].raw_data(), flat_[b].raw_data(), size_t(buckets_[b].shard_numel), dtype_);
+  communicator_.synchronize();
+  for (size_t b = 0; b < buckets_.size(); ++b)
+    for (const auto& e : buckets_[b].entries)
+      flat_view(e.parameter, false).copy_from(flat_[b].slice(0, e.offset, e.offset + e.numel));
+  return coef;
+}
+
+double DataParallel::average(double value) {
+  scalar_.fill_(value);
+  communicator_.all_reduce(scalar_.raw_data(), 1, DType::f32, ReduceOp::average);
+  communicator_.synchronize();
+  return scalar_.item();
+}
+
+std::vector<std::pair<std::string, Tensor>> DataParallel::shard_state() const {
+  std::vector<std::pair<std::string, Tensor>> out;
+  for (size_t b = 0; b < m_.size(); ++b) out.emplace_back(state_name("m", b), m_[b]);
+  for (size_t b = 0; b < v_.size(); ++b) out.emplace_back(state_name("v", b), v_[b]);
+  return out;
+}
+
+void DataParallel::load_shard_state(const std::vector<std::pair<std::string, Tensor>>& tensors, int64_t step_count) {
+  constexpr const char* op = "DataParallel::load_shard_state";
+  std::map<std::string, const Tensor*> by_name;
+  for (const auto& [name, tensor] : tensors) by_name[name] = &tensor;
+  // Everything is checked before anything is copied, so a failed load leaves the state untouched.
+  std::vector<std::pair<std::string, Tensor>> expected = shard_state();
+  std::vector<const Tensor*> sources;
+  for (const auto& [name, tensor] : expected) {
+    auto it = by_name.find(name);
+    if (it == by_name.end()) raise<ValueError>(op, name, "a tensor of that name in the optimizer shard", "none");
+    if (it->second->shape() != tensor.shape())
+      raise<ValueError>(op, name, "shape " + shape_str(tensor.shape()) + " (the same bucket_bytes and world size)",
+                        shape_str(it->second->shape()));
+    sources.push_back(it->second);
+    by_name.erase(it);
+  }
+  if (!by_name.empty())
+    raise<ValueError>(op, by_name.begin()->first, "only m/bucket_<b> and v/bucket_<b> of this layout",
+                      "an unknown name");
+  for (size_t i = 0; i < expected.size(); ++i) expected[i].second.copy_from(*sources[i]);
+  step_count_ = step_count;
+}
+
+void barrier(Communicator& communicator) {
+  Tensor token = Tensor::zeros({1}, DType::f32, communicator.device());
+  communicator.all_reduce(token.raw_data(), 1, DType::f32, ReduceOp::sum);
+  communicator.synchronize();
+}
+
+nlohmann::json ParallelLayout::to_json() const {
+  return {{"world_size", world_size}, {"zero1", zero1}, {"bucket_bytes", bucket_bytes}};
+}
+
+ParallelLayout ParallelLayout::from_json(const nlohmann::json& j) {
+  ParallelLayout layout;
+  if (!j.is_object()) return layout;
+  layout.world_size = j.value("world_size", 1);
+  layout.zero1 = j.value("zero1", false);
+  layout.bucket_bytes = j.value("bucket_bytes", int64_t(0));
+  return layout;
+}
+
+void check_resume(const ParallelLayout& saved, const ParallelLayout& now) {
+  constexpr const char* op = "resume";
+  if (saved.world_size != now.world_size)
+    raise<ConfigError>(op, "world size",
+                       "the checkpoint's world size " + std::to_string(saved.world_size) +
+                           " (resume with as many ranks: --gpus " + std::to_string(saved.world_size) + ")",
+                       std::to_string(now.world_size) + " ranks");
+  if (saved.zero1 != now.zero1)
+    raise<ConfigError>(op, "zero1", std::string("the checkpoint's ") + (saved.zero1 ? "true" : "false"),
+                       now.zero1 ? "true" : "false");
+  if (saved.zero1 && saved.bucket_bytes != now.bucket_bytes)
+    raise<ConfigError>(op, "bucket_mb",
+                       "the checkpoint's bucket size of " + std::to_string(saved.bucket_bytes) +
+                           " bytes (the optimizer shards follow the buckets)",
+                       std::to_string(now.bucket_bytes) + " bytes");
+}
+
+}  // namespace alpha::distributed

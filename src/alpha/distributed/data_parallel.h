@@ -1,0 +1,133 @@
+// Data-parallel training over a Communicator: every rank runs the same model on its own slice of the global
+// batch, and the gradients are averaged over the ranks before the optimiser step.
+//
+// Buckets: the parameters are grouped, in reverse order (the order backward finishes them: the last layer's
+// first), into flat buffers of about bucket_bytes each; a parameter larger than that gets a bucket of its
+// own. After the last micro-step's backward (gradient accumulation reduces once per optimiser step), each
+// bucket is packed and its collective launched at once, so on a GPU the packing of one bucket overlaps the
+// collective of the one before on the communicator's stream. Gradients are averaged (sum / world_size).
+//
+// ZeRO-1: each bucket is padded to a multiple of world_size and split into world_size equal shards; the
+// gradients are reduce-scattered, so rank r holds the averaged gradient of shard r of every bucket, keeps
+// AdamW's m and v for those elements only, updates those parameters, and all-gathers the updated values.
+// Clipping uses the global norm: each rank's sum of squares over its shards, summed over the ranks.
+//
+// Determinism: the bucket layout is a pure function of the parameter shapes, bucket_bytes and world_size,
+// and the collectives run in the same order every step; with a deterministic communicator (NCCL's ring
+// algorithm and simple protocol fixed, see nccl_communicator.h) a run repeats bit for bit.
+#pragma once
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "alpha/distributed/communicator.h"
+#include "alpha/nn/module.h"
+#include "alpha/tensor/tensor.h"
+
+namespace alpha::distributed {
+
+struct DataParallelOptions {
+  int64_t bucket_bytes = 25 << 20;  // PyTorch DDP's default bucket size
+  bool zero1 = false;               // shard the optimiser state (reduce-scatter + all-gather)
+  void validate() const;            // ConfigError naming the field
+};
+
+// A parameter's run of elements inside a bucket.
+struct BucketEntry {
+  size_t parameter;  // index into the parameter list
+  int64_t offset;    // first element inside the bucket
+  int64_t numel;
+};
+
+struct Bucket {
+  std::vector<BucketEntry> entries;
+  int64_t numel = 0;         // elements of the parameters
+  int64_t padded_numel = 0;  // numel rounded up to a multiple of world_size (the tail stays zero)
+  int64_t shard_numel = 0;   // padded_numel / world_size: one rank's shard
+};
+
+// Buckets over parameters of the given element counts, in reverse order, each closed once it holds at
+// least bucket_bytes (elements of element_bytes bytes).
+std::vector<Bucket> plan_buckets(const std::vector<int64_t>& numels, size_t element_bytes, int64_t bucket_bytes,
+                                 int world_size);
+
+// Where rank `rank`'s shard of a bucket meets a parameter: shard_offset counts from the shard's start.
+struct ShardSegment {
+  size_t bucket;
+  size_t parameter;
+  int64_t parameter_offset;
+  int64_t shard_offset;
+  int64_t numel;
+};
+std::vector<ShardSegment> shard_segments(const std::vector<Bucket>& buckets, int rank);
+
+class DataParallel {
+ public:
+  // The parameters' values and gradients must live on the communicator's device, all of one floating dtype.
+  DataParallel(Communicator& communicator, std::vector<nn::NamedParameter> parameters, DataParallelOptions options);
+
+  // After the last micro-step's backward. Without ZeRO-1: every rank's gradients become the average over
+  // the ranks. With ZeRO-1: this rank's shards of the buckets hold the averaged gradient, and the model's
+  // gradient buffers are zeroed (consumed: the next step accumulates into them afresh).
+  void reduce_gradients();
+
+  // ZeRO-1 only. The global L2 norm of the averaged gradients (each rank's shards' sum of squares, summed
+  // over the ranks): the same value on every rank. A collective.
+  double grad_norm();
+  // ZeRO-1 only: clips the shards by `norm` (grad_norm()'s, finite) when grad_clip > 0, runs AdamW on this
+  // rank's shards with learning rate lr, and all-gathers the updated parameters into every rank's model.
+  // Returns the factor the gradients were scaled by.
+  struct AdamW {
+    double beta1, beta2, eps, weight_decay;
+  };
+  double sharded_step(double lr, double grad_clip, double norm, const AdamW& adamw);
+
+  // The average of one value over the ranks (the logged loss); a collective.
+  double average(double value);
+
+  // ZeRO-1 state of this rank: m/bucket_<b> and v/bucket_<b> (its shard of each bucket), and the step.
+  std::vector<std::pair<std::string, Tensor>> shard_state() const;
+  int64_t step_count() const { return step_count_; }
+  // Restores a state shard_state exported, under the same bucket layout; ValueError naming the tensor
+  // when one is missing, unknown or of another length.
+  void load_shard_state(const std::vector<std::pair<std::string, Tensor>>& tensors, int64_t step_count);
+
+  const std::vector<Bucket>& buckets() const { return buckets_; }
+  const std::vector<ShardSegment>& segments() const { return segments_; }
+  const DataParallelOptions& options() const { return options_; }
+  Communicator& communicator() { return communicator_; }
+
+ private:
+  Tensor flat_view(size_t parameter, bool gradient) const;  // 1-D view of a parameter's value or gradient
+  Tensor shard_of(size_t bucket) const;                     // this rank's shard of a bucket's buffer
+  std::vector<Tensor> gradient_shards() const;              // shard_of every bucket
+
+  Communicator& communicator_;
+  std::vector<nn::NamedParameter> parameters_;
+  DataParallelOptions options_;
+  DType dtype_;
+  std::vector<Bucket> buckets_;
+  std::vector<Tensor> flat_;            // one buffer per bucket
+  std::vector<ShardSegment> segments_;  // ZeRO-1: this rank's shards, parameter by parameter
+  std::vector<Tensor> m_, v_;           // ZeRO-1: AdamW moments of this rank's shard of each bucket
+  int64_t step_count_ = 0;
+  Tensor scalar_;  // one element on the device, for grad_norm() and average()
+};
+
+// Returns once every rank of the group has called it (RankFailureError after the communicator's timeout).
+void barrier(Communicator& communicator);
+
+// What a checkpoint's optimizer state depends on. A run resumes only under the layout it was saved with:
+// check_resume raises ConfigError naming the first difference (world size first).
+struct ParallelLayout {
+  int world_size = 1;
+  bool zero1 = false;
+  int64_t bucket_bytes = 0;  // only matters under ZeRO-1 (the shards follow the buckets)
+  nlohmann::json to_json() const;
+  static ParallelLayout from_json(const nlohmann::json& j);  // a missing object: one rank, no ZeRO-1
+};
+void check_resume(const ParallelLayout& saved, const ParallelLayout& now);
+
+}  // namespace alpha::distributed

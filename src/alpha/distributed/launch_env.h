@@ -1,0 +1,36 @@
+// Where this process stands in a multi-process job, read from the environment the ecosystem's launchers
+// set, so they start `alpha train` unchanged:
+//   torchrun (and `alpha train --gpus N`): RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT
+//   Slurm (srun):                          SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID, and the master from
+//                                          MASTER_ADDR, else the first host of SLURM_NODELIST
+// torchrun's variables win when both are present. MASTER_PORT defaults to 29500 (torchrun's default).
+#pragma once
+#include <functional>
+#include <optional>
+#include <string>
+
+namespace alpha::distributed {
+
+struct LaunchEnv {
+  int rank = 0;
+  int world_size = 1;
+  int local_rank = 0;  // the GPU this process drives on its node
+  std::string master_addr = "127.0.0.1";
+  int master_port = 29500;
+  std::string source;  // "torchrun" or "slurm": which variables it came from, for messages
+};
+
+inline constexpr int kDefaultMasterPort = 29500;
+
+// Reads the launch variables through `getenv` (std::getenv by default; tests pass a map). nullopt when
+// neither convention is present. ConfigError naming the variable when one is malformed or inconsistent
+// (RANK outside [0, WORLD_SIZE), a port outside 1..65535, a rank set without WORLD_SIZE, ...).
+using EnvLookup = std::function<const char*(const char*)>;
+std::optional<LaunchEnv> launch_env_from(const EnvLookup& getenv);
+std::optional<LaunchEnv> launch_env();
+
+// The first host of a Slurm node list: "gpu[03-05,09],cpu1" -> "gpu03", "a,b" -> "a", "n[1-2]" -> "n1".
+// ConfigError on an empty or unbalanced list.
+std::string first_slurm_host(const std::string& nodelist);
+
+}  // namespace alpha::distributed

@@ -1,0 +1,226 @@
+// Gradient bucketing, ZeRO-1 sharding and rank bookkeeping on the CPU, through the in-process
+// communicator, for 1, 2, 3, 4 and 8 ranks: the averaged gradients, the sharded AdamW step against a
+// plain AdamW step on the averaged gradients, the global norm, the shard state, and the resume check.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cmath>
+
+#include "alpha/autograd/variable.h"
+#include "alpha/core/error.h"
+#include "alpha/distributed/data_parallel.h"
+#include "alpha/ops/optim.h"
+#include "distributed/in_process_communicator.h"
+
+namespace alpha::distributed {
+namespace {
+
+using std::chrono::milliseconds;
+using test::InProcessCommunicator;
+using test::InProcessGroup;
+using test::run_ranks;
+
+TEST(PlanBuckets, ReverseOrderClosedAtTheSizeAndPaddedToTheWorldSize) {
+  // 4-byte elements, 40-byte buckets: [7, 3] closes at 40 bytes, [20] alone (oversized), [5, 2] is the rest.
+  std::vector<Bucket> b = plan_buckets({2, 5, 20, 3, 7}, 4, 40, 4);
+  ASSERT_EQ(b.size(), 3u);
+  EXPECT_EQ(b[0].entries.size(), 2u);
+  EXPECT_EQ(b[0].entries[0].parameter, 4u);
+  EXPECT_EQ(b[0].entries[1].parameter, 3u);
+  EXPECT_EQ(b[0].entries[1].offset, 7);
+  EXPECT_EQ(b[0].numel, 10);
+  EXPECT_EQ(b[0].padded_numel, 12);
+  EXPECT_EQ(b[0].shard_numel, 3);
+  EXPECT_EQ(b[1].entries.size(), 1u);
+  EXPECT_EQ(b[1].entries[0].parameter, 2u);
+  EXPECT_EQ(b[1].padded_numel, 20);
+  EXPECT_EQ(b[2].numel, 7);
+  EXPECT_EQ(b[2].padded_numel, 8);
+  EXPECT_EQ(b[2].entries[1].parameter, 0u);
+}
+
+TEST(ShardSegments, TheRanksCoverEveryElementOfEveryBucketOnce) {
+  std::vector<int64_t> numels{3, 17, 1, 64, 5, 9, 128, 2};
+  for (int world : {1, 2, 3, 4, 8}) {
+    std::vector<Bucket> buckets = plan_buckets(numels, 4, 100, world);
+    std::vector<std::vector<int>> covered;
+    for (int64_t n : numels) covered.emplace_back(size_t(n), 0);
+    for (int rank = 0; rank < world; ++rank)
+      for (const auto& s : shard_segments(buckets, rank)) {
+        const Bucket& b = buckets[s.bucket];
+        EXPECT_LE(s.shard_offset + s.numel, b.shard_numel);
+        for (int64_t i = 0; i < s.numel; ++i) ++covered[s.parameter][size_t(s.parameter_offset + i)];
+      }
+    for (size_t p = 0; p < numels.size(); ++p)
+      for (int64_t i = 0; i < numels[p]; ++i)
+        ASSERT_EQ(covered[p][size_t(i)], 1) << "world " << world << " parameter " << p << " element " << i;
+  }
+}
+
+// A small "model": parameters of odd sizes (one large enough to get a bucket of its own), with gradients
+// that differ per rank.
+struct Replica {
+  std::vector<nn::NamedParameter> parameters;
+
+  explicit Replica(int rank) {
+    const std::vector<Shape> shapes{{3, 5}, {7}, {40, 3}, {1}, {6, 2}};
+    for (size_t i = 0; i < shapes.size(); ++i) {
+      Tensor value = Tensor::normal(shapes[i], 0.0, 1.0, 100 + i);  // the same on every rank
+      autograd::Variable v(value, true, "p" + std::to_string(i));
+      Tensor grad = Tensor::normal(shapes[i], 0.0, 1.0, 1000 * (rank + 1) + i);
+      autograd::backward(v, grad);  // a leaf root: its gradient buffer receives `grad`
+      parameters.push_back({"p" + std::to_string(i), v, i % 2 == 0});
+    }
+  }
+};
+
+// The average over ranks of parameter p's gradient, computed here in rank order.
+Tensor averaged_grad(size_t p, int world) {
+  Tensor sum = Replica(0).parameters[p].variable.grad().clone();
+  std::vector<float> total = sum.to_vector<float>();
+  for (int r = 1; r < world; ++r) {
+    std::vector<float> g = Replica(r).parameters[p].variable.grad().to_vector<float>();
+    for (size_t i = 0; i < total.size(); ++i) total[i] += g[i];
+  }
+  for (float& x : total) x /= float(world);
+  return Tensor::from_vector(total, sum.shape());
+}
+
+TEST(DataParallel, AllReduceLeavesTheAverageOnEveryRank) {
+  for (int world : {1, 2, 3, 4, 8}) {
+    auto group = std::make_shared<InProcessGroup>(world, milliseconds(10000));
+    std::vector<Replica> replicas;
+    for (int r = 0; r < world; ++r) replicas.emplace_back(r);
+    run_ranks(world, [&](int rank) {
+      InProcessCommunicator comm(group, rank);
+      DataParallel dp(comm, replicas[size_t(rank)].parameters, {/*bucket_bytes=*/32, false});
+      EXPECT_GT(dp.buckets().size(), 2u);
+      dp.reduce_gradients();
+      EXPECT_EQ(comm.collectives(), int64_t(dp.buckets().size())) << "one collective per bucket";
+    });
+    for (size_t p = 0; p < replicas[0].parameters.size(); ++p) {
+      std::vector<float> expected = averaged_grad(p, world).to_vector<float>();
+      for (int r = 0; r < world; ++r) {
+        std::vector<float> got = replicas[size_t(r)].parameters[p].variable.grad().to_vector<float>();
+        ASSERT_EQ(got.size(), expected.size());
+        for (size_t i = 0; i < got.size(); ++i)
+          ASSERT_NEAR(got[i], expected[i], 1e-6) << "world " << world << " rank " << r << " param " << p;
+      }
+    }
+  }
+}
+
+TEST(DataParallel, Zero1StepMatchesAdamWOnTheAveragedGradients) {
+  const DataParallel::AdamW adamw{0.9, 0.95, 1e-8, 0.1};
+  const double lr = 1e-2, clip = 0.5;
+  for (int world : {1, 2, 3, 4, 8}) {
+    // The reference: every parameter stepped twice by AdamW with the averaged gradient, clipped by its norm.
+    Replica reference(0);
+    std::vector<Tensor> grads, m, v;
+    for (size_t p = 0; p < reference.parameters.size(); ++p) {
+      grads.push_back(averaged_grad(p, world));
+      m.push_back(Tensor::zeros(grads.back().shape(), DType::f32));
+      v.push_back(Tensor::zeros(grads.back().shape(), DType::f32));
+    }
+    double norm = ops::global_grad_norm(grads);
+    std::vector<Tensor> clipped;
+    for (auto& g : grads) clipped.push_back(g.clone());
+    ops::clip_grad_norm(clipped, clip, norm);
+    for (int64_t step = 1; step <= 2; ++step)
+      for (size_t p = 0; p < reference.parameters.size(); ++p) {
+        ops::AdamWConfig config{
+            lr, adamw.beta1, adamw.beta2, adamw.eps, reference.parameters[p].decay ? adamw.weight_decay : 0.0, step};
+        ops::adamw_step(reference.parameters[p].variable.mutable_value(), clipped[p], m[p], v[p], config);
+      }
+
+    auto group = std::make_shared<InProcessGroup>(world, milliseconds(10000));
+    std::vector<Replica> replicas;
+    for (int r = 0; r < world; ++r) replicas.emplace_back(r);
+    std::vector<double> norms(static_cast<size_t>(world));
+    run_ranks(world, [&](int rank) {
+      InProcessCommunicator comm(group, rank);
+      Replica& mine = replicas[size_t(rank)];
+      DataParallel dp(comm, mine.parameters, {/*bucket_bytes=*/32, true});
+      for (int step = 0; step < 2; ++step) {
+        if (step == 1)  // the same gradients again (the first step's were consumed)
+          for (size_t p = 0; p < mine.parameters.size(); ++p)
+            autograd::backward(mine.parameters[p].variable, Replica(rank).parameters[p].variable.grad());
+        dp.reduce_gradients();
+        for (const auto& p : mine.parameters)
+          EXPECT_EQ(p.variable.grad().to_vector<float>(), std::vector<float>(size_t(p.variable.value().numel()), 0.0f))
+              << "ZeRO-1 consumes the local gradients";
+        double n = dp.grad_norm();
+        norms[size_t(rank)] = n;
+        dp.sharded_step(lr, clip, n, adamw);
+      }
+      EXPECT_EQ(dp.step_count(), 2);
+    });
+    for (int r = 0; r < world; ++r) {
+      EXPECT_NEAR(norms[size_t(r)], norm, 1e-5 * norm) << "world " << world;
+      for (size_t p = 0; p < reference.parameters.size(); ++p) {
+        std::vector<float> expected = reference.parameters[p].variable.value().to_vector<float>();
+        std::vector<float> got = replicas[size_t(r)].parameters[p].variable.value().to_vector<float>();
+        for (size_t i = 0; i < got.size(); ++i)
+          ASSERT_NEAR(got[i], expected[i], 1e-6)
+              << "world " << world << " rank " << r << " param " << p << " [" << i << "]";
+      }
+    }
+  }
+}
+
+TEST(DataParallel, ShardStateRoundTripsAndRejectsAnotherLayout) {
+  auto group = std::make_shared<InProcessGroup>(1, milliseconds(1000));
+  InProcessCommunicator comm(group, 0);
+  Replica replica(0);
+  DataParallel dp(comm, replica.parameters, {64, true});
+  auto state = dp.shard_state();
+  ASSERT_EQ(state.size(), 2 * dp.buckets().size());
+  EXPECT_EQ(state[0].first, "m/bucket_0");
+  std::vector<std::pair<std::string, Tensor>> saved;
+  for (auto& [name, t] : state) saved.emplace_back(name, Tensor::full(t.shape(), 0.25, DType::f32));
+  dp.load_shard_state(saved, 7);
+  EXPECT_EQ(dp.step_count(), 7);
+  EXPECT_EQ(dp.shard_state()[1].second.to_vector<float>()[0], 0.25f);
+
+  saved[0].second = Tensor::zeros({saved[0].second.numel() + 1}, DType::f32);
+  try {
+    dp.load_shard_state(saved, 8);
+    FAIL() << "no error";
+  } catch (const ValueError& e) {
+    EXPECT_NE(std::string(e.what()).find("m/bucket_0"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(dp.step_count(), 7) << "a failed load changes nothing";
+}
+
+TEST(DataParallel, RejectsParametersWithoutGradientsAndBadOptions) {
+  auto group = std::make_shared<InProcessGroup>(1, milliseconds(1000));
+  InProcessCommunicator comm(group, 0);
+  autograd::Variable no_grad(Tensor::zeros({4}, DType::f32), true, "w");
+  DataParallel dp(comm, {{"w", no_grad, true}}, {64, false});
+  EXPECT_THROW(dp.reduce_gradients(), ValueError);
+  EXPECT_THROW(DataParallel(comm, {}, {64, false}), ValueError);
+  EXPECT_THROW(DataParallel(comm, {{"w", no_grad, true}}, {0, false}), ConfigError);
+}
+
+TEST(CheckResume, NamesTheWorldSizeFirstThenTheShardingLayout) {
+  try {
+    check_resume({2, false, 0}, {1, false, 0});
+    FAIL() << "no error";
+  } catch (const ConfigError& e) {
+    std::string message = e.what();
+    EXPECT_NE(message.find("world size"), std::string::npos) << message;
+    EXPECT_NE(message.find("--gpus 2"), std::string::npos) << message;
+  }
+  EXPECT_THROW(check_resume({2, true, 1 << 20}, {2, false, 0}), ConfigError);
+  EXPECT_THROW(check_resume({2, true, 1 << 20}, {2, true, 2 << 20}), ConfigError);
+  EXPECT_NO_THROW(check_resume({2, true, 1 << 20}, {2, true, 1 << 20}));
+  EXPECT_NO_THROW(check_resume(ParallelLayout::from_json(nlohmann::json()), {1, false, 0}));
+  ParallelLayout layout{4, true, 3 << 20};
+  ParallelLayout back = ParallelLayout::from_json(layout.to_json());
+  EXPECT_EQ(back.world_size, 4);
+  EXPECT_TRUE(back.zero1);
+  EXPECT_EQ(back.bucket_bytes, 3 << 20);
+}
+
+}  // namespace
+}  // namespace alpha::distributed

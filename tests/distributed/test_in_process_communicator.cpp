@@ -1,0 +1,98 @@
+// The test communicator itself: each collective's result on every rank, in f32 and bf16, and a rank that
+// stops participating makes the others fail within the timeout, naming it.
+#include <gtest/gtest.h>
+
+#include <chrono>
+
+#include "alpha/core/half.h"
+#include "distributed/in_process_communicator.h"
+
+namespace alpha::distributed::test {
+namespace {
+
+using std::chrono::milliseconds;
+
+TEST(InProcessCommunicator, AllReduceSumsAndAveragesInRankOrder) {
+  constexpr int kWorld = 3;
+  auto group = std::make_shared<InProcessGroup>(kWorld, milliseconds(5000));
+  std::vector<std::vector<float>> sums(kWorld), averages(kWorld);
+  run_ranks(kWorld, [&](int rank) {
+    InProcessCommunicator comm(group, rank);
+    std::vector<float> data{float(rank), float(rank * 10), 1.0f};
+    comm.all_reduce(data.data(), data.size(), DType::f32, ReduceOp::sum);
+    sums[size_t(rank)] = data;
+    data = {float(rank), 3.0f};
+    comm.all_reduce(data.data(), data.size(), DType::f32, ReduceOp::average);
+    averages[size_t(rank)] = data;
+  });
+  for (int r = 0; r < kWorld; ++r) {
+    EXPECT_EQ(sums[size_t(r)], (std::vector<float>{3.0f, 30.0f, 3.0f}));
+    EXPECT_EQ(averages[size_t(r)], (std::vector<float>{1.0f, 3.0f}));
+  }
+}
+
+TEST(InProcessCommunicator, Bf16RoundsTheF32Sum) {
+  auto group = std::make_shared<InProcessGroup>(2, milliseconds(5000));
+  std::vector<float> got(2);
+  run_ranks(2, [&](int rank) {
+    InProcessCommunicator comm(group, rank);
+    bf16 value(rank == 0 ? 1.0f : 0.00390625f);  // 1 + 2^-8 is not a bf16: rounds to even, 1
+    comm.all_reduce(&value, 1, DType::bf16, ReduceOp::sum);
+    got[size_t(rank)] = float(value);
+  });
+  EXPECT_EQ(got[0], 1.0f);
+  EXPECT_EQ(got[1], 1.0f);
+}
+
+TEST(InProcessCommunicator, ReduceScatterAllGatherAndBroadcast) {
+  constexpr int kWorld = 4;
+  auto group = std::make_shared<InProcessGroup>(kWorld, milliseconds(5000));
+  run_ranks(kWorld, [&](int rank) {
+    InProcessCommunicator comm(group, rank);
+    std::vector<float> send(kWorld * 2);
+    for (size_t i = 0; i < send.size(); ++i) send[i] = float(i + 100 * rank);
+    std::vector<float> shard(2);
+    comm.reduce_scatter(send.data(), shard.data(), 2, DType::f32, ReduceOp::sum);
+    // Element i summed over ranks: 4 i + 100 (0 + 1 + 2 + 3).
+    EXPECT_EQ(shard, (std::vector<float>{float(4 * (2 * rank) + 600), float(4 * (2 * rank + 1) + 600)}));
+
+    std::vector<float> mine{float(rank), float(-rank)}, all(kWorld * 2);
+    comm.all_gather(mine.data(), all.data(), 2, DType::f32);
+    for (int r = 0; r < kWorld; ++r) {
+      EXPECT_EQ(all[size_t(2 * r)], float(r));
+      EXPECT_EQ(all[size_t(2 * r + 1)], float(-r));
+    }
+    std::vector<float> value{float(rank + 1)};
+    comm.broadcast(value.data(), 1, DType::f32, 2);
+    EXPECT_EQ(value[0], 3.0f);
+    EXPECT_EQ(comm.collectives(), 3);
+  });
+}
+
+TEST(InProcessCommunicator, ARankThatStopsParticipatingIsNamedWithinTheTimeout) {
+  constexpr int kWorld = 3;
+  auto group = std::make_shared<InProcessGroup>(kWorld, milliseconds(300));
+  std::vector<int> failed(kWorld, -2);
+  std::vector<std::string> messages(kWorld);
+  auto start = std::chrono::steady_clock::now();
+  run_ranks(kWorld, [&](int rank) {
+    InProcessCommunicator comm(group, rank);
+    float value = 1.0f;
+    comm.all_reduce(&value, 1, DType::f32, ReduceOp::sum);
+    if (rank == 1) return;  // "dies" after the first collective
+    try {
+      comm.all_reduce(&value, 1, DType::f32, ReduceOp::sum);
+    } catch (const RankFailureError& e) {
+      failed[size_t(rank)] = e.failed_rank();
+      messages[size_t(rank)] = e.what();
+    }
+  });
+  EXPECT_LT(std::chrono::steady_clock::now() - start, milliseconds(3000));
+  for (int r : {0, 2}) {
+    EXPECT_EQ(failed[size_t(r)], 1) << messages[size_t(r)];
+    EXPECT_NE(messages[size_t(r)].find("rank 1"), std::string::npos) << messages[size_t(r)];
+  }
+}
+
+}  // namespace
+}  // namespace alpha::distributed::test
