@@ -50,7 +50,7 @@ common=(--eval-every 0 --sample-tokens 0 --save-every 0 --keep-last 1)
 run() {
   local name="$1"; shift
   local t0=$(date +%s)
-  timeout 300 "$alpha" train "${common[@]}" --out "$runs/$name" "$@" > "$out/$name.log" 2>&1
+  timeout -k 10 300 "$alpha" train "${common[@]}" --out "$runs/$name" "$@" > "$out/$name.log" 2>&1
   local status=$?
   echo "$name: exit $status, $(( $(date +%s) - t0 )) s" | tee -a "$out/runs.txt"
   [ $status = 0 ] || { tail -5 "$out/$name.log"; fail "$name exited with $status"; }

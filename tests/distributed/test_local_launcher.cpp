@@ -1,9 +1,13 @@
 // `alpha train --gpus N`'s launcher, with a shell command as the worker: every worker gets its rank and
-// the shared rendezvous variables, and when one fails the others are stopped after the grace period.
+// the shared rendezvous variables, when one fails the others are stopped after the grace period, and a
+// SIGTERM to the launcher reaches the workers.
 #include <gtest/gtest.h>
+#include <signal.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <set>
+#include <thread>
 
 #include "alpha/core/file_io.h"
 #include "alpha/distributed/local_launcher.h"
@@ -42,6 +46,20 @@ TEST(LocalLauncher, AFailedWorkerIsNamedAndTheOthersAreStoppedAfterTheGrace) {
   EXPECT_TRUE(result.workers[0].terminated);
   EXPECT_TRUE(result.workers[2].terminated);
   EXPECT_NE(result.summary().find("worker rank 1 exited with status 3"), std::string::npos) << result.summary();
+}
+
+TEST(LocalLauncher, ATerminationSignalIsPassedOnToTheWorkers) {
+  // The launcher handles SIGTERM while it waits; sent well after it started waiting.
+  std::thread sender([] {
+    std::this_thread::sleep_for(milliseconds(500));
+    ::kill(::getpid(), SIGTERM);
+  });
+  auto start = std::chrono::steady_clock::now();
+  LaunchResult result = launch_local_workers({"/bin/sh", "-c", "exec sleep 30"}, 2, milliseconds(60000));
+  sender.join();
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(10));
+  for (const auto& w : result.workers) EXPECT_EQ(w.status, 128 + SIGTERM) << "rank " << w.rank;
+  EXPECT_NE(result.exit_code(), 0);
 }
 
 TEST(LocalLauncher, AMissingExecutableFailsEveryWorker) {

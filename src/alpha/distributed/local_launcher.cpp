@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <csignal>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -22,6 +23,10 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 constexpr const char* kOp = "launch";
+
+// SIGTERM or SIGINT sent to the launcher (a job scheduler's, timeout(1)'s, Ctrl-C), passed on to the workers.
+volatile std::sig_atomic_t received_signal = 0;
+extern "C" void remember_signal(int signal) { received_signal = signal; }
 
 int decode_status(int status) {
   if (WIFEXITED(status)) return WEXITSTATUS(status);
@@ -87,6 +92,14 @@ LaunchResult launch_local_workers(const std::vector<std::string>& argv, int work
   for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
   args.push_back(nullptr);
 
+  received_signal = 0;
+  struct sigaction forward {
+  }, previous_term{}, previous_int{};
+  forward.sa_handler = remember_signal;
+  sigemptyset(&forward.sa_mask);
+  ::sigaction(SIGTERM, &forward, &previous_term);
+  ::sigaction(SIGINT, &forward, &previous_int);
+
   std::vector<pid_t> pids;
   for (int rank = 0; rank < workers; ++rank) {
     pid_t pid = ::fork();
@@ -96,6 +109,8 @@ LaunchResult launch_local_workers(const std::vector<std::string>& argv, int work
                     std::strerror(errno));
     }
     if (pid == 0) {
+      ::sigaction(SIGTERM, &previous_term, nullptr);
+      ::sigaction(SIGINT, &previous_int, nullptr);
       setenv("RANK", std::to_string(rank).c_str(), 1);
       setenv("LOCAL_RANK", std::to_string(rank).c_str(), 1);
       setenv("WORLD_SIZE", std::to_string(workers).c_str(), 1);
@@ -132,6 +147,11 @@ LaunchResult launch_local_workers(const std::vector<std::string>& argv, int work
       }
       continue;
     }
+    if (received_signal != 0) {
+      for (size_t rank = 0; rank < running.size(); ++rank)
+        if (running[rank]) ::kill(pids[rank], received_signal);
+      received_signal = 0;
+    }
     if (stopping && Clock::now() > deadline) {
       for (size_t rank = 0; rank < running.size(); ++rank)
         if (running[rank]) {
@@ -142,6 +162,8 @@ LaunchResult launch_local_workers(const std::vector<std::string>& argv, int work
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
+  ::sigaction(SIGTERM, &previous_term, nullptr);
+  ::sigaction(SIGINT, &previous_int, nullptr);
   return result;
 }
 

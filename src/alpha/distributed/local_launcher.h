@@ -2,6 +2,7 @@
 // variables torchrun would set (RANK, LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE, MASTER_ADDR=127.0.0.1,
 // MASTER_PORT: a free port), and waits for them. When a worker fails, the others are given `grace` to
 // stop by themselves (they raise within the collective timeout, naming the failed rank), then terminated.
+// SIGTERM and SIGINT sent to the launcher while it waits are passed on to every running worker.
 #pragma once
 #include <chrono>
 #include <string>
