@@ -74,13 +74,17 @@ print(f"{len(a)} steps, max relative loss difference {worst:.3e} (tolerance {tol
 sys.exit(0 if worst <= tol else 1)
 EOF
 }
-tokens_per_second() {  # median over steps 6.. of the run's global tokens/s
+tokens_per_second() {  # median over steps 6.. of the run's global tokens/s; 0 when the run has none
   python3 - "$runs/$1/metrics.jsonl" <<'EOF'
 import json, statistics, sys
-rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
-print(f"{statistics.median(r['tokens_per_second'] for r in rows[5:]):.0f}")
+try:
+    rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
+    print(f"{statistics.median(r['tokens_per_second'] for r in rows[5:]):.0f}")
+except Exception:
+    print(0)
 EOF
 }
+efficiency() { python3 -c "print(f'{$2 / (2 * $1):.3f}' if $1 > 0 else 'n/a')"; }
 
 say "== 1. loss match: seed, f32, 100 steps, global batch 16 x 256 tokens"
 f32=(--config seed --precision f32 --steps 100 --seq-len 256)
@@ -111,7 +115,7 @@ for spec in "seed 32 512" "gpt2-124m 16 1024"; do
   run "$config-2" "${perf[@]}" --gpus 2 --data "$runs/$config-1/data"
   run "$config-2-zero1" "${perf[@]}" --gpus 2 --data "$runs/$config-1/data" --zero1 true
   t1=$(tokens_per_second "$config-1"); t2=$(tokens_per_second "$config-2"); tz=$(tokens_per_second "$config-2-zero1")
-  e2=$(python3 -c "print(f'{$t2 / (2 * $t1):.3f}')"); ez=$(python3 -c "print(f'{$tz / (2 * $t1):.3f}')")
+  e2=$(efficiency "$t1" "$t2"); ez=$(efficiency "$t1" "$tz")
   echo "| $config | $batch x $seq | $t1 | $t2 | $e2 | $tz | $ez |" >> "$out/scaling.md"
   say "$config: 1 GPU $t1 tok/s, 2 GPUs $t2 tok/s (efficiency $e2), ZeRO-1 $tz tok/s (efficiency $ez)"
 done
