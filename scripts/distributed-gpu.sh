@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # On a machine with 2 GPUs (2×H200): the checks of multi-GPU training (docs/DISTRIBUTED.md), in one
 # command, logs and a summary in $OUT (or ./gpu-logs):
+#   0. the NCCL communicator's GPU tests (tests/cuda/test_cuda_nccl.cpp: collectives, data parallel and
+#      ZeRO-1 against the CPU, a hung rank named within the timeout);
 #   1. loss match: 100 steps of `seed` in f32 on 1 GPU (batch 16) and on 2 GPUs (batch 8 each, the same
-#      global batch and tokens): every step's loss within 1e-3 relative;
+#      global batch and tokens), plain and ZeRO-1: every step's loss within 1e-3 relative;
 #   2. deterministic reduction: two 2-GPU runs with --deterministic-reduce true: losses and final weights
 #      bit for bit;
 #   3. throughput: tokens/s of `seed` and `gpt2-124m` (bf16) on 1 GPU and on 2 GPUs, plain and ZeRO-1, at
@@ -39,7 +41,7 @@ start=$(date +%s)
 if [ "$build" = 1 ]; then
   cmake --preset cuda -DALPHA_PYTHON= -DALPHA_NCCL=ON > "$out/configure.log" 2>&1 ||
     { tail -30 "$out/configure.log"; exit 1; }
-  cmake --build build/cuda -j 32 --target alpha > "$out/build.log" 2>&1 ||
+  cmake --build build/cuda -j 32 --target alpha alpha_tests > "$out/build.log" 2>&1 ||
     { grep -E "error" "$out/build.log" | head -30; exit 1; }
 fi
 say "build: $(( $(date +%s) - start )) s"
@@ -86,12 +88,20 @@ EOF
 }
 efficiency() { python3 -c "print(f'{$2 / (2 * $1):.3f}' if $1 > 0 else 'n/a')"; }
 
+say "== 0. NCCL communicator tests"
+timeout -k 10 180 build/cuda/tests/alpha_tests --gtest_filter='CudaNccl*' > "$out/test-nccl.log" 2>&1 ||
+  fail "CudaNccl tests (see test-nccl.log)"
+grep -E "^\[  (PASSED|FAILED|SKIPPED) " "$out/test-nccl.log" | tee -a "$summary"
+
 say "== 1. loss match: seed, f32, 100 steps, global batch 16 x 256 tokens"
 f32=(--config seed --precision f32 --steps 100 --seq-len 256)
 run one-gpu "${f32[@]}" --device cuda --batch-size 16
 run two-gpu "${f32[@]}" --gpus 2 --batch-size 8 --data "$runs/one-gpu/data"
 line=$(compare_losses one-gpu two-gpu 1e-3) || fail "1 GPU vs 2 GPUs: $line"
 say "1 GPU vs 2 GPUs: $line"
+run two-gpu-zero1 "${f32[@]}" --gpus 2 --batch-size 8 --data "$runs/one-gpu/data" --zero1 true
+line=$(compare_losses one-gpu two-gpu-zero1 1e-3) || fail "1 GPU vs 2 GPUs ZeRO-1: $line"
+say "1 GPU vs 2 GPUs ZeRO-1: $line"
 
 say "== 2. deterministic reduction: two 2-GPU runs, bit for bit"
 run det-a "${f32[@]}" --gpus 2 --batch-size 8 --data "$runs/one-gpu/data" --deterministic-reduce true

@@ -65,11 +65,12 @@ struct Replica {
   explicit Replica(int rank) {
     const std::vector<Shape> shapes{{3, 5}, {7}, {40, 3}, {1}, {6, 2}};
     for (size_t i = 0; i < shapes.size(); ++i) {
-      Tensor value = Tensor::normal(shapes[i], 0.0, 1.0, 100 + i);  // the same on every rank
-      autograd::Variable v(value, true, "p" + std::to_string(i));
+      Tensor value = Tensor::normal(shapes[i], 0.0, 1.0, 100 + i);    // the same on every rank
+      std::string name = std::string("p").append(std::to_string(i));  // (GCC 12 -Wrestrict misfires on "p" + ...)
+      autograd::Variable v(value, true, name);
       Tensor grad = Tensor::normal(shapes[i], 0.0, 1.0, 1000 * (rank + 1) + i);
       autograd::backward(v, grad);  // a leaf root: its gradient buffer receives `grad`
-      parameters.push_back({"p" + std::to_string(i), v, i % 2 == 0});
+      parameters.push_back({name, v, i % 2 == 0});
     }
   }
 };
