@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cmath>
 
+#include "alpha/autograd/functions.h"
 #include "alpha/autograd/variable.h"
 #include "alpha/core/error.h"
 #include "alpha/distributed/data_parallel.h"
@@ -108,6 +109,42 @@ TEST(DataParallel, AllReduceLeavesTheAverageOnEveryRank) {
           ASSERT_NEAR(got[i], expected[i], 1e-6) << "world " << world << " rank " << r << " param " << p;
       }
     }
+  }
+}
+
+TEST(DataParallel, BackwardLaunchesEachBucketAsSoonAsItsGradientsAreComplete) {
+  // loss = sum(((a * x) * b) * a): backward completes b's gradient first (at the second product), a's last
+  // (its lowest feeder is the first product). One parameter per bucket: bucket 0 holds b, bucket 1 a.
+  constexpr int kWorld = 2;
+  auto group = std::make_shared<InProcessGroup>(kWorld, milliseconds(10000));
+  std::vector<std::vector<float>> grad_a(kWorld), grad_b(kWorld);
+  std::vector<std::vector<std::string>> ready(kWorld);
+  std::vector<std::vector<int64_t>> collectives_at_ready(kWorld);
+  run_ranks(kWorld, [&](int rank) {
+    InProcessCommunicator comm(group, rank);
+    autograd::Variable a(Tensor::full({3}, 2.0, DType::f32), true, "a"),
+        b(Tensor::full({3}, 3.0, DType::f32), true, "b");
+    DataParallel dp(comm, {{"a", a, true}, {"b", b, true}}, {/*bucket_bytes=*/1, false});
+    ASSERT_EQ(dp.buckets().size(), 2u);
+    autograd::Variable x(Tensor::full({3}, double(rank + 1), DType::f32));
+    autograd::Variable loss = autograd::sum(autograd::mul(autograd::mul(autograd::mul(a, x), b), a));
+    autograd::LeafReadyFn hook = dp.gradient_ready_hook();
+    autograd::backward(loss, {}, [&](const autograd::VariableState& leaf) {
+      hook(leaf);
+      ready[size_t(rank)].push_back(&leaf == a.state().get() ? "a" : "b");
+      collectives_at_ready[size_t(rank)].push_back(comm.collectives());
+    });
+    dp.reduce_gradients();
+    EXPECT_EQ(comm.collectives(), 2) << "reduce_gradients found both buckets launched";
+    grad_a[size_t(rank)] = a.grad().to_vector<float>();
+    grad_b[size_t(rank)] = b.grad().to_vector<float>();
+  });
+  for (int r = 0; r < kWorld; ++r) {
+    EXPECT_EQ(ready[size_t(r)], (std::vector<std::string>{"b", "a"}));
+    EXPECT_EQ(collectives_at_ready[size_t(r)], (std::vector<int64_t>{1, 2})) << "each bucket went out in backward";
+    // d/da = 2 a b x = 12 x, d/db = a^2 x = 4 x, averaged over x = 1, 2: 18 and 6.
+    EXPECT_EQ(grad_a[size_t(r)], std::vector<float>(3, 18.0f));
+    EXPECT_EQ(grad_b[size_t(r)], std::vector<float>(3, 6.0f));
   }
 }
 

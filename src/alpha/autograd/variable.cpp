@@ -1,5 +1,7 @@
 #include "alpha/autograd/variable.h"
 
+#include <unordered_map>
+
 #include "alpha/ops/elementwise.h"
 
 namespace alpha::autograd {
@@ -120,7 +122,7 @@ Variable record(const char* op, Tensor output, const std::vector<Variable>& inpu
   return result;
 }
 
-void backward(const Variable& root, const Tensor& grad_output) {
+void backward(const Variable& root, const Tensor& grad_output, const LeafReadyFn& on_leaf_ready) {
   if (!root.requires_grad())
     raise<ValueError>("backward", "root", "a variable that requires a gradient", "one that does not");
   Tensor seed = grad_output;
@@ -132,11 +134,18 @@ void backward(const Variable& root, const Tensor& grad_output) {
   }
   if (root.is_leaf()) {
     accumulate(root.state()->grad, root.shape(), seed, "backward");
+    if (on_leaf_ready) on_leaf_ready(*root.state());
     return;
   }
   auto& nodes = tape().nodes;
   int64_t start = live_producer(*root.state(), "backward");
   accumulate(nodes[size_t(start)].grad_out, root.shape(), seed, "backward");
+  // For on_leaf_ready: the lowest node index feeding each leaf (backward runs from high to low indices).
+  std::unordered_map<const VariableState*, int64_t> last_feeder;
+  if (on_leaf_ready)
+    for (int64_t i = 0; i <= start; ++i)
+      for (const Edge& e : nodes[size_t(i)].inputs)
+        if (e.leaf && e.needs_grad()) last_feeder.emplace(e.leaf.get(), i);
 
   NoGradGuard no_grad;  // backward functions run ops; they must not record
   for (int64_t i = start; i >= 0; --i) {
@@ -152,6 +161,13 @@ void backward(const Variable& root, const Tensor& grad_output) {
         else accumulate(nodes[size_t(e.node)].grad_out, nodes[size_t(e.node)].output_shape, grads[j], node.op);
       }
     }
+    if (on_leaf_ready)
+      for (const Edge& e : node.inputs) {
+        auto last = e.leaf ? last_feeder.find(e.leaf.get()) : last_feeder.end();
+        if (last == last_feeder.end() || last->second != i) continue;
+        last_feeder.erase(last);  // a leaf fed twice by this node is reported once
+        on_leaf_ready(*e.leaf);
+      }
     // Destroy what the node holds (saved tensors, output gradient) as soon as backward is past it.
     node.backward = nullptr;
     node.grad_out = Tensor();

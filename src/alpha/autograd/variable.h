@@ -64,9 +64,14 @@ Variable record(const char* op, Tensor output, const std::vector<Variable>& inpu
 // True when an op with these inputs would be recorded.
 bool needs_recording(const std::vector<Variable>& inputs);
 
+// Called during backward with a leaf whose gradient is complete: the last node feeding it has run (data
+// parallel training starts reducing that gradient while backward goes on).
+using LeafReadyFn = std::function<void(const VariableState& leaf)>;
+
 // Backpropagates from a scalar (seed gradient 1) or from `grad_output` of the root's shape, then clears
-// the tape. Gradients of leaves that require them are accumulated into their grad buffers.
-void backward(const Variable& root, const Tensor& grad_output = {});
+// the tape. Gradients of leaves that require them are accumulated into their grad buffers; with
+// `on_leaf_ready`, each such leaf is passed to it as soon as its gradient is complete.
+void backward(const Variable& root, const Tensor& grad_output = {}, const LeafReadyFn& on_leaf_ready = {});
 
 // Drops every recorded node without running it (e.g. after an evaluation under gradients).
 void clear_tape();

@@ -73,6 +73,12 @@ DataParallel::DataParallel(Communicator& communicator, std::vector<nn::NamedPara
   }
   int world = communicator_.world_size();
   buckets_ = plan_buckets(numels, dtype_size(dtype_), options_.bucket_bytes, world);
+  bucket_of_.resize(parameters_.size());
+  for (size_t b = 0; b < buckets_.size(); ++b) {
+    for (const auto& e : buckets_[b].entries) bucket_of_[e.parameter] = b;
+    not_ready_.push_back(buckets_[b].entries.size());
+  }
+  for (size_t i = 0; i < parameters_.size(); ++i) parameter_of_[parameters_[i].variable.state().get()] = i;
   for (const auto& b : buckets_) flat_.push_back(Tensor::zeros({b.padded_numel}, dtype_, communicator_.device()));
   if (options_.zero1) {
     segments_ = shard_segments(buckets_, communicator_.rank());
@@ -101,18 +107,36 @@ Tensor DataParallel::shard_of(size_t bucket) const {
   return flat_[bucket].slice(0, first, first + n);
 }
 
+void DataParallel::launch_bucket(size_t b) {
+  for (const auto& e : buckets_[b].entries)
+    flat_[b].slice(0, e.offset, e.offset + e.numel).copy_from(flat_view(e.parameter, true));
+  if (options_.zero1)
+    communicator_.reduce_scatter(flat_[b].raw_data(), shard_of(b).raw_data(), size_t(buckets_[b].shard_numel), dtype_,
+                                 ReduceOp::average);
+  else
+    communicator_.all_reduce(flat_[b].raw_data(), size_t(buckets_[b].padded_numel), dtype_, ReduceOp::average);
+}
+
+void DataParallel::on_gradient_ready(const autograd::VariableState& leaf) {
+  auto it = parameter_of_.find(&leaf);
+  if (it == parameter_of_.end()) return;  // a leaf that is not one of the parameters (an input)
+  size_t b = bucket_of_[it->second];
+  if (not_ready_[b] > 0) --not_ready_[b];
+  // In bucket order, so that every rank queues the same collectives in the same order.
+  while (launched_ < buckets_.size() && not_ready_[launched_] == 0) launch_bucket(launched_++);
+}
+
+autograd::LeafReadyFn DataParallel::gradient_ready_hook() {
+  return [this](const autograd::VariableState& leaf) { on_gradient_ready(leaf); };
+}
+
 void DataParallel::reduce_gradients() {
-  for (size_t b = 0; b < buckets_.size(); ++b) {
-    for (const auto& e : buckets_[b].entries)
-      flat_[b].slice(0, e.offset, e.offset + e.numel).copy_from(flat_view(e.parameter, true));
-    // Launched before the next bucket is packed: on a GPU the two overlap.
-    if (options_.zero1)
-      communicator_.reduce_scatter(flat_[b].raw_data(), shard_of(b).raw_data(), size_t(buckets_[b].shard_numel), dtype_,
-                                   ReduceOp::average);
-    else
-      communicator_.all_reduce(flat_[b].raw_data(), size_t(buckets_[b].padded_numel), dtype_, ReduceOp::average);
-  }
+  // Buckets the backward did not complete (no hook, or gradients that never arrived) go now; on a GPU
+  // packing one overlaps the collective of the one before.
+  while (launched_ < buckets_.size()) launch_bucket(launched_++);
   communicator_.synchronize();
+  launched_ = 0;
+  for (size_t b = 0; b < buckets_.size(); ++b) not_ready_[b] = buckets_[b].entries.size();
   if (options_.zero1) {
     for (auto& p : parameters_) p.variable.zero_grad();
     return;

@@ -3,9 +3,11 @@
 //
 // Buckets: the parameters are grouped, in reverse order (the order backward finishes them: the last layer's
 // first), into flat buffers of about bucket_bytes each; a parameter larger than that gets a bucket of its
-// own. After the last micro-step's backward (gradient accumulation reduces once per optimiser step), each
-// bucket is packed and its collective launched at once, so on a GPU the packing of one bucket overlaps the
-// collective of the one before on the communicator's stream. Gradients are averaged (sum / world_size).
+// own. In the last micro-step's backward (gradient accumulation reduces once per optimiser step), given
+// gradient_ready_hook(), a bucket is packed and its collective launched as soon as the last of its
+// gradients is complete, in bucket order, so on a GPU the collectives run on the communicator's stream
+// while backward goes on; reduce_gradients() launches what is left, waits, and unpacks. Gradients are
+// averaged (sum / world_size).
 //
 // ZeRO-1: each bucket is padded to a multiple of world_size and split into world_size equal shards; the
 // gradients are reduce-scattered, so rank r holds the averaged gradient of shard r of every bucket, keeps
@@ -19,6 +21,7 @@
 #include <cstdint>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -72,6 +75,9 @@ class DataParallel {
   // the ranks. With ZeRO-1: this rank's shards of the buckets hold the averaged gradient, and the model's
   // gradient buffers are zeroed (consumed: the next step accumulates into them afresh).
   void reduce_gradients();
+  // For autograd::backward in the last micro-step: launches each bucket's collective as soon as its
+  // gradients are complete (buckets in order, the same on every rank). reduce_gradients() then finishes.
+  autograd::LeafReadyFn gradient_ready_hook();
 
   // ZeRO-1 only. The global L2 norm of the averaged gradients (each rank's shards' sum of squares, summed
   // over the ranks): the same value on every rank. A collective.
@@ -100,6 +106,8 @@ class DataParallel {
   Communicator& communicator() { return communicator_; }
 
  private:
+  void on_gradient_ready(const autograd::VariableState& leaf);
+  void launch_bucket(size_t bucket);                        // packs its gradients, queues its collective
   Tensor flat_view(size_t parameter, bool gradient) const;  // 1-D view of a parameter's value or gradient
   Tensor shard_of(size_t bucket) const;                     // this rank's shard of a bucket's buffer
   std::vector<Tensor> gradient_shards() const;              // shard_of every bucket
@@ -109,7 +117,11 @@ class DataParallel {
   DataParallelOptions options_;
   DType dtype_;
   std::vector<Bucket> buckets_;
-  std::vector<Tensor> flat_;            // one buffer per bucket
+  std::vector<Tensor> flat_;       // one buffer per bucket
+  std::vector<size_t> bucket_of_;  // by parameter
+  std::unordered_map<const autograd::VariableState*, size_t> parameter_of_;
+  std::vector<size_t> not_ready_;       // this step: the gradients each bucket still waits for
+  size_t launched_ = 0;                 // this step: buckets whose collective is queued (0 .. launched_-1)
   std::vector<ShardSegment> segments_;  // ZeRO-1: this rank's shards, parameter by parameter
   std::vector<Tensor> m_, v_;           // ZeRO-1: AdamW moments of this rank's shard of each bucket
   int64_t step_count_ = 0;

@@ -275,7 +275,9 @@ std::string Trainer::run(std::optional<int64_t> stop_at_step) {
       if (t.grad_accum > 1) loss = autograd::scale(loss, 1.0 / double(t.grad_accum));
       forward_s += phase.seconds();
       phase.restart();
-      autograd::backward(loss);
+      // In the last micro-step each gradient bucket is reduced as soon as backward completes it.
+      bool last_micro = micro + 1 == t.grad_accum;
+      autograd::backward(loss, {}, data_->parallel && last_micro ? data_->parallel->gradient_ready_hook() : nullptr);
       backward_s += phase.seconds();
     }
     if (data_->parallel) {
