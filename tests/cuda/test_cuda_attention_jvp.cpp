@@ -131,6 +131,7 @@ TEST_P(CudaAttentionJvp, KernelsAndOpsMatchTheF64Reference) {
     ops::AttentionJvpOutput direct{gpu_poisoned(out_shape, dtype), gpu_poisoned(out_shape, dtype),
                                    gpu_poisoned(stats_shape, DType::f32), gpu_poisoned(stats_shape, DType::f32)};
     Tensor direct_saved = gpu_poisoned(out_shape, dtype);
+#if ALPHA_WITH_CUDA  // the kernels' own entry points exist in a CUDA build only (without one the test skips)
     with_element_type(dtype, [&]<class T>() {
       const kernels::AttentionParams<T> params = ops::attention_kernel_params<T>(in.q.gpu, in.k.gpu, in.v.gpu, config);
       const kernels::AttentionJvpInputs<T> inputs{in.q.gpu.data<T>(),  in.k.gpu.data<T>(),  in.v.gpu.data<T>(),
@@ -143,6 +144,7 @@ TEST_P(CudaAttentionJvp, KernelsAndOpsMatchTheF64Reference) {
                                                                 g_sum.data<float>(), direct_saved.data<T>(), params},
                                    Stream{});
     });
+#endif
     const ops::AttentionJvpOutput op_fused =
         ops::attention_jvp_fused(in.q.gpu, in.k.gpu, in.v.gpu, in.tq.gpu, in.tk.gpu, in.tv.gpu, config);
     const Tensor op_saved =
@@ -215,12 +217,14 @@ TEST_F(CudaAttentionJvpNumerics, NonFiniteQueryRowsStayInTheirRow) {
   }
 }
 
-// Logits of magnitude ~1e4 (q up to 1e4, exact in f16) in f16 and the other dtypes: the kernels compute S in
-// f32 and the running max keeps every exponent <= 0, so out, tangent and statistics stay finite in rows that
-// see keys and match the f64 reference: in f32 element-wise (the tangent scores reach ~1e4 too, so the abs is
-// scaled by the largest |want|), in bf16/f16 by the naive rule (e·tS, rounded to T, reaches ~1e4: f16 holds
-// it, up to 65504).
-TEST_F(CudaAttentionJvpNumerics, ExtremeLogitsStayFiniteAndMatchTheReference) {
+// Logits of magnitude ~1e4 (q up to 1e4, exact in f16) in every dtype: the kernels compute S in f32 and the
+// running max keeps every exponent <= 0, so out, tangent and statistics stay finite in rows that see keys, and
+// row_max matches the reference. In bf16/f16 out and tangent are held to the naive rule (e·(tS − μ), rounded
+// to T, stays far below f16's 65504). In f32 their accuracy is set by the conditioning, not the kernel: S and
+// tS of ~1e4 carry f32 rounding of ~1e-3 into P and μ (an f32 naive computation is off as much), so an
+// element-wise bound would judge the rounding of the inputs' products, and twice the naive error would judge
+// two independent roundings against each other; f32 accuracy is checked at ordinary logits above.
+TEST_F(CudaAttentionJvpNumerics, ExtremeLogitsStayFinite) {
   const JvpCase c{"extreme", 2, 33, 40, 4, 2, 16, 8, {.causal = true}};
   for (DType dtype : test::kGpuDtypes) {
     SCOPED_TRACE(dtype_name(dtype));
@@ -230,23 +234,16 @@ TEST_F(CudaAttentionJvpNumerics, ExtremeLogitsStayFiniteAndMatchTheReference) {
         ops::attention_jvp_fused(in.q.gpu, in.k.gpu, in.v.gpu, in.tq.gpu, in.tk.gpu, in.tv.gpu, c.config);
     const ops::AttentionJvpOutput want =
         ops::attention_jvp_fused(in.q.cpu, in.k.cpu, in.v.cpu, in.tq.cpu, in.tk.cpu, in.tv.cpu, c.config);
-    double largest_logit = 0, largest_tangent = 0;
+    double largest_logit = 0;
     for (double m : want.row_max.to_vector<double>()) largest_logit = std::max(largest_logit, std::abs(m));
-    for (double t : want.tangent_out.to_vector<double>()) largest_tangent = std::max(largest_tangent, std::abs(t));
     EXPECT_GT(largest_logit, 1e3);
     for (const Tensor& t : {got.out, got.tangent_out, got.row_max, got.row_sum})
       for (double x : on_cpu(t).to_vector<double>()) ASSERT_TRUE(std::isfinite(x)) << x;
-    if (dtype == DType::f32) {
-      const test::Tolerance row = test::tolerance(kRow, dtype);
-      EXPECT_TRUE(test::all_close(on_cpu(got.out), want.out, kRow));
-      EXPECT_TRUE(test::all_close(on_cpu(got.tangent_out), want.tangent_out,
-                                  test::Tolerance{row.abs * largest_tangent, row.rel}));
-    } else {
-      const check::NaiveAttentionJvp naive = naive_jvp(in, dtype, c.config);
-      EXPECT_TRUE(fused_close(on_cpu(got.out), want.out, naive.out));
-      EXPECT_TRUE(fused_close(on_cpu(got.tangent_out), want.tangent_out, naive.tangent_out));
-    }
     EXPECT_TRUE(test::all_close(on_cpu(got.row_max), want.row_max, kRow));
+    if (dtype == DType::f32) continue;
+    const check::NaiveAttentionJvp naive = naive_jvp(in, dtype, c.config);
+    EXPECT_TRUE(fused_close(on_cpu(got.out), want.out, naive.out));
+    EXPECT_TRUE(fused_close(on_cpu(got.tangent_out), want.tangent_out, naive.tangent_out));
   }
 }
 
