@@ -63,6 +63,8 @@ int main(int argc, char** argv) {
   app.add_option("--seq", seq)->required();
   app.add_option("--head-dim", head_dim)->required();
   app.add_flag("--causal", causal);
+  bool constant_time = false;
+  app.add_flag("--constant-time", constant_time, "config.constant_time (issue 8)");
   app.add_option("--dtype", dtype_name)->check(CLI::IsMember({"bf16", "f16"}));
   app.add_option("--mode", mode)->check(CLI::IsMember({"train", "jvp"}));
   app.add_option("--iters", iters);
@@ -78,6 +80,7 @@ int main(int argc, char** argv) {
     alpha::Tensor q = input(heads, 1), k = input(kv_heads, 2), v = input(kv_heads, 3);
     alpha::ops::AttentionConfig config;
     config.causal = causal;
+    config.constant_time = constant_time;
     alpha::ops::AttentionOutput out = alpha::ops::flash_attention(q, k, v, config);
     if (mode == "jvp") {
       alpha::Tensor tq = input(heads, 5), tk = input(kv_heads, 6), tv = input(kv_heads, 7);

@@ -34,6 +34,11 @@ def rows(quick):
     return out
 
 
+def constant_time_rows():
+    return [dict(batch=b, heads=16, seq=t, head_dim=d, causal=c) for b, t, d in ((1, 1024, 64), (4, 4096, 128))
+            for c in (False, True)]
+
+
 def flops(r):
     f = 4 * r["batch"] * r["heads"] * r["seq"] * r["seq"] * r["head_dim"]
     return f / 2 if r["causal"] else f
@@ -67,9 +72,9 @@ def torch_row(r, backend):
         return {"error": str(e).splitlines()[0][:120]}
 
 
-def alpha_row(r, binary):
+def alpha_row(r, binary, extra=()):
     cmd = [binary, "--batch", str(r["batch"]), "--heads", str(r["heads"]), "--seq", str(r["seq"]),
-           "--head-dim", str(r["head_dim"])] + (["--causal"] if r["causal"] else [])
+           "--head-dim", str(r["head_dim"])] + (["--causal"] if r["causal"] else []) + list(extra)
     p = subprocess.run(cmd, capture_output=True, text=True)
     if p.returncode != 0:
         return {"error": p.stderr.strip().splitlines()[-1][:120] if p.stderr.strip() else f"exit {p.returncode}"}
@@ -81,29 +86,37 @@ def main():
     parser.add_argument("--bench", required=True, help="path to alpha_attention_bench (a CUDA build)")
     parser.add_argument("--out", default=".")
     parser.add_argument("--quick", action="store_true", help="fewer sequence lengths")
+    parser.add_argument("--constant-time", action="store_true",
+                        help="issue 8's rows (B 1 H 16 T 1024 D 64, and B 4 H 16 T 4096 D 128), causal and not, with "
+                             "Alpha's constant_time mode as a fourth column")
     args = parser.parse_args()
     results = {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__, "rows": []}
     print(f"{results['gpu']}, torch {results['torch']}, bf16; TFLOP/s (ratio of Alpha to the peer)")
     print(f"{'B':>3s} {'H':>3s} {'T':>6s} {'D':>4s} {'causal':>6s} | {'alpha fwd':>9s} {'flash fwd':>9s} {'cudnn fwd':>9s}"
           f" | {'alpha bwd':>9s} {'flash bwd':>9s} {'cudnn bwd':>9s}")
-    for r in rows(args.quick):
+    names = ("alpha", "flash", "cudnn") + (("alpha_ct",) if args.constant_time else ())
+    if args.constant_time:
+        print("(a fourth column in each half: Alpha with constant_time)")
+    for r in constant_time_rows() if args.constant_time else rows(args.quick):
         entry = dict(r, alpha=alpha_row(r, args.bench), flash=torch_row(r, SDPBackend.FLASH_ATTENTION),
                      cudnn=torch_row(r, SDPBackend.CUDNN_ATTENTION))
+        if args.constant_time:
+            entry["alpha_ct"] = alpha_row(r, args.bench, ["--constant-time"])
         f = flops(r)
 
         def tflops(run, key, scale):
             return f * scale / (run[key] * 1e-3) / 1e12 if key in run else float("nan")
 
-        for name in ("alpha", "flash", "cudnn"):
+        for name in names:
             run = entry[name]
             run["forward_tflops"] = tflops(run, "forward_ms", 1.0)
             run["backward_tflops"] = tflops(run, "backward_ms", 2.5)
         results["rows"].append(entry)
-        cells = [f"{entry[n][k]:9.1f}" for k in ("forward_tflops",) for n in ("alpha", "flash", "cudnn")]
-        cells += [f"{entry[n][k]:9.1f}" for k in ("backward_tflops",) for n in ("alpha", "flash", "cudnn")]
+        forward = " ".join(f"{entry[n]['forward_tflops']:9.1f}" for n in names)
+        backward = " ".join(f"{entry[n]['backward_tflops']:9.1f}" for n in names)
         print(f"{r['batch']:3d} {r['heads']:3d} {r['seq']:6d} {r['head_dim']:4d} {str(r['causal']):>6s} | "
-              + " ".join(cells[:3]) + " | " + " ".join(cells[3:]), flush=True)
-        for n in ("alpha", "flash", "cudnn"):
+              + forward + " | " + backward, flush=True)
+        for n in names:
             if "error" in entry[n]:
                 print(f"    {n}: {entry[n]['error']}")
     os.makedirs(args.out, exist_ok=True)

@@ -50,6 +50,16 @@ void check_flash_inputs(std::string_view op, const Tensor& q, const Tensor& v) {
   }
 }
 
+// constant_time is a promise of the bf16/f16 tensor-core flash kernels only (their SASS is audited).
+void check_constant_time(std::string_view op, Algorithm algorithm, const Tensor& q, const AttentionConfig& config) {
+  if (!config.constant_time) return;
+  if (algorithm != Algorithm::flash)
+    raise<ValueError>(op, "config.constant_time", "false: only flash_attention has a constant-time mode", "true");
+  if (q.dtype() != DType::bf16 && q.dtype() != DType::f16)
+    raise<DTypeError>(op, "q", "bf16 or f16 for constant_time (the f32 kernels are not constant-time)",
+                      std::string(dtype_name(q.dtype())));
+}
+
 // Runs the chosen implementation's kernel on `args`: the reference on the CPU; on a GPU the materialising
 // or the flash kernels, with their workspace from the device's caching allocator (released when this
 // returns: the next user of the block is queued after the kernels on the same stream).
@@ -177,6 +187,7 @@ AttentionOutput attention_forward(Algorithm algorithm, const Tensor& q, const Te
   const std::string_view op = forward_name(algorithm);
   check_attention_inputs(op, q, k, v, config);
   if (algorithm == Algorithm::flash) check_flash_inputs(op, q, v);
+  check_constant_time(op, algorithm, q, config);
   int64_t batch = q.size(0), q_len = q.size(1), q_heads = q.size(2);
   AttentionOutput result;
   result.out = Tensor::empty({batch, q_len, q_heads, v.size(3)}, q.dtype(), q.device());
@@ -196,6 +207,7 @@ AttentionGrads attention_backward(Algorithm algorithm, const Tensor& dout, const
   const std::string_view op = backward_name(algorithm);
   check_attention_inputs(op, q, k, v, config);
   if (algorithm == Algorithm::flash) check_flash_inputs(op, q, v);
+  check_constant_time(op, algorithm, q, config);
   Shape out_shape = {q.size(0), q.size(1), q.size(2), v.size(3)};
   for (auto [name, t] : {std::pair<std::string_view, const Tensor&>{"dout", dout}, {"out", out}}) {
     check_same_device(op, name, t, q);

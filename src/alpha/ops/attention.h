@@ -24,6 +24,11 @@ struct AttentionConfig {
   // d(i) − window_left <= j <= d(i) + window_right (and the causal mask, if set); −1 leaves a side unbounded.
   int64_t window_left = -1;
   int64_t window_right = -1;
+  // Constant time (flash attention only): the call's control flow and memory addresses depend only on the
+  // shapes and these flags, never on the values of q, k, v (or dO): docs/SECURITY.md says how that is
+  // checked. The bf16/f16 tensor-core kernels are built that way, so this asks for them and refuses what
+  // they do not cover (the CPU, f32) instead of running another path.
+  bool constant_time = false;
 };
 
 struct AttentionOutput {

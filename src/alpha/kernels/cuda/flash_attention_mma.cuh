@@ -49,12 +49,6 @@ void require_mma_rows(const T* rows, const AttentionStrides& s, const char* op, 
         "strides " + std::to_string(s.batch) + ", " + std::to_string(s.time) + ", " + std::to_string(s.head));
 }
 
-// S = softcap(dot·scale), the logit of one entry.
-template <class T>
-__device__ __forceinline__ float attention_logit(const AttentionParams<T>& p, float dot) {
-  const float s = dot * p.scale;
-  return p.softcap > 0 ? p.softcap * tanhf(s / p.softcap) : s;
-}
 
 // Whether query i sees key j (false for i past Tq).
 template <class T>
@@ -64,12 +58,73 @@ __device__ __forceinline__ bool mma_visible(const AttentionParams<T>& p, int64_t
   return j >= range.begin && j < range.end;
 }
 
-// 2^x on the special-function unit (ex2.approx.ftz: relative error ~2⁻²², subnormal results flushed to 0),
-// one instruction where exp2f spends several on the subnormal range that P never needs.
+// The kernels' transcendental functions, each one special-function-unit instruction with subnormals
+// flushed to zero (.ftz). Besides being fast, they make the kernels constant-time (kernels/flash_attention.h):
+// IEEE division, tanhf and log2f compile to value-dependent slow paths (FCHK and a CALL into a subroutine
+// for some operands), these to a fixed instruction sequence for every input.
+// 2^x: ex2.approx.ftz, relative error ~2⁻²².
 __device__ __forceinline__ float fast_exp2(float x) {
   float y;
   asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
   return y;
+}
+// log2 x: lg2.approx.ftz, absolute error ~2⁻²² (−inf for 0).
+__device__ __forceinline__ float fast_log2(float x) {
+  float y;
+  asm("lg2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
+// 1/x: rcp.approx.ftz, within 1 ulp (inf for 0, 0 for inf).
+__device__ __forceinline__ float fast_reciprocal(float x) {
+  float y;
+  asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
+// tanh x = 1 − 2/(e^{2x} + 1): absolute error ~2⁻²², exactly ±1 where e^{2x} overflows or vanishes.
+__device__ __forceinline__ float fast_tanh(float x) {
+  return 1.0f - 2.0f * fast_reciprocal(fast_exp2(x * (2.0f * kLog2e)) + 1.0f);
+}
+
+// condition ? a : b as a select instruction (selp), never a branch: for conditions on data, which a
+// constant-time kernel must not branch on (a plain ?: may compile to either).
+__device__ __forceinline__ float select_float(bool condition, float a, float b) {
+  float r;
+  asm("{\n .reg .pred p;\n setp.ne.u32 p, %1, 0;\n selp.f32 %0, %2, %3, p;\n}" : "=f"(r) : "r"(unsigned(condition)), "f"(a),
+      "f"(b));
+  return r;
+}
+
+// The logit's softcap c, and 1/c, worked out once per kernel (c = 0: none).
+struct Softcap {
+  float cap, inverse;
+};
+template <class T>
+__device__ __forceinline__ Softcap softcap_of(const AttentionParams<T>& p) {
+  return {p.softcap, p.softcap > 0 ? fast_reciprocal(p.softcap) : 0.0f};
+}
+
+// S = softcap(dot·scale), the logit of one entry.
+template <class T>
+__device__ __forceinline__ float attention_logit(const AttentionParams<T>& p, Softcap c, float dot) {
+  const float s = dot * p.scale;
+  return c.cap > 0 ? c.cap * fast_tanh(s * c.inverse) : s;
+}
+
+// A block's batch entry and heads from its grid row: blockIdx.y = b·H + head, with H = Hq (head a query
+// head, kv_head its group's) or, for kv_heads_of_row, H = Hkv. 32-bit arithmetic (heads_extent keeps B·H
+// under 2¹⁶): a 64-bit division is a subroutine call, which the constant-time audit refuses.
+struct BlockHeads {
+  int64_t b, head, kv_head, group;
+};
+template <class T>
+__device__ __forceinline__ BlockHeads query_heads_of_row(const AttentionParams<T>& p, unsigned row) {
+  const unsigned heads = unsigned(p.q_heads), group = heads / unsigned(p.kv_heads), head = row % heads;
+  return {row / heads, head, head / group, group};
+}
+template <class T>
+__device__ __forceinline__ BlockHeads kv_heads_of_row(const AttentionParams<T>& p, unsigned row) {
+  const unsigned heads = unsigned(p.kv_heads), group = unsigned(p.q_heads) / heads, head = row % heads;
+  return {row / heads, head, head, group};
 }
 
 // The last row of the tile of `rows` rows starting at `first`, out of `total`.
@@ -80,7 +135,7 @@ __device__ __forceinline__ int64_t tile_last_row(int64_t first, int rows, int64_
 // log2 of the forward's normaliser of row i, so that P = exp2(S·log2e − lse2): m·log2e + log2(l). +inf
 // for a row that sees no key (and for rows past Tq): P = 0 there.
 __device__ __forceinline__ float log2_normaliser(float row_max, float row_sum) {
-  return row_sum > 0.0f ? fmaf(row_max, kLog2e, log2f(row_sum)) : INFINITY;
+  return select_float(row_sum > 0.0f, fmaf(row_max, kLog2e, fast_log2(row_sum)), INFINITY);
 }
 
 // P̃ and dS_raw of one visible entry, from its q·k dot, its dO·v dot, its row's lse2 and D, and its
@@ -92,13 +147,13 @@ struct EntryGrad {
   float dscore;
 };
 template <class T>
-__device__ __forceinline__ EntryGrad entry_gradient(const AttentionParams<T>& p, float scale_log2, float qk,
-                                                    float dov, float lse2, float delta, float z) {
+__device__ __forceinline__ EntryGrad entry_gradient(const AttentionParams<T>& p, Softcap c, float scale_log2,
+                                                    float qk, float dov, float lse2, float delta, float z) {
   float prob, ds;
-  if (p.softcap > 0) {
-    const float s = attention_logit(p, qk);
+  if (c.cap > 0) {
+    const float s = attention_logit(p, c, qk), ratio = s * c.inverse;
     prob = fast_exp2(fmaf(s, kLog2e, -lse2));
-    ds = prob * fmaf(dov, z, -delta) * (1.0f - (s / p.softcap) * (s / p.softcap));
+    ds = prob * fmaf(dov, z, -delta) * (1.0f - ratio * ratio);
   } else {
     prob = fast_exp2(fmaf(qk, scale_log2, -lse2));
     ds = prob * fmaf(dov, z, -delta);

@@ -93,11 +93,11 @@ __global__ void __launch_bounds__(kThreads) key_grads_kernel(AttentionBackwardAr
 
   const AttentionParams<T>& p = a.params;
   const int warp = int(threadIdx.x) / 32, lane = int(threadIdx.x) % 32;
-  const int64_t group = p.q_heads / p.kv_heads;
-  const int64_t b = blockIdx.y / p.kv_heads, kv_head = blockIdx.y % p.kv_heads;
+  const auto [b, head, kv_head, group] = kv_heads_of_row(p, blockIdx.y);
   const int64_t j0 = int64_t(blockIdx.x) * Shape::kRows, j_end = tile_last_row(j0, Shape::kRows, p.kv_len) + 1;
   const int d_qk = int(p.head_dim), d_v = int(p.value_dim);
   const float scale_log2 = p.scale * kLog2e;
+  const Softcap softcap = softcap_of(p);
   load_tile_async<kThreads>(k_tile, bits(a.k) + b * p.k_strides.batch + kv_head * p.k_strides.head, p.k_strides.time,
                             j0, p.kv_len, d_qk);
   load_tile_async<kThreads>(v_tile, bits(a.v) + b * p.v_strides.batch + kv_head * p.v_strides.head, p.v_strides.time,
@@ -168,7 +168,7 @@ __global__ void __launch_bounds__(kThreads) key_grads_kernel(AttentionBackwardAr
             EntryGrad e{0.0f, 0.0f};
             if (!masked || mma_visible(p, i, j)) {
               const float z = p.dropout_p > 0 && i < p.q_len ? attention_dropout_factor(p, bh, i, j) : 1.0f;
-              e = entry_gradient(p, scale_log2, st[m][n].x[x], dpt[m][n].x[x], lse2, row_delta, z);
+              e = entry_gradient(p, softcap, scale_log2, st[m][n].x[x], dpt[m][n].x[x], lse2, row_delta, z);
             }
             st[m][n].x[x] = e.prob_dropped;
             dpt[m][n].x[x] = e.dscore;
@@ -204,13 +204,15 @@ __global__ void __launch_bounds__(kThreads) query_grads_kernel(AttentionBackward
 
   const AttentionParams<T>& p = a.params;
   const int warp = int(threadIdx.x) / 32, lane = int(threadIdx.x) % 32;
-  const int64_t bh = blockIdx.y, b = bh / p.q_heads, h = bh % p.q_heads, kv_head = h / (p.q_heads / p.kv_heads);
+  const int64_t bh = blockIdx.y;
+  const auto [b, h, kv_head, group] = query_heads_of_row(p, blockIdx.y);
   const int64_t i0 = int64_t(gridDim.x - 1 - blockIdx.x) * Shape::kRows;
   const int64_t last_row = tile_last_row(i0, Shape::kRows, p.q_len);
   const int64_t key_begin = visible_key_range(p, i0).begin, key_end = visible_key_range(p, last_row).end;
   const int64_t whole_begin = visible_key_range(p, last_row).begin, whole_end = visible_key_range(p, i0).end;
   const int d_qk = int(p.head_dim), d_v = int(p.value_dim);
   const float scale_log2 = p.scale * kLog2e;
+  const Softcap softcap = softcap_of(p);
   const uint16_t* k_rows = bits(a.k) + b * p.k_strides.batch + kv_head * p.k_strides.head;
   const uint16_t* v_rows = bits(a.v) + b * p.v_strides.batch + kv_head * p.v_strides.head;
   auto load_keys = [&](int64_t j0, int stage) {
@@ -264,7 +266,7 @@ __global__ void __launch_bounds__(kThreads) query_grads_kernel(AttentionBackward
           float dscore = 0.0f;
           if (!masked || mma_visible(p, i, j)) {
             const float z = p.dropout_p > 0 && i < p.q_len ? attention_dropout_factor(p, bh, i, j) : 1.0f;
-            dscore = entry_gradient(p, scale_log2, s[m][n].x[x], dp[m][n].x[x], lse2[m][half], row_delta[m][half], z)
+            dscore = entry_gradient(p, softcap, scale_log2, s[m][n].x[x], dp[m][n].x[x], lse2[m][half], row_delta[m][half], z)
                          .dscore;
           }
           s[m][n].x[x] = dscore;
