@@ -100,7 +100,7 @@ sockaddr_in resolve(const LaunchEnv& env) {
   addrinfo* found = nullptr;
   int rc = ::getaddrinfo(env.master_addr.c_str(), nullptr, &hints, &found);
   if (rc != 0 || !found)
-    raise_net("MASTER_ADDR " + quoted(env.master_addr), std::string("cannot resolve: ") + gai_strerror(rc));
+    raise_net("MASTER_ADDR " + alpha::quoted(env.master_addr), std::string("cannot resolve: ") + gai_strerror(rc));
   sockaddr_in addr = *reinterpret_cast<sockaddr_in*>(found->ai_addr);
   ::freeaddrinfo(found);
   addr.sin_port = htons(uint16_t(env.master_port));
@@ -349,7 +349,7 @@ std::string TcpStore::request(uint8_t op, const std::string& key, const std::str
   std::optional<std::string> reply = exchange(socket_, op, key, value, deadline, timed_out);
   if (!reply) {
     broken_ = true;
-    raise_net(where + (op == kGet ? " for " + quoted(key) : std::string()),
+    raise_net(where + (op == kGet ? " for " + alpha::quoted(key) : std::string()),
               timed_out ? "no reply within " + std::to_string(timeout_.count()) + " ms"
                         : "the connection closed (rank 0 ended)");
   }
