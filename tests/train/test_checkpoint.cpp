@@ -270,5 +270,31 @@ TEST(Checkpoint, MissingOrMalformedPointersRaise) {
                      "\"format_version\" is absent, this build reads version 1");
 }
 
+// The state reader on hostile text (fuzz/corpus/checkpoint_state): every case is an IOError naming the origin.
+TEST(Checkpoint, StateReaderRejectsHostileText) {
+  const std::pair<std::string, const char*> cases[] = {
+      {"", "invalid JSON"},
+      {"[1, 2]", "expected a JSON object"},
+      {R"({"format_version": 2, "step": 1})", "\"format_version\" is 2"},
+      {R"({"format_version": 1, "step": -1})", "\"step\" is absent or not an integer in [0, 2^63)"},
+      {R"({"format_version": 1, "step": 1.5})", "not an integer in [0, 2^63)"},
+      // Regression (fuzz/corpus/checkpoint_state/crash_number_past_double): nlohmann's out_of_range escaped.
+      {R"({"format_version": 11e400, "step": 0})", "invalid JSON: [json.exception.out_of_range.406] number overflow"},
+      // Regression: a step past int64 was accepted and read back as a negative step.
+      {R"({"format_version": 1, "step": 9223372036854775808})", "not an integer in [0, 2^63)"},
+      {R"({"format_version": 1, "step": 18446744073709551615})", "not an integer in [0, 2^63)"},
+      // Regression: deep nesting parsed, and recursed (copy, dump) once per level afterwards.
+      {R"({"format_version": 1, "step": 1, "x": )" + std::string(100000, '[') + std::string(100000, ']') + "}",
+       "nested deeper than 64 levels"},
+  };
+  for (const auto& [text, phrase] : cases) {
+    SCOPED_TRACE(text.substr(0, 80));
+    EXPECT_ALPHA_ERROR(parse_checkpoint_state(text, "somewhere/state.json"), IOError,
+                       "[load_checkpoint] file 'somewhere/state.json'", phrase);
+  }
+  nlohmann::json ok = parse_checkpoint_state(R"({"format_version": 1, "step": 9223372036854775807, "x": [[1]]})", "s");
+  EXPECT_EQ(ok["step"].get<int64_t>(), INT64_MAX);
+}
+
 }  // namespace
 }  // namespace alpha::train

@@ -83,7 +83,8 @@ void run_train(const TrainArgs& args) {
   if (args.resume) {
     train::SavedConfigs saved = train::saved_configs(args.out);
     model_json = saved.model;
-    train_json = saved.train;
+    // Through from_json, so that a field added since the run was saved gets its default and its flag works.
+    train_json = train::TrainConfig::from_json(saved.train).to_json();
   } else {
     model_json = nn::load_gpt_config(args.config, configs_dir()).to_json();
     train_json = train::TrainConfig().to_json();

@@ -19,6 +19,7 @@ class ValueError : public Error { using Error::Error; };    // out-of-range valu
 class ConfigError : public Error { using Error::Error; };   // bad configuration or command-line values
 class IOError : public Error { using Error::Error; };       // files: names the file, and the byte offset where known
 class BackendError : public Error { using Error::Error; };  // a backend call failed (CUDA, BLAS)
+class NumericError : public Error { using Error::Error; };  // a computation diverged (repeated non-finite gradients)
 
 // 'text' in single quotes, for messages that show what the user typed. (Built with append: GCC 12's
 // -Wrestrict misfires on "'" + std::string(...) + "'".)

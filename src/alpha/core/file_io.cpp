@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "alpha/core/error.h"
+#include "alpha/core/fault.h"
 
 namespace alpha {
 
@@ -55,11 +56,13 @@ AtomicFileWriter::AtomicFileWriter(fs::path target, std::string_view op) : targe
   std::string pattern = (directory_of(target_) / temporary_name).string();
   std::vector<char> name(pattern.begin(), pattern.end());
   name.push_back('\0');
+  fault::before_io("create", pattern);
   fd_ = ::mkostemp(name.data(), O_CLOEXEC);
   if (fd_ < 0)
     raise_io(op_, target_.string(), -1, errno_text("cannot create a temporary file in its directory", errno));
   temporary_ = name.data();
   // mkostemp creates mode 0600; the file should be as readable as any other file the program writes.
+  fault::before_io("chmod", temporary_);
   if (::fchmod(fd_, 0644) != 0) fail(-1, "cannot set the temporary file's mode", errno);
 }
 
@@ -84,6 +87,7 @@ void AtomicFileWriter::write(const void* data, size_t bytes) {
   if (fd_ < 0) raise_io(op_, target_.string(), -1, "cannot write after commit or failure");
   const char* p = static_cast<const char*>(data);
   while (bytes > 0) {
+    fault::before_io("write", temporary_);
     ssize_t n = ::write(fd_, p, bytes);
     if (n < 0) {
       if (errno == EINTR) continue;
@@ -97,9 +101,12 @@ void AtomicFileWriter::write(const void* data, size_t bytes) {
 
 void AtomicFileWriter::commit() {
   if (fd_ < 0) raise_io(op_, target_.string(), -1, "cannot commit after commit or failure");
+  fault::before_io("fsync", temporary_);
   if (::fsync(fd_) != 0) fail(-1, "cannot fsync the temporary file", errno);
+  fault::before_io("close", temporary_);
   int fd = std::exchange(fd_, -1);
   if (::close(fd) != 0) fail(-1, "cannot close the temporary file", errno);
+  fault::before_io("rename", target_);
   if (::rename(temporary_.c_str(), target_.c_str()) != 0)
     fail(-1, "cannot rename the temporary file over the target", errno);
   temporary_.clear();  // it is the target now: nothing left to remove
@@ -115,6 +122,7 @@ void write_file_atomic(const fs::path& target, std::string_view contents, std::s
 
 void fsync_directory(const fs::path& dir, std::string_view op) {
   const fs::path path = dir.empty() ? fs::path(".") : dir;
+  fault::before_io("fsync directory", path);
   FdGuard guard{::open(path.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC)};
   if (guard.fd < 0) raise_io(op, path.string(), -1, errno_text("cannot open the directory", errno));
   if (::fsync(guard.fd) != 0) raise_io(op, path.string(), -1, errno_text("cannot fsync the directory", errno));

@@ -6,6 +6,9 @@
 // either the whole old file or the whole new one, never a partial target. On any failure the temporary is
 // removed.
 //
+// Each file-system call here is preceded by fault::before_io (alpha/core/fault.h): a no-op unless a test
+// sets ALPHA_FAULT_KILL_AT to crash the process at that point of a checkpoint save.
+//
 // Every function takes `op`, the caller's operation name, and fails with alpha::IOError in the form of
 // raise_io: "[op] file 'path' at byte offset N: what failed[: errno text]" (the offset where known).
 #pragma once

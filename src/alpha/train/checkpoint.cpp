@@ -6,10 +6,13 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <limits>
 #include <set>
 
 #include "alpha/core/error.h"
+#include "alpha/core/fault.h"
 #include "alpha/core/file_io.h"
+#include "alpha/core/json.h"
 #include "alpha/train/safetensors.h"
 
 namespace alpha::train {
@@ -24,6 +27,7 @@ constexpr std::string_view kLatestOp = "latest_checkpoint";
 constexpr std::string_view kStepPrefix = "step_";
 constexpr std::string_view kTemporaryPrefix = ".tmp.";   // a checkpoint being written
 constexpr std::string_view kDeletingPrefix = ".deleting.";  // a pruned checkpoint being removed
+constexpr std::string_view kLatestTemporaryPrefix = ".latest.tmp.";  // AtomicFileWriter's temporary for `latest`
 constexpr const char* kModelFile = "model.safetensors";
 constexpr const char* kOptimizerFile = "optimizer.safetensors";
 constexpr const char* kStateFile = "state.json";
@@ -54,18 +58,21 @@ std::optional<int64_t> parse_step_name(std::string_view name) {
 
 void create_directories(std::string_view op, const fs::path& dir) {
   std::error_code ec;
+  fault::before_io("mkdir", dir);
   fs::create_directories(dir, ec);
   if (ec) raise_fs(op, dir, "creating the directory", ec);
 }
 
 void remove_all(std::string_view op, const fs::path& path) {
   std::error_code ec;
+  fault::before_io("remove", path);
   fs::remove_all(path, ec);
   if (ec) raise_fs(op, path, "removing", ec);
 }
 
 void rename(std::string_view op, const fs::path& from, const fs::path& to) {
   std::error_code ec;
+  fault::before_io("rename", from);
   fs::rename(from, to, ec);
   if (ec) raise_fs(op, from, "renaming to '" + to.string() + "'", ec);
 }
@@ -78,6 +85,7 @@ void publish(const fs::path& from, const fs::path& to) {
     rename(kSaveOp, from, to);
     return;
   }
+  fault::before_io("exchange", from);
   if (::renameat2(AT_FDCWD, from.c_str(), AT_FDCWD, to.c_str(), RENAME_EXCHANGE) != 0)
     raise_io(kSaveOp, to.string(), -1,
              "replacing the existing checkpoint (renameat2 RENAME_EXCHANGE): " + std::string(std::strerror(errno)));
@@ -137,23 +145,25 @@ void prune(const fs::path& run_dir, int64_t saved_step, int keep_last) {
   for (const fs::path& path : doomed) remove_all(kSaveOp, path);
 }
 
-nlohmann::json read_state(const fs::path& file) {
-  std::string text = read_file(file, kLoadOp);
-  nlohmann::json state;
-  try {
-    state = nlohmann::json::parse(text);
-  } catch (const nlohmann::json::parse_error& e) {
-    raise_io(kLoadOp, file.string(), e.byte > 0 ? (long long)e.byte - 1 : 0, std::string("invalid JSON: ") + e.what());
-  }
-  if (!state.is_object()) raise_io(kLoadOp, file.string(), 0, "expected a JSON object");
-  if (!state.contains("format_version") || state["format_version"] != kCheckpointFormatVersion)
-    raise_io(kLoadOp, file.string(), 0,
-             "\"format_version\" is " + (state.contains("format_version") ? state["format_version"].dump() : "absent") +
-                 ", this build reads version " + std::to_string(kCheckpointFormatVersion));
-  if (!state.contains("step") || !state["step"].is_number_unsigned())
-    raise_io(kLoadOp, file.string(), 0, "\"step\" is absent or not a non-negative integer");
-  return state;
+bool is_leftover(std::string_view name) {
+  return name.starts_with(kTemporaryPrefix) || name.starts_with(kDeletingPrefix) ||
+         name.starts_with(kLatestTemporaryPrefix);
 }
+
+// What a failed save leaves the run with, for the error message; never throws.
+std::string previous_checkpoint_note(const fs::path& run_dir, int64_t step) {
+  std::string note = "; checkpoint step " + std::to_string(step) + " was not saved, ";
+  try {
+    std::optional<fs::path> latest = latest_checkpoint(run_dir);
+    if (latest && latest->filename() == step_name(step))
+      return "; 'latest' names the new " + step_name(step) + " but the save did not finish its last fsync";
+    return note + (latest ? "'latest' still names " + latest->filename().string() : "the run has no checkpoint yet");
+  } catch (const Error&) {
+    return note + "and 'latest' is unreadable";
+  }
+}
+
+nlohmann::json read_state(const fs::path& file) { return parse_checkpoint_state(read_file(file, kLoadOp), file.string()); }
 
 // Reads one safetensors file of the checkpoint and checks that it belongs to the same step as state.json.
 NamedTensors read_part(const fs::path& file, int64_t step) {
@@ -172,6 +182,25 @@ fs::path checkpoints_dir(const fs::path& run_dir) { return run_dir / "checkpoint
 
 fs::path checkpoint_dir(const fs::path& run_dir, int64_t step) { return checkpoints_dir(run_dir) / step_name(step); }
 
+nlohmann::json parse_checkpoint_state(std::string_view text, const std::string& origin) {
+  nlohmann::json state;
+  try {
+    state = parse_json(text);
+  } catch (const JsonParseError& e) {
+    raise_io(kLoadOp, origin, e.offset(), std::string("invalid JSON: ") + e.what());
+  }
+  if (!state.is_object()) raise_io(kLoadOp, origin, 0, "expected a JSON object");
+  if (!state.contains("format_version") || state["format_version"] != kCheckpointFormatVersion)
+    raise_io(kLoadOp, origin, 0,
+             "\"format_version\" is " + (state.contains("format_version") ? state["format_version"].dump() : "absent") +
+                 ", this build reads version " + std::to_string(kCheckpointFormatVersion));
+  // A step is an int64 everywhere else (the directory name, the metadata, the trainer).
+  if (!state.contains("step") || !state["step"].is_number_unsigned() ||
+      state["step"].get<uint64_t>() > uint64_t(std::numeric_limits<int64_t>::max()))
+    raise_io(kLoadOp, origin, 0, "\"step\" is absent or not an integer in [0, 2^63)");
+  return state;
+}
+
 fs::path save_checkpoint(const fs::path& run_dir, int64_t step, const CheckpointData& data, int keep_last) {
   if (step < 0) raise<ValueError>(kSaveOp, "step", "a non-negative step", std::to_string(step));
   if (keep_last < 0)
@@ -179,28 +208,48 @@ fs::path save_checkpoint(const fs::path& run_dir, int64_t step, const Checkpoint
   check_optimizer_names(data);
   const nlohmann::json state = state_for_save(data, step);
 
+  fault::CheckpointSaveScope fault_scope;  // test-only: ALPHA_FAULT_KILL_AT counts the steps below
   const fs::path dir = checkpoints_dir(run_dir);
-  create_directories(kSaveOp, dir);
-  fsync_directory(dir.parent_path(), kSaveOp);  // the run directory, which may have just gained checkpoints/
   const fs::path final_dir = checkpoint_dir(run_dir, step);
   const fs::path temporary = dir / (std::string(kTemporaryPrefix) + final_dir.filename().string());
-  remove_all(kSaveOp, temporary);  // left by a save that crashed
-  create_directories(kSaveOp, temporary);
+  // Until `latest` is replaced, a failure leaves the previous checkpoint current: the error says so.
   try {
-    write_safetensors(temporary / kModelFile, data.weights, file_metadata(state, step, "model"));
-    write_safetensors(temporary / kOptimizerFile, data.optimizer, file_metadata(state, step, "optimizer"));
-    write_file_atomic(temporary / kStateFile, state.dump(2) + "\n", kSaveOp);
-    publish(temporary, final_dir);
-  } catch (...) {
-    std::error_code ignored;
-    fs::remove_all(temporary, ignored);
-    throw;
+    create_directories(kSaveOp, dir);
+    fsync_directory(dir.parent_path(), kSaveOp);  // the run directory, which may have just gained checkpoints/
+    remove_checkpoint_leftovers(run_dir);         // left by a save that crashed
+    create_directories(kSaveOp, temporary);
+    try {
+      write_safetensors(temporary / kModelFile, data.weights, file_metadata(state, step, "model"));
+      write_safetensors(temporary / kOptimizerFile, data.optimizer, file_metadata(state, step, "optimizer"));
+      write_file_atomic(temporary / kStateFile, state.dump(2) + "\n", kSaveOp);
+      publish(temporary, final_dir);
+    } catch (...) {
+      std::error_code ignored;
+      fs::remove_all(temporary, ignored);
+      throw;
+    }
+    fsync_directory(dir, kSaveOp);
+    write_file_atomic(dir / kLatestFile, final_dir.filename().string() + "\n", kSaveOp);
+  } catch (const IOError& e) {
+    throw IOError(e.what() + previous_checkpoint_note(run_dir, step));
   }
-  fsync_directory(dir, kSaveOp);
-  write_file_atomic(dir / kLatestFile, final_dir.filename().string() + "\n", kSaveOp);
   prune(run_dir, step, keep_last);
   fsync_directory(dir, kSaveOp);
   return final_dir;
+}
+
+std::vector<fs::path> remove_checkpoint_leftovers(const fs::path& run_dir) {
+  std::vector<fs::path> leftovers;
+  const fs::path dir = checkpoints_dir(run_dir);
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec)) return leftovers;
+  for (const fs::directory_entry& entry : fs::directory_iterator(dir, ec))
+    if (is_leftover(entry.path().filename().string())) leftovers.push_back(entry.path());
+  if (ec) raise_fs(kSaveOp, dir, "listing", ec);
+  std::sort(leftovers.begin(), leftovers.end());
+  for (const fs::path& path : leftovers) remove_all(kSaveOp, path);
+  if (!leftovers.empty()) fsync_directory(dir, kSaveOp);
+  return leftovers;
 }
 
 std::optional<fs::path> latest_checkpoint(const fs::path& run_dir) {

@@ -68,8 +68,13 @@ double AdamW::grad_norm() const { return ops::global_grad_norm(gradients("AdamW:
 ClipResult AdamW::clip_grad_norm(double max_norm) {
   if (!(max_norm > 0.0))
     raise<ValueError>("AdamW::clip_grad_norm", "max_norm", "a value > 0", std::to_string(max_norm));
+  return clip_grad_norm(max_norm, ops::global_grad_norm(gradients("AdamW::clip_grad_norm")));
+}
+
+ClipResult AdamW::clip_grad_norm(double max_norm, double norm) {
+  if (!(max_norm > 0.0))
+    raise<ValueError>("AdamW::clip_grad_norm", "max_norm", "a value > 0", std::to_string(max_norm));
   std::vector<Tensor> grads = gradients("AdamW::clip_grad_norm");
-  double norm = ops::global_grad_norm(grads);
   double coef = ops::clip_grad_norm(grads, max_norm, norm);
   return {norm, coef};
 }

@@ -43,6 +43,9 @@ class AdamW {
   double grad_norm() const;
   // Scales the gradients in place so their global norm is at most max_norm (> 0).
   ClipResult clip_grad_norm(double max_norm);
+  // The same with the norm grad_norm() returned (so a caller can check it for NaN/Inf before clipping);
+  // `norm` must be finite.
+  ClipResult clip_grad_norm(double max_norm, double norm);
   void zero_grad();
 
   int64_t step_count() const { return step_count_; }

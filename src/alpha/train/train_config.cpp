@@ -32,8 +32,8 @@ void read_field(const nlohmann::json& j, const char* name, T& value) {
 
 #define ALPHA_TRAIN_FIELDS(X)                                                                          \
   X(steps) X(batch_size) X(seq_len) X(grad_accum) X(lr) X(min_lr) X(warmup_steps) X(lr_decay_steps)    \
-  X(weight_decay) X(decay_embeddings) X(beta1) X(beta2) X(adam_eps) X(grad_clip) X(eval_every)         \
-  X(eval_batches) X(save_every) X(keep_last) X(data_seed) X(val_fraction) X(sample_tokens)             \
+  X(weight_decay) X(decay_embeddings) X(beta1) X(beta2) X(adam_eps) X(grad_clip) X(max_nonfinite_steps) \
+  X(eval_every) X(eval_batches) X(save_every) X(keep_last) X(data_seed) X(val_fraction) X(sample_tokens) \
   X(temperature) X(top_k) X(prompt) X(device) X(precision) X(tf32) \
   X(zero1) X(deterministic_reduce) X(bucket_mb) X(dist_timeout_s)
 
@@ -75,6 +75,7 @@ void TrainConfig::validate() const {
   require(beta2 >= 0 && beta2 < 1, "beta2", "in [0, 1)", str(beta2));
   require(adam_eps > 0, "adam_eps", "> 0", str(adam_eps));
   require(grad_clip >= 0, "grad_clip", ">= 0 (0 = off)", str(grad_clip));
+  require(max_nonfinite_steps >= 0, "max_nonfinite_steps", ">= 0 (0 = never stop)", str(max_nonfinite_steps));
   require(eval_every >= 0, "eval_every", ">= 0", str(eval_every));
   require(eval_batches >= 1, "eval_batches", ">= 1", str(eval_batches));
   require(save_every >= 0, "save_every", ">= 0", str(save_every));

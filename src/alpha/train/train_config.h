@@ -25,6 +25,10 @@ struct TrainConfig {
   double beta2 = 0.95;
   double adam_eps = 1e-8;
   double grad_clip = 1.0;        // global-norm clipping threshold; 0 = off
+  // A step whose loss or global gradient norm is NaN or Inf is skipped (no parameter or optimizer update,
+  // "skipped": true in metrics.jsonl, a line on stdout); this many skipped steps in a row stop the run with
+  // a NumericError after checkpointing the last good weights. 0 = skip forever, never stop.
+  int64_t max_nonfinite_steps = 8;
   int64_t eval_every = 50;       // validation loss every N steps (and at the last step); 0 = never
   int64_t eval_batches = 4;
   int64_t save_every = 100;      // checkpoint every N steps (and at the last step); 0 = only at the end

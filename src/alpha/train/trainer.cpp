@@ -6,6 +6,7 @@
 #include <sstream>
 
 #include "alpha/autograd/functions.h"
+#include "alpha/core/fault.h"
 #include "alpha/core/file_io.h"
 #include "alpha/data/loader.h"
 #include "alpha/data/prepare.h"
@@ -73,6 +74,26 @@ void truncate_metrics(const fs::path& run_dir, int64_t steps_done) {
     if (!record.is_discarded() && record.value("step", int64_t(0)) <= steps_done) kept += line + "\n";
   }
   write_file_atomic(path, kept, kOp);
+}
+
+// "nan", "inf", "-inf" or %g: the C library may print a NaN as "-nan".
+std::string number_text(double value) {
+  if (std::isnan(value)) return "nan";
+  char text[32];
+  std::snprintf(text, sizeof text, "%g", value);
+  return text;
+}
+
+// Test-only (ALPHA_FAULT_NAN_STEPS / ALPHA_FAULT_INF_STEPS, alpha/core/fault.h): writes NaN or Inf into the
+// first row of the first parameter's gradient at the chosen steps.
+void inject_gradient_fault(const nn::GPT& model, int64_t step) {
+  std::optional<double> poison = fault::gradient_poison(step);
+  if (!poison) return;
+  std::vector<nn::NamedParameter> parameters = model.named_parameters();
+  if (parameters.empty() || !parameters.front().variable.grad().defined()) return;
+  Tensor grad = parameters.front().variable.grad();
+  Tensor row = grad.dim() > 0 ? grad.slice(0, 0, 1) : grad;
+  row.copy_from(Tensor::full(row.shape(), *poison, row.dtype(), row.device()));
 }
 
 }  // namespace
@@ -199,6 +220,7 @@ void Trainer::prepare_data() {
 
 void Trainer::resume_from_checkpoint() {
   const int rank = rank_of(options_);
+  if (rank == 0) remove_checkpoint_leftovers(options_.run_dir);  // of a save that crashed (docs/CHECKPOINTS.md)
   CheckpointData ckpt = load_checkpoint(options_.run_dir);
   distributed::check_resume(distributed::ParallelLayout::from_json(ckpt.state.value("parallel", nlohmann::json())),
                             layout_of(options_));
@@ -262,6 +284,7 @@ std::string Trainer::run(std::optional<int64_t> stop_at_step) {
                 static_cast<long long>(model_->num_parameters()), static_cast<long long>(steps_done_ + 1),
                 static_cast<long long>(last), static_cast<long long>(tokens_per_step), options_.run_dir.c_str());
 
+  int64_t nonfinite_in_a_row = 0;  // skipped steps in a row (non-finite loss or gradient norm)
   for (int64_t step = steps_done_; step < last; ++step) {
     CounterSnapshot counters = CounterSnapshot::take(device);
     Stopwatch clock;
@@ -282,17 +305,20 @@ std::string Trainer::run(std::optional<int64_t> stop_at_step) {
     }
     if (data_->parallel) {
       data_->parallel->reduce_gradients();  // once per step, after the last micro-step
-      loss_sum = data_->parallel->average(loss_sum);  // the logged loss: the average over the ranks
+      loss_sum = data_->parallel->average(loss_sum);  // every rank then skips (or not) together
     }
+    inject_gradient_fault(*model_, step + 1);  // test-only, off unless ALPHA_FAULT_* is set
     Stopwatch phase;
-    ClipResult clip{0.0, 1.0};
-    if (sharded(options_)) {
-      clip.norm = data_->parallel->grad_norm();
+    // A NaN or Inf in the loss or the gradients skips the step: no parameter or optimizer-state update.
+    const double norm = sharded(options_) ? data_->parallel->grad_norm() : data_->optimizer->grad_norm();
+    const bool skipped = !std::isfinite(norm) || !std::isfinite(loss_sum);
+    nonfinite_in_a_row = skipped ? nonfinite_in_a_row + 1 : 0;
+    ClipResult clip{norm, skipped ? std::nan("") : 1.0};
+    if (!skipped && sharded(options_)) {
       clip.clip_coef =
-          data_->parallel->sharded_step(lr, t.grad_clip, clip.norm, {t.beta1, t.beta2, t.adam_eps, t.weight_decay});
-    } else {
-      clip = t.grad_clip > 0 ? data_->optimizer->clip_grad_norm(t.grad_clip)
-                             : ClipResult{data_->optimizer->grad_norm(), 1.0};
+          data_->parallel->sharded_step(lr, t.grad_clip, norm, {t.beta1, t.beta2, t.adam_eps, t.weight_decay});
+    } else if (!skipped) {
+      if (t.grad_clip > 0) clip = data_->optimizer->clip_grad_norm(t.grad_clip, norm);
       data_->optimizer->step(lr);
     }
     data_->optimizer->zero_grad();
@@ -315,6 +341,7 @@ std::string Trainer::run(std::optional<int64_t> stop_at_step) {
                              {"ops", used.ops},         {"allocations", used.allocations},
                              {"fresh_allocations", used.fresh_allocations}, {"peak_bytes", used.peak_bytes}};
     record["val_loss"] = std::isnan(val_loss) ? nlohmann::json(nullptr) : nlohmann::json(val_loss);
+    record["skipped"] = skipped;
     if (data_->metrics) data_->metrics->write(std::move(record));
     if (options_.echo) progress.update(steps_done_, loss, tokens_per_second);
     if (options_.echo && (evaluate || (!progress.enabled() && steps_done_ == 1))) {
@@ -327,6 +354,29 @@ std::string Trainer::run(std::optional<int64_t> stop_at_step) {
                   static_cast<unsigned long long>(used.fresh_allocations), device.str().c_str(),
                   double(used.peak_bytes) / (1 << 20));
       std::fflush(stdout);
+    }
+    if (skipped && options_.echo) {
+      progress.finish();
+      std::printf("step %5lld  skipped: non-finite %s (loss %s, grad_norm %s), no update; %lld in a row%s\n",
+                  static_cast<long long>(steps_done_), std::isfinite(loss_sum) ? "gradients" : "loss",
+                  number_text(loss).c_str(), number_text(norm).c_str(),
+                  static_cast<long long>(nonfinite_in_a_row),
+                  t.max_nonfinite_steps > 0 ? (", the run stops at " + std::to_string(t.max_nonfinite_steps)).c_str()
+                                            : "");
+      std::fflush(stdout);
+    }
+    if (skipped && t.max_nonfinite_steps > 0 && nonfinite_in_a_row >= t.max_nonfinite_steps) {
+      progress.finish();
+      // The weights and optimizer state are still those of the last finite step: keep them resumable.
+      save(steps_done_);
+      const int64_t first_bad = steps_done_ - nonfinite_in_a_row + 1;
+      throw NumericError("[train] steps " + std::to_string(first_bad) + " to " + std::to_string(steps_done_) + ": " +
+                         std::to_string(nonfinite_in_a_row) +
+                         " steps in a row had a non-finite loss or gradient norm (max_nonfinite_steps " +
+                         std::to_string(t.max_nonfinite_steps) + "), training stopped; the weights and optimizer "
+                         "state of step " + std::to_string(first_bad - 1) + ", the last finite step, are saved in '" +
+                         checkpoint_dir(options_.run_dir, steps_done_).string() +
+                         "' (alpha train --resume continues after the bad batches; try a lower --lr)");
     }
     // A stop before the end (stop_at_step) checkpoints too, so the run can be resumed from there.
     if ((t.save_every > 0 && steps_done_ % t.save_every == 0) || steps_done_ == last) save(steps_done_);

@@ -1,5 +1,7 @@
 // The training loop: data preparation for a run, AdamW with warmup-cosine learning rates, gradient
-// accumulation, global-norm clipping, validation, checkpoints, telemetry and a final sample.
+// accumulation, global-norm clipping, validation, checkpoints, telemetry and a final sample. A step whose
+// loss or gradient norm is NaN or Inf is skipped and logged; max_nonfinite_steps of them in a row stop the
+// run with a NumericError after a checkpoint (docs/CHECKPOINTS.md, "Non-finite steps").
 //
 // Determinism: parameter initialisation, data order and dropout masks are pure functions of the seeds
 // and the step, the loader's position and the optimiser state are checkpointed, and every reduction
