@@ -18,7 +18,7 @@ ifeq ($(shell command -v nvcc),)
   endif
 endif
 
-.PHONY: all deps pyenv configure build test run clean
+.PHONY: all deps pyenv configure build test run sanitize fuzz clean
 
 all: build
 
@@ -26,11 +26,14 @@ deps:
 	./scripts/install-deps.sh
 
 # Python is only a test reference (a client that reads our checkpoints); Debian's python3-torch is the
-# light CPU PyTorch, and the venv sees it through --system-site-packages.
+# light CPU PyTorch, and the venv sees it through --system-site-packages. The venv also carries NVIDIA's
+# cuobjdump and nvdisasm from PyPI (a few MB), for the SASS audit of the constant-time kernels.
 pyenv: deps
 	@test -x $(PYENV)/bin/python || /usr/bin/python3 -m venv --system-site-packages $(PYENV)
 	@$(PYENV)/bin/python -c "import safetensors, ml_dtypes" 2>/dev/null || \
 	  $(PYENV)/bin/pip install -q --no-deps safetensors ml_dtypes==0.4.1  # keep Debian's numpy 1.x for its torch
+	@ls $(PYENV)/lib/python3*/site-packages/nvidia/cu13/bin/nvdisasm >/dev/null 2>&1 || \
+	  $(PYENV)/bin/pip install -q --no-deps nvidia-cuda-cuobjdump==13.2.51 nvidia-cuda-nvdisasm==13.2.51  # SASS audit
 
 configure: deps pyenv
 	cmake --preset $(PRESET) $(if $(ALPHA_CUDA),-DALPHA_CUDA=$(ALPHA_CUDA)) \
@@ -44,6 +47,19 @@ test: build
 
 run: build
 	$(BUILD)/alpha train --out $(RUN_DIR)
+
+# The CPU test suite under AddressSanitizer + UndefinedBehaviorSanitizer (presets `sanitize`, build/sanitize;
+# the ASAN_OPTIONS/UBSAN_OPTIONS are in the test preset): a leak, a bad access or undefined behaviour fails
+# the test that caused it. See docs/SECURITY.md.
+sanitize: deps pyenv
+	cmake --preset sanitize -DALPHA_PYTHON=$(CURDIR)/$(PYENV)/bin/python
+	cmake --build build/sanitize -j $(JOBS) --target alpha_tests  # and the alpha binary it runs; no benchmarks
+	ctest --preset sanitize -j $(JOBS)
+
+# Every libFuzzer target of fuzz/ for FUZZ_SECONDS seconds from its seed corpus (clang, build/fuzz).
+FUZZ_SECONDS ?= 20
+fuzz: deps
+	JOBS=$(JOBS) ./scripts/fuzz.sh $(FUZZ_SECONDS)
 
 clean:
 	rm -rf build

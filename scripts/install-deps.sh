@@ -3,7 +3,9 @@
 set -euo pipefail
 packages=(build-essential cmake ninja-build pkg-config libopenblas-dev libsentencepiece-dev
           nlohmann-json3-dev libcli11-dev libgtest-dev libgmock-dev python3 python3-numpy
-          libcpp-httplib-dev chromium)  # the dashboard's HTTP server; the browser its test loads the page in
+          libcpp-httplib-dev chromium   # the dashboard's HTTP server; the browser its test loads the page in
+          clang libclang-rt-dev libomp-dev llvm)  # make fuzz: libFuzzer and the sanitizer runtimes, OpenMP
+                                                  # for clang, llvm-symbolizer for readable reports
 if [ "${ALPHA_PYTHON_TESTS:-1}" = 1 ]; then
   packages+=(python3-torch python3-pip python3-venv)
 fi

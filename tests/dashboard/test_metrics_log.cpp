@@ -67,6 +67,32 @@ TEST(MetricsLog, EmptyAndMissingFilesAreEmptyLogs) {
   }
 }
 
+// Regressions from fuzz/corpus/metrics_log: a step past int64 was kept (and read as a negative step); a
+// deeply nested record parsed and then recursed once per level when the server sent it. (A number past the
+// double range, which nlohmann refuses, is skipped as not JSON.)
+TEST(MetricsLog, SkipsStepsPastInt64DeepNestingAndHugeNumbers) {
+  std::string text = "{\"step\": 9223372036854775808}\n{\"step\": 18446744073709551615}\n{\"step\": 1, \"x\": " +
+                     std::string(100000, '[') + std::string(100000, ']') + "}\n{\"step\": 9223372036854775807}\n" +
+                     "{\"step\": 2, \"loss\": 1e400}\n";
+  MetricsLog log = parse_metrics(text, 0, "metrics.jsonl");
+  ASSERT_EQ(log.records.size(), 1u);
+  EXPECT_EQ(log.records[0]["step"].get<int64_t>(), INT64_MAX);
+  EXPECT_EQ(log.skipped_lines, 4);  // the last: a number past the double range is not JSON to nlohmann
+  ASSERT_EQ(log.warnings.size(), 4u);
+  EXPECT_NE(log.warnings[0].find("metrics.jsonl line 1: not a record with an integer step"), std::string::npos)
+      << log.warnings[0];
+  EXPECT_NE(log.warnings[2].find("line 3: not JSON"), std::string::npos) << log.warnings[2];
+  EXPECT_EQ(last_step_in(text), INT64_MAX);
+  EXPECT_EQ(last_step_in("{\"step\": 9223372036854775808}\n"), std::nullopt);
+}
+
+TEST(MetricsLog, LastStepOfSomethingThatIsNotAFile) {
+  test::TempDir dir;
+  std::filesystem::create_directories(dir / "metrics.jsonl");
+  EXPECT_EQ(last_step(dir / "metrics.jsonl"), std::nullopt);
+  EXPECT_TRUE(read_metrics(dir / "metrics.jsonl").records.empty());
+}
+
 TEST(MetricsLog, LastStepReadsTheTailOfALongLog) {
   test::TempDir dir;
   std::string lines;

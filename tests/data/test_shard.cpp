@@ -1,4 +1,5 @@
 // Token shards: round trips, and every corruption reported with its exact byte offset.
+#include <algorithm>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -109,6 +110,23 @@ TEST_F(ShardCorruption, TokenOutsideTheVocabularyAtItsOffset) {
   EXPECT_ALPHA_ERROR(ShardReader(path, 50), IOError, "bad.bin", "at byte offset 1098:", "token id 50",
                      "vocabulary size 50");
   EXPECT_NO_THROW(ShardReader(path, 51));
+}
+
+// The in-memory reader (what ShardReader checks a mapped file with) needs uint16 alignment; a misaligned
+// buffer is a ValueError, not a misaligned read (UBSan).
+TEST(Shard, ParseShardFromMemory) {
+  test::TempDir dir;
+  write_shard(dir.file("a.bin"), some_tokens(10, 50));
+  std::string bytes = test::read_raw(dir / "a.bin");
+  std::vector<uint16_t> aligned((bytes.size() + 3) / 2);
+  std::memcpy(aligned.data(), bytes.data(), bytes.size());
+  auto view = std::as_bytes(std::span(aligned)).first(bytes.size());
+  std::span<const uint16_t> tokens = parse_shard(view, 50, "memory");
+  EXPECT_TRUE(std::ranges::equal(tokens, some_tokens(10, 50)));
+  EXPECT_ALPHA_ERROR(parse_shard(view, 40, "memory"), IOError, "file 'memory' at byte offset", "not below the vocabulary");
+  std::memmove(reinterpret_cast<char*>(aligned.data()) + 1, bytes.data(), bytes.size());
+  auto odd = std::as_bytes(std::span(aligned)).subspan(1, bytes.size());
+  EXPECT_ALPHA_ERROR(parse_shard(odd, 50, "memory"), ValueError, "aligned for uint16");
 }
 
 TEST_F(ShardCorruption, MissingFile) {

@@ -152,6 +152,20 @@ TEST(GPTConfigParse, FileErrorsNameTheFile) {
                      "alpha_missing.json");
 }
 
+// Regression (fuzz/corpus/config/deep_nesting): deep nesting parsed and then recursed (json_desc's dump)
+// once per level; it is now rejected while parsing.
+TEST(GPTConfigParse, RejectsDeepNestingAndReadsFromText) {
+  std::string deep = "{\"n_layer\": " + std::string(100000, '[') + std::string(100000, ']') + "}";
+  EXPECT_ALPHA_ERROR(parse_gpt_config(deep, "deep.json"), ConfigError, "file 'deep.json'", "nested deeper than 64");
+  auto path = write_temp("alpha_deep.json", deep);
+  EXPECT_ALPHA_ERROR(load_gpt_config_file(path), ConfigError, "alpha_deep.json", "nested deeper than 64");
+  EXPECT_EQ(parse_gpt_config("// comment\n" + minimal().dump(), "text").n_layer, minimal()["n_layer"].get<int64_t>());
+  // Regression (fuzz/corpus/config/crash_number_past_double): nlohmann's out_of_range (not a parse_error)
+  // escaped as an untyped exception.
+  EXPECT_ALPHA_ERROR(parse_gpt_config(R"({"dropout": 1e400})", "big.json"), ConfigError, "file 'big.json'",
+                     "not valid JSON", "number overflow");
+}
+
 TEST(GPTConfigParse, ModelRefusesAttentionItCannotRunThere) {
   GPTConfig c = GPTConfig::from_json(minimal());
   c.attention = "nsa";

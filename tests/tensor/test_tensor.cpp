@@ -32,6 +32,18 @@ TEST(Tensor, ZeroSizeTensorsAreContiguous) {
   EXPECT_TRUE(wide.transpose(0, 1).slice(0, 2, 2).is_contiguous());
 }
 
+// Regression (fuzz/corpus/safetensors/zero_size_hides_overflow): a zero size made numel 0, but the strides
+// of [0, 2^40, 2^40] overflowed int64 (UBSan: signed overflow in contiguous_strides).
+TEST(Tensor, EmptyRejectsShapesWhoseExtentOverflows) {
+  const int64_t big = int64_t(1) << 40;
+  for (const Shape& shape : {Shape{0, big, big}, Shape{big, big, 0}, Shape{big, big}, Shape{INT64_MAX / 2, 3},
+                             Shape{INT64_MAX / 4 + 1}}) {
+    SCOPED_TRACE(shape_str(shape));
+    EXPECT_ALPHA_ERROR(Tensor::empty(shape, DType::f32), ShapeError, "[Tensor::empty]", "fits in 64 bits");
+  }
+  EXPECT_EQ(Tensor::empty({0, big}, DType::f32).numel(), 0);  // the strides still fit
+}
+
 TEST(Tensor, SliceTransposePermuteShareStorageAndIndexCorrectly) {
   std::vector<float> v(24);
   for (int i = 0; i < 24; ++i) v[i] = float(i);

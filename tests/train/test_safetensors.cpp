@@ -257,6 +257,32 @@ std::vector<Corruption> corruptions() {
     std::string h = R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}})";
     cases.push_back({"trailing", craft(h, f32x2 + "xyz"), data_start(h) + 8, "3 bytes of trailing data"});
   }
+  // Regressions from fuzz/corpus/safetensors: a zero size hid a shape whose strides overflow int64
+  // (UBSan in Tensor::empty), before or after the overflow; the bytes of a huge shape wrapping u64.
+  {
+    std::string h = R"({"a":{"dtype":"F32","shape":[0,1099511627776,1099511627776],"data_offsets":[0,0]}})";
+    cases.push_back({"zero_size_hides_overflow", craft(h, ""), data_start(h),
+                     "tensor 'a': shape [0, 1099511627776, 1099511627776] of F32 is too large"});
+  }
+  {
+    std::string h = R"({"a":{"dtype":"F32","shape":[4611686018427387904,4611686018427387904,0],"data_offsets":[0,0]}})";
+    cases.push_back({"zero_size_after_overflow", craft(h, ""), data_start(h), "is too large"});
+  }
+  {
+    std::string h = R"({"a":{"dtype":"F32","shape":[4611686018427387904],"data_offsets":[0,0]}})";
+    cases.push_back({"bytes_wrap", craft(h, ""), data_start(h), "is too large"});
+  }
+  {
+    // Deep nesting parses (nlohmann's parser is iterative) but its dump in the error message recursed.
+    std::string h = R"({"a":{"dtype":"F32","shape":)" + std::string(100000, '[') + std::string(100000, ']') +
+                    R"(,"data_offsets":[0,0]}})";
+    cases.push_back({"deep_nesting", craft(h, ""), 8, "nested deeper than 64 levels"});
+  }
+  {
+    // A number past the double range made nlohmann throw out_of_range (not parse_error), which escaped.
+    std::string h = R"({"a":{"dtype":"F32","shape":[1e400],"data_offsets":[0,0]}})";
+    cases.push_back({"number_past_double", craft(h, ""), 8, "invalid JSON header: [json.exception.out_of_range.406]"});
+  }
   return cases;
 }
 
@@ -269,6 +295,24 @@ TEST(Safetensors, EveryCorruptionNamesFileAndOffset) {
     const std::string file = path.string(), where = at_offset(c.offset);
     EXPECT_ALPHA_ERROR(read_safetensors(path), IOError, "[read_safetensors]", file.c_str(), where.c_str(),
                        c.phrase.c_str());
+    // The in-memory reader is the same parser: the same error, naming the origin given.
+    EXPECT_ALPHA_ERROR(read_safetensors_bytes(std::as_bytes(std::span(c.file)), "in-memory"), IOError,
+                       "[read_safetensors] file 'in-memory'", where.c_str(), c.phrase.c_str());
+  }
+}
+
+TEST(Safetensors, ReadsFromMemoryWhatItReadsFromAFile) {
+  TempDir dir;
+  write_safetensors(dir / "a.safetensors", {{"a", random_bits({3, 5}, DType::bf16)}, {"b", random_bits({7}, DType::i64)}},
+                    {{"k", "v"}});
+  std::string bytes = read_raw(dir / "a.safetensors");
+  SafetensorsContents file = read_safetensors(dir / "a.safetensors");
+  SafetensorsContents memory = read_safetensors_bytes(std::as_bytes(std::span(bytes)));
+  EXPECT_EQ(memory.metadata, file.metadata);
+  ASSERT_EQ(memory.tensors.size(), 2u);
+  for (size_t i = 0; i < 2; ++i) {
+    EXPECT_EQ(memory.tensors[i].first, file.tensors[i].first);
+    EXPECT_TRUE(bit_equal(memory.tensors[i].second, file.tensors[i].second));
   }
 }
 

@@ -1,7 +1,10 @@
 // The `alpha` command line: subcommands for the tokenizer, data preparation, training and sampling.
-// Errors from the engine are typed; they are printed as one line and the exit code is 1.
+// Errors from the engine are typed; they are printed as one line and the exit code is 1. Any other
+// exception is a bug (a reader that let a library's exception through, say): it is printed as one line
+// too, with exit code 3, rather than aborting with a core dump (docs/SECURITY.md).
 #include <CLI/CLI.hpp>
 
+#include <exception>
 #include <iostream>
 
 #include "alpha/cli/commands.h"
@@ -23,6 +26,9 @@ int main(int argc, char** argv) {
   } catch (const alpha::Error& e) {
     std::cerr << "alpha: " << e.what() << "\n";
     return 1;
+  } catch (const std::exception& e) {
+    std::cerr << "alpha: internal error (not a typed error, please report it): " << e.what() << "\n";
+    return 3;
   }
   if (app.get_subcommands().empty()) std::cout << app.help();
   return 0;

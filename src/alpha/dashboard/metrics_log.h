@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -23,8 +24,13 @@ struct MetricsLog {
 // polling a live run fetches only what is new.
 MetricsLog read_metrics(const std::filesystem::path& file, int64_t after_step = 0);
 
+// The reader over a log's text (`file_name` names it in the warnings).
+MetricsLog parse_metrics(std::string_view text, int64_t after_step, const std::string& file_name);
+
 // The step of the file's last good record, reading only its tail (cheap for listing many runs); nullopt
 // when the file is missing or holds no good record in its tail.
 std::optional<int64_t> last_step(const std::filesystem::path& file);
+// The step of the last good record in a tail of a log (its first line may be cut: it is skipped).
+std::optional<int64_t> last_step_in(std::string_view tail);
 
 }  // namespace alpha::dashboard

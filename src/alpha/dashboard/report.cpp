@@ -7,6 +7,7 @@
 
 #include "alpha/core/error.h"
 #include "alpha/core/file_io.h"
+#include "alpha/core/json.h"
 #include "alpha/dashboard/assets.h"
 #include "alpha/dashboard/metrics_log.h"
 
@@ -133,7 +134,7 @@ Report build_report(const fs::path& run_dir) {
 
   json config = json::object();
   if (fs::exists(config_file)) {
-    config = json::parse(read_file(config_file, kOp), nullptr, false);
+    config = parse_json(read_file(config_file, kOp), nullptr, /*allow_exceptions=*/false);
     if (config.is_discarded()) raise_io(kOp, config_file.string(), -1, "not valid JSON");
   }
   std::string sample = fs::exists(run_dir / "sample.txt")

@@ -8,9 +8,11 @@
 #include <charconv>
 #include <chrono>
 #include <fstream>
+#include <iterator>
 #include <optional>
 #include <thread>
 
+#include "alpha/core/json.h"
 #include "alpha/dashboard/assets.h"
 #include "alpha/dashboard/metrics_log.h"
 #include "alpha/dashboard/runs.h"
@@ -99,8 +101,10 @@ struct DashboardServer::Impl {
     http.Get(R"(/api/runs/([^/]+)/config)", [this](const httplib::Request& req, httplib::Response& res) {
       std::optional<std::filesystem::path> dir = requested_run(catalog, req.matches[1].str(), res);
       if (!dir) return;
-      std::ifstream in(*dir / "config.json");
-      json config = in ? json::parse(in, nullptr, false) : json::object();
+      json config = json::object();
+      if (std::ifstream in(*dir / "config.json", std::ios::binary); in)
+        config = parse_json(std::string{std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()}, nullptr,
+                            /*allow_exceptions=*/false);
       send_json(res, config.is_discarded() ? json::object() : config);
     });
     http.set_post_routing_handler([](const httplib::Request&, httplib::Response& res) {

@@ -38,8 +38,7 @@ void write_shard(const std::string& path, std::span<const uint16_t> tokens) {
   file.commit();
 }
 
-ShardReader::ShardReader(const std::string& path, int vocab_size) : file_(path, kReadOp) {
-  auto bytes = file_.bytes();
+std::span<const uint16_t> parse_shard(std::span<const std::byte> bytes, int vocab_size, const std::string& path) {
   size_t size = bytes.size();
   if (size < 4) raise_truncated(path, size, kShardHeaderBytes, "the header");
   if (int32_t magic = header_field(bytes, 0); magic != kShardMagic)
@@ -58,13 +57,20 @@ ShardReader::ShardReader(const std::string& path, int vocab_size) : file_(path, 
     raise_io(kReadOp, path, (long long)expected,
              std::to_string(size - expected) + " bytes past the " + std::to_string(count) +
                  " tokens the header declares");
-  // The map is page-aligned and the header is 1024 bytes, so the tokens are aligned for uint16.
-  tokens_ = {reinterpret_cast<const uint16_t*>(bytes.data() + kShardHeaderBytes), size_t(count)};
-  for (size_t i = 0; i < tokens_.size(); ++i)
-    if (tokens_[i] >= vocab_size)
+  // A map is page-aligned and the header is 1024 bytes, so a mapped file's tokens are aligned for uint16;
+  // bytes from elsewhere must be too.
+  if (reinterpret_cast<uintptr_t>(bytes.data()) % alignof(uint16_t) != 0)
+    raise<ValueError>(kReadOp, "bytes", "a buffer aligned for uint16", "an odd address");
+  std::span<const uint16_t> tokens{reinterpret_cast<const uint16_t*>(bytes.data() + kShardHeaderBytes), size_t(count)};
+  for (size_t i = 0; i < tokens.size(); ++i)
+    if (tokens[i] >= vocab_size)
       raise_io(kReadOp, path, (long long)(kShardHeaderBytes + i * sizeof(uint16_t)),
-               "token id " + std::to_string(tokens_[i]) + " is not below the vocabulary size " +
+               "token id " + std::to_string(tokens[i]) + " is not below the vocabulary size " +
                    std::to_string(vocab_size));
+  return tokens;
 }
+
+ShardReader::ShardReader(const std::string& path, int vocab_size)
+    : file_(path, kReadOp), tokens_(parse_shard(file_.bytes(), vocab_size, path)) {}
 
 }  // namespace alpha::data

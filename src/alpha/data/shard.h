@@ -18,6 +18,10 @@ inline constexpr size_t kShardHeaderBytes = 256 * sizeof(int32_t);
 // Writes a shard atomically (a crash leaves either the old file or the complete new one).
 void write_shard(const std::string& path, std::span<const uint16_t> tokens);
 
+// Checks a whole shard held in memory (`path` names it in errors) and returns its tokens, a view into
+// `bytes`; the errors are ShardReader's below. `bytes` must be aligned for uint16 (ValueError).
+std::span<const uint16_t> parse_shard(std::span<const std::byte> bytes, int vocab_size, const std::string& path);
+
 // A shard memory-mapped for reading. The constructor checks everything and throws IOError naming the
 // file and the byte offset of the problem: wrong magic (0), wrong version (4), a negative count (8),
 // a file shorter or longer than the header declares (where the data ends, or where the excess

@@ -187,8 +187,10 @@ struct Tokenizer::Model {
   }
 };
 
-Tokenizer Tokenizer::load(const std::string& path) {
-  return Tokenizer(std::make_shared<const Model>(read_file(path, "Tokenizer::load"), path));
+Tokenizer Tokenizer::load(const std::string& path) { return from_serialized(read_file(path, "Tokenizer::load"), path); }
+
+Tokenizer Tokenizer::from_serialized(std::string serialized, const std::string& origin) {
+  return Tokenizer(std::make_shared<const Model>(std::move(serialized), origin));
 }
 
 namespace {

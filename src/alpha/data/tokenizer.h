@@ -29,6 +29,8 @@ class Tokenizer {
   // Loads a .model file written by train (IOError naming the file when it is missing or is not an
   // Alpha tokenizer).
   static Tokenizer load(const std::string& path);
+  // The same from the bytes of a .model file (`origin` names them in errors, as the path does).
+  static Tokenizer from_serialized(std::string serialized, const std::string& origin);
   // Trains on text files (each line is a training sentence) and writes the model to out_path.
   static Tokenizer train(const std::vector<std::string>& input_paths, const std::string& out_path,
                          const TokenizerTrainOptions& options = {});

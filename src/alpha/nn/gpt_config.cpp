@@ -3,10 +3,12 @@
 #include <algorithm>
 #include <cstdint>
 #include <fstream>
+#include <iterator>
 #include <limits>
 #include <vector>
 
 #include "alpha/core/error.h"
+#include "alpha/core/json.h"
 
 namespace alpha::nn {
 
@@ -139,16 +141,26 @@ json GPTConfig::to_json() const {
               {"seed", seed}};
 }
 
-GPTConfig load_gpt_config_file(const std::filesystem::path& path) {
-  std::ifstream in(path);
-  if (!in) raise_io("load_gpt_config", path.string(), -1, "cannot be opened for reading");
-  json j = json::parse(in, nullptr, /*allow_exceptions=*/false, /*ignore_comments=*/true);
-  if (j.is_discarded()) throw ConfigError("[load_gpt_config] file '" + path.string() + "': not valid JSON");
+GPTConfig parse_gpt_config(std::string_view text, const std::string& origin) {
+  json j;
+  try {
+    j = parse_json(text, nullptr, /*allow_exceptions=*/true, /*ignore_comments=*/true);
+  } catch (const JsonParseError& e) {
+    throw ConfigError("[load_gpt_config] file '" + origin + "': not valid JSON: " + e.what());
+  }
   try {
     return GPTConfig::from_json(j);
   } catch (const ConfigError& e) {
-    throw ConfigError("[load_gpt_config] file '" + path.string() + "': " + e.what());
+    throw ConfigError("[load_gpt_config] file '" + origin + "': " + e.what());
   }
+}
+
+GPTConfig load_gpt_config_file(const std::filesystem::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) raise_io("load_gpt_config", path.string(), -1, "cannot be opened for reading");
+  std::string text{std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+  if (in.bad()) raise_io("load_gpt_config", path.string(), -1, "cannot be read");
+  return parse_gpt_config(text, path.string());
 }
 
 GPTConfig load_gpt_config(std::string_view name_or_path, const std::filesystem::path& configs_dir) {

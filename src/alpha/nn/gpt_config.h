@@ -49,6 +49,9 @@ inline constexpr std::string_view kAttentionKinds[] = {"auto", "reference", "fla
 // (the message names the file).
 GPTConfig load_gpt_config_file(const std::filesystem::path& path);
 
+// The same from the text of a config file (JSON, comments allowed); `origin` names it in errors.
+GPTConfig parse_gpt_config(std::string_view text, const std::string& origin);
+
 // `name_or_path` is either a path to an existing file, or a name looked up as
 // <configs_dir>/<name>.json ("tiny" -> configs_dir/tiny.json). An unknown name raises ConfigError
 // listing the names configs_dir holds.

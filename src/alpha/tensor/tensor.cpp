@@ -48,8 +48,14 @@ Tensor::Tensor(std::shared_ptr<Storage> storage, Shape shape, Shape strides, int
       dtype_(dtype) {}
 
 Tensor Tensor::empty(Shape shape, DType dtype, Device device) {
-  for (int64_t d : shape)
+  // The extent (sizes multiplied, zeros as 1: what the strides reach) in bytes must fit int64, so that
+  // numel, the strides and nbytes never overflow.
+  int64_t extent = int64_t(dtype_size(dtype));
+  for (int64_t d : shape) {
     if (d < 0) raise<ShapeError>("Tensor::empty", "shape", "non-negative sizes", shape_str(shape));
+    if (__builtin_mul_overflow(extent, std::max<int64_t>(d, 1), &extent))
+      raise<ShapeError>("Tensor::empty", "shape", "a size in bytes that fits in 64 bits", shape_str(shape));
+  }
   size_t bytes = size_t(shape_numel(shape)) * dtype_size(dtype);
   auto storage = std::make_shared<Storage>(device, bytes);
   Shape strides = contiguous_strides(shape);

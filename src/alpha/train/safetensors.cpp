@@ -1,12 +1,16 @@
 #include "alpha/train/safetensors.h"
 
+#include <algorithm>
 #include <bit>
+#include <cstring>
+#include <functional>
 #include <set>
 
 #include <nlohmann/json.hpp>
 
 #include "alpha/core/error.h"
 #include "alpha/core/file_io.h"
+#include "alpha/core/json.h"
 
 namespace alpha::train {
 
@@ -56,10 +60,9 @@ ordered_json parse_header(const std::string& text, const std::string& path) {
   };
   ordered_json header;
   try {
-    header = ordered_json::parse(text, reject_duplicates);
-  } catch (const ordered_json::parse_error& e) {
-    // e.byte counts from 1 at the header's first character.
-    long long at = (long long)kHeaderLengthBytes + (e.byte > 0 ? (long long)e.byte - 1 : 0);
+    header = parse_json<ordered_json>(text, reject_duplicates);
+  } catch (const JsonParseError& e) {
+    long long at = (long long)kHeaderLengthBytes + std::max(e.offset(), 0LL);
     raise_io(kReadOp, path, at, std::string("invalid JSON header: ") + e.what());
   }
   if (!duplicate.empty())
@@ -119,11 +122,17 @@ Entry parse_entry(const std::string& name, const ordered_json& info, const std::
   return e;
 }
 
-// The byte count of a shape and dtype; false when it overflows 64 bits.
+// The byte count of a shape and dtype; false when the shape does not fit a tensor: its extent (the
+// product of its sizes with zeros counted as 1, which the strides reach) in bytes overflows int64.
+// (A zero size makes the byte count 0 but does not make [0, 2^40, 2^40] a valid shape.)
 bool shape_bytes(const Shape& shape, DType dtype, uint64_t& bytes) {
-  bytes = dtype_size(dtype);
-  for (int64_t d : shape)
-    if (__builtin_mul_overflow(bytes, uint64_t(d), &bytes)) return false;
+  int64_t extent = int64_t(dtype_size(dtype));
+  bool empty = false;
+  for (int64_t d : shape) {
+    if (__builtin_mul_overflow(extent, std::max<int64_t>(d, 1), &extent)) return false;
+    empty |= d == 0;
+  }
+  bytes = empty ? 0 : uint64_t(extent);
   return true;
 }
 
@@ -183,23 +192,27 @@ void write_safetensors(const std::filesystem::path& path, const NamedTensors& te
   file.commit();
 }
 
-SafetensorsContents read_safetensors(const std::filesystem::path& path) {
-  const std::string where = path.string();
-  InputFile file(path, kReadOp);
-  if (file.size() < kHeaderLengthBytes)
-    raise_io(kReadOp, where, 0, "the file has " + std::to_string(file.size()) +
+namespace {
+
+// Reads exactly `bytes` at `offset` of the source being parsed; raises IOError when it ends first.
+using ReadAt = std::function<void(uint64_t offset, void* dst, size_t bytes)>;
+
+// The reader proper, over any byte source of `size` bytes (a file or memory); `where` names it in errors.
+SafetensorsContents parse_safetensors(uint64_t size, const ReadAt& read_at, const std::string& where) {
+  if (size < kHeaderLengthBytes)
+    raise_io(kReadOp, where, 0, "the file has " + std::to_string(size) +
                                     " bytes, fewer than the 8-byte header length");
   uint64_t header_length = 0;
-  file.read_at(0, &header_length, sizeof header_length, kReadOp);
-  if (header_length > file.size() - kHeaderLengthBytes)
+  read_at(0, &header_length, sizeof header_length);
+  if (header_length > size - kHeaderLengthBytes)
     raise_io(kReadOp, where, 0, "the header length " + std::to_string(header_length) + " runs past the end of the file (" +
-                                    std::to_string(file.size()) + " bytes)");
+                                    std::to_string(size) + " bytes)");
   std::string text(header_length, '\0');
-  file.read_at(kHeaderLengthBytes, text.data(), text.size(), kReadOp);
+  read_at(kHeaderLengthBytes, text.data(), text.size());
   ordered_json header = parse_header(text, where);
 
   const uint64_t data_start = kHeaderLengthBytes + header_length;
-  const uint64_t data_size = file.size() - data_start;
+  const uint64_t data_size = size - data_start;
   auto data_error = [&](uint64_t data_offset, const std::string& what) {
     raise_io(kReadOp, where, (long long)(data_start + data_offset), what);
   };
@@ -215,7 +228,10 @@ SafetensorsContents read_safetensors(const std::filesystem::path& path) {
     const std::string span = "data_offsets " + offsets_str(e.begin, e.end);
     uint64_t bytes = 0;
     if (e.end < e.begin) data_error(e.begin, "tensor '" + name + "': " + span + " end before they begin");
-    if (!shape_bytes(e.shape, e.dtype, bytes) || bytes != e.end - e.begin)
+    if (!shape_bytes(e.shape, e.dtype, bytes))
+      data_error(e.begin, "tensor '" + name + "': shape " + shape_str(e.shape) + " of " +
+                              std::string(safetensors_dtype_name(e.dtype)) + " is too large (its size in bytes overflows 64 bits)");
+    if (bytes != e.end - e.begin)
       data_error(e.begin, "tensor '" + name + "': shape " + shape_str(e.shape) + " of " +
                               std::string(safetensors_dtype_name(e.dtype)) + " does not match its " + span + " (" +
                               std::to_string(e.end - e.begin) + " bytes)");
@@ -231,7 +247,7 @@ SafetensorsContents read_safetensors(const std::filesystem::path& path) {
       data_error(expected, "tensor '" + name + "': " + span + " leave " + std::to_string(e.begin - expected) +
                                " unused bytes before it (tensors must lie back to back in header order)");
     if (e.end > data_size)
-      raise_io(kReadOp, where, (long long)file.size(),
+      raise_io(kReadOp, where, (long long)size,
                "tensor '" + name + "': " + span + " need data up to byte offset " + std::to_string(data_start + e.end) +
                    " but the file ends here (truncated, or the offsets are out of bounds)");
     entries.push_back(std::move(e));
@@ -243,10 +259,31 @@ SafetensorsContents read_safetensors(const std::filesystem::path& path) {
   contents.tensors.reserve(entries.size());
   for (Entry& e : entries) {
     Tensor t = Tensor::empty(std::move(e.shape), e.dtype);
-    if (t.nbytes() > 0) file.read_at(data_start + e.begin, t.raw_data(), t.nbytes(), kReadOp);
+    if (t.nbytes() > 0) read_at(data_start + e.begin, t.raw_data(), t.nbytes());
     contents.tensors.emplace_back(std::move(e.name), std::move(t));
   }
   return contents;
+}
+
+}  // namespace
+
+SafetensorsContents read_safetensors(const std::filesystem::path& path) {
+  InputFile file(path, kReadOp);
+  return parse_safetensors(
+      file.size(), [&](uint64_t offset, void* dst, size_t bytes) { file.read_at(offset, dst, bytes, kReadOp); },
+      path.string());
+}
+
+SafetensorsContents read_safetensors_bytes(std::span<const std::byte> bytes, const std::string& origin) {
+  return parse_safetensors(
+      bytes.size(),
+      [&](uint64_t offset, void* dst, size_t count) {
+        if (offset > bytes.size() || count > bytes.size() - offset)
+          raise_io(kReadOp, origin, (long long)offset, "the data ends here, " + std::to_string(count) +
+                                                           " more bytes were expected");
+        if (count > 0) std::memcpy(dst, bytes.data() + offset, count);
+      },
+      origin);
 }
 
 }  // namespace alpha::train

@@ -11,6 +11,7 @@
 #pragma once
 #include <filesystem>
 #include <map>
+#include <span>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -38,7 +39,11 @@ bool parse_safetensors_dtype(std::string_view name, DType& dtype);
 void write_safetensors(const std::filesystem::path& path, const NamedTensors& tensors,
                        const SafetensorsMetadata& metadata = {});
 
-// Reads and validates a whole file into contiguous CPU tensors.
+// Reads and validates a whole file into contiguous CPU tensors. The file is untrusted: any malformed
+// or hostile content (sizes, offsets, dtypes, JSON) raises IOError, never reads out of bounds.
 SafetensorsContents read_safetensors(const std::filesystem::path& path);
+
+// The same reader over bytes in memory (`origin` names them in errors, as the path does for a file).
+SafetensorsContents read_safetensors_bytes(std::span<const std::byte> bytes, const std::string& origin = "<memory>");
 
 }  // namespace alpha::train
