@@ -1,6 +1,7 @@
 // Times Alpha's GPU attention on one shape and prints one JSON line of median milliseconds over --iters runs
 // after --warmup. --mode train (the default): ops::flash_attention and its backward ("forward_ms",
-// "backward_ms"), driven by bench/flash_attention.py beside PyTorch's SDPA backends. --mode jvp: the forward
+// "backward_ms"; "backward_atomic_ms": the opt-in non-deterministic atomic-dQ backward, except with
+// --constant-time), driven by bench/flash_attention.py beside PyTorch's SDPA backends. --mode jvp: the forward
 // again ("forward_ms"), the fused JVP ops::attention_jvp_fused ("jvp_fused_ms"), the saved-statistics JVP
 // ops::attention_jvp on the forward's results ("jvp_saved_ms"), and the device memory the fused JVP call
 // allocates ("jvp_fused_bytes": out, tangent and statistics, O(B·H·T·Dv); no T×T buffer), driven by
@@ -101,10 +102,20 @@ int main(int argc, char** argv) {
     }
     alpha::Tensor dout = input(heads, 4);
     const double forward_ms = median_ms([&] { out = alpha::ops::flash_attention(q, k, v, config); }, warmup, iters);
-    const double backward_ms = median_ms(
-        [&] { alpha::ops::flash_attention_backward(dout, q, k, v, out.out, out.row_max, out.row_sum, config); },
-        warmup, iters);
-    std::printf("{\"forward_ms\": %.6f, \"backward_ms\": %.6f}\n", forward_ms, backward_ms);
+    auto backward_ms = [&] {
+      return median_ms(
+          [&] { alpha::ops::flash_attention_backward(dout, q, k, v, out.out, out.row_max, out.row_sum, config); },
+          warmup, iters);
+    };
+    const double deterministic_ms = backward_ms();
+    if (constant_time) {  // the atomic-dQ backward is not constant-time (ops refuse the pair)
+      std::printf("{\"forward_ms\": %.6f, \"backward_ms\": %.6f}\n", forward_ms, deterministic_ms);
+      return 0;
+    }
+    config.deterministic = false;
+    const double atomic_ms = backward_ms();
+    std::printf("{\"forward_ms\": %.6f, \"backward_ms\": %.6f, \"backward_atomic_ms\": %.6f}\n", forward_ms,
+                deterministic_ms, atomic_ms);
   } catch (const alpha::Error& e) {
     std::fprintf(stderr, "alpha_attention_bench: %s\n", e.what());
     return 1;

@@ -5,6 +5,8 @@ backends, measured in the same run.
 Rows: D in {64, 128}, T in 512..16384 (batch x T = 16384 tokens, H = 2048 / D heads, as FlashAttention's own
 benchmarks), causal and not, plus the `seed` shape (B 20, H 8, T 512, D 48). Inputs bf16 [B, T, H, D].
 FLOPs: 4·B·H·T·T·D forward, halved when causal; the backward counts 2.5x the forward.
+Alpha's backward is timed twice: deterministic (the default) and with config.deterministic false (the opt-in
+atomic-dQ backward, FlashAttention-2's scheme); their ratio is the cost of determinism (issue 8).
 Alpha is timed by build/.../alpha_attention_bench (median of CUDA-event timings); PyTorch by CUDA events
 around F.scaled_dot_product_attention under sdpa_kernel(FLASH_ATTENTION) or (CUDNN_ATTENTION), forward
 alone and backward alone (autograd.grad on a retained graph). A backend that refuses a shape is reported
@@ -93,7 +95,7 @@ def main():
     results = {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__, "rows": []}
     print(f"{results['gpu']}, torch {results['torch']}, bf16; TFLOP/s (ratio of Alpha to the peer)")
     print(f"{'B':>3s} {'H':>3s} {'T':>6s} {'D':>4s} {'causal':>6s} | {'alpha fwd':>9s} {'flash fwd':>9s} {'cudnn fwd':>9s}"
-          f" | {'alpha bwd':>9s} {'flash bwd':>9s} {'cudnn bwd':>9s}")
+          f" | {'alpha bwd':>9s} {'flash bwd':>9s} {'cudnn bwd':>9s} | {'atomic-dQ':>9s} {'det/atomic':>10s}")
     names = ("alpha", "flash", "cudnn") + (("alpha_ct",) if args.constant_time else ())
     if args.constant_time:
         print("(a fourth column in each half: Alpha with constant_time)")
@@ -111,11 +113,15 @@ def main():
             run = entry[name]
             run["forward_tflops"] = tflops(run, "forward_ms", 1.0)
             run["backward_tflops"] = tflops(run, "backward_ms", 2.5)
+        entry["alpha"]["backward_atomic_tflops"] = tflops(entry["alpha"], "backward_atomic_ms", 2.5)
+        atomic = entry["alpha"]["backward_atomic_tflops"]
+        cost = entry["alpha"]["backward_ms"] / entry["alpha"]["backward_atomic_ms"] \
+            if "backward_atomic_ms" in entry["alpha"] else float("nan")
         results["rows"].append(entry)
         forward = " ".join(f"{entry[n]['forward_tflops']:9.1f}" for n in names)
         backward = " ".join(f"{entry[n]['backward_tflops']:9.1f}" for n in names)
         print(f"{r['batch']:3d} {r['heads']:3d} {r['seq']:6d} {r['head_dim']:4d} {str(r['causal']):>6s} | "
-              + forward + " | " + backward, flush=True)
+              + forward + " | " + backward + f" | {atomic:9.1f} {cost:10.2f}", flush=True)
         for n in names:
             if "error" in entry[n]:
                 print(f"    {n}: {entry[n]['error']}")

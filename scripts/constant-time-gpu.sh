@@ -18,7 +18,7 @@ step() {  # step NAME COMMAND...: runs, logs to $out/NAME.log, prints the log's 
   [ "$status" = 0 ] || rc=1
 }
 step audit-constant-time python3 scripts/sass_audit.py "$tool" \
-  --kernels "mma_forward_kernel.*Lb0E|mma_backward_cu.*_grads_kernel|attention_delta_kernel"
+  --kernels "mma_forward_kernel.*Lb0E|mma_backward_cu.*query_grads_kernel|mma_backward_cu.*key_grads_kernel.*Lb0E|attention_delta_kernel"
 TAIL=3 step audit-leaky-control python3 scripts/sass_audit.py "$tool" --kernels "mma_forward_kernel.*Lb1E" --expect-leak
 step timing-constant-time "$tool" timing --launches-per-class "$per_class"
 step timing-leaky-control "$tool" timing --leaky --launches-per-class "$per_class"

@@ -2,8 +2,9 @@
 // times gives the same bits; the forward is batch invariant (row b of a batch-B call has the bits of the
 // batch-1 call on that row, B in {1, 2, 3, 7, 16, 33}); a whole training run repeated gives the same
 // losses and weights; constant_time runs the tensor-core kernels (the same bits as the default call) and
-// refuses what they do not cover. The timing test, the counter differential and the SASS audit live in
-// bench/constant_time.* and scripts/sass_audit.py. Skipped without a GPU.
+// refuses what they do not cover; the opt-in non-deterministic backward (atomic dQ) gives the deterministic
+// dK and dV bits and a dQ that differs only by rounding. The timing test, the counter differential and the SASS audit
+// live in bench/constant_time.* and scripts/sass_audit.py. Skipped without a GPU.
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -66,8 +67,8 @@ TEST_F(CudaDeterminism, ForwardIsBatchInvariant) {
       config.constant_time = constant_time;
       std::vector<std::vector<unsigned char>> alone;
       for (int64_t b = 0; b < 33; ++b)
-        alone.push_back(bytes_of(ops::flash_attention(q.slice(0, b, b + 1), k.slice(0, b, b + 1),
-                                                      v.slice(0, b, b + 1), config).out));
+        alone.push_back(bytes_of(
+            ops::flash_attention(q.slice(0, b, b + 1), k.slice(0, b, b + 1), v.slice(0, b, b + 1), config).out));
       for (int64_t batch : {1, 2, 3, 7, 16, 33}) {
         ops::AttentionOutput together =
             ops::flash_attention(q.slice(0, 0, batch), k.slice(0, 0, batch), v.slice(0, 0, batch), config);
@@ -88,11 +89,37 @@ TEST_F(CudaDeterminism, ConstantTimeRunsTheTensorCoreKernelsAndRefusesWhatTheyDo
   ops::AttentionOutput constant = ops::flash_attention(q, k, v, config);
   EXPECT_TRUE(test::bit_equal(constant.out.to(Device::cpu()), plain.out.to(Device::cpu())));
   Tensor dout = test::random({2, 70, 4, 64}, DType::bf16).to(gpu);
-  EXPECT_NO_THROW(ops::flash_attention_backward(dout, q, k, v, constant.out, constant.row_max, constant.row_sum, config));
+  EXPECT_NO_THROW(
+      ops::flash_attention_backward(dout, q, k, v, constant.out, constant.row_max, constant.row_sum, config));
   EXPECT_ALPHA_ERROR(ops::flash_attention(q.to(DType::f32), k.to(DType::f32), v.to(DType::f32), config), DTypeError,
                      "[flash_attention]", "constant_time");
   EXPECT_ALPHA_ERROR(ops::attention_materialized(q, k, v, config), ValueError, "[attention_materialized]",
                      "config.constant_time");
+  config.deterministic = false;
+  EXPECT_ALPHA_ERROR(ops::flash_attention(q, k, v, config), ValueError, "[flash_attention]", "config.deterministic");
+}
+
+TEST_F(CudaDeterminism, AtomicDqBackwardDiffersFromTheDeterministicOneOnlyInDqRounding) {
+  const Device gpu = Device::cuda(0);
+  for (DType dtype : {DType::bf16, DType::f16}) {
+    for (int64_t head_dim : {32, 64, 96, 128, 256}) {
+      SCOPED_TRACE(std::string(dtype_name(dtype)) + " D " + std::to_string(head_dim));
+      Tensor q = test::random({2, 131, 4, head_dim}, dtype).to(gpu);
+      Tensor k = test::random({2, 131, 2, head_dim}, dtype).to(gpu),
+             v = test::random({2, 131, 2, head_dim}, dtype).to(gpu);
+      Tensor dout = test::random({2, 131, 4, head_dim}, dtype).to(gpu);
+      ops::AttentionConfig config = causal_gqa_config();
+      ops::AttentionOutput fwd = ops::flash_attention(q, k, v, config);
+      ops::AttentionGrads fixed =
+          ops::flash_attention_backward(dout, q, k, v, fwd.out, fwd.row_max, fwd.row_sum, config);
+      config.deterministic = false;
+      ops::AttentionGrads atomic =
+          ops::flash_attention_backward(dout, q, k, v, fwd.out, fwd.row_max, fwd.row_sum, config);
+      EXPECT_TRUE(test::bit_equal(atomic.dk, fixed.dk));
+      EXPECT_TRUE(test::bit_equal(atomic.dv, fixed.dv));
+      EXPECT_TRUE(test::all_close(atomic.dq, fixed.dq, "cuda.flash_attention.atomic_dq"));
+    }
+  }
 }
 
 // Two straight bf16 runs of the tiny model on the GPU (flash attention, the deterministic backward):

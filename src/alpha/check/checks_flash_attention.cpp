@@ -9,7 +9,9 @@
 // not, Tq < Tk and Tq > Tk (leading rows that see no key), softcap, dropout, GQA ratios 1, 2, 8 and MQA,
 // strided q/k/v slices of one fused qkv tensor, and sliding windows (left, right, both, empty rows, zero
 // width) whose edges fall inside tiles, so that the kernels skip key tiles on both sides and query tiles in
-// the dK/dV pass. Outputs are poisoned: an element no kernel writes fails.
+// the dK/dV pass. bf16/f16 run every case twice: with the deterministic backward, and with the opt-in
+// atomic-dQ backward (config.deterministic false; prefix flash_attention_atomic_dq). Outputs are poisoned:
+// an element no kernel writes fails.
 #if ALPHA_WITH_CUDA
 #include "alpha/check/attention_cases.h"
 #include "alpha/check/families.h"
@@ -44,21 +46,25 @@ constexpr AttentionCase kCases[] = {
 };
 
 template <class T>
-void check_case(Context& ctx, const AttentionCase& c) {
+void check_case(Context& ctx, const AttentionCase& c, bool deterministic) {
   check_attention_case<T>(
-      ctx, c, "flash_attention", "cuda.flash_attention",
+      ctx, c, deterministic ? "flash_attention" : "flash_attention_atomic_dq", "cuda.flash_attention",
       [&](const kernels::AttentionForwardArgs<T>& args) { kernels::cuda::flash_attention_forward(args, ctx.stream()); },
       [&](const kernels::AttentionBackwardArgs<T>& args) {
         Tensor workspace = ctx.poisoned({kernels::flash_attention_backward_workspace(args.params)}, DType::f32);
         kernels::cuda::flash_attention_backward(args, workspace.data<float>(), ctx.stream());
-      });
+      },
+      deterministic);
 }
 
 }  // namespace
 
 void check_flash_attention(Context& ctx) {
   for_each_cuda_dtype([&]<class T>() {
-    for (const AttentionCase& c : kCases) check_case<T>(ctx, c);
+    for (const AttentionCase& c : kCases) {
+      check_case<T>(ctx, c, true);
+      if constexpr (!std::is_same_v<T, float>) check_case<T>(ctx, c, false);
+    }
   });
 }
 

@@ -60,6 +60,9 @@ struct AttentionParams {
   // Combined with causal (which bounds the right side at d(i)). See visible_key_range.
   int64_t window_left = -1;
   int64_t window_right = -1;
+  // false lets the bf16/f16 flash backward (CUDA) accumulate dQ with f32 atomics, in whatever order the
+  // blocks run: faster, not bit-reproducible. Every other kernel is deterministic whatever this says.
+  bool deterministic = true;
 };
 
 template <class T>

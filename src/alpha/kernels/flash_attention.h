@@ -18,14 +18,17 @@
 // dS_raw = dS∘(1 − (S/c)²) through a softcap c; (c) one block per (query tile, b, h) walks its visible key
 // tiles for dQ += dS_raw·K·scale. All products are f32 FMA loops over tiles in shared memory.
 //
-// Determinism: no atomics; every output element is owned by one thread that adds its terms in a fixed
-// order (dK, dV: query head, then query, ascending), and row reductions use fixed shuffle trees, so every
-// run gives the same bits.
+// Determinism: by default no atomics; every output element is owned by one thread that adds its terms in a
+// fixed order (dK, dV: query head, then query, ascending), and row reductions use fixed shuffle trees, so
+// every run gives the same bits. With params.deterministic false the bf16/f16 backward instead adds each
+// key block's dQ contribution into an f32 accumulator with atomics (FlashAttention-2's scheme), skipping the
+// separate dQ pass; dq then varies in its low bits from run to run.
 //
 // Head dimensions: D and Dv from 1 to 256, independently (kernels are compiled for buckets of the widest
 // of the two: 64, 128, 256); wider raises ShapeError.
 #pragma once
 #include <cstdint>
+#include <type_traits>
 
 #include "alpha/core/stream.h"
 #include "alpha/kernels/attention_reference.h"
@@ -35,10 +38,14 @@ namespace alpha::kernels {
 // The widest head dimension (D or Dv) the kernels are built for.
 inline constexpr int64_t kFlashMaxHeadDim = 256;
 
-// The f32 workspace of the backward, in elements: D = rowsum(dO∘O), one value per query row (B·Hq·Tq).
+// The f32 workspace of the backward, in elements: D = rowsum(dO∘O), one value per query row (B·Hq·Tq), and
+// for the non-deterministic bf16/f16 backward (params.deterministic false) the f32 dQ accumulator the atomics
+// add into (B·Hq·Tq·D).
 template <class T>
 int64_t flash_attention_backward_workspace(const AttentionParams<T>& p) {
-  return p.batch * p.q_heads * p.q_len;
+  const int64_t rows = p.batch * p.q_heads * p.q_len;
+  const bool atomic_dq = !std::is_same_v<T, float> && !p.deterministic;
+  return atomic_dq ? rows * (1 + p.head_dim) : rows;
 }
 
 #if ALPHA_WITH_CUDA

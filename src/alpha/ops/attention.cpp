@@ -53,6 +53,9 @@ void check_flash_inputs(std::string_view op, const Tensor& q, const Tensor& v) {
 // constant_time is a promise of the bf16/f16 tensor-core flash kernels only (their SASS is audited).
 void check_constant_time(std::string_view op, Algorithm algorithm, const Tensor& q, const AttentionConfig& config) {
   if (!config.constant_time) return;
+  if (!config.deterministic)
+    raise<ValueError>(op, "config.deterministic", "true with constant_time (the atomic-dQ backward is not audited)",
+                      "false");
   if (algorithm != Algorithm::flash)
     raise<ValueError>(op, "config.constant_time", "false: only flash_attention has a constant-time mode", "true");
   if (q.dtype() != DType::bf16 && q.dtype() != DType::f16)
@@ -168,6 +171,7 @@ kernels::AttentionParams<T> attention_kernel_params(const Tensor& q, const Tenso
   params.dropout_offset = config.dropout_offset;
   params.window_left = config.window_left;
   params.window_right = config.window_right;
+  params.deterministic = config.deterministic;
   return params;
 }
 

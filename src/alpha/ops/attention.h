@@ -29,6 +29,11 @@ struct AttentionConfig {
   // checked. The bf16/f16 tensor-core kernels are built that way, so this asks for them and refuses what
   // they do not cover (the CPU, f32) instead of running another path.
   bool constant_time = false;
+  // Deterministic (the default): every run gives the same bits. false opts into the faster backward of the
+  // bf16/f16 flash kernels that adds dQ with f32 atomics (FlashAttention-2's scheme; the order of the
+  // additions, so the low bits of dq, vary from run to run). The other kernels stay deterministic either
+  // way; constant_time requires deterministic (the atomic kernel is not audited).
+  bool deterministic = true;
 };
 
 struct AttentionOutput {

@@ -163,8 +163,9 @@ __device__ __forceinline__ EntryGrad entry_gradient(const AttentionParams<T>& p,
 
 template <class T>
 void flash_attention_mma_forward(const AttentionForwardArgs<T>& args, cudaStream_t stream);
-// delta: D = rowsum(dO∘O) per query row, already computed (launch_attention_delta).
+// workspace (flash_attention_backward_workspace floats): D = rowsum(dO∘O) per query row in its first B·Hq·Tq,
+// already computed (launch_attention_delta); for the non-deterministic backward the dQ accumulator after it.
 template <class T>
-void flash_attention_mma_backward(const AttentionBackwardArgs<T>& args, const float* delta, cudaStream_t stream);
+void flash_attention_mma_backward(const AttentionBackwardArgs<T>& args, float* workspace, cudaStream_t stream);
 
 }  // namespace alpha::kernels::cuda

@@ -1,6 +1,6 @@
 // Flash attention backward for bf16/f16 on the tensor cores (shared pieces and the precision contract in
-// flash_attention_mma.cuh), deterministic: no atomics, every output element summed by one thread in a fixed
-// order. After D = rowsum(dO∘O) (attention_common.cuh), two kernels:
+// flash_attention_mma.cuh). Deterministic by default: no atomics, every output element summed by one thread
+// in a fixed order. After D = rowsum(dO∘O) (attention_common.cuh), two kernels:
 //
 // key_grads: one block per (key tile of 16·kKeyTiles·kWarps keys, b·Hkv + kv head); each warp owns
 // 16·kKeyTiles keys, holds their dK and dV in f32 registers, and walks the query heads of the GQA group,
@@ -14,6 +14,10 @@
 // 16·kQueryTiles queries and their dQ, walks the visible key tiles (two-stage ring of K and V), recomputes
 // S = Q·Kᵀ and dP̃ = dO·Vᵀ and adds dS·K. Recomputing S and dP̃ here (7 tile products in all instead of
 // FlashAttention-2's 5 with an atomic dQ) is the price of determinism.
+// Non-deterministic (params.deterministic false, opt-in): key_grads alone, FlashAttention-2's way. Each warp
+// also stores its dSᵀ (keys × queries, T) in a shared tile; then the block's warps split the query tile's
+// dQ share dS·K (K already in shared memory) by columns and add it to an f32 accumulator with float2
+// atomics; store_dq_kernel scales and rounds it into dq. 5 tile products, but the atomics' order varies.
 #include "alpha/kernels/cuda/flash_attention_mma.cuh"
 #include "alpha/kernels/cuda/mma.cuh"
 
@@ -54,6 +58,14 @@ using KeyShape = BackwardShape<kHeadDim, 16 * BackwardTraits<kHeadDim>::kKeyTile
 template <int kHeadDim>
 using QueryShape = BackwardShape<kHeadDim, 16 * BackwardTraits<kHeadDim>::kQueryTiles * kWarps, false>;
 
+// The non-deterministic key_grads' extra shared tile: the block's dSᵀ of one step (keys × streamed queries).
+template <int kHeadDim>
+using DsTile = SharedTile<KeyShape<kHeadDim>::kRows, KeyShape<kHeadDim>::kStream>;
+template <int kHeadDim, bool kAtomicDq>
+constexpr size_t key_grads_bytes() {
+  return KeyShape<kHeadDim>::kBytes + (kAtomicDq ? DsTile<kHeadDim>::kElements * sizeof(uint16_t) : 0);
+}
+
 // The (row, column) entries of a warp's 16 × 8·kN C fragments: row g + 8·(x / 2), column 8n + 2t + x % 2.
 __device__ __forceinline__ int fragment_row(int lane, int x) { return lane / 4 + 8 * (x / 2); }
 __device__ __forceinline__ int fragment_col(int lane, int n, int x) { return 8 * n + 2 * (lane % 4) + x % 2; }
@@ -79,8 +91,64 @@ __device__ __forceinline__ void store_rows(const FragC (&acc)[kM][kO], float sca
     }
 }
 
+// Stores a warp's dSᵀ A fragments (rows: its keys from key_row0, columns: the step's queries) into the
+// block's tile: a[m][k] register x holds (row g + 8·(x % 2), columns 16k + 8·(x / 2) + 2t, +1).
+template <int kM, int kK, int kRows, int kCols>
+__device__ __forceinline__ void store_a_fragments(SharedTile<kRows, kCols> tile, int key_row0, const FragA (&a)[kM][kK],
+                                                  int lane) {
+#pragma unroll
+  for (int m = 0; m < kM; ++m)
+#pragma unroll
+    for (int k = 0; k < kK; ++k)
+#pragma unroll
+      for (int x = 0; x < 4; ++x)
+        *reinterpret_cast<uint32_t*>(
+            tile.at(key_row0 + 16 * m + lane / 4 + 8 * (x % 2), 16 * k + 8 * (x / 2) + 2 * (lane % 4))) = a[m][k].x[x];
+}
+
+// dq_sum[bh, i0 + r, :] += Σ_j dS[r, j]·K[j, :] for the block's keys (the tile holds dSᵀ, unscaled). The
+// query tile's 16-row tiles are split among the warps, then its 8-column tiles, kChunk at a time (fewer live
+// accumulators for wide heads); each C pair goes out as one float2 atomic add.
 template <class T, int kHeadDim>
-__global__ void __launch_bounds__(kThreads) key_grads_kernel(AttentionBackwardArgs<T> a, const float* delta) {
+__device__ __forceinline__ void add_query_grads(const AttentionParams<T>& p, DsTile<kHeadDim> ds_tile,
+                                                SharedTile<KeyShape<kHeadDim>::kRows, kHeadDim> k_tile, float* dq_sum,
+                                                int64_t bh, int64_t i0, int warp, int lane) {
+  constexpr int kKeys = KeyShape<kHeadDim>::kRows, kRowTiles = KeyShape<kHeadDim>::kStream / 16;
+  constexpr int kWarpsPerRowTile = kWarps / kRowTiles, kColTiles = kHeadDim / 8 / kWarpsPerRowTile;
+  constexpr int kChunk = kColTiles % 4 == 0 ? 4 : 2;
+  static_assert(kWarps % kRowTiles == 0 && (kHeadDim / 8) % kWarpsPerRowTile == 0 && kColTiles % 2 == 0,
+                "the dQ tile splits evenly into warps and pairs of 8-column tiles");
+  const int row0 = 16 * (warp / kWarpsPerRowTile), col0 = 8 * kColTiles * (warp % kWarpsPerRowTile);
+  FragA ds[1][kKeys / 16];
+#pragma unroll
+  for (int k = 0; k < kKeys / 16; ++k) load_a_transposed(ds[0][k], ds_tile, row0, 16 * k, lane);
+  const int d_qk = int(p.head_dim);
+#pragma unroll
+  for (int c = 0; c < kColTiles; c += kChunk) {
+    FragC part[1][kChunk];
+    zero(part);
+    warp_product_ab<T, 1, kChunk, kKeys>(part, ds, k_tile, 0, col0 + 8 * c, lane);
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const int64_t i = i0 + row0 + fragment_row(lane, 2 * half);
+      if (i >= p.q_len) continue;
+      float* row = dq_sum + (bh * p.q_len + i) * d_qk;
+#pragma unroll
+      for (int n = 0; n < kChunk; ++n) {
+        const int col = col0 + fragment_col(lane, c + n, 0);
+        if (col < d_qk)
+          atomicAdd(reinterpret_cast<float2*>(row + col),
+                    make_float2(part[0][n].x[2 * half], part[0][n].x[2 * half + 1]));
+      }
+    }
+  }
+}
+
+// kAtomicDq: also adds the block's dQ share into dq_sum (the non-deterministic backward); else dq_sum is
+// unused.
+template <class T, int kHeadDim, bool kAtomicDq>
+__global__ void __launch_bounds__(kThreads)
+    key_grads_kernel(AttentionBackwardArgs<T> a, const float* delta, float* dq_sum) {
   using Shape = KeyShape<kHeadDim>;
   constexpr int kM = BackwardTraits<kHeadDim>::kKeyTiles, kQ = Shape::kStream, kN = kQ / 8, kO = kHeadDim / 8;
   extern __shared__ __align__(16) uint16_t shared[];
@@ -90,6 +158,7 @@ __global__ void __launch_bounds__(kThreads) key_grads_kernel(AttentionBackwardAr
   const typename Shape::StreamTile q_tiles{streamed}, do_tiles = q_tiles.next(2);
   float* lse2_rows = reinterpret_cast<float*>(streamed + 4 * Shape::StreamTile::kElements);
   float* delta_rows = lse2_rows + 2 * kQ;
+  const DsTile<kHeadDim> ds_tile{reinterpret_cast<uint16_t*>(delta_rows + 2 * kQ)};  // kAtomicDq only
 
   const AttentionParams<T>& p = a.params;
   const int warp = int(threadIdx.x) / 32, lane = int(threadIdx.x) % 32;
@@ -178,9 +247,14 @@ __global__ void __launch_bounds__(kThreads) key_grads_kernel(AttentionBackwardAr
     FragA probs[kM][kN / 2], dscores[kM][kN / 2];
     to_a_fragments<T>(probs, st);
     to_a_fragments<T>(dscores, dpt);
+    if constexpr (kAtomicDq) store_a_fragments(ds_tile, key_row0, dscores, lane);
     warp_product_ab<T, kM, kO, kQ>(dv, probs, do_tiles.next(stage), 0, 0, lane);
     warp_product_ab<T, kM, kO, kQ>(dk, dscores, q_tiles.next(stage), 0, 0, lane);
-    __syncthreads();  // every warp is done with this stage before the next iteration refills it
+    if constexpr (kAtomicDq) {
+      __syncthreads();  // the block's dSᵀ tile is whole
+      add_query_grads<T, kHeadDim>(p, ds_tile, k_tile, dq_sum, bh, i0, warp, lane);
+    }
+    __syncthreads();  // every warp is done with this stage (and the dSᵀ tile) before the next refills it
   }
   copy_async_wait<0>();
 
@@ -266,7 +340,8 @@ __global__ void __launch_bounds__(kThreads) query_grads_kernel(AttentionBackward
           float dscore = 0.0f;
           if (!masked || mma_visible(p, i, j)) {
             const float z = p.dropout_p > 0 && i < p.q_len ? attention_dropout_factor(p, bh, i, j) : 1.0f;
-            dscore = entry_gradient(p, softcap, scale_log2, s[m][n].x[x], dp[m][n].x[x], lse2[m][half], row_delta[m][half], z)
+            dscore = entry_gradient(p, softcap, scale_log2, s[m][n].x[x], dp[m][n].x[x], lse2[m][half],
+                                    row_delta[m][half], z)
                          .dscore;
           }
           s[m][n].x[x] = dscore;
@@ -285,14 +360,41 @@ __global__ void __launch_bounds__(kThreads) query_grads_kernel(AttentionBackward
   });
 }
 
+// dq = scale · dq_sum, rounded to T: dq_sum is [B·Hq, Tq, D] f32, dq [B, Tq, Hq, D]; two elements per thread.
+template <class T>
+__global__ void store_dq_kernel(AttentionBackwardArgs<T> a, const float* dq_sum) {
+  const AttentionParams<T>& p = a.params;
+  const int64_t pairs = p.batch * p.q_heads * p.q_len * p.head_dim / 2;
+  for (int64_t e = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; e < pairs; e += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t row = 2 * e / p.head_dim, d = 2 * e % p.head_dim;
+    const int64_t bh = row / p.q_len, i = row % p.q_len, b = bh / p.q_heads, h = bh % p.q_heads;
+    const float2 sum = reinterpret_cast<const float2*>(dq_sum)[e];
+    *reinterpret_cast<uint32_t*>(bits(a.dq) + ((b * p.q_len + i) * p.q_heads + h) * p.head_dim + d) =
+        pack2<T>(sum.x * p.scale, sum.y * p.scale);
+  }
+}
+
 template <class T, int kHeadDim>
-void backward(const AttentionBackwardArgs<T>& args, const float* delta, cudaStream_t stream) {
+void backward(const AttentionBackwardArgs<T>& args, float* workspace, cudaStream_t stream) {
   using Keys = KeyShape<kHeadDim>;
   using Queries = QueryShape<kHeadDim>;
   const AttentionParams<T>& p = args.params;
-  const dim3 key_grid(tile_count(p.kv_len, Keys::kRows), heads_extent(p.batch * p.kv_heads, "flash_attention_backward"));
-  launch_with_shared(key_grads_kernel<T, kHeadDim>, "flash_attention_backward (dk, dv)", key_grid, kThreads,
-                     Keys::kBytes, stream, args, delta);
+  const float* delta = workspace;
+  const dim3 key_grid(tile_count(p.kv_len, Keys::kRows),
+                      heads_extent(p.batch * p.kv_heads, "flash_attention_backward"));
+  if (!p.deterministic) {
+    const int64_t rows = p.batch * p.q_heads * p.q_len;
+    float* dq_sum = workspace + rows;
+    ALPHA_CUDA_CHECK(cudaMemsetAsync(dq_sum, 0, size_t(rows * p.head_dim) * sizeof(float), stream));
+    launch_with_shared(key_grads_kernel<T, kHeadDim, true>, "flash_attention_backward (dk, dv, atomic dq)", key_grid,
+                       kThreads, key_grads_bytes<kHeadDim, true>(), stream, args, delta, dq_sum);
+    const int64_t pairs = rows * p.head_dim / 2;
+    const unsigned blocks = unsigned(std::min<int64_t>((pairs + 255) / 256, 65535));
+    ALPHA_CUDA_LAUNCH(store_dq_kernel<T>, blocks, 256, stream, args, dq_sum);
+    return;
+  }
+  launch_with_shared(key_grads_kernel<T, kHeadDim, false>, "flash_attention_backward (dk, dv)", key_grid, kThreads,
+                     key_grads_bytes<kHeadDim, false>(), stream, args, delta, static_cast<float*>(nullptr));
   const dim3 query_grid(tile_count(p.q_len, Queries::kRows),
                         heads_extent(p.batch * p.q_heads, "flash_attention_backward"));
   launch_with_shared(query_grads_kernel<T, kHeadDim>, "flash_attention_backward (dq)", query_grid, kThreads,
@@ -302,7 +404,7 @@ void backward(const AttentionBackwardArgs<T>& args, const float* delta, cudaStre
 }  // namespace
 
 template <class T>
-void flash_attention_mma_backward(const AttentionBackwardArgs<T>& args, const float* delta, cudaStream_t stream) {
+void flash_attention_mma_backward(const AttentionBackwardArgs<T>& args, float* workspace, cudaStream_t stream) {
   constexpr const char* kOp = "flash_attention_backward";
   const AttentionParams<T>& p = args.params;
   const int bucket = mma_head_dim_bucket(p, kOp);
@@ -310,15 +412,15 @@ void flash_attention_mma_backward(const AttentionBackwardArgs<T>& args, const fl
   require_mma_rows(args.k, p.k_strides, kOp, "k");
   require_mma_rows(args.v, p.v_strides, kOp, "v");
   switch (bucket) {
-    case 32: return backward<T, 32>(args, delta, stream);
-    case 64: return backward<T, 64>(args, delta, stream);
-    case 96: return backward<T, 96>(args, delta, stream);
-    case 128: return backward<T, 128>(args, delta, stream);
-    default: return backward<T, 256>(args, delta, stream);
+    case 32: return backward<T, 32>(args, workspace, stream);
+    case 64: return backward<T, 64>(args, workspace, stream);
+    case 96: return backward<T, 96>(args, workspace, stream);
+    case 128: return backward<T, 128>(args, workspace, stream);
+    default: return backward<T, 256>(args, workspace, stream);
   }
 }
 
-template void flash_attention_mma_backward<bf16>(const AttentionBackwardArgs<bf16>&, const float*, cudaStream_t);
-template void flash_attention_mma_backward<f16>(const AttentionBackwardArgs<f16>&, const float*, cudaStream_t);
+template void flash_attention_mma_backward<bf16>(const AttentionBackwardArgs<bf16>&, float*, cudaStream_t);
+template void flash_attention_mma_backward<f16>(const AttentionBackwardArgs<f16>&, float*, cudaStream_t);
 
 }  // namespace alpha::kernels::cuda

@@ -146,6 +146,14 @@ __device__ __forceinline__ void load_a(FragA& a, SharedTile<kRows, kCols> tile, 
   ldmatrix_x4(a.x, tile.at(row0 + lane % 16, k0 + 8 * (lane / 16)));
 }
 
+// The A fragment of rows [m0, m0 + 16), columns [k0, k0 + 16) of A = tileᵀ (the tile holds A's columns as
+// rows: tile[k][m], as the key-major dSᵀ does for dQ = dS·K): ldmatrix.trans hands lane 4g + t the pair
+// (k 2t, 2t+1; m g) of each 8×8 block, which is A's (row g, cols 2t, 2t+1).
+template <int kRows, int kCols>
+__device__ __forceinline__ void load_a_transposed(FragA& a, SharedTile<kRows, kCols> tile, int m0, int k0, int lane) {
+  ldmatrix_x4_trans(a.x, tile.at(k0 + lane % 8 + 8 * (lane / 16), m0 + 8 * ((lane / 8) % 2)));
+}
+
 // B fragments of n-tiles n0 and n0 + 8 at k-step [k0, k0 + 16) for B = tileᵀ (the tile holds B's columns
 // as rows: tile[n][k], as K does for S = Q·Kᵀ).
 template <int kRows, int kCols>
