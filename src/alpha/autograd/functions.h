@@ -7,6 +7,7 @@
 #include "alpha/autograd/variable.h"
 #include "alpha/ops/attention.h"
 #include "alpha/ops/dropout.h"
+#include "alpha/ops/nsa.h"
 
 namespace alpha::autograd {
 
@@ -56,5 +57,13 @@ Variable attention_materialized(const Variable& q, const Variable& k, const Vari
                                 const ops::AttentionConfig& config);
 // Flash attention (ops::flash_attention: CUDA tensors only), same contract and gradients.
 Variable flash_attention(const Variable& q, const Variable& k, const Variable& v, const ops::AttentionConfig& config);
+
+// Native Sparse Attention (functions_nsa.cpp; ops/nsa.h, CPU only): q [B,T,Hq,D], k [B,T,Hkv,D],
+// v [B,T,Hkv,Dv], gate logits [B,T,Hq,3], the compressor's k_pos [l,D], k_weight [D,l·D], v_pos [l,Dv],
+// v_weight [Dv,l·Dv]. No gradient flows through the choice of selection blocks.
+struct NsaVariables {
+  Variable q, k, v, gates, k_pos, k_weight, v_pos, v_weight;
+};
+Variable nsa(const NsaVariables& in, const ops::NsaConfig& config);
 
 }  // namespace alpha::autograd

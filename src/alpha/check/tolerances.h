@@ -71,6 +71,14 @@ inline constexpr ToleranceRow kTolerances[] = {
     {"naive_low_precision_attention", DType::f16, {2.0e-3, 0}},
     // Analytic gradients (f64) against central finite differences.
     {"gradcheck", DType::f64, {1e-6, 1e-5}},
+    // NSA (kernels/nsa_reference.h): the reference against the naive f64 oracle, and f32 against f64 on the
+    // same inputs (the bar is a relative error below 1e-3). f32: dot products over D <= 8, softmax
+    // sums over up to ~1000 keys, the compressor's l·D-term products, and gradient sums over the group's
+    // queries and (for the compressor's weights) every block of every batch: found within 7.1e-7 absolute on
+    // O(1) outputs and 3.2e-6 on the compressor's weight gradients (its largest sums): abs 1e-5, rel 1e-4.
+    // f64: the oracle sums in the kernel's order and was found bit-identical; the row leaves room for another.
+    {"nsa", DType::f32, {1e-5, 1e-4}},
+    {"nsa", DType::f64, {1e-12, 1e-11}},
     // Attention JVP (ops/attention_jvp.h): the fused form against the reference forward and the saved-
     // statistics form, and f32 against f64 (the bar is a relative error below 1e-3). The same dot
     // products (D <= 16) and softmax sums (Tk <= 33) as "attention", plus the online rescaling and the
