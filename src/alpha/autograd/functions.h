@@ -58,6 +58,48 @@ Variable attention_materialized(const Variable& q, const Variable& k, const Vari
 // Flash attention (ops::flash_attention: CUDA tensors only), same contract and gradients.
 Variable flash_attention(const Variable& q, const Variable& k, const Variable& v, const ops::AttentionConfig& config);
 
+// Attention's forward-mode derivative and Hessian-vector product (functions_attention_derivatives.cpp; what
+// they compute: ops/attention_jvp.h, ops/attention_hvp.h, docs/ATTENTION_DERIVATIVES.md). Shapes as above;
+// no dropout (ValueError naming config.dropout_p).
+struct AttentionJvpOptions {
+  // The step of the central difference that differentiates tangent_out with respect to q, k and v. For a
+  // gradient G arriving at tangent_out, ⟨tO, G⟩ = ⟨(tq, tk, tv), ∇f(q, k, v)⟩ with f = ⟨O, G⟩, so that gradient
+  // is H·(tq, tk, tv), H the Hessian of f: ops::attention_hvp at this step, an approximation whose error
+  // docs/ATTENTION_DERIVATIVES.md tabulates (1e-5 for f64, 3e-3 for f32 and, computed in f32 on a GPU, bf16
+  // and f16). 0 refuses it: backward raises ValueError naming hvp_eps when q, k or v needs a gradient
+  // through tangent_out (rather than leaving that part out).
+  double hvp_eps = 0.0;
+};
+struct AttentionJvp {
+  Variable out;          // [B, Tq, Hq, Dv]
+  Variable tangent_out;  // [B, Tq, Hq, Dv], the JVP of out along (tq, tk, tv)
+};
+// out = attention(q, k, v) and its tangent along (tq, tk, tv) (shaped as q, k, v), by ops::attention_jvp_fused:
+// one pass of the CPU kernel or the CUDA kernels, never the Tq×Tk matrix on a GPU. Gradients:
+// - of out with respect to q, k, v: attention's backward from the statistics the pass returns
+//   (ops::flash_attention_backward on a GPU, whose guardrails apply; ops::attention_materialized_backward on
+//   the CPU);
+// - of tangent_out with respect to tq, tk, tv: tO is linear in them, so this is that same backward of the
+//   gradient arriving at tangent_out, exact;
+// - of tangent_out with respect to q, k, v: the Hessian-vector product of options.hvp_eps (above).
+AttentionJvp attention_jvp(const Variable& q, const Variable& k, const Variable& v, const Variable& tq,
+                           const Variable& tk, const Variable& tv, const ops::AttentionConfig& config,
+                           const AttentionJvpOptions& options = {});
+
+struct AttentionHvp {
+  Variable hq;  // [B, Tq, Hq, D]
+  Variable hk;  // [B, Tk, Hkv, D], summed over each GQA group
+  Variable hv;  // [B, Tk, Hkv, Dv], summed over each GQA group
+};
+// H·(vq, vk, vv) for f(q, k, v) = ⟨attention(q, k, v), grad_out⟩, by ops::attention_hvp (central differences at
+// step eps; on a GPU through flash attention, O(T) memory). Not differentiable: when any input would be
+// recorded (it requires a gradient and gradients are enabled) it raises ValueError instead of returning
+// values that backward would treat as constants; call it under NoGradGuard for a training loop's
+// second-order step.
+AttentionHvp attention_hvp(const Variable& q, const Variable& k, const Variable& v, const Variable& grad_out,
+                           const Variable& vq, const Variable& vk, const Variable& vv,
+                           const ops::AttentionConfig& config, double eps);
+
 // Native Sparse Attention (functions_nsa.cpp; ops/nsa.h, CPU only): q [B,T,Hq,D], k [B,T,Hkv,D],
 // v [B,T,Hkv,Dv], gate logits [B,T,Hq,3], the compressor's k_pos [l,D], k_weight [D,l·D], v_pos [l,Dv],
 // v_weight [Dv,l·Dv]. No gradient flows through the choice of selection blocks.

@@ -28,7 +28,8 @@
 // Both accumulate in acc_t<T> and write O and tO in T; a row that sees no key gets O = 0, tO = 0, m = −inf,
 // l = 0. The CPU kernels (f32, f64) run in order and are the GPU kernels' oracle; the CUDA kernels (f32, bf16,
 // f16, accumulating in f32; kernels/cuda/attention_jvp.cu) stream key tiles through shared memory as flash
-// attention's forward does, the fused form in bf16/f16 on the tensor cores where the layout allows.
+// attention's forward does, in bf16/f16 on the tensor cores where the layout allows (the saved-statistics form
+// when args.tensor_cores asks for it).
 #pragma once
 #include <cstdint>
 
@@ -56,6 +57,11 @@ struct AttentionJvpArgs {
   const acc_t<T>* row_sum;   // (B, Hq, Tq), contiguous
   T* tangent_out;            // (B, Tq, Hq, Dv), contiguous
   AttentionParams<T> params; // dropout_p must be 0
+  // CUDA, bf16/f16: run on the tensor cores where they take the operands (as the fused form), rounding P and
+  // P·tS to T before their products, so that the result is judged as the fused form's (against the naive
+  // JVP in T); false keeps P and P·tS in f32 (the FMA kernel: one rounding, of the output). The CPU kernels
+  // and f32 ignore it. ops::attention_jvp sets it.
+  bool tensor_cores = false;
 };
 
 template <class T>

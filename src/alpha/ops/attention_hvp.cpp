@@ -33,17 +33,24 @@ void check_hvp_inputs(std::string_view op, const Tensor& q, const Tensor& k, con
                       std::to_string(config.dropout_p));
 }
 
+// The point, cotangent and direction of the central difference, in the dtype it computes in.
+struct HvpPoint {
+  Tensor q, k, v, grad_out, vq, vk, vv;
+};
+
 // ∇f at (q, k, v) + step·(vq, vk, vv): the forward's statistics recomputed at that point, then the backward
-// with dout = grad_out.
-AttentionGrads gradient_at(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& grad_out,
-                           const Tensor& vq, const Tensor& vk, const Tensor& vv, const AttentionConfig& config,
-                           double step) {
-  Tensor qs = q.clone(), ks = k.clone(), vs = v.clone();
-  add_(qs, vq, step);
-  add_(ks, vk, step);
-  add_(vs, vv, step);
-  AttentionOutput fwd = attention_materialized(qs, ks, vs, config);
-  return attention_materialized_backward(grad_out, qs, ks, vs, fwd.out, fwd.row_max, fwd.row_sum, config);
+// with dout = grad_out. On a GPU flash attention (O(T) memory, never the Tq×Tk scores); on the CPU the
+// reference (attention_materialized).
+AttentionGrads gradient_at(const HvpPoint& x, const AttentionConfig& config, double step) {
+  Tensor qs = x.q.clone(), ks = x.k.clone(), vs = x.v.clone();
+  add_(qs, x.vq, step);
+  add_(ks, x.vk, step);
+  add_(vs, x.vv, step);
+  const bool gpu = qs.device().is_cuda();
+  const auto forward = gpu ? &flash_attention : &attention_materialized;
+  const auto backward = gpu ? &flash_attention_backward : &attention_materialized_backward;
+  AttentionOutput fwd = forward(qs, ks, vs, config);
+  return backward(x.grad_out, qs, ks, vs, fwd.out, fwd.row_max, fwd.row_sum, config);
 }
 
 // (plus − minus) / (2·eps), the difference taken first: it is exact where the two are within a factor of 2.
@@ -62,10 +69,16 @@ AttentionHvp attention_hvp(const Tensor& q, const Tensor& k, const Tensor& v, co
   if (!(eps > 0) || !std::isfinite(eps))
     raise<ValueError>(op, "eps", "a finite step > 0 (see docs/ATTENTION_DERIVATIVES.md for a value per dtype)",
                       std::to_string(eps));
-  AttentionGrads plus = gradient_at(q, k, v, grad_out, vq, vk, vv, config, eps);
-  AttentionGrads minus = gradient_at(q, k, v, grad_out, vq, vk, vv, config, -eps);
-  return {central_difference(plus.dq, minus.dq, eps), central_difference(plus.dk, minus.dk, eps),
-          central_difference(plus.dv, minus.dv, eps)};
+  // On a GPU in f32 whatever the operands' dtype: differences of bf16/f16 gradients are rounding at any eps
+  // (docs/ATTENTION_DERIVATIVES.md), and f32 flash attention takes every head dimension up to 256.
+  const DType compute = q.device().is_cuda() ? DType::f32 : q.dtype();
+  const HvpPoint x{q.to(compute),  k.to(compute),  v.to(compute), grad_out.to(compute),
+                   vq.to(compute), vk.to(compute), vv.to(compute)};
+  AttentionGrads plus = gradient_at(x, config, eps);
+  AttentionGrads minus = gradient_at(x, config, -eps);
+  return {central_difference(plus.dq, minus.dq, eps).to(q.dtype()),
+          central_difference(plus.dk, minus.dk, eps).to(q.dtype()),
+          central_difference(plus.dv, minus.dv, eps).to(q.dtype())};
 }
 
 AttentionHvp attention_hvp_exact(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& grad_out,

@@ -4,12 +4,17 @@
 //
 // attention_hvp takes it by central differences of the explicit backward:
 //   H·v ≈ (∇f(x + eps·v) − ∇f(x − eps·v)) / (2·eps),
-// running attention_materialized and its backward at each perturbed point, so the row statistics (m, l)
-// are recomputed there: it differentiates the true function, not one with frozen statistics. Its error is
-// O(eps²) truncation plus O(u/eps) rounding (u the dtype's unit roundoff); docs/ATTENTION_DERIVATIVES.md
-// tabulates it against eps and recommends eps per dtype. It runs wherever attention_materialized runs (the
-// CPU reference in f32/f64, the materialising CUDA kernels on a GPU): four attention passes, the Tq×Tk
-// scores of each head materialised, never a fused HVP kernel.
+// running attention's forward and backward at each perturbed point, so the row statistics (m, l) are
+// recomputed there: it differentiates the true function, not one with frozen statistics. Its error is
+// O(eps²) truncation plus O(u/eps) rounding (u the unit roundoff of the dtype it computes in);
+// docs/ATTENTION_DERIVATIVES.md tabulates it against eps and recommends eps per dtype. On the CPU it runs
+// the reference (attention_materialized and its backward, f32/f64; the Tq×Tk scores of one head at a time).
+// On a GPU it runs flash attention (flash_attention and flash_attention_backward: O(T) memory, never the
+// Tq×Tk scores) in f32 whatever the operands' dtype: bf16/f16 operands, cotangent and direction are
+// promoted, the perturbed points formed in f32, and the result rounded back to their dtype, because a
+// difference of two bf16/f16 gradients is dominated by rounding at any eps (about 15% and 4% of |H·v| at
+// best). Four attention passes in all, at f32 flash speed; head dimensions up to 256 (ShapeError from
+// flash_attention beyond).
 //
 // attention_hvp_exact is its oracle: forward-over-reverse in dual numbers (kernels/attention_hvp.h), exact
 // up to f64 rounding, CPU and f64 only.

@@ -83,7 +83,7 @@ Tensor attention_jvp(const Tensor& q, const Tensor& k, const Tensor& v, const Te
   dispatch_float(op, q, [&]<class T>(const auto& where) {
     run_kernel(kernels::AttentionJvpArgs<T>{operands.inputs<T>(), out_c.data<T>(), row_max_c.data<acc_t<T>>(),
                                             row_sum_c.data<acc_t<T>>(), tangent_out.data<T>(),
-                                            attention_kernel_params<T>(q, k, v, config)},
+                                            attention_kernel_params<T>(q, k, v, config), /*tensor_cores=*/true},
                where);
   });
   return tangent_out;

@@ -6,6 +6,11 @@
 // With statistics from elsewhere it is neither the true JVP nor the linearisation of the frozen-statistics
 // operator (exp(S − m)/l)·V: it is that linearisation minus μ∘out, μ = rowsum(P∘tS) (see the kernel header).
 //
+// On a GPU in bf16/f16 both forms run on the tensor cores where the layout allows (D and Dv multiples of 8
+// up to 128, 16-byte aligned rows), rounding their softmax weights to the input dtype before the products
+// as flash attention does: their bf16/f16 results are as accurate as the naive JVP in that dtype (twice its
+// error at most, check/tolerances.h), not one rounding from the f32 result.
+//
 // attention_jvp_fused needs no statistics: one streaming pass returns out, its tangent and the statistics
 // (the true JVP).
 //

@@ -31,10 +31,12 @@
 // Two kernels compute this. The FMA kernel takes every dtype and both forms: bf16/f16 are converted to f32 in
 // shared memory, so the only rounding to T is the outputs'; D and Dv from 1 to 256 (buckets 64, 128, 256 of
 // the wider; wider raises ShapeError). The tensor-core kernel (mma.cuh, as flash attention's bf16/f16
-// forward) takes the fused form in bf16/f16 when D and Dv are multiples of 8 up to 128 and q, k, v rows are
-// 16-byte aligned: the five products per key tile on mma.m16n8k16 with f32 accumulators, e and e·tS rounded
-// to T before their products as FlashAttention rounds P (see mma_jvp_fused_kernel); there a masked key inside
-// a row's key tile contributes 0·v, so an inf or NaN in a v or tv the row does not see may reach it.
+// forward) takes the fused form in bf16/f16, and the saved-statistics form when args.tensor_cores asks (as
+// ops::attention_jvp does), when D and Dv are multiples of 8 up to 128 and q, k, v rows are 16-byte aligned:
+// the products of a key tile on mma.m16n8k16 with f32 accumulators (Q·Kᵀ, TQ·Kᵀ, Q·TKᵀ, then the weights
+// times V and TV: three for the fused form, two for the saved one), the weights rounded to T before their
+// products as FlashAttention rounds P (see mma_jvp_kernel); there a masked key inside a row's key tile
+// contributes 0·v, so an inf or NaN in a v or tv the row does not see may reach it.
 // Determinism: no atomics; every output element is owned by one thread (or fragment lane) that adds its
 // terms in key order, and row reductions use fixed shuffle trees: every run gives the same bits.
 #include <algorithm>
@@ -261,7 +263,7 @@ void launch(const JvpArgsOf<T, kFused>& args, const char* op, cudaStream_t strea
   launch_with_shared(jvp_kernel<T, kBucket, kFused>, op, grid, kThreads, size_t(floats) * sizeof(float), stream, args);
 }
 
-// ---- Tensor cores: the fused form in bf16 and f16 -------------------------------------------------------
+// ---- Tensor cores: both forms in bf16 and f16 -----------------------------------------------------------
 
 // Per head-dimension bucket (the wider of D and Dv; narrower operands are zero-padded in shared memory):
 // warps per block (each owns 16 query rows) and keys per tile. Shared memory: q and tq tiles, and a
@@ -288,17 +290,23 @@ struct MmaJvpShape {
 };
 
 // Grid (query tile, b·Hq + h), query tiles last-first (under a causal mask the longest rows start first).
-// The fused form of the header on the tensor cores, per key tile and warp (16 query rows):
+// Per key tile and warp (16 query rows), both forms:
 //   S = Q·Kᵀ and tS = TQ·Kᵀ + Q·TKᵀ into f32 registers; S = softcap(S·scale), tS·scale·(1 − (S/c)²), both
-//   masked where the tile is not wholly visible to the block's rows (S = −inf, tS = 0);
-//   online softmax: m_new = max(m, rowmax S), every sum rescaled by exp(m − m_new), e = exp(S − m_new);
-//   l += rowsum e, r += rowsum e·tS (f32, unrounded); the centre c = r/l, acc_t moved to it (the FMA
-//   kernel's centring: rounding e·(tS − c) to T, not e·tS, keeps the error relative to |tS − μ|);
-//   acc_o += e·V, acc_t += (e·(tS − c))·V + e·TV, with e and e·(tS − c) rounded to T in the registers that
-//   held S and tS (mma.cuh's C → A fragment identity), as FlashAttention rounds P.
-// At the end out = acc_o/l, tangent_out = acc_t/l, row_max = m, row_sum = l.
-template <class T, int kHeadDim>
-__global__ void __launch_bounds__(MmaJvpShape<kHeadDim>::kThreads) mma_jvp_fused_kernel(AttentionJvpFusedArgs<T> a) {
+//   masked where the tile is not wholly visible to the block's rows (S = −inf, tS = 0).
+// Fused (kFused): the online softmax: m_new = max(m, rowmax S), every sum rescaled by exp(m − m_new),
+//   e = exp(S − m_new); l += rowsum e, r += rowsum e·tS (f32, unrounded); the centre c = r/l, acc_t moved to
+//   it (the FMA kernel's centring: rounding e·(tS − c) to T, not e·tS, keeps the error relative to |tS − μ|);
+//   acc_o += e·V, acc_t += (e·(tS − c))·V + e·TV. At the end out = acc_o/l, tangent_out = acc_t/l,
+//   row_max = m, row_sum = l.
+// Saved statistics: P = exp(S − m)/l from the forward's m and l (no running max, nothing rescaled);
+//   μ += rowsum P·tS (f32, unrounded); acc_t += (P·tS)·V + P·TV, two products where the fused form has three.
+//   At the end tangent_out = acc_t − μ∘O with O the forward's output. μ is known only after the pass, so the
+//   tangent is not centred: P·tS is rounded to T, an error relative to |tS| rather than |tS − μ|, as the
+//   naive JVP's rounding of tS.
+// The weights (e and e·(tS − c), or P and P·tS) are rounded to T in the registers that held S and tS
+// (mma.cuh's C → A fragment identity) before their products, as FlashAttention rounds P.
+template <class T, int kHeadDim, bool kFused>
+__global__ void __launch_bounds__(MmaJvpShape<kHeadDim>::kThreads) mma_jvp_kernel(JvpArgsOf<T, kFused> a) {
   using Shape = MmaJvpShape<kHeadDim>;
   constexpr int kKeys = Shape::Traits::kKeys, kN = kKeys / 8, kO = kHeadDim / 8;
   extern __shared__ __align__(16) uint16_t shared_bits[];
@@ -338,11 +346,22 @@ __global__ void __launch_bounds__(MmaJvpShape<kHeadDim>::kThreads) mma_jvp_fused
 
   // This thread's rows: i0 + row0 + g + 8·half, for C fragment values x with half = x / 2.
   const int row0 = warp * 16;
-  // Per half: the running max, l = Σe, r = Σe·tS and the centre r/l of acc_tangent (the whole row's, in each
-  // of its 4 lanes).
+  // Per half: the row's max (fused: running; saved: the forward's), l = Σe (fused: running, the row's in each
+  // of its 4 lanes; saved: 1/l of the forward, 0 where the row sees no key or lies past Tq), r = Σe·tS
+  // (fused: the row's; saved: this lane's part of μ = Σ P·tS) and the fused form's centre r/l of acc_tangent.
   float row_max[2] = {-INFINITY, -INFINITY}, row_sum[2] = {0.0f, 0.0f}, row_tangent[2] = {0.0f, 0.0f};
   float centre[2] = {0.0f, 0.0f};
-  mma::FragC acc_out[1][kO], acc_tangent[1][kO];
+  if constexpr (!kFused) {
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const int64_t i = i0 + row0 + g + 8 * half;
+      if (i >= p.q_len) continue;
+      row_max[half] = a.row_max[bh * p.q_len + i];
+      const float sum = a.row_sum[bh * p.q_len + i];
+      row_sum[half] = sum > 0.0f ? 1.0f / sum : 0.0f;
+    }
+  }
+  mma::FragC acc_out[1][kO], acc_tangent[1][kO];  // acc_out: the fused form's only
   mma::zero(acc_out);
   mma::zero(acc_tangent);
 
@@ -383,79 +402,114 @@ __global__ void __launch_bounds__(MmaJvpShape<kHeadDim>::kThreads) mma_jvp_fused
           s[0][n].x[x] = inside ? logit : -INFINITY;
           tile_max = fmaxf(tile_max, s[0][n].x[x]);
         }
-      tile_max = fmaxf(tile_max, __shfl_xor_sync(kFullWarp, tile_max, 1));
-      tile_max = fmaxf(tile_max, __shfl_xor_sync(kFullWarp, tile_max, 2));
-      const float new_max = fmaxf(row_max[half], tile_max);
-      const float base = new_max == -INFINITY ? 0.0f : new_max;  // all masked so far: every exp is 0
-      const float rescale = fast_exp2((row_max[half] - base) * kLog2e);
-      const float base_log2 = base * kLog2e;
-      row_max[half] = new_max;
-      float tile_sum = 0.0f, tile_tangent = 0.0f;  // the row's Σe and Σe·tS over the tile (its 4 lanes')
+      if constexpr (kFused) {
+        tile_max = fmaxf(tile_max, __shfl_xor_sync(kFullWarp, tile_max, 1));
+        tile_max = fmaxf(tile_max, __shfl_xor_sync(kFullWarp, tile_max, 2));
+        const float new_max = fmaxf(row_max[half], tile_max);
+        const float base = new_max == -INFINITY ? 0.0f : new_max;  // all masked so far: every exp is 0
+        const float rescale = fast_exp2((row_max[half] - base) * kLog2e);
+        const float base_log2 = base * kLog2e;
+        row_max[half] = new_max;
+        float tile_sum = 0.0f, tile_tangent = 0.0f;  // the row's Σe and Σe·tS over the tile (its 4 lanes')
 #pragma unroll
-      for (int n = 0; n < kN; ++n)
+        for (int n = 0; n < kN; ++n)
 #pragma unroll
-        for (int x = 2 * half; x < 2 * half + 2; ++x) {
-          const float e = fast_exp2(fmaf(s[0][n].x[x], kLog2e, -base_log2));
-          tile_sum += e;
-          tile_tangent += e * ts[0][n].x[x];
-          s[0][n].x[x] = e;
-        }
-      tile_sum += __shfl_xor_sync(kFullWarp, tile_sum, 1);
-      tile_sum += __shfl_xor_sync(kFullWarp, tile_sum, 2);
-      tile_tangent += __shfl_xor_sync(kFullWarp, tile_tangent, 1);
-      tile_tangent += __shfl_xor_sync(kFullWarp, tile_tangent, 2);
-      row_sum[half] = fmaf(row_sum[half], rescale, tile_sum);
-      row_tangent[half] = fmaf(row_tangent[half], rescale, tile_tangent);
-      // acc_tangent holds Σ e·(tS − centre)·V_j + e·tv_j: moved to the new centre μ so far, r/l.
-      const float new_centre = row_sum[half] > 0.0f ? row_tangent[half] / row_sum[half] : 0.0f;
-      const float shift = centre[half] - new_centre;
-      centre[half] = new_centre;
+          for (int x = 2 * half; x < 2 * half + 2; ++x) {
+            const float e = fast_exp2(fmaf(s[0][n].x[x], kLog2e, -base_log2));
+            tile_sum += e;
+            tile_tangent += e * ts[0][n].x[x];
+            s[0][n].x[x] = e;
+          }
+        tile_sum += __shfl_xor_sync(kFullWarp, tile_sum, 1);
+        tile_sum += __shfl_xor_sync(kFullWarp, tile_sum, 2);
+        tile_tangent += __shfl_xor_sync(kFullWarp, tile_tangent, 1);
+        tile_tangent += __shfl_xor_sync(kFullWarp, tile_tangent, 2);
+        row_sum[half] = fmaf(row_sum[half], rescale, tile_sum);
+        row_tangent[half] = fmaf(row_tangent[half], rescale, tile_tangent);
+        // acc_tangent holds Σ e·(tS − centre)·V_j + e·tv_j: moved to the new centre μ so far, r/l.
+        const float new_centre = row_sum[half] > 0.0f ? row_tangent[half] / row_sum[half] : 0.0f;
+        const float shift = centre[half] - new_centre;
+        centre[half] = new_centre;
 #pragma unroll
-      for (int n = 0; n < kO; ++n)
+        for (int n = 0; n < kO; ++n)
 #pragma unroll
-        for (int x = 2 * half; x < 2 * half + 2; ++x) {
-          acc_out[0][n].x[x] *= rescale;
-          acc_tangent[0][n].x[x] = fmaf(shift, acc_out[0][n].x[x], acc_tangent[0][n].x[x] * rescale);
-        }
+          for (int x = 2 * half; x < 2 * half + 2; ++x) {
+            acc_out[0][n].x[x] *= rescale;
+            acc_tangent[0][n].x[x] = fmaf(shift, acc_out[0][n].x[x], acc_tangent[0][n].x[x] * rescale);
+          }
 #pragma unroll
-      for (int n = 0; n < kN; ++n)
+        for (int n = 0; n < kN; ++n)
 #pragma unroll
-        for (int x = 2 * half; x < 2 * half + 2; ++x) ts[0][n].x[x] = s[0][n].x[x] * (ts[0][n].x[x] - new_centre);
+          for (int x = 2 * half; x < 2 * half + 2; ++x) ts[0][n].x[x] = s[0][n].x[x] * (ts[0][n].x[x] - new_centre);
+      } else {
+        // P = exp(S − m)/l; a row that sees no key has m = −inf: its (masked) entries give exp(−inf) = 0.
+        const float base_log2 = (row_max[half] == -INFINITY ? 0.0f : row_max[half]) * kLog2e;
+#pragma unroll
+        for (int n = 0; n < kN; ++n)
+#pragma unroll
+          for (int x = 2 * half; x < 2 * half + 2; ++x) {
+            const float prob = fast_exp2(fmaf(s[0][n].x[x], kLog2e, -base_log2)) * row_sum[half];
+            s[0][n].x[x] = prob;
+            ts[0][n].x[x] *= prob;
+            row_tangent[half] += ts[0][n].x[x];
+          }
+      }
     }
 
-    mma::FragA e_frags[1][kN / 2], e_tangent_frags[1][kN / 2];
-    mma::to_a_fragments<T>(e_frags, s);
-    mma::to_a_fragments<T>(e_tangent_frags, ts);
-    mma::warp_product_ab<T, 1, kO, kKeys>(acc_out, e_frags, kv_tiles.next(4 + stage), 0, 0, lane);
-    mma::warp_product_ab<T, 1, kO, kKeys>(acc_tangent, e_tangent_frags, kv_tiles.next(4 + stage), 0, 0, lane);
-    mma::warp_product_ab<T, 1, kO, kKeys>(acc_tangent, e_frags, kv_tiles.next(6 + stage), 0, 0, lane);
+    mma::FragA weights[1][kN / 2], tangent_weights[1][kN / 2];
+    mma::to_a_fragments<T>(weights, s);
+    mma::to_a_fragments<T>(tangent_weights, ts);
+    if constexpr (kFused) mma::warp_product_ab<T, 1, kO, kKeys>(acc_out, weights, kv_tiles.next(4 + stage), 0, 0, lane);
+    mma::warp_product_ab<T, 1, kO, kKeys>(acc_tangent, tangent_weights, kv_tiles.next(4 + stage), 0, 0, lane);
+    mma::warp_product_ab<T, 1, kO, kKeys>(acc_tangent, weights, kv_tiles.next(6 + stage), 0, 0, lane);
     __syncthreads();  // every warp is done with this stage before the next iteration refills it
   }
   mma::copy_async_wait<0>();  // no copy outlives the block (none pending when a key tile ran)
 
+  if constexpr (!kFused) {
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {  // μ: the row's 4 lanes' parts, in a fixed order
+      row_tangent[half] += __shfl_xor_sync(kFullWarp, row_tangent[half], 1);
+      row_tangent[half] += __shfl_xor_sync(kFullWarp, row_tangent[half], 2);
+    }
+  }
 #pragma unroll
   for (int half = 0; half < 2; ++half) {
-    const float sum = row_sum[half];
     const int64_t i = i0 + row0 + g + 8 * half;
     if (i >= p.q_len) continue;
-    // O = acc_o/l, tO = acc_t/l (centred on μ = r/l); a row that sees no key gets 0 for both.
-    const KeyRange keys = visible_key_range(p, i);
-    const float inverse = keys.begin == keys.end ? 0.0f : 1.0f / sum;
     const int64_t o = ((b * p.q_len + i) * p.q_heads + h) * p.value_dim;
-    uint16_t* out = bits(a.out) + o;
     uint16_t* tangent_out = bits(a.tangent_out) + o;
+    if constexpr (kFused) {
+      // O = acc_o/l, tO = acc_t/l (centred on μ = r/l); a row that sees no key gets 0 for both.
+      const float sum = row_sum[half];
+      const KeyRange keys = visible_key_range(p, i);
+      const float inverse = keys.begin == keys.end ? 0.0f : 1.0f / sum;
+      uint16_t* out = bits(a.out) + o;
 #pragma unroll
-    for (int n = 0; n < kO; ++n) {
-      const int col = 8 * n + 2 * t;
-      if (col >= d_v) continue;
-      const float out0 = acc_out[0][n].x[2 * half] * inverse, out1 = acc_out[0][n].x[2 * half + 1] * inverse;
-      *reinterpret_cast<uint32_t*>(out + col) = mma::pack2<T>(out0, out1);
-      *reinterpret_cast<uint32_t*>(tangent_out + col) =
-          mma::pack2<T>(acc_tangent[0][n].x[2 * half] * inverse, acc_tangent[0][n].x[2 * half + 1] * inverse);
-    }
-    if (t == 0) {
-      a.row_max[bh * p.q_len + i] = row_max[half];
-      a.row_sum[bh * p.q_len + i] = sum;
+      for (int n = 0; n < kO; ++n) {
+        const int col = 8 * n + 2 * t;
+        if (col >= d_v) continue;
+        const float out0 = acc_out[0][n].x[2 * half] * inverse, out1 = acc_out[0][n].x[2 * half + 1] * inverse;
+        *reinterpret_cast<uint32_t*>(out + col) = mma::pack2<T>(out0, out1);
+        *reinterpret_cast<uint32_t*>(tangent_out + col) =
+            mma::pack2<T>(acc_tangent[0][n].x[2 * half] * inverse, acc_tangent[0][n].x[2 * half + 1] * inverse);
+      }
+      if (t == 0) {
+        a.row_max[bh * p.q_len + i] = row_max[half];
+        a.row_sum[bh * p.q_len + i] = sum;
+      }
+    } else {
+      // tO = Σ(P·tS)·V + P·tv − μ∘O, O the forward's; a row that sees no key has acc = 0, μ = 0 and O = 0.
+      const uint16_t* out = bits(a.out) + o;
+      const float mu = row_tangent[half];
+#pragma unroll
+      for (int n = 0; n < kO; ++n) {
+        const int col = 8 * n + 2 * t;
+        if (col >= d_v) continue;
+        const float out0 = Elem<T>::load(out[col]), out1 = Elem<T>::load(out[col + 1]);
+        *reinterpret_cast<uint32_t*>(tangent_out + col) = mma::pack2<T>(
+            fmaf(-mu, out0, acc_tangent[0][n].x[2 * half]), fmaf(-mu, out1, acc_tangent[0][n].x[2 * half + 1]));
+      }
     }
   }
 }
@@ -470,9 +524,9 @@ bool rows_aligned(const T* rows, const AttentionStrides& s) {
 // The tensor-core kernel's bucket for these operands (64 or 128), or 0 where it does not take them: D and
 // Dv multiples of 8 up to 128, q, k and v rows 16-byte aligned. The tangents and outputs are contiguous with
 // D and Dv multiples of 8, so their rows are aligned when their first one is.
-template <class T>
-int mma_jvp_bucket(const AttentionJvpFusedArgs<T>& a) {
-  const AttentionParams<T>& p = a.params;
+template <class Args>
+int mma_jvp_bucket(const Args& a) {
+  const auto& p = a.params;
   const int64_t widest = std::max(p.head_dim, p.value_dim);
   if (p.head_dim % 8 != 0 || p.value_dim % 8 != 0 || widest > 128) return 0;
   auto starts_aligned = [](const void* ptr) { return reinterpret_cast<uintptr_t>(ptr) % 16 == 0; };
@@ -482,16 +536,17 @@ int mma_jvp_bucket(const AttentionJvpFusedArgs<T>& a) {
   return !aligned ? 0 : widest <= 64 ? 64 : 128;
 }
 
-template <class T, int kHeadDim>
-void launch_mma_fused(const AttentionJvpFusedArgs<T>& args, const char* op, cudaStream_t stream) {
+template <class T, int kHeadDim, bool kFused>
+void launch_mma(const JvpArgsOf<T, kFused>& args, const char* op, cudaStream_t stream) {
   using Shape = MmaJvpShape<kHeadDim>;
   const AttentionParams<T>& p = args.params;
   const dim3 grid(tile_count(p.q_len, Shape::kRows), heads_extent(p.batch * p.q_heads, op));
-  launch_with_shared(mma_jvp_fused_kernel<T, kHeadDim>, op, grid, Shape::kThreads, Shape::kSharedBytes, stream, args);
+  launch_with_shared(mma_jvp_kernel<T, kHeadDim, kFused>, op, grid, Shape::kThreads, Shape::kSharedBytes, stream, args);
 }
 
-// Refuses dropout and head dimensions beyond the buckets, then launches the kernel: the fused form in
-// bf16/f16 on the tensor cores where mma_jvp_bucket takes the operands, everything else on the FMA kernel.
+// Refuses dropout and head dimensions beyond the buckets, then launches the kernel: in bf16/f16 on the tensor
+// cores where mma_jvp_bucket takes the operands (the fused form always, the saved-statistics form when
+// args.tensor_cores asks), everything else on the FMA kernel.
 template <bool kFused, class T>
 void run_jvp(const JvpArgsOf<T, kFused>& args, const char* op, Stream stream) {
   const AttentionParams<T>& p = args.params;
@@ -500,10 +555,12 @@ void run_jvp(const JvpArgsOf<T, kFused>& args, const char* op, Stream stream) {
                       std::to_string(p.dropout_p));
   cudaStream_t s = alpha::cuda::stream_handle(stream);
   const int widest_bucket = bucket(p, op);  // raises for head dimensions beyond 256, on every path
-  if constexpr (kFused && !std::is_same_v<T, float>) {
-    switch (mma_jvp_bucket(args)) {
-      case 64: return launch_mma_fused<T, 64>(args, op, s);
-      case 128: return launch_mma_fused<T, 128>(args, op, s);
+  if constexpr (!std::is_same_v<T, float>) {
+    bool tensor_cores = true;
+    if constexpr (!kFused) tensor_cores = args.tensor_cores;
+    switch (tensor_cores ? mma_jvp_bucket(args) : 0) {
+      case 64: return launch_mma<T, 64, kFused>(args, op, s);
+      case 128: return launch_mma<T, 128, kFused>(args, op, s);
       default: break;  // the FMA kernel takes what the tensor-core one does not
     }
   }
