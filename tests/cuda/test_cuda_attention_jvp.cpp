@@ -244,9 +244,9 @@ TEST_F(CudaAttentionJvpNumerics, ExtremeLogitsStayFinite) {
     const ops::AttentionJvpOutput want =
         ops::attention_jvp_fused(in.q.cpu, in.k.cpu, in.v.cpu, in.tq.cpu, in.tk.cpu, in.tv.cpu, c.config);
     // The saved-statistics form on the GPU's own forward results (the fused pass's): finite only. It is not
-    // centred (μ is known only after its pass), so its P·tS, rounded to T on the tensor cores, carries an
-    // error of about u·|tS| ~ u·1e4 per term, as an uncentred emulation of the fused kernel did when it missed
-    // the naive rule by 200× here (docs/ATTENTION_DERIVATIVES.md: use the fused form at such logits).
+    // centred (μ is known only after its pass): its acc − μ∘O cancels two f32 sums of ~|tS|·|V| ~ 1e4 where the
+    // naive JVP's one-hot P is nearly exact, which a CPU emulation put at 1.0 (bf16) and 2.6 (f16) times the
+    // naive error, the latter inside the rule only through its floor (docs/ATTENTION_DERIVATIVES.md).
     const Tensor saved = ops::attention_jvp(in.q.gpu, in.k.gpu, in.v.gpu, in.tq.gpu, in.tk.gpu, in.tv.gpu, got.out,
                                             got.row_max, got.row_sum, c.config);
     double largest_logit = 0;

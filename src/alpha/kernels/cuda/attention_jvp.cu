@@ -299,10 +299,12 @@ struct MmaJvpShape {
 //   acc_o += e·V, acc_t += (e·(tS − c))·V + e·TV. At the end out = acc_o/l, tangent_out = acc_t/l,
 //   row_max = m, row_sum = l.
 // Saved statistics: P = exp(S − m)/l from the forward's m and l (no running max, nothing rescaled);
-//   μ += rowsum P·tS (f32, unrounded); acc_t += (P·tS)·V + P·TV, two products where the fused form has three.
-//   At the end tangent_out = acc_t − μ∘O with O the forward's output. μ is known only after the pass, so the
-//   tangent is not centred: P·tS is rounded to T, an error relative to |tS| rather than |tS − μ|, as the
-//   naive JVP's rounding of tS.
+//   acc_t += (P·tS)·V + P·TV, two products where the fused form has three, and μ += rowsum P·tS in f32 over
+//   the weights P·tS as rounded to T for the product. At the end tangent_out = acc_t − μ∘O with O the
+//   forward's output. μ is known only after the pass, so the tangent is not centred: the rounding of P·tS is
+//   relative to |tS|, not |tS − μ|. Summing the rounded weights into μ makes that rounding cancel against
+//   μ∘O where a row's P is one-hot (O = V_j: logits of ~1e4); what is left there is f32's rounding of
+//   acc_t and μ∘O, both ~|tS|·|V|.
 // The weights (e and e·(tS − c), or P and P·tS) are rounded to T in the registers that held S and tS
 // (mma.cuh's C → A fragment identity) before their products, as FlashAttention rounds P.
 template <class T, int kHeadDim, bool kFused>
@@ -449,9 +451,12 @@ __global__ void __launch_bounds__(MmaJvpShape<kHeadDim>::kThreads) mma_jvp_kerne
 #pragma unroll
           for (int x = 2 * half; x < 2 * half + 2; ++x) {
             const float prob = fast_exp2(fmaf(s[0][n].x[x], kLog2e, -base_log2)) * row_sum[half];
+            // P·tS as the product takes it (rounded to T), and μ its sum: μ∘O then cancels the rounding of
+            // a weight whose row is one-hot (O = V_j), where |tS| ≫ |tO|.
+            const float weight = Elem<T>::load(Elem<T>::store(prob * ts[0][n].x[x]));
             s[0][n].x[x] = prob;
-            ts[0][n].x[x] *= prob;
-            row_tangent[half] += ts[0][n].x[x];
+            ts[0][n].x[x] = weight;
+            row_tangent[half] += weight;
           }
       }
     }
