@@ -10,7 +10,6 @@
 #include "alpha/autograd/functions.h"
 #include "alpha/nn/gpt.h"
 #include "alpha/ops/cross_entropy.h"
-#include "alpha/train/optimizer.h"
 #include "nn/nn_helpers.h"
 #include "support/checks.h"
 
@@ -190,20 +189,7 @@ TEST(GPTModel, WholeModelGradcheckInF64) {
   Tensor ids = test::random_ids({2, 5}, c.vocab_size);
   Tensor targets = test::random_ids({2, 5}, c.vocab_size);
   targets.data<int32_t>()[3] = ops::kIgnoreIndex;
-  ForwardOptions options{.training = true, .step = 7, .micro_step = 0};
-
-  std::vector<std::string> names;
-  std::vector<Tensor> values;
-  for (const auto& p : model.named_parameters()) {
-    names.push_back(p.name);
-    values.push_back(p.variable.value().clone());
-  }
-  auto loss_of = [&](const std::vector<Variable>& params) {
-    for (size_t i = 0; i < names.size(); ++i) model.parameter(names[i]) = params[i];
-    return model.forward(ids, targets, options).loss;
-  };
-  EXPECT_TRUE(test::gradcheck(loss_of, values));
-  autograd::clear_tape();
+  EXPECT_TRUE(test::model_gradcheck(model, ids, targets, {.training = true, .step = 7, .micro_step = 0}));
 }
 
 TEST(GPTModel, TiedModelGradcheckInF64) {
@@ -253,17 +239,7 @@ TEST(GPTModel, OverfitsOneBatch) {
   GPT model(c);
   Tensor ids = test::random_ids({4, 32}, c.vocab_size);
   Tensor targets = test::random_ids({4, 32}, c.vocab_size);
-  train::AdamW optimizer(model.named_parameters(), {.weight_decay = 0.0});
-  double first = 0, last = 0;
-  for (int step = 0; step < 50; ++step) {
-    GPTOutput out = model.forward(ids, targets, {.training = true, .step = uint64_t(step)});
-    last = out.loss.value().item();
-    if (step == 0) first = last;
-    optimizer.zero_grad();
-    autograd::backward(out.loss);
-    optimizer.clip_grad_norm(1.0);
-    optimizer.step(1e-2);
-  }
+  auto [first, last] = test::overfit_one_batch(model, ids, targets, 50, 1e-2);
   EXPECT_NEAR(first, std::log(double(c.vocab_size)), 0.05);
   EXPECT_LT(last, 0.05 * first) << "first " << first << ", last " << last;
 }

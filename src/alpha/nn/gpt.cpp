@@ -1,6 +1,7 @@
 #include "alpha/nn/gpt.h"
 
 #include <cmath>
+#include <memory>
 #include <string>
 
 #include "alpha/autograd/functions.h"
@@ -39,6 +40,14 @@ class CausalSelfAttention : public Module {
         proj_(child_prefix("proj"), c.n_embd, c.n_embd, c.bias, c.init_std / std::sqrt(2.0 * double(c.n_layer)), o) {
     add_child(qkv_);
     add_child(proj_);
+    if (c.attention != "nsa") return;
+    nsa_gate_ = std::make_unique<Linear>(child_prefix("nsa_gate"), c.n_embd, kernels::kNsaBranches * c.n_head, c.bias,
+                                         c.init_std, o);
+    nsa_k_ = std::make_unique<NsaCompressor>(child_prefix("nsa_k"), c.nsa_block, c.head_dim(), c.init_std, o);
+    nsa_v_ = std::make_unique<NsaCompressor>(child_prefix("nsa_v"), c.nsa_block, c.head_dim(), c.init_std, o);
+    add_child(*nsa_gate_);
+    add_child(*nsa_k_);
+    add_child(*nsa_v_);
   }
 
   Variable forward(const Variable& x, DropoutSites& dropout) const {  // (B, T, C)
@@ -57,16 +66,35 @@ class CausalSelfAttention : public Module {
     attention.dropout_p = probs.p;
     attention.dropout_seed = probs.seed;
     attention.dropout_offset = probs.offset;
-    Variable y = flash_ ? autograd::flash_attention(q, k, v, attention)
-                        : autograd::attention_materialized(q, k, v, attention);  // (B, T, Hq, D)
+    Variable y = nsa_gate_ ? nsa(x, q, k, v)
+                 : flash_  ? autograd::flash_attention(q, k, v, attention)
+                           : autograd::attention_materialized(q, k, v, attention);  // (B, T, Hq, D)
     return proj_.forward(autograd::reshape(y, {B, T, config_.n_embd}));
   }
 
  private:
+  // NSA (no attention-probability dropout: its dropout site is drawn and left unused, so the other sites keep
+  // their streams). The gate logits come from the block's normalised input x: (B, T, Hq·3) -> (B, T, Hq, 3).
+  Variable nsa(const Variable& x, const Variable& q, const Variable& k, const Variable& v) const {
+    Variable gates = autograd::reshape(nsa_gate_->forward(x), {x.size(0), x.size(1), config_.n_head, 3});
+    ops::NsaConfig nsa;
+    nsa.block_len = config_.nsa_block;
+    nsa.block_stride = config_.nsa_stride;
+    nsa.select_len = config_.nsa_select_block;
+    nsa.select_count = config_.nsa_select_count;
+    nsa.window = config_.nsa_window;
+    return autograd::nsa({q, k, v, gates, nsa_k_->compute_pos(), nsa_k_->compute_weight(), nsa_v_->compute_pos(),
+                          nsa_v_->compute_weight()},
+                         nsa);
+  }
+
   const GPTConfig& config_;
-  bool flash_;  // flash kernels, else the materialising attention
+  bool flash_;  // flash kernels, else the materialising attention (unless NSA)
   Linear qkv_;
   Linear proj_;
+  std::unique_ptr<Linear> nsa_gate_;  // NSA only, as the two compressors
+  std::unique_ptr<NsaCompressor> nsa_k_;
+  std::unique_ptr<NsaCompressor> nsa_v_;
 };
 
 class MLP : public Module {
@@ -120,8 +148,10 @@ namespace {
 
 const GPTConfig& checked(const GPTConfig& config, Device device) {
   config.validate();
-  if (config.attention == "nsa")
-    raise<ConfigError>("GPT", "attention", "\"auto\", \"reference\" or \"flash\" (no NSA in this build)", "\"nsa\"");
+  if (config.attention == "nsa" && !device.is_cpu())
+    raise<ConfigError>("GPT", "attention",
+                       "\"auto\", \"reference\" or \"flash\" on " + device.str() + " (NSA has no GPU kernel yet)",
+                       "\"nsa\"");
   if (config.attention == "flash" && !device.is_cuda())
     raise<ConfigError>("GPT", "attention",
                        "\"auto\" or \"reference\" on " + device.str() + " (flash attention runs on a CUDA device)",

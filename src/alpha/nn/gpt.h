@@ -6,7 +6,9 @@
 //
 // Parameter names: wte.weight, wpe.weight, blocks.{i}.{ln1,ln2}.{weight,bias},
 // blocks.{i}.attn.{qkv,proj}.{weight,bias}, blocks.{i}.mlp.{fc,proj}.{weight,bias}, ln_f.{weight,bias},
-// lm_head.weight (only when untied); biases only when config.bias.
+// lm_head.weight (only when untied); biases only when config.bias. An NSA model (attention "nsa") adds per block
+// blocks.{i}.attn.nsa_gate.{weight,bias} (gate logits, 3 per head: compressed, selected, window) and
+// blocks.{i}.attn.{nsa_k,nsa_v}.{pos,weight} (the compressors).
 #pragma once
 #include <cstdint>
 #include <memory>

@@ -1,10 +1,12 @@
 #include "alpha/nn/gpt_config.h"
 
 #include <algorithm>
+#include <array>
 #include <cstdint>
 #include <fstream>
 #include <iterator>
 #include <limits>
+#include <utility>
 #include <vector>
 
 #include "alpha/core/error.h"
@@ -20,7 +22,12 @@ constexpr std::string_view kOp = "GPTConfig";
 
 constexpr std::string_view kFields[] = {"n_layer",        "n_embd",    "n_head",        "n_kv_head",     "block_size",
                                         "vocab_size",     "dropout",   "attn_softcap",  "logit_softcap", "bias",
-                                        "tie_embeddings", "attention", "layernorm_eps", "init_std",      "seed"};
+                                        "tie_embeddings", "attention", "layernorm_eps", "init_std",      "seed",
+                                        "nsa_block",      "nsa_stride", "nsa_select_block", "nsa_select_count",
+                                        "nsa_window"};
+// The fields an NSA model adds (kFields' last five).
+constexpr std::string_view kNsaFields[] = {"nsa_block", "nsa_stride", "nsa_select_block", "nsa_select_count",
+                                           "nsa_window"};
 constexpr std::string_view kRequired[] = {"n_layer", "n_embd", "n_head", "block_size", "vocab_size"};
 
 std::string json_desc(const json& v) { return std::string(v.type_name()) + " " + v.dump(); }
@@ -67,6 +74,15 @@ void require_non_negative(double value, std::string_view field, std::string_view
   if (!(value >= 0.0)) raise<ConfigError>(kOp, field, meaning, std::to_string(value));
 }
 
+// The NSA fields with their values, in kNsaFields' order.
+std::array<std::pair<std::string_view, int64_t>, 5> nsa_values(const GPTConfig& c) {
+  return {{{kNsaFields[0], c.nsa_block},
+           {kNsaFields[1], c.nsa_stride},
+           {kNsaFields[2], c.nsa_select_block},
+           {kNsaFields[3], c.nsa_select_count},
+           {kNsaFields[4], c.nsa_window}}};
+}
+
 }  // namespace
 
 void GPTConfig::validate() const {
@@ -90,6 +106,13 @@ void GPTConfig::validate() const {
   if (std::find(std::begin(kAttentionKinds), std::end(kAttentionKinds), attention) == std::end(kAttentionKinds))
     raise<ConfigError>(kOp, "attention", "one of \"auto\", \"reference\", \"flash\", \"nsa\"", "\"" + attention + "\"");
   if (!(layernorm_eps > 0.0)) raise<ConfigError>(kOp, "layernorm_eps", "a value > 0", std::to_string(layernorm_eps));
+  for (auto [field, value] : nsa_values(*this)) require_positive(value, field);
+  if (nsa_select_count < 3)
+    raise<ConfigError>(kOp, "nsa_select_count", "at least 3 (the first and the two local blocks are always kept)",
+                       std::to_string(nsa_select_count));
+  if (attention == "nsa" && attn_softcap != 0.0)
+    raise<ConfigError>(kOp, "attn_softcap", "0 with attention \"nsa\" (NSA has no softcap)",
+                       std::to_string(attn_softcap));
   if (!(init_std > 0.0)) raise<ConfigError>(kOp, "init_std", "a value > 0", std::to_string(init_std));
 }
 
@@ -119,26 +142,36 @@ GPTConfig GPTConfig::from_json(const json& j) {
   if (j.contains("layernorm_eps")) c.layernorm_eps = read_double(j.at("layernorm_eps"), "layernorm_eps");
   if (j.contains("init_std")) c.init_std = read_double(j.at("init_std"), "init_std");
   if (j.contains("seed")) c.seed = read_unsigned(j.at("seed"), "seed");
+  int64_t* nsa_slots[] = {&c.nsa_block, &c.nsa_stride, &c.nsa_select_block, &c.nsa_select_count, &c.nsa_window};
+  for (size_t i = 0; i < std::size(kNsaFields); ++i) {
+    if (!j.contains(kNsaFields[i])) continue;
+    if (c.attention != "nsa")
+      raise<ConfigError>(kOp, kNsaFields[i], "no value unless \"attention\" is \"nsa\"", "\"" + c.attention + "\"");
+    *nsa_slots[i] = read_int(j.at(kNsaFields[i]), kNsaFields[i]);
+  }
   c.validate();
   return c;
 }
 
 json GPTConfig::to_json() const {
-  return json{{"n_layer", n_layer},
-              {"n_embd", n_embd},
-              {"n_head", n_head},
-              {"n_kv_head", n_kv_head},
-              {"block_size", block_size},
-              {"vocab_size", vocab_size},
-              {"dropout", dropout},
-              {"attn_softcap", attn_softcap},
-              {"logit_softcap", logit_softcap},
-              {"bias", bias},
-              {"tie_embeddings", tie_embeddings},
-              {"attention", attention},
-              {"layernorm_eps", layernorm_eps},
-              {"init_std", init_std},
-              {"seed", seed}};
+  json j{{"n_layer", n_layer},
+         {"n_embd", n_embd},
+         {"n_head", n_head},
+         {"n_kv_head", n_kv_head},
+         {"block_size", block_size},
+         {"vocab_size", vocab_size},
+         {"dropout", dropout},
+         {"attn_softcap", attn_softcap},
+         {"logit_softcap", logit_softcap},
+         {"bias", bias},
+         {"tie_embeddings", tie_embeddings},
+         {"attention", attention},
+         {"layernorm_eps", layernorm_eps},
+         {"init_std", init_std},
+         {"seed", seed}};
+  if (attention == "nsa")
+    for (auto [field, value] : nsa_values(*this)) j[std::string(field)] = value;
+  return j;
 }
 
 GPTConfig parse_gpt_config(std::string_view text, const std::string& origin) {

@@ -27,6 +27,13 @@ struct GPTConfig {
   double layernorm_eps = 1e-5;
   double init_std = 0.02;
   uint64_t seed = 1337;  // parameter initialisation and dropout masks
+  // Native Sparse Attention (attention = "nsa"; ops/nsa.h): compression block length l and stride d, selection
+  // block length l' and count n (>= 3), sliding window w. JSON carries them only for an NSA model.
+  int64_t nsa_block = 32;
+  int64_t nsa_stride = 16;
+  int64_t nsa_select_block = 64;
+  int64_t nsa_select_count = 16;
+  int64_t nsa_window = 512;
 
   int64_t head_dim() const { return n_embd / n_head; }
 
@@ -42,7 +49,8 @@ struct GPTConfig {
 
 // The attention implementations a config may name.
 // "auto": flash attention on a GPU, the reference (materialising) attention on the CPU; "reference": the
-// materialising attention on either device; "flash": the flash kernels (a GPU only).
+// materialising attention on either device; "flash": the flash kernels (a GPU only); "nsa": Native Sparse
+// Attention (the CPU reference only, so far).
 inline constexpr std::string_view kAttentionKinds[] = {"auto", "reference", "flash", "nsa"};
 
 // Reads and validates a config file; an unreadable file raises IOError, bad JSON or values ConfigError

@@ -44,6 +44,15 @@ autograd::Variable LayerNorm::forward(const autograd::Variable& x) const {
                              bias_ ? options_.for_compute(*bias_) : autograd::Variable(), eps_);
 }
 
+NsaCompressor::NsaCompressor(std::string prefix, int64_t block, int64_t features, double init_std,
+                             const ParameterOptions& options)
+    : Module(std::move(prefix)), options_(options) {
+  pos_ = &add_parameter("pos", normal_init(child_prefix("pos"), {block, features}, init_std, options), false);
+  weight_ =
+      &add_parameter("weight", normal_init(child_prefix("weight"), {features, block * features}, init_std, options),
+                     /*decay=*/true);
+}
+
 Embedding::Embedding(std::string prefix, int64_t num, int64_t dim, double init_std, const ParameterOptions& options)
     : Module(std::move(prefix)), options_(options) {
   weight_ = &add_parameter("weight", normal_init(child_prefix("weight"), {num, dim}, init_std, options), false);

@@ -1,4 +1,4 @@
-// The parameterised building blocks of the GPT: Linear, LayerNorm, Embedding. Weight decay applies to
+// The parameterised building blocks of the GPT: Linear, LayerNorm, Embedding, NsaCompressor. Weight decay applies to
 // linear weights only; biases, norm gains and embedding tables are registered without it.
 #pragma once
 #include <cstdint>
@@ -57,6 +57,22 @@ class LayerNorm : public Module {
   autograd::Variable* weight_;
   autograd::Variable* bias_ = nullptr;
   double eps_;
+  ParameterOptions options_;
+};
+
+// NSA's compressor of one operand (k or v; ops/nsa.h): a per-position embedding pos [block, features] added to
+// each block's rows, then a linear map weight [features, block·features] of the flattened block, both
+// ~ normal(0, init_std); weight decay applies to the weight.
+class NsaCompressor : public Module {
+ public:
+  NsaCompressor(std::string prefix, int64_t block, int64_t features, double init_std, const ParameterOptions& options);
+  // The parameters as the computation takes them (cast to the compute dtype).
+  autograd::Variable compute_pos() const { return options_.for_compute(*pos_); }
+  autograd::Variable compute_weight() const { return options_.for_compute(*weight_); }
+
+ private:
+  autograd::Variable* pos_;
+  autograd::Variable* weight_;
   ParameterOptions options_;
 };
 
