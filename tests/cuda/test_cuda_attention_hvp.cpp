@@ -64,11 +64,14 @@ std::vector<double> flat(const ops::AttentionHvp& h) {
   return all;
 }
 
-// Every element within tol.abs·max|want| + tol.rel·|want|.
+// Every element within tol.abs·max|want| + tol.rel·|want|. A vanishing HVP (one key: O = v is linear in the
+// inputs) has no scale of its own; what the difference quotient returns there is the rounding of O(1)
+// gradients over 2·eps, judged per unit.
 ::testing::AssertionResult close_to(const std::vector<double>& got, const std::vector<double>& want,
                                     test::Tolerance tol) {
   double scale = 0, worst = 0;
   for (double w : want) scale = std::max(scale, std::abs(w));
+  if (scale == 0) scale = 1;
   size_t worst_at = 0;
   bool ok = got.size() == want.size();
   for (size_t i = 0; ok && i < got.size(); ++i) {

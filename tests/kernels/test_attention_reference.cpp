@@ -403,6 +403,12 @@ TEST(AttentionReferenceOps, BadInputsRaise) {
                      "'config.window_left'", "-2");
   EXPECT_ALPHA_ERROR(ops::attention_materialized(q, k, v, with([](auto& c) { c.window_right = -7; })), ValueError,
                      kOp, "'config.window_right'", "-7");
+  // The atomic-dQ backward is not audited for constant time: asking for both is refused before anything runs.
+  EXPECT_ALPHA_ERROR(ops::attention_materialized(q, k, v, with([](auto& c) {
+                       c.constant_time = true;
+                       c.deterministic = false;
+                     })),
+                     ValueError, kOp, "'config.deterministic'", "constant_time");
 
   constexpr const char* kBackOp = "[attention_materialized_backward]";
   ops::AttentionOutput fwd = ops::attention_materialized(q, k, v, ok);

@@ -11,7 +11,9 @@
 // e and e·tS to T before its products as FlashAttention rounds P: their error against the f64 reference may
 // be at most twice that of the naive JVP computed in the same precision on the same inputs
 // (naive_low_precision_attention_jvp), plus a floor that takes the row's f32 abs. The saved-statistics form
-// (the FMA kernel, P and P·tS in f32: one rounding of each output to T) by the row's bf16/f16 entry, stricter.
+// (the FMA kernel, P and P·tS in f32: one rounding of each output to T) by the row's bf16/f16 entry, stricter;
+// in bf16/f16 it runs a second time on the tensor-core kernel (args.tensor_cores, what ops::attention_jvp
+// runs), which rounds P and P·tS to T before its products, judged by the naive rule as the fused form.
 // The statistics are f32 for every dtype: the f32 row.
 // The cases cover the three head-dimension buckets and their tile shapes (D = 1, 5, 32, 48, 64, 96, 128,
 // 256; Dv != D within and across buckets), lengths that are not multiples of the tiles (1, 17, 127, 1000,
@@ -131,6 +133,14 @@ void check_case(Context& ctx, const AttentionCase& c) {
                                                                 sum_in.data<double>(), want_tangent.data<double>(),
                                                                 params64});
   ctx.compare(name + ".saved.tangent_out", tangent, want_tangent, kRow);
+  if constexpr (low_precision) {
+    Tensor tangent_mma = ctx.poisoned(out_shape, dtype);
+    kernels::cuda::attention_jvp(
+        kernels::AttentionJvpArgs<T>{inputs, g_out.data<T>(), g_max.data<float>(), g_sum.data<float>(),
+                                     tangent_mma.data<T>(), params, /*tensor_cores=*/true},
+        ctx.stream());
+    judge(".saved_tensor_cores.tangent_out", tangent_mma, want_tangent, naive.tangent_out);
+  }
 }
 
 }  // namespace
