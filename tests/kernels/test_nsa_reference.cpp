@@ -284,6 +284,15 @@ TEST_P(NsaReference, ForwardMatchesNaiveOracle) {
   }
 }
 
+// got against want with the "nsa" row, its abs per unit of max|want| where that exceeds 1: the compressor's weight
+// gradients sum over every block of the batch, and their f32 rounding grows with those sums (tolerances.h).
+::testing::AssertionResult close_per_max(const Tensor& got, const Tensor& want) {
+  const test::Tolerance tol = test::tolerance("nsa", got.dtype());
+  double largest = 1;
+  for (double x : want.to_vector<double>()) largest = std::max(largest, std::fabs(x));
+  return all_close(got, want, test::Tolerance{tol.abs * largest, tol.rel});
+}
+
 // The gradients of every input in f32 against f64 on the same inputs (the bar: relative error below 1e-3),
 // both through the kernels into poisoned outputs; ops::nsa_backward returns the same.
 TEST_P(NsaReference, F32GradientsMatchF64) {
@@ -296,7 +305,7 @@ TEST_P(NsaReference, F32GradientsMatchF64) {
   ASSERT_TRUE(test::bit_equal(got.forward.selected, want.forward.selected)) << "f32 chose other blocks than f64";
   const char* names[] = {"dq", "dk", "dv", "dgates", "dk_pos", "dk_weight", "dv_pos", "dv_weight"};
   std::vector<Tensor> g32 = got.grads.list(), g64 = want.grads.list();
-  for (size_t i = 0; i < g32.size(); ++i) EXPECT_TRUE(all_close(g32[i], g64[i], "nsa")) << names[i];
+  for (size_t i = 0; i < g32.size(); ++i) EXPECT_TRUE(close_per_max(g32[i], g64[i])) << names[i];
   ops::NsaOutput fwd = ops::nsa(in32, c.config);
   std::vector<Tensor> via_ops = ops::nsa_backward(dout64.to(DType::f32), in32, fwd, c.config).list();
   for (size_t i = 0; i < g32.size(); ++i) EXPECT_TRUE(test::bit_equal(via_ops[i], g32[i])) << names[i];

@@ -72,10 +72,12 @@ inline constexpr ToleranceRow kTolerances[] = {
     // Analytic gradients (f64) against central finite differences.
     {"gradcheck", DType::f64, {1e-6, 1e-5}},
     // NSA (kernels/nsa_reference.h): the reference against the naive f64 oracle, and f32 against f64 on the
-    // same inputs (the bar is a relative error below 1e-3). f32: dot products over D <= 8, softmax
+    // same inputs (the bar is a relative error below 1e-3). f32: dot products over D <= 16, softmax
     // sums over up to ~1000 keys, the compressor's l·D-term products, and gradient sums over the group's
     // queries and (for the compressor's weights) every block of every batch: found within 7.1e-7 absolute on
-    // O(1) outputs and 3.2e-6 on the compressor's weight gradients (its largest sums): abs 1e-5, rel 1e-4.
+    // O(1) outputs and 3.2e-6 on the compressor's weight gradients at T <= 65: abs 1e-5, rel 1e-4. Gradients
+    // take abs per unit of their largest |want| where that exceeds 1 (the test scales it): the compressor's
+    // weight gradients grow with T (up to 39 at T = 2051, G = 4, where the error was 5.1e-5, 1.3e-6 of it).
     // f64: the oracle sums in the kernel's order and was found bit-identical; the row leaves room for another.
     {"nsa", DType::f32, {1e-5, 1e-4}},
     {"nsa", DType::f64, {1e-12, 1e-11}},
