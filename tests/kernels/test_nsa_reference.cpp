@@ -3,8 +3,8 @@
 // an explicit token-overlap test, and the top-n by a full sort. The kernels run directly into NaN-poisoned outputs.
 // Also: the window branch and (with stride 1) the compressed branch against the dense reference attention; forced
 // blocks and the tie-break; f32 against f64; finite-difference gradient checks of every input in f64, one branch at a
-// time first (B = H = 1, T = 32), with a K that is the identity, then lengths 63, 64, 65 and GQA groups 1, 2, 4; the
-// same bits at any thread count; bad inputs.
+// time first (B = H = 1, T = 32), with a K that is the identity, then lengths 63, 64, 65 and GQA groups 1, 2, 4; fused
+// and head-major layouts; the same bits at any thread count; bad inputs.
 #include <gtest/gtest.h>
 #include <omp.h>
 
@@ -450,6 +450,33 @@ TEST(NsaReferenceOps, IdenticalAcrossThreadCounts) {
       continue;
     }
     for (size_t i = 0; i < results.size(); ++i) EXPECT_TRUE(test::bit_equal(results[i], first[i])) << threads;
+  }
+}
+
+// q, k and v as slices of one fused qkv tensor, and as head-major tensors transposed to [B, T, H, D]: the same
+// bits as contiguous copies, forward and backward (a wrong stride order for K is the classic NSA bug).
+TEST(NsaReferenceOps, StridedInputsMatchContiguous) {
+  const NsaCase c{"strided", 2, 23, 4, 2, 3, 3, nsa_config(4, 2, 4, 3, 5)};
+  ops::NsaInputs base = make_inputs(c, DType::f64);
+  Tensor qkv = random({2, 23, 8, 3}, DType::f64);
+  ops::NsaInputs fused = base, head_major = base;
+  fused.q = qkv.slice(2, 0, 4);
+  fused.k = qkv.slice(2, 4, 6);
+  fused.v = qkv.slice(2, 6, 8);
+  head_major.q = random({2, 4, 23, 3}, DType::f64).transpose(1, 2);
+  head_major.k = random({2, 2, 23, 3}, DType::f64).transpose(1, 2);
+  head_major.v = random({2, 2, 23, 3}, DType::f64).transpose(1, 2);
+  Tensor dout = random({2, 23, 4, 3}, DType::f64);
+  for (const ops::NsaInputs& strided : {fused, head_major}) {
+    ops::NsaInputs dense = strided;
+    dense.q = strided.q.contiguous();
+    dense.k = strided.k.contiguous();
+    dense.v = strided.v.contiguous();
+    ops::NsaOutput got = ops::nsa(strided, c.config), want = ops::nsa(dense, c.config);
+    EXPECT_TRUE(test::bit_equal(got.out, want.out));
+    std::vector<Tensor> g = ops::nsa_backward(dout, strided, got, c.config).list();
+    std::vector<Tensor> w = ops::nsa_backward(dout, dense, want, c.config).list();
+    for (size_t i = 0; i < g.size(); ++i) EXPECT_TRUE(test::bit_equal(g[i], w[i])) << i;
   }
 }
 
