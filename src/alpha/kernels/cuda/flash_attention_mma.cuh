@@ -26,6 +26,7 @@
 namespace alpha::kernels::cuda {
 
 inline constexpr float kLog2e = 1.4426950408889634f;
+inline constexpr float kLn2 = 0.6931471805599453f;
 
 // The kernels' bucket for D and Dv (raises ShapeError for what the kernels cannot take).
 template <class T>
@@ -108,6 +109,13 @@ template <class T>
 __device__ __forceinline__ float attention_logit(const AttentionParams<T>& p, Softcap c, float dot) {
   const float s = dot * p.scale;
   return c.cap > 0 ? c.cap * fast_tanh(s * c.inverse) : s;
+}
+
+// The same logit times log2 e, as exp2 takes it: without a softcap one multiply by scale_log2 = scale·log2 e.
+template <class T>
+__device__ __forceinline__ float attention_logit_log2(const AttentionParams<T>& p, Softcap c, float scale_log2,
+                                                      float dot) {
+  return c.cap > 0 ? kLog2e * c.cap * fast_tanh(dot * p.scale * c.inverse) : dot * scale_log2;
 }
 
 // A block's batch entry and heads from its grid row: blockIdx.y = b·H + head, with H = Hq (head a query

@@ -34,10 +34,12 @@ constexpr int kThreads = 32 * kWarps;
 // more often, at the price of registers), and the width of the tiles a block streams (queries for
 // key_grads, keys for query_grads). One set for every bucket: on an H100 (2026-11-22, B·T 16384, T 2048,
 // D 64 and 128, causal and not, both backwards) it beat {2 key tiles, stream 16}, {stream 64} and {2 key
-// tiles, stream 32} at D 64, and at D 128 the earlier {2 query tiles, stream 16} by 8-14%.
+// tiles, stream 32} at D 64, and at D 128 the earlier {2 query tiles, stream 16} by 8-14%. kMinBlocks: the
+// blocks per SM the register allocation must allow (three fit at D <= 64; left free, the compiler spends
+// registers on scheduling freedom and one block fewer fits).
 template <int kHeadDim>
 struct BackwardTraits {
-  static constexpr int kKeyTiles = 1, kQueryTiles = 1, kStream = 32;
+  static constexpr int kKeyTiles = 1, kQueryTiles = 1, kStream = 32, kMinBlocks = kHeadDim <= 64 ? 3 : 1;
 };
 
 // A kernel's shared memory: two held tiles of kHeld rows (K, V or Q, dO), two stages of two streamed tiles,
@@ -145,7 +147,7 @@ __device__ __forceinline__ void add_query_grads(const AttentionParams<T>& p, DsT
 // kAtomicDq: also adds the block's dQ share into dq_sum (the non-deterministic backward); else dq_sum is
 // unused.
 template <class T, int kHeadDim, bool kAtomicDq>
-__global__ void __launch_bounds__(kThreads)
+__global__ void __launch_bounds__(kThreads, BackwardTraits<kHeadDim>::kMinBlocks)
     key_grads_kernel(AttentionBackwardArgs<T> a, const float* delta, float* dq_sum) {
   using Shape = KeyShape<kHeadDim>;
   constexpr int kM = BackwardTraits<kHeadDim>::kKeyTiles, kQ = Shape::kStream, kN = kQ / 8, kO = kHeadDim / 8;
@@ -218,29 +220,35 @@ __global__ void __launch_bounds__(kThreads)
     warp_product_abt<T, kM, kN, kHeadDim>(dpt, v_tile, key_row0, do_tiles.next(stage), 0, lane);
 
     const int64_t last_row = tile_last_row(i0, kQ, p.q_len);
-    const bool masked =
-        !(j0 >= visible_key_range(p, last_row).begin && j0 + Shape::kRows <= visible_key_range(p, i0).end);
+    // Per entry: P̃ and dS_raw; blocks wholly visible to the tile's queries skip the mask (the variant
+    // depends on positions only).
+    auto entry_step = [&]<bool kMasked>() {
 #pragma unroll
-    for (int n = 0; n < kN; ++n)
+      for (int n = 0; n < kN; ++n)
 #pragma unroll
-      for (int col_bit = 0; col_bit < 2; ++col_bit) {
-        const int col = fragment_col(lane, n, col_bit);
-        const float lse2 = lse2_rows[stage * kQ + col], row_delta = delta_rows[stage * kQ + col];
-        const int64_t i = i0 + col;
+        for (int col_bit = 0; col_bit < 2; ++col_bit) {
+          const int col = fragment_col(lane, n, col_bit);
+          const float lse2 = lse2_rows[stage * kQ + col], row_delta = delta_rows[stage * kQ + col];
+          const int64_t i = i0 + col;
 #pragma unroll
-        for (int m = 0; m < kM; ++m)
+          for (int m = 0; m < kM; ++m)
 #pragma unroll
-          for (int x = col_bit; x < 4; x += 2) {
-            const int64_t j = j0 + key_row0 + 16 * m + fragment_row(lane, x);
-            EntryGrad e{0.0f, 0.0f};
-            if (!masked || mma_visible(p, i, j)) {
-              const float z = p.dropout_p > 0 && i < p.q_len ? attention_dropout_factor(p, bh, i, j) : 1.0f;
-              e = entry_gradient(p, softcap, scale_log2, st[m][n].x[x], dpt[m][n].x[x], lse2, row_delta, z);
+            for (int x = col_bit; x < 4; x += 2) {
+              const int64_t j = j0 + key_row0 + 16 * m + fragment_row(lane, x);
+              EntryGrad e{0.0f, 0.0f};
+              if (!kMasked || mma_visible(p, i, j)) {
+                const float z = p.dropout_p > 0 && i < p.q_len ? attention_dropout_factor(p, bh, i, j) : 1.0f;
+                e = entry_gradient(p, softcap, scale_log2, st[m][n].x[x], dpt[m][n].x[x], lse2, row_delta, z);
+              }
+              st[m][n].x[x] = e.prob_dropped;
+              dpt[m][n].x[x] = e.dscore;
             }
-            st[m][n].x[x] = e.prob_dropped;
-            dpt[m][n].x[x] = e.dscore;
-          }
-      }
+        }
+    };
+    if (j0 >= visible_key_range(p, last_row).begin && j0 + Shape::kRows <= visible_key_range(p, i0).end)
+      entry_step.template operator()<false>();
+    else
+      entry_step.template operator()<true>();
 
     FragA probs[kM][kN / 2], dscores[kM][kN / 2];
     to_a_fragments<T>(probs, st);
@@ -265,7 +273,8 @@ __global__ void __launch_bounds__(kThreads)
 }
 
 template <class T, int kHeadDim>
-__global__ void __launch_bounds__(kThreads) query_grads_kernel(AttentionBackwardArgs<T> a, const float* delta) {
+__global__ void __launch_bounds__(kThreads, BackwardTraits<kHeadDim>::kMinBlocks)
+    query_grads_kernel(AttentionBackwardArgs<T> a, const float* delta) {
   using Shape = QueryShape<kHeadDim>;
   constexpr int kM = BackwardTraits<kHeadDim>::kQueryTiles, kK = Shape::kStream, kN = kK / 8, kO = kHeadDim / 8;
   extern __shared__ __align__(16) uint16_t shared[];
@@ -326,24 +335,29 @@ __global__ void __launch_bounds__(kThreads) query_grads_kernel(AttentionBackward
     warp_product_abt<T, kM, kN, kHeadDim>(s, q_tile, row0, k_tiles.next(stage), 0, lane);
     warp_product_abt<T, kM, kN, kHeadDim>(dp, do_tile, row0, v_tiles.next(stage), 0, lane);
 
-    const bool masked = !(j0 >= whole_begin && j0 + kK <= whole_end);
+    auto entry_step = [&]<bool kMasked>() {  // as key_grads'
 #pragma unroll
-    for (int m = 0; m < kM; ++m)
+      for (int m = 0; m < kM; ++m)
 #pragma unroll
-      for (int n = 0; n < kN; ++n)
+        for (int n = 0; n < kN; ++n)
 #pragma unroll
-        for (int x = 0; x < 4; ++x) {
-          const int half = x / 2;
-          const int64_t i = i0 + row0 + 16 * m + fragment_row(lane, x), j = j0 + fragment_col(lane, n, x);
-          float dscore = 0.0f;
-          if (!masked || mma_visible(p, i, j)) {
-            const float z = p.dropout_p > 0 && i < p.q_len ? attention_dropout_factor(p, bh, i, j) : 1.0f;
-            dscore = entry_gradient(p, softcap, scale_log2, s[m][n].x[x], dp[m][n].x[x], lse2[m][half],
-                                    row_delta[m][half], z)
-                         .dscore;
+          for (int x = 0; x < 4; ++x) {
+            const int half = x / 2;
+            const int64_t i = i0 + row0 + 16 * m + fragment_row(lane, x), j = j0 + fragment_col(lane, n, x);
+            float dscore = 0.0f;
+            if (!kMasked || mma_visible(p, i, j)) {
+              const float z = p.dropout_p > 0 && i < p.q_len ? attention_dropout_factor(p, bh, i, j) : 1.0f;
+              dscore = entry_gradient(p, softcap, scale_log2, s[m][n].x[x], dp[m][n].x[x], lse2[m][half],
+                                      row_delta[m][half], z)
+                           .dscore;
+            }
+            s[m][n].x[x] = dscore;
           }
-          s[m][n].x[x] = dscore;
-        }
+    };
+    if (j0 >= whole_begin && j0 + kK <= whole_end)
+      entry_step.template operator()<false>();
+    else
+      entry_step.template operator()<true>();
 
     FragA dscores[kM][kN / 2];
     to_a_fragments<T>(dscores, s);

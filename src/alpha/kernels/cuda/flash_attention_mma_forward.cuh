@@ -8,8 +8,10 @@
 // The block stages its Q tile in shared memory once and streams the key tiles of the tile's visible range
 // through a two-stage cp.async ring (tile t + 1 loads while tile t computes). Per key tile, per warp:
 //   S = Q·Kᵀ on the tensor cores, into f32 registers (kMTiles × kKeys/8 C fragments);
-//   S = softcap(S·scale), masked to −inf where the tile is not wholly visible to the block's rows;
-//   online softmax in f32: m_new = max(m, rowmax S), O and l rescaled by exp(m − m_new), P = exp(S − m_new);
+//   S = softcap(S·scale), masked to −inf where the tile is not wholly visible to the block's rows (tiles
+//   that are skip the mask's work);
+//   online softmax in f32, in base 2 (S·log2 e, exp2): m_new = max(m, rowmax S), O and l rescaled by
+//   exp(m − m_new), P = exp(S − m_new);
 //   l += rowsum P (undropped), P̃ = P∘Z with the reference's Philox mask;
 //   O += P̃·V, P̃ rounded to T in the registers that held S (the C → A fragment identity in mma.cuh).
 // At the end out = O / l, row_max = m, row_sum = l (a row that sees no key: m = −inf, l = 0, out 0).
@@ -40,26 +42,28 @@ __device__ __forceinline__ float leak_on_positive(float logit) {
 // (bench/flash_attention.py rows at T 512 and 4096, five variants side by side). Small blocks let two or
 // more share an SM, so one block's softmax overlaps another's products (a block's warps move through the
 // phases of a key tile together, between its barriers); two row tiles per warp at D 128 halve the K and V
-// fragments loaded from shared memory per product (at the price of a few spilled registers).
+// fragments loaded from shared memory per product (at the price of a few spilled registers). kMinBlocks
+// (blocks per SM the register allocation must allow) keeps the occupancy those tiles were measured at: left
+// free, the compiler spends registers on scheduling freedom and one block fewer fits.
 template <int kHeadDim>
 struct ForwardTraits {
-  static constexpr int kWarps = 4, kMTiles = 1, kKeys = 64;
+  static constexpr int kWarps = 4, kMTiles = 1, kKeys = 64, kMinBlocks = 3;
 };
 template <>
 struct ForwardTraits<32> {
-  static constexpr int kWarps = 4, kMTiles = 2, kKeys = 64;
+  static constexpr int kWarps = 4, kMTiles = 2, kKeys = 64, kMinBlocks = 2;
 };
 template <>
 struct ForwardTraits<256> {
-  static constexpr int kWarps = 4, kMTiles = 1, kKeys = 32;
+  static constexpr int kWarps = 4, kMTiles = 1, kKeys = 32, kMinBlocks = 1;
 };
 template <>
 struct ForwardTraits<64> {
-  static constexpr int kWarps = 8, kMTiles = 1, kKeys = 64;
+  static constexpr int kWarps = 8, kMTiles = 1, kKeys = 64, kMinBlocks = 2;
 };
 template <>
 struct ForwardTraits<128> {
-  static constexpr int kWarps = 4, kMTiles = 2, kKeys = 32;
+  static constexpr int kWarps = 4, kMTiles = 2, kKeys = 32, kMinBlocks = 1;
 };
 
 template <int kHeadDim>
@@ -73,7 +77,8 @@ struct ForwardShape {
 };
 
 template <class T, int kHeadDim, bool kLeakyControl = false>
-__global__ void __launch_bounds__(ForwardShape<kHeadDim>::kThreads) mma_forward_kernel(AttentionForwardArgs<T> a) {
+__global__ void __launch_bounds__(ForwardShape<kHeadDim>::kThreads, ForwardTraits<kHeadDim>::kMinBlocks)
+    mma_forward_kernel(AttentionForwardArgs<T> a) {
   using Shape = ForwardShape<kHeadDim>;
   using Traits = typename Shape::Traits;
   constexpr int kM = Traits::kMTiles, kN = Traits::kKeys / 8, kO = kHeadDim / 8;
@@ -98,6 +103,7 @@ __global__ void __launch_bounds__(ForwardShape<kHeadDim>::kThreads) mma_forward_
   const uint16_t* v_rows = bits(a.v) + b * p.v_strides.batch + kv_head * p.v_strides.head;
   const int d_qk = int(p.head_dim), d_v = int(p.value_dim);
   const Softcap softcap = softcap_of(p);
+  const float scale_log2 = p.scale * kLog2e;
   auto load_keys = [&](int64_t j0, int stage) {
     load_tile_async<Shape::kThreads>(k_tiles.next(stage), k_rows, p.k_strides.time, j0, p.kv_len, d_qk);
     load_tile_async<Shape::kThreads>(v_tiles.next(stage), v_rows, p.v_strides.time, j0, p.kv_len, d_v);
@@ -109,7 +115,8 @@ __global__ void __launch_bounds__(ForwardShape<kHeadDim>::kThreads) mma_forward_
   // This thread's rows: i0 + row0 + 16m + g + 8·half, for C fragment values x with half = x / 2.
   const int row0 = warp * 16 * kM;
 
-  float row_max[kM][2], row_sum[kM][2];  // row_sum: this thread's columns only, until the end
+  // row_max in base-2 units (m·log2 e) until the end; row_sum: this thread's columns only, until the end.
+  float row_max[kM][2], row_sum[kM][2];
   FragC acc[kM][kO];
   zero(acc);
 #pragma unroll
@@ -126,57 +133,66 @@ __global__ void __launch_bounds__(ForwardShape<kHeadDim>::kThreads) mma_forward_
     zero(s);
     warp_product_abt<T, kM, kN, kHeadDim>(s, q_tile, row0, k_tiles.next(stage), 0, lane);
 
-    const bool masked = !(j0 >= whole_begin && j0 + Traits::kKeys <= whole_end);
+    // The softmax step, in base-2 units (logits times log2 e, so that scale·log2 e is one multiply and
+    // exp2 takes the difference directly). Tiles wholly visible to every row of the block skip the mask's
+    // per-entry work: which variant runs depends on positions only, never on values.
+    auto softmax_step = [&]<bool kMasked>() {
 #pragma unroll
-    for (int m = 0; m < kM; ++m)
+      for (int m = 0; m < kM; ++m)
 #pragma unroll
-      for (int half = 0; half < 2; ++half) {
-        const int64_t i = i0 + row0 + 16 * m + g + 8 * half;
-        // The row's visible keys as columns of this tile, [first_col, end_col), where the tile needs a mask
-        // (worked out here rather than held across tiles: registers are what limits the tile size).
-        int first_col = 0, end_col = Traits::kKeys;
-        if (masked) {
-          const KeyRange keys = i < p.q_len ? visible_key_range(p, i) : KeyRange{0, 0};
-          first_col = int(max(keys.begin - j0, int64_t(-1)));
-          end_col = int(min(keys.end - j0, int64_t(Traits::kKeys)));
-        }
-        float tile_max = -INFINITY;
-#pragma unroll
-        for (int n = 0; n < kN; ++n)
-#pragma unroll
-          for (int x = 2 * half; x < 2 * half + 2; ++x) {
-            const int col = 8 * n + 2 * t + x % 2;
-            float logit = attention_logit(p, softcap, s[m][n].x[x]);
-            if (col < first_col || col >= end_col) logit = -INFINITY;
-            if constexpr (kLeakyControl) logit = leak_on_positive(logit);
-            s[m][n].x[x] = logit;
-            tile_max = fmaxf(tile_max, logit);
+        for (int half = 0; half < 2; ++half) {
+          const int64_t i = i0 + row0 + 16 * m + g + 8 * half;
+          // The row's visible keys as columns of this tile, [first_col, end_col) (worked out here rather
+          // than held across tiles: registers are what limits the tile size).
+          int first_col = 0, end_col = Traits::kKeys;
+          if constexpr (kMasked) {
+            const KeyRange keys = i < p.q_len ? visible_key_range(p, i) : KeyRange{0, 0};
+            first_col = int(max(keys.begin - j0, int64_t(-1)));
+            end_col = int(min(keys.end - j0, int64_t(Traits::kKeys)));
           }
-        tile_max = fmaxf(tile_max, __shfl_xor_sync(kFullWarp, tile_max, 1));
-        tile_max = fmaxf(tile_max, __shfl_xor_sync(kFullWarp, tile_max, 2));
-        const float new_max = fmaxf(row_max[m][half], tile_max);
-        const float base = select_float(new_max == -INFINITY, 0.0f, new_max);  // all masked so far: exps are 0
-        const float rescale = fast_exp2((row_max[m][half] - base) * kLog2e);
-        const float base_log2 = base * kLog2e;
-        row_max[m][half] = new_max;
-        row_sum[m][half] *= rescale;
-#pragma unroll
-        for (int n = 0; n < kO; ++n) acc[m][n].x[2 * half] *= rescale, acc[m][n].x[2 * half + 1] *= rescale;
-#pragma unroll
-        for (int n = 0; n < kN; ++n)
-#pragma unroll
-          for (int x = 2 * half; x < 2 * half + 2; ++x) {
-            const float prob = fast_exp2(fmaf(s[m][n].x[x], kLog2e, -base_log2));
-            row_sum[m][half] += prob;
-            s[m][n].x[x] = prob;
-          }
-        if (p.dropout_p > 0 && i < p.q_len)
+          float tile_max = -INFINITY;
 #pragma unroll
           for (int n = 0; n < kN; ++n)
 #pragma unroll
-            for (int x = 2 * half; x < 2 * half + 2; ++x)
-              s[m][n].x[x] *= attention_dropout_factor(p, bh, i, j0 + 8 * n + 2 * t + x % 2);
-      }
+            for (int x = 2 * half; x < 2 * half + 2; ++x) {
+              float logit = attention_logit_log2(p, softcap, scale_log2, s[m][n].x[x]);
+              if constexpr (kMasked) {
+                const int col = 8 * n + 2 * t + x % 2;
+                if (col < first_col || col >= end_col) logit = -INFINITY;
+              }
+              if constexpr (kLeakyControl) logit = leak_on_positive(logit);
+              s[m][n].x[x] = logit;
+              tile_max = fmaxf(tile_max, logit);
+            }
+          tile_max = fmaxf(tile_max, __shfl_xor_sync(kFullWarp, tile_max, 1));
+          tile_max = fmaxf(tile_max, __shfl_xor_sync(kFullWarp, tile_max, 2));
+          const float new_max = fmaxf(row_max[m][half], tile_max);
+          const float base = select_float(new_max == -INFINITY, 0.0f, new_max);  // all masked so far: exps are 0
+          const float rescale = fast_exp2(row_max[m][half] - base);
+          row_max[m][half] = new_max;
+          row_sum[m][half] *= rescale;
+#pragma unroll
+          for (int n = 0; n < kO; ++n) acc[m][n].x[2 * half] *= rescale, acc[m][n].x[2 * half + 1] *= rescale;
+#pragma unroll
+          for (int n = 0; n < kN; ++n)
+#pragma unroll
+            for (int x = 2 * half; x < 2 * half + 2; ++x) {
+              const float prob = fast_exp2(s[m][n].x[x] - base);
+              row_sum[m][half] += prob;
+              s[m][n].x[x] = prob;
+            }
+          if (p.dropout_p > 0 && i < p.q_len)
+#pragma unroll
+            for (int n = 0; n < kN; ++n)
+#pragma unroll
+              for (int x = 2 * half; x < 2 * half + 2; ++x)
+                s[m][n].x[x] *= attention_dropout_factor(p, bh, i, j0 + 8 * n + 2 * t + x % 2);
+        }
+    };
+    if (j0 >= whole_begin && j0 + Traits::kKeys <= whole_end)
+      softmax_step.template operator()<false>();
+    else
+      softmax_step.template operator()<true>();
 
     FragA probs[kM][kN / 2];
     to_a_fragments<T>(probs, s);
@@ -204,7 +220,7 @@ __global__ void __launch_bounds__(ForwardShape<kHeadDim>::kThreads) mma_forward_
               pack2<T>(acc[m][n].x[2 * half] * inverse, acc[m][n].x[2 * half + 1] * inverse);
       }
       if (t == 0) {
-        a.row_max[bh * p.q_len + i] = row_max[m][half];
+        a.row_max[bh * p.q_len + i] = row_max[m][half] * kLn2;
         a.row_sum[bh * p.q_len + i] = sum;
       }
     }
