@@ -31,15 +31,20 @@ constexpr int kWarps = 4;
 constexpr int kThreads = 32 * kWarps;
 
 // 16-row tiles per warp in each kernel (more rows per warp reuse each B fragment loaded from shared memory
-// more often, at the price of registers), and the width of the tiles a block streams (queries for
-// key_grads, keys for query_grads). One set for every bucket: on an H100 (2026-11-22, B·T 16384, T 2048,
-// D 64 and 128, causal and not, both backwards) it beat {2 key tiles, stream 16}, {stream 64} and {2 key
-// tiles, stream 32} at D 64, and at D 128 the earlier {2 query tiles, stream 16} by 8-14%. kMinBlocks: the
-// blocks per SM the register allocation must allow (three fit at D <= 64; left free, the compiler spends
-// registers on scheduling freedom and one block fewer fits).
+// more often, at the price of registers), the width of the tiles a block streams (queries for key_grads,
+// keys for query_grads), and kMinBlocks, the blocks per SM the register allocation must allow (left free,
+// the compiler spends registers on scheduling freedom and fewer blocks fit). Measured on an H100
+// (2026-11-22, D 64 and 128 at T 512, 2048 and 8192, both backwards, five variants side by side in one run):
+// at D 64, streams of 16 with 4 blocks per SM beat streams of 32 with 3 by 19-32% at T 512 and lose 4-5% at
+// T >= 2048 (kept for the training shapes); two key or query tiles per warp and streams of 64 lost 10-45%.
+// At D 128 one set {stream 32} beat {2 query tiles, stream 16} by 8-14%; streams of 16 or 64 lost.
 template <int kHeadDim>
 struct BackwardTraits {
   static constexpr int kKeyTiles = 1, kQueryTiles = 1, kStream = 32, kMinBlocks = kHeadDim <= 64 ? 3 : 1;
+};
+template <>
+struct BackwardTraits<64> {
+  static constexpr int kKeyTiles = 1, kQueryTiles = 1, kStream = 16, kMinBlocks = 4;
 };
 
 // A kernel's shared memory: two held tiles of kHeld rows (K, V or Q, dO), two stages of two streamed tiles,

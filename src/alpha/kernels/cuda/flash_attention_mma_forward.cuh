@@ -38,13 +38,14 @@ __device__ __forceinline__ float leak_on_positive(float logit) {
   return logit + 0.0f * spin;
 }
 
-// Per bucket: warps per block, 16-row tiles per warp, keys per tile, as measured best on an H100
-// (bench/flash_attention.py rows at T 512 and 4096, five variants side by side). Small blocks let two or
-// more share an SM, so one block's softmax overlaps another's products (a block's warps move through the
-// phases of a key tile together, between its barriers); two row tiles per warp at D 128 halve the K and V
-// fragments loaded from shared memory per product (at the price of a few spilled registers). kMinBlocks
-// (blocks per SM the register allocation must allow) keeps the occupancy those tiles were measured at: left
-// free, the compiler spends registers on scheduling freedom and one block fewer fits.
+// Per bucket: warps per block, 16-row tiles per warp, keys per tile, and kMinBlocks, the blocks per SM the
+// register allocation must allow (left free, the compiler spends registers on scheduling freedom and fewer
+// blocks fit). Measured on an H100 (2026-11-22, D 64 and 128 at T 512, 2048 and 8192, five variants side by
+// side in one run): small blocks, several per SM, so that one block's softmax overlaps another's products (a
+// block's warps move through the phases of a key tile together, between its barriers). D 64: 4 warps × 16
+// rows, 4 blocks per SM, +3-12% over 8 warps, 2 per SM; two row tiles per warp (fewer K and V fragment
+// loads per product) lost 10-30% to the registers they take. D 128: 8 warps × 16 rows, 32 keys, +4-5% over
+// 4 warps × 32 rows.
 template <int kHeadDim>
 struct ForwardTraits {
   static constexpr int kWarps = 4, kMTiles = 1, kKeys = 64, kMinBlocks = 3;
@@ -59,11 +60,11 @@ struct ForwardTraits<256> {
 };
 template <>
 struct ForwardTraits<64> {
-  static constexpr int kWarps = 8, kMTiles = 1, kKeys = 64, kMinBlocks = 2;
+  static constexpr int kWarps = 4, kMTiles = 1, kKeys = 64, kMinBlocks = 4;
 };
 template <>
 struct ForwardTraits<128> {
-  static constexpr int kWarps = 4, kMTiles = 2, kKeys = 32, kMinBlocks = 1;
+  static constexpr int kWarps = 8, kMTiles = 1, kKeys = 32, kMinBlocks = 2;
 };
 
 template <int kHeadDim>
