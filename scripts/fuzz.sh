@@ -7,7 +7,8 @@
 # it to fuzz/corpus/<target>/ as crash_<what> and to a regression test (docs/SECURITY.md). New inputs the
 # fuzzer finds go to build/fuzz/corpus/<target>, never into the repository. SECONDS=0 runs each seed once.
 #
-# Usage: scripts/fuzz.sh [SECONDS] [TARGET...]      (make fuzz runs it with FUZZ_SECONDS, default 20)
+# FUZZ_SEED=N fixes libFuzzer's seed. Usage: scripts/fuzz.sh [SECONDS] [TARGET...]      (make fuzz runs it
+# with FUZZ_SECONDS, default 20)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 seconds=${1:-20}
@@ -30,6 +31,8 @@ run_target() {
   mkdir -p "$work"
   local args=(-timeout=10 -rss_limit_mb=2048 -print_final_stats=1 -artifact_prefix="build/fuzz/artifacts/$target-")
   if [ "$seconds" -gt 0 ]; then args+=(-max_total_time="$seconds"); else args+=(-runs=0); fi
+  # A fixed seed makes a run repeat the same mutations (CI's: a run that passed here explores the same inputs).
+  [ -n "${FUZZ_SEED:-}" ] && args+=(-seed="$FUZZ_SEED")
   case $target in
     safetensors|checkpoint_state|config|metrics_log) args+=(-dict=fuzz/json.dict) ;;
   esac

@@ -121,7 +121,12 @@ struct Tokenizer::Model {
   // Parses and checks a serialized model; `origin` names where it came from in errors.
   Model(std::string bytes, const std::string& origin) : serialized(std::move(bytes)) {
     constexpr std::string_view op = "Tokenizer::load";
-    auto status = sp.LoadFromSerializedProto(serialized);
+    sentencepiece::util::Status status;
+    try {
+      status = sp.LoadFromSerializedProto(serialized);
+    } catch (const std::exception& e) {  // SentencePiece's trie builder throws on some hostile pieces
+      raise_io(op, origin, -1, std::string("not a SentencePiece model: ") + e.what());
+    }
     if (!status.ok()) raise_io(op, origin, -1, std::string("not a SentencePiece model: ") + status.message());
     int n = sp.GetPieceSize();
     if (n > kMaxVocabSize)
