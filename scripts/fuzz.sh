@@ -31,7 +31,7 @@ run_target() {
   mkdir -p "$work"
   local args=(-timeout=10 -rss_limit_mb=2048 -print_final_stats=1 -artifact_prefix="build/fuzz/artifacts/$target-")
   if [ "$seconds" -gt 0 ]; then args+=(-max_total_time="$seconds"); else args+=(-runs=0); fi
-  # A fixed seed makes a run repeat the same mutations (CI's: a run that passed here explores the same inputs).
+  # A fixed seed makes every run walk the same sequence of mutations, as far as its time reaches.
   [ -n "${FUZZ_SEED:-}" ] && args+=(-seed="$FUZZ_SEED")
   case $target in
     safetensors|checkpoint_state|config|metrics_log) args+=(-dict=fuzz/json.dict) ;;
