@@ -2,9 +2,9 @@
 // as plain loops, the three branches as explicit [T, keys] masks with a dense softmax each, the selection scores from
 // an explicit token-overlap test, and the top-n by a full sort. The kernels run directly into NaN-poisoned outputs.
 // Also: the window branch and (with stride 1) the compressed branch against the dense reference attention; forced
-// blocks and the tie-break; f32 against f64; finite-difference gradient checks of every input in f64, one branch at a
-// time first (B = H = 1, T = 32), with a K that is the identity, then lengths 63, 64, 65 and GQA groups 1, 2, 4; fused
-// and head-major layouts; the same bits at any thread count; bad inputs.
+// blocks and the tie-break; f32 against f64 (both also at G 16); finite-difference gradient checks of every input in
+// f64, one branch at a time first (B = H = 1, T = 32), with a K that is the identity, then lengths 63, 64, 65 and GQA
+// groups 1, 2, 4; fused and head-major layouts; the same bits at any thread count; bad inputs.
 #include <gtest/gtest.h>
 #include <omp.h>
 
@@ -254,6 +254,7 @@ const NsaCase kCases[] = {
     {"t63_g1", 2, 63, 2, 2, 5, 3, nsa_config(8, 4, 8, 4, 12)},
     {"t64_g2", 1, 64, 4, 2, 4, 6, nsa_config(8, 4, 8, 5, 16)},
     {"t65_g4", 2, 65, 4, 1, 3, 4, nsa_config(8, 4, 8, 3, 9)},
+    {"t65_g16", 1, 65, 16, 1, 4, 4, nsa_config(8, 4, 8, 4, 12)},
     {"t65_g2_l_not_multiple_of_d", 1, 65, 2, 1, 4, 4, nsa_config(7, 3, 5, 4, 10, 0.7)},
     {"t64_paper_config_g2", 1, 64, 2, 1, 8, 8, nsa_config(32, 16, 64, 16, 512)},
     {"t65_paper_blocks_small_window", 1, 65, 2, 1, 8, 4, nsa_config(32, 16, 16, 3, 20)},
