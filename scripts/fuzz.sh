@@ -12,6 +12,10 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 seconds=${1:-20}
+if [ -n "${FUZZ_SEED:-}" ] && ! [[ $FUZZ_SEED =~ ^[0-9]+$ ]]; then
+  echo "fuzz: FUZZ_SEED must be a non-negative integer, got '$FUZZ_SEED'" >&2
+  exit 2
+fi
 [ $# -gt 0 ] && shift
 jobs=${JOBS:-$(nproc)}
 
