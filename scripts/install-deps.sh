@@ -7,7 +7,8 @@ packages=(build-essential cmake ninja-build pkg-config libopenblas-dev libsenten
           clang libclang-rt-dev libomp-dev llvm)  # make fuzz: libFuzzer and the sanitizer runtimes, OpenMP
                                                   # for clang, llvm-symbolizer for readable reports
 if [ "${ALPHA_PYTHON_TESTS:-1}" = 1 ]; then
-  packages+=(python3-torch python3-pip python3-venv)
+  packages+=(python3-torch python3-pip python3-venv
+             libtorch-dev pybind11-dev python3-pytest)  # python/ (alpha_attn): torch's C++ headers, pytest
 fi
 missing=()
 for p in "${packages[@]}"; do

@@ -41,7 +41,14 @@ Shape contiguous_strides(std::span<const int64_t> shape) {
 Storage::Storage(Device device, size_t bytes)
     : device_(device), bytes_(bytes), data_(allocator_for(device).allocate(std::max<size_t>(bytes, 1))) {}
 
-Storage::~Storage() { allocator_for(device_).free(data_); }
+Storage::Storage(Device device, void* data, size_t bytes, std::shared_ptr<void> owner)
+    : device_(device), bytes_(bytes), data_(data), owner_(std::move(owner)) {
+  if (!owner_) raise<ValueError>("Storage", "owner", "the owner of the borrowed memory", "none");
+}
+
+Storage::~Storage() {
+  if (!owner_) allocator_for(device_).free(data_);
+}
 
 Tensor::Tensor(std::shared_ptr<Storage> storage, Shape shape, Shape strides, int64_t offset, DType dtype)
     : storage_(std::move(storage)), shape_(std::move(shape)), strides_(std::move(strides)), offset_(offset),
@@ -60,6 +67,31 @@ Tensor Tensor::empty(Shape shape, DType dtype, Device device) {
   auto storage = std::make_shared<Storage>(device, bytes);
   Shape strides = contiguous_strides(shape);
   return Tensor(std::move(storage), std::move(shape), std::move(strides), 0, dtype);
+}
+
+Tensor Tensor::from_storage(std::shared_ptr<Storage> storage, Shape shape, Shape strides, int64_t offset, DType dtype) {
+  constexpr const char* op = "Tensor::from_storage";
+  if (!storage) raise<ValueError>(op, "storage", "a storage", "none");
+  if (strides.size() != shape.size())
+    raise<ShapeError>(op, "strides", std::to_string(shape.size()) + " strides for shape " + shape_str(shape),
+                      shape_str(strides));
+  // The lowest and highest element offsets the view reaches must lie in [0, bytes / element size).
+  int64_t lo = offset, hi = offset;
+  bool empty = false;
+  for (size_t d = 0; d < shape.size(); ++d) {
+    if (shape[d] < 0) raise<ShapeError>(op, "shape", "non-negative sizes", shape_str(shape));
+    if (shape[d] == 0) empty = true;
+    int64_t reach = 0;
+    if (__builtin_mul_overflow(strides[d], std::max<int64_t>(shape[d] - 1, 0), &reach))
+      raise<LayoutError>(op, "strides", "strides whose reach fits in 64 bits", shape_str(strides));
+    (reach < 0 ? lo : hi) += reach;
+  }
+  const int64_t capacity = int64_t(storage->bytes() / dtype_size(dtype));
+  if (!empty && (lo < 0 || hi >= capacity))
+    raise<LayoutError>(op, "strides", "a view inside the storage's " + std::to_string(capacity) + " elements",
+                       "elements " + std::to_string(lo) + ".." + std::to_string(hi) + " (shape " + shape_str(shape) +
+                           ", strides " + shape_str(strides) + ", offset " + std::to_string(offset) + ")");
+  return Tensor(std::move(storage), std::move(shape), std::move(strides), offset, dtype);
 }
 
 namespace {

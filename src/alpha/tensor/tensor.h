@@ -21,10 +21,12 @@ std::string shape_str(std::span<const int64_t> shape);
 int64_t shape_numel(std::span<const int64_t> shape);
 Shape contiguous_strides(std::span<const int64_t> shape);
 
-// Raw memory from a device's caching allocator, returned to it when the last tensor lets go.
+// Raw memory from a device's caching allocator, returned to it when the last tensor lets go; or memory
+// borrowed from another owner (a PyTorch tensor), kept alive by `owner` and never given to the allocator.
 class Storage {
  public:
   Storage(Device device, size_t bytes);
+  Storage(Device device, void* data, size_t bytes, std::shared_ptr<void> owner);
   ~Storage();
   Storage(const Storage&) = delete;
   Storage& operator=(const Storage&) = delete;
@@ -36,6 +38,7 @@ class Storage {
   Device device_;
   size_t bytes_;
   void* data_;
+  std::shared_ptr<void> owner_;  // set for borrowed memory
 };
 
 class Tensor {
@@ -52,6 +55,9 @@ class Tensor {
                        Device device = Device::cpu());
   template <class T>
   static Tensor from_vector(const std::vector<T>& values, Shape shape, Device device = Device::cpu());
+  // A view of existing storage (borrowed memory, no copy); raises LayoutError unless every element it
+  // reaches lies inside the storage.
+  static Tensor from_storage(std::shared_ptr<Storage> storage, Shape shape, Shape strides, int64_t offset, DType dtype);
 
   bool defined() const { return storage_ != nullptr; }
   DType dtype() const { return dtype_; }

@@ -1,0 +1,261 @@
+"""The raw ops and their autograd.
+
+Two routes to the same kernels (alpha_attn._C):
+- eager: torch.autograd.Function subclasses calling _C directly, with backward (Alpha's), jvp (Alpha's
+  JVP, for torch.func.jvp / jacfwd and torch.autograd.forward_ad) and a vmap rule (folds the vmapped
+  dimension into the batch);
+- torch.compile (torch >= 2.4): the same entry points registered as torch.library custom ops
+  (alpha_attn::attention_forward, ...), with fake implementations for tracing and register_autograd for
+  the backward, so the compiled graph holds them without a break. Dynamo refuses an autograd.Function that
+  defines jvp, which is why the compiled route is the custom op.
+On torch < 2.4 only the eager route exists (torch 1.13 has no custom_op; 1.13 also has no setup_context,
+so the Function there is the old-style forward(ctx, ...), which forward_ad supports but torch.func does not).
+"""
+from typing import List, Tuple
+
+import torch
+from torch import Tensor
+
+from . import _C
+
+HAS_CUSTOM_OP = hasattr(torch.library, "custom_op") and hasattr(torch.library, "register_autograd")
+HAS_SETUP_CONTEXT = hasattr(torch.autograd.Function, "setup_context") and int(torch.__version__.split(".")[0]) >= 2
+
+
+def _stream(t: Tensor) -> int:
+    """torch's current stream on t's device as an integer (0: the legacy default stream, or the CPU)."""
+    return torch.cuda.current_stream(t.device).cuda_stream if t.is_cuda else 0
+
+
+def _stats_dtype(q: Tensor) -> torch.dtype:
+    return torch.float64 if q.dtype == torch.float64 else torch.float32
+
+
+def _compiling() -> bool:
+    if hasattr(torch, "compiler") and hasattr(torch.compiler, "is_compiling"):
+        return torch.compiler.is_compiling()
+    dynamo = getattr(torch, "_dynamo", None)
+    return bool(dynamo is not None and hasattr(dynamo, "is_compiling") and dynamo.is_compiling())
+
+
+# Options, in the order _C takes them: (scale, causal, softcap, dropout_p, dropout_seed, dropout_offset,
+# window_left, window_right, deterministic, constant_time).
+Options = Tuple[float, bool, float, float, int, int, int, int, bool, bool]
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Custom ops (torch >= 2.4): the compiled route.
+if HAS_CUSTOM_OP:
+
+    @torch.library.custom_op("alpha_attn::attention_forward", mutates_args=())
+    def _attention_forward_op(q: Tensor, k: Tensor, v: Tensor, scale: float, causal: bool, softcap: float,
+                              dropout_p: float, dropout_seed: int, dropout_offset: int, window_left: int,
+                              window_right: int, deterministic: bool,
+                              constant_time: bool) -> Tuple[Tensor, Tensor, Tensor]:
+        options = (scale, causal, softcap, dropout_p, dropout_seed, dropout_offset, window_left, window_right,
+                   deterministic, constant_time)
+        return _C.attention_forward(q, k, v, options, _stream(q))
+
+    @_attention_forward_op.register_fake
+    def _(q, k, v, *options):
+        B, Tq, Hq, _ = q.shape
+        stats = q.new_empty((B, Hq, Tq), dtype=_stats_dtype(q))
+        return q.new_empty((B, Tq, Hq, v.shape[3])), stats, torch.empty_like(stats)
+
+    @torch.library.custom_op("alpha_attn::attention_backward", mutates_args=())
+    def _attention_backward_op(dout: Tensor, q: Tensor, k: Tensor, v: Tensor, out: Tensor, row_max: Tensor,
+                               row_sum: Tensor, scale: float, causal: bool, softcap: float, dropout_p: float,
+                               dropout_seed: int, dropout_offset: int, window_left: int, window_right: int,
+                               deterministic: bool, constant_time: bool) -> Tuple[Tensor, Tensor, Tensor]:
+        options = (scale, causal, softcap, dropout_p, dropout_seed, dropout_offset, window_left, window_right,
+                   deterministic, constant_time)
+        return _C.attention_backward(dout, q, k, v, out, row_max, row_sum, options, _stream(q))
+
+    @_attention_backward_op.register_fake
+    def _(dout, q, k, v, *rest):
+        return q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape)
+
+    def _forward_op_setup(ctx, inputs, output):
+        q, k, v = inputs[:3]
+        out, row_max, row_sum = output
+        ctx.save_for_backward(q, k, v, out, row_max, row_sum)
+        ctx.options = tuple(inputs[3:])
+
+    def _forward_op_backward(ctx, dout, _dmax, _dsum):
+        q, k, v, out, row_max, row_sum = ctx.saved_tensors
+        dq, dk, dv = torch.ops.alpha_attn.attention_backward(dout, q, k, v, out, row_max, row_sum, *ctx.options)
+        return (dq, dk, dv) + (None,) * len(ctx.options)
+
+    torch.library.register_autograd("alpha_attn::attention_forward", _forward_op_backward,
+                                    setup_context=_forward_op_setup)
+
+    @torch.library.custom_op("alpha_attn::attention_jvp_fused", mutates_args=())
+    def _attention_jvp_fused_op(q: Tensor, k: Tensor, v: Tensor, tq: Tensor, tk: Tensor, tv: Tensor,
+                                scale: float, causal: bool, softcap: float, dropout_p: float, dropout_seed: int,
+                                dropout_offset: int, window_left: int, window_right: int, deterministic: bool,
+                                constant_time: bool) -> Tuple[Tensor, Tensor, Tensor, Tensor]:
+        options = (scale, causal, softcap, dropout_p, dropout_seed, dropout_offset, window_left, window_right,
+                   deterministic, constant_time)
+        return _C.attention_jvp_fused(q, k, v, tq, tk, tv, options, _stream(q))
+
+    @_attention_jvp_fused_op.register_fake
+    def _(q, k, v, *rest):
+        B, Tq, Hq, _ = q.shape
+        stats = q.new_empty((B, Hq, Tq), dtype=_stats_dtype(q))
+        out = q.new_empty((B, Tq, Hq, v.shape[3]))
+        return out, torch.empty_like(out), stats, torch.empty_like(stats)
+
+    @torch.library.custom_op("alpha_attn::nsa_forward", mutates_args=())
+    def _nsa_forward_op(q: Tensor, k: Tensor, v: Tensor, gates: Tensor, k_pos: Tensor, k_weight: Tensor,
+                        v_pos: Tensor, v_weight: Tensor, scale: float, block_len: int, block_stride: int,
+                        select_len: int, select_count: int,
+                        window: int) -> Tuple[Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor]:
+        return tuple(_C.nsa_forward([q, k, v, gates, k_pos, k_weight, v_pos, v_weight], scale, block_len,
+                                    block_stride, select_len, select_count, window, _stream(q)))
+
+    @_nsa_forward_op.register_fake
+    def _(q, k, v, gates, k_pos, k_weight, v_pos, v_weight, scale, block_len, block_stride, select_len,
+          select_count, window):
+        B, T, Hq, D = q.shape
+        Hkv, Dv = k.shape[2], v.shape[3]
+        blocks = 0 if T < block_len else (T - block_len) // block_stride + 1
+        stats = q.new_empty((3, B, Hq, T), dtype=_stats_dtype(q))
+        return (q.new_empty((B, T, Hq, Dv)), q.new_empty((3, B, T, Hq, Dv)), q.new_empty((B, blocks, Hkv, D)),
+                q.new_empty((B, blocks, Hkv, Dv)), stats, torch.empty_like(stats),
+                q.new_empty((B, T, Hkv, select_count), dtype=torch.int32))
+
+    @torch.library.custom_op("alpha_attn::nsa_backward", mutates_args=())
+    def _nsa_backward_op(dout: Tensor, inputs: List[Tensor], forward: List[Tensor], scale: float, block_len: int,
+                         block_stride: int, select_len: int, select_count: int, window: int) -> List[Tensor]:
+        return _C.nsa_backward(dout, inputs, forward, scale, block_len, block_stride, select_len, select_count,
+                               window, _stream(dout))
+
+    @_nsa_backward_op.register_fake
+    def _(dout, inputs, forward, *config):
+        return [t.new_empty(t.shape) for t in inputs]
+
+    def _nsa_op_setup(ctx, inputs, output):
+        ctx.save_for_backward(*inputs[:8], *output)
+        ctx.config = tuple(inputs[8:])
+
+    def _nsa_op_backward(ctx, dout, *_unused):
+        saved = ctx.saved_tensors
+        grads = torch.ops.alpha_attn.nsa_backward(dout, list(saved[:8]), list(saved[8:]), *ctx.config)
+        return (*grads, *([None] * len(ctx.config)))
+
+    torch.library.register_autograd("alpha_attn::nsa_forward", _nsa_op_backward, setup_context=_nsa_op_setup)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# The eager route: autograd.Functions over _C.
+def _forward(q, k, v, options):
+    return _C.attention_forward(q, k, v, options, _stream(q))
+
+
+def _save(ctx, q, k, v, options, out, row_max, row_sum):
+    ctx.save_for_backward(q, k, v, out, row_max, row_sum)
+    ctx.save_for_forward(q, k, v, out, row_max, row_sum)
+    ctx.options = options
+    ctx.mark_non_differentiable(row_max, row_sum)
+
+
+class _AttentionRules:
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, dout, _dmax, _dsum):
+        q, k, v, out, row_max, row_sum = ctx.saved_tensors
+        dq, dk, dv = _C.attention_backward(dout, q, k, v, out, row_max, row_sum, ctx.options, _stream(q))
+        return dq, dk, dv, None
+
+    @staticmethod
+    def jvp(ctx, tq, tk, tv, _toptions):
+        # Alpha's JVP from the forward's own statistics (ops::attention_jvp): exact up to rounding.
+        q, k, v, out, row_max, row_sum = ctx.saved_tensors
+        tq = torch.zeros_like(q) if tq is None else tq
+        tk = torch.zeros_like(k) if tk is None else tk
+        tv = torch.zeros_like(v) if tv is None else tv
+        tangent = _C.attention_jvp(q, k, v, tq, tk, tv, out, row_max, row_sum, ctx.options, _stream(q))
+        # The statistics are not differentiable, but torch 1.13 refuses None as their tangent.
+        return tangent, torch.zeros_like(row_max), torch.zeros_like(row_sum)
+
+    @staticmethod
+    def vmap(info, in_dims, q, k, v, options):
+        # Attention is independent per batch element: fold the vmapped dimension into the batch (B·N).
+        # (With dropout the mask of element (n, b) is drawn as batch element n·B + b.)
+        n = info.batch_size
+        folded = []
+        for t, d in zip((q, k, v), in_dims[:3]):
+            t = t.unsqueeze(0).expand(n, *t.shape) if d is None else t.movedim(d, 0)
+            folded.append(t.reshape(n * t.shape[1], *t.shape[2:]))
+        out, row_max, row_sum = _Attention.apply(*folded, options)
+        unfold = lambda t: t.reshape(n, t.shape[0] // n, *t.shape[1:])
+        return (unfold(out), unfold(row_max), unfold(row_sum)), (0, 0, 0)
+
+
+if HAS_SETUP_CONTEXT:
+
+    class _Attention(_AttentionRules, torch.autograd.Function):
+        @staticmethod
+        def forward(q, k, v, options):
+            return _forward(q, k, v, options)
+
+        @staticmethod
+        def setup_context(ctx, inputs, output):
+            _save(ctx, *inputs, *output)
+
+else:
+
+    class _Attention(_AttentionRules, torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, q, k, v, options):
+            out, row_max, row_sum = _forward(q, k, v, options)
+            _save(ctx, q, k, v, options, out, row_max, row_sum)
+            return out, row_max, row_sum
+
+
+def attention(q: Tensor, k: Tensor, v: Tensor, options: Options) -> Tensor:
+    """out [B, Tq, Hq, Dv] of q [B, Tq, Hq, D], k [B, Tk, Hkv, D], v [B, Tk, Hkv, Dv] (any strides with a
+    unit-stride last dimension)."""
+    if HAS_CUSTOM_OP and _compiling():
+        return torch.ops.alpha_attn.attention_forward(q, k, v, *options)[0]
+    return _Attention.apply(q, k, v, options)[0]
+
+
+def attention_jvp_fused(q, k, v, tq, tk, tv, options: Options):
+    """(out, tangent of out) in one pass of Alpha's fused JVP kernel."""
+    if HAS_CUSTOM_OP and _compiling():
+        out, tangent, _, _ = torch.ops.alpha_attn.attention_jvp_fused(q, k, v, tq, tk, tv, *options)
+    else:
+        out, tangent, _, _ = _C.attention_jvp_fused(q, k, v, tq, tk, tv, options, _stream(q))
+    return out, tangent
+
+
+def attention_hvp(q, k, v, grad_out, vq, vk, vv, options: Options, eps: float):
+    """(hq, hk, hv); eps = 0 runs the exact dual-number oracle (f64, CPU)."""
+    return _C.attention_hvp(q, k, v, grad_out, vq, vk, vv, eps, options, _stream(q))
+
+
+class _Nsa(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, config, *inputs):
+        outputs = _C.nsa_forward(list(inputs), *config, _stream(inputs[0]))
+        ctx.save_for_backward(*inputs, *outputs)
+        ctx.config = config
+        ctx.mark_non_differentiable(*outputs[1:])
+        return tuple(outputs)
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, dout, *_unused):
+        saved = ctx.saved_tensors
+        grads = _C.nsa_backward(dout.contiguous(), list(saved[:8]), list(saved[8:]), *ctx.config,
+                                _stream(dout))
+        return (None, *grads)
+
+
+def nsa_forward(inputs, config) -> Tensor:
+    """out [B, T, Hq, Dv] of NSA over inputs (q, k, v, gates, k_pos, k_weight, v_pos, v_weight) and config
+    (scale, block_len, block_stride, select_len, select_count, window)."""
+    if HAS_CUSTOM_OP and _compiling():
+        return torch.ops.alpha_attn.nsa_forward(*inputs, *config)[0]
+    return _Nsa.apply(config, *inputs)[0]
