@@ -3,11 +3,13 @@
 # folder of its own, so no environment is touched) and runs its pytest suite from there. CTest's
 # python.AlphaAttn runs it (make test); scripts/python-gpu.sh runs it on a GPU machine.
 # Usage: python/run_tests.sh PYTHON BUILD_DIR WORK_DIR [pytest arguments]
+# BUILD_DIR "auto" lets python/setup.py configure and build its own (build/python-cpu or build/python-cuda).
 # Reports skipped (exit 77) when PYTHON lacks torch, its C++ headers or pytest, except under CI=true.
 set -uo pipefail
 [ $# -ge 3 ] || { echo "usage: $0 PYTHON BUILD_DIR WORK_DIR [pytest arguments]" >&2; exit 2; }
 absolute() { case "$1" in /*) echo "$1" ;; */*) echo "$PWD/$1" ;; *) command -v "$1" ;; esac; }
-python=$(absolute "$1") build=$(absolute "$2") work=$(absolute "$3")
+python=$(absolute "$1") work=$(absolute "$3")
+build=$([ "$2" = auto ] && echo "" || absolute "$2")
 shift 3
 root=$(cd "$(dirname "$0")/.." && pwd)
 if ! "$python" - <<'PY'
@@ -23,7 +25,7 @@ fi
 mkdir -p "$work"
 rm -rf "$work/site"
 start=$(date +%s)
-if ! ALPHA_BUILD_DIR="$build" MAX_JOBS="${MAX_JOBS:-1}" "$python" -m pip install --no-build-isolation --no-deps \
+if ! env ${build:+ALPHA_BUILD_DIR="$build"} MAX_JOBS="${MAX_JOBS:-1}" "$python" -m pip install --no-build-isolation --no-deps \
     --no-index --disable-pip-version-check -v --target "$work/site" "$root/python" > "$work/pip.log" 2>&1; then
   grep -E "error|Error" "$work/pip.log" | head -40
   tail -20 "$work/pip.log"

@@ -54,10 +54,12 @@ if HAS_CUSTOM_OP:
                               constant_time: bool) -> Tuple[Tensor, Tensor, Tensor]:
         options = (scale, causal, softcap, dropout_p, dropout_seed, dropout_offset, window_left, window_right,
                    deterministic, constant_time)
+        q, k, v = (t if t.stride(-1) == 1 else t.contiguous() for t in (q, k, v))  # a compiler's layout
         return _C.attention_forward(q, k, v, options, _stream(q))
 
     @_attention_forward_op.register_fake
-    def _(q, k, v, *options):
+    def _(q, k, v, scale, causal, softcap, dropout_p, dropout_seed, dropout_offset, window_left, window_right,
+          deterministic, constant_time):
         B, Tq, Hq, _ = q.shape
         stats = q.new_empty((B, Hq, Tq), dtype=_stats_dtype(q))
         return q.new_empty((B, Tq, Hq, v.shape[3])), stats, torch.empty_like(stats)
@@ -72,7 +74,8 @@ if HAS_CUSTOM_OP:
         return _C.attention_backward(dout, q, k, v, out, row_max, row_sum, options, _stream(q))
 
     @_attention_backward_op.register_fake
-    def _(dout, q, k, v, *rest):
+    def _(dout, q, k, v, out, row_max, row_sum, scale, causal, softcap, dropout_p, dropout_seed, dropout_offset,
+          window_left, window_right, deterministic, constant_time):
         return q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape)
 
     def _forward_op_setup(ctx, inputs, output):
@@ -99,7 +102,8 @@ if HAS_CUSTOM_OP:
         return _C.attention_jvp_fused(q, k, v, tq, tk, tv, options, _stream(q))
 
     @_attention_jvp_fused_op.register_fake
-    def _(q, k, v, *rest):
+    def _(q, k, v, tq, tk, tv, scale, causal, softcap, dropout_p, dropout_seed, dropout_offset, window_left,
+          window_right, deterministic, constant_time):
         B, Tq, Hq, _ = q.shape
         stats = q.new_empty((B, Hq, Tq), dtype=_stats_dtype(q))
         out = q.new_empty((B, Tq, Hq, v.shape[3]))
@@ -131,7 +135,7 @@ if HAS_CUSTOM_OP:
                                window, _stream(dout))
 
     @_nsa_backward_op.register_fake
-    def _(dout, inputs, forward, *config):
+    def _(dout, inputs, forward, scale, block_len, block_stride, select_len, select_count, window):
         return [t.new_empty(t.shape) for t in inputs]
 
     def _nsa_op_setup(ctx, inputs, output):
@@ -159,6 +163,29 @@ def _save(ctx, q, k, v, options, out, row_max, row_sum):
     ctx.mark_non_differentiable(row_max, row_sum)
 
 
+def _fold(info, in_dims, tensors):
+    """vmap rules: the vmapped dimension folded into dimension 0 (the batch of every attention tensor), as
+    [N·B, ...]; attention is independent per batch element. (With dropout, the mask of vmapped element n and
+    batch element b is the one of batch element n·B + b.)"""
+    n = info.batch_size
+    folded = []
+    for t, d in zip(tensors, in_dims):
+        t = t.unsqueeze(0).expand(n, *t.shape) if d is None else t.movedim(d, 0)
+        folded.append(t.reshape(n * t.shape[1], *t.shape[2:]))
+    return folded
+
+
+def _unfold(info, t):
+    return t.reshape(info.batch_size, t.shape[0] // info.batch_size, *t.shape[1:])
+
+
+def _tangent(q, k, v, tq, tk, tv, out, row_max, row_sum, options):
+    """The tangent of out from the forward's own statistics (ops::attention_jvp): exact up to rounding."""
+    if HAS_SETUP_CONTEXT:
+        return _AttentionTangent.apply(q, k, v, tq, tk, tv, out, row_max, row_sum, options)
+    return _C.attention_jvp(q, k, v, tq, tk, tv, out, row_max, row_sum, options, _stream(q))
+
+
 class _AttentionRules:
     @staticmethod
     @torch.autograd.function.once_differentiable
@@ -169,28 +196,41 @@ class _AttentionRules:
 
     @staticmethod
     def jvp(ctx, tq, tk, tv, _toptions):
-        # Alpha's JVP from the forward's own statistics (ops::attention_jvp): exact up to rounding.
         q, k, v, out, row_max, row_sum = ctx.saved_tensors
         tq = torch.zeros_like(q) if tq is None else tq
         tk = torch.zeros_like(k) if tk is None else tk
         tv = torch.zeros_like(v) if tv is None else tv
-        tangent = _C.attention_jvp(q, k, v, tq, tk, tv, out, row_max, row_sum, ctx.options, _stream(q))
+        tangent = _tangent(q, k, v, tq, tk, tv, out, row_max, row_sum, ctx.options)
         # The statistics are not differentiable, but torch 1.13 refuses None as their tangent.
         return tangent, torch.zeros_like(row_max), torch.zeros_like(row_sum)
 
     @staticmethod
     def vmap(info, in_dims, q, k, v, options):
-        # Attention is independent per batch element: fold the vmapped dimension into the batch (B·N).
-        # (With dropout the mask of element (n, b) is drawn as batch element n·B + b.)
-        n = info.batch_size
-        folded = []
-        for t, d in zip((q, k, v), in_dims[:3]):
-            t = t.unsqueeze(0).expand(n, *t.shape) if d is None else t.movedim(d, 0)
-            folded.append(t.reshape(n * t.shape[1], *t.shape[2:]))
-        out, row_max, row_sum = _Attention.apply(*folded, options)
-        unfold = lambda t: t.reshape(n, t.shape[0] // n, *t.shape[1:])
-        return (unfold(out), unfold(row_max), unfold(row_sum)), (0, 0, 0)
+        out, row_max, row_sum = _Attention.apply(*_fold(info, in_dims[:3], (q, k, v)), options)
+        return (_unfold(info, out), _unfold(info, row_max), _unfold(info, row_sum)), (0, 0, 0)
 
+
+if HAS_SETUP_CONTEXT:
+
+    class _AttentionTangent(torch.autograd.Function):
+        """The JVP kernel as a Function of its own, so that the jvp rule also runs under vmap (jacfwd)."""
+
+        @staticmethod
+        def forward(q, k, v, tq, tk, tv, out, row_max, row_sum, options):
+            return _C.attention_jvp(q, k, v, tq, tk, tv, out, row_max, row_sum, options, _stream(q))
+
+        @staticmethod
+        def setup_context(ctx, inputs, output):
+            pass
+
+        @staticmethod
+        def backward(ctx, grad):
+            raise RuntimeError("alpha_attn: no reverse mode through the attention JVP (attention_hvp gives H·v)")
+
+        @staticmethod
+        def vmap(info, in_dims, *args):
+            tangent = _AttentionTangent.apply(*_fold(info, in_dims[:9], args[:9]), args[9])
+            return _unfold(info, tangent), 0
 
 if HAS_SETUP_CONTEXT:
 
