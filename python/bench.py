@@ -14,8 +14,9 @@ Usage: python3 python/bench.py [--native build/cuda/alpha_attention_bench] [--ou
 import argparse
 import json
 import os
-import statistics
 import subprocess
+import sys
+from pathlib import Path
 
 import torch
 import torch.nn.functional as F
@@ -23,23 +24,12 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 
 import alpha_attn
 
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
+from flash_attention import time_ms  # noqa: E402  (the repository's benchmark: CUDA events, median of 20)
+
 SHAPES = [dict(batch=20, heads=8, seq=512, head_dim=48, causal=True),
           dict(batch=8, heads=16, seq=2048, head_dim=64, causal=True),
           dict(batch=2, heads=16, seq=8192, head_dim=128, causal=False)]
-
-
-def time_ms(fn, warmup=5, iters=20):
-    for _ in range(warmup):
-        fn()
-    times = []
-    for _ in range(iters):
-        start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn()
-        stop.record()
-        stop.synchronize()
-        times.append(start.elapsed_time(stop))
-    return statistics.median(times)
 
 
 def measure(attention, r):
