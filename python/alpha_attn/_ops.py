@@ -179,11 +179,43 @@ def _unfold(info, t):
     return t.reshape(info.batch_size, t.shape[0] // info.batch_size, *t.shape[1:])
 
 
-def _tangent(q, k, v, tq, tk, tv, out, row_max, row_sum, options):
-    """The tangent of out from the forward's own statistics (ops::attention_jvp): exact up to rounding."""
-    if HAS_SETUP_CONTEXT:
-        return _AttentionTangent.apply(q, k, v, tq, tk, tv, out, row_max, row_sum, options)
-    return _C.attention_jvp(q, k, v, tq, tk, tv, out, row_max, row_sum, options, _stream(q))
+def _kernel_function(name, kernel, tensors):
+    """kernel(*args, stream) as an autograd.Function with a vmap rule (torch >= 2), so that a rule calling it
+    also runs under torch.func.vmap (jacfwd, jacrev): its first `tensors` arguments and its results carry the
+    batch in dimension 0. It is not differentiable itself."""
+
+    class Kernel(torch.autograd.Function):
+        @staticmethod
+        def forward(*args):
+            return kernel(*args, _stream(args[0]))
+
+        @staticmethod
+        def setup_context(ctx, inputs, output):
+            pass
+
+        @staticmethod
+        def backward(ctx, *grads):
+            raise RuntimeError(f"alpha_attn: no derivative of {name} (attention_hvp gives second derivatives)")
+
+        @staticmethod
+        def vmap(info, in_dims, *args):
+            out = Kernel.apply(*_fold(info, in_dims[:tensors], args[:tensors]), *args[tensors:])
+            if isinstance(out, tuple):
+                return tuple(_unfold(info, t) for t in out), (0,) * len(out)
+            return _unfold(info, out), 0
+
+    Kernel.__name__ = Kernel.__qualname__ = name
+    return Kernel
+
+
+def _run(kernel, function, *args):
+    """A kernel call in a derivative rule: through its vmap-able Function on torch >= 2, else directly."""
+    return function.apply(*args) if HAS_SETUP_CONTEXT else kernel(*args, _stream(args[0]))
+
+
+# dout (or q), q, k, v, ... first: every tensor argument has the batch in dimension 0.
+_AttentionGrads = _kernel_function("attention_backward", _C.attention_backward, 7)
+_AttentionTangent = _kernel_function("attention_jvp", _C.attention_jvp, 9)
 
 
 class _AttentionRules:
@@ -191,7 +223,7 @@ class _AttentionRules:
     @torch.autograd.function.once_differentiable
     def backward(ctx, dout, _dmax, _dsum):
         q, k, v, out, row_max, row_sum = ctx.saved_tensors
-        dq, dk, dv = _C.attention_backward(dout, q, k, v, out, row_max, row_sum, ctx.options, _stream(q))
+        dq, dk, dv = _run(_C.attention_backward, _AttentionGrads, dout, q, k, v, out, row_max, row_sum, ctx.options)
         return dq, dk, dv, None
 
     @staticmethod
@@ -200,7 +232,8 @@ class _AttentionRules:
         tq = torch.zeros_like(q) if tq is None else tq
         tk = torch.zeros_like(k) if tk is None else tk
         tv = torch.zeros_like(v) if tv is None else tv
-        tangent = _tangent(q, k, v, tq, tk, tv, out, row_max, row_sum, ctx.options)
+        # Alpha's JVP from the forward's own statistics (ops::attention_jvp): exact up to rounding.
+        tangent = _run(_C.attention_jvp, _AttentionTangent, q, k, v, tq, tk, tv, out, row_max, row_sum, ctx.options)
         # The statistics are not differentiable, but torch 1.13 refuses None as their tangent.
         return tangent, torch.zeros_like(row_max), torch.zeros_like(row_sum)
 
@@ -209,28 +242,6 @@ class _AttentionRules:
         out, row_max, row_sum = _Attention.apply(*_fold(info, in_dims[:3], (q, k, v)), options)
         return (_unfold(info, out), _unfold(info, row_max), _unfold(info, row_sum)), (0, 0, 0)
 
-
-if HAS_SETUP_CONTEXT:
-
-    class _AttentionTangent(torch.autograd.Function):
-        """The JVP kernel as a Function of its own, so that the jvp rule also runs under vmap (jacfwd)."""
-
-        @staticmethod
-        def forward(q, k, v, tq, tk, tv, out, row_max, row_sum, options):
-            return _C.attention_jvp(q, k, v, tq, tk, tv, out, row_max, row_sum, options, _stream(q))
-
-        @staticmethod
-        def setup_context(ctx, inputs, output):
-            pass
-
-        @staticmethod
-        def backward(ctx, grad):
-            raise RuntimeError("alpha_attn: no reverse mode through the attention JVP (attention_hvp gives H·v)")
-
-        @staticmethod
-        def vmap(info, in_dims, *args):
-            tangent = _AttentionTangent.apply(*_fold(info, in_dims[:9], args[:9]), args[9])
-            return _unfold(info, tangent), 0
 
 if HAS_SETUP_CONTEXT:
 

@@ -15,6 +15,21 @@ requires_func = pytest.mark.skipif(not HAS_FUNC, reason="torch.func needs torch 
 requires_sdpa = pytest.mark.skipif(not HAS_SDPA, reason="F.scaled_dot_product_attention needs torch >= 2.0")
 
 
+def sdpa_math(q, k, v, is_causal=False):
+    """F.scaled_dot_product_attention on its math backend (the one with forward AD), [B, H, T, D]."""
+    from torch.nn.attention import SDPBackend, sdpa_kernel  # torch >= 2.3
+    with sdpa_kernel(SDPBackend.MATH):
+        return torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=is_causal)
+
+
+try:
+    from torch.nn.attention import sdpa_kernel as _sdpa_kernel  # noqa: F401
+    HAS_SDPA_MATH = HAS_SDPA
+except ImportError:
+    HAS_SDPA_MATH = False
+requires_sdpa_math = pytest.mark.skipif(not HAS_SDPA_MATH, reason="sdpa_kernel(SDPBackend.MATH) needs torch >= 2.3")
+
+
 def visible(tq, tk, causal=False, window=(-1, -1), device="cpu"):
     """[Tq, Tk] bool: key j visible to query i (Alpha's visible_key_range)."""
     i = torch.arange(tq, device=device)[:, None]

@@ -4,7 +4,8 @@ import pytest
 import torch
 
 import alpha_attn
-from reference import (HAS_FUNC, HAS_SDPA, random_qkv, reference_attention, requires_func, requires_sdpa)
+from reference import (HAS_SDPA_MATH, random_qkv, reference_attention, requires_func, requires_sdpa_math,
+                       sdpa_math)
 
 F64 = dict(rtol=1e-10, atol=1e-12)
 
@@ -114,13 +115,13 @@ def test_dropout_is_reproducible_under_manual_seed():
     assert torch.isfinite(q.grad).all()
 
 
-@requires_sdpa
+@requires_sdpa_math
 @pytest.mark.parametrize("causal", [False, True])
 def test_matches_sdpa_math_backend(causal):
     q, k, v = random_qkv(tq=8, tk=8, hq=2, hkv=2, requires_grad=True)  # SDPA's causal is top-left: Tq = Tk
     qh, kh, vh = (t.transpose(1, 2) for t in (q, k, v))
     out = alpha_attn.flash_attention(qh, kh, vh, causal=causal, layout="BHTD")
-    ref = torch.nn.functional.scaled_dot_product_attention(qh, kh, vh, is_causal=causal)  # CPU f64: math
+    ref = sdpa_math(qh, kh, vh, is_causal=causal)
     torch.testing.assert_close(out, ref, **F64)
     g = torch.randn_like(out)
     for got, want in zip(torch.autograd.grad(out, (q, k, v), g), torch.autograd.grad(ref, (q, k, v), g)):
@@ -166,11 +167,8 @@ def test_torch_func_jvp_matches_math(layout):
         q, k, v = (t.transpose(1, 2) for t in (q, k, v))
     tangents = _tangents(q, k, v)
     f = lambda q, k, v: alpha_attn.flash_attention(q, k, v, causal=True, layout=layout)
-    if HAS_SDPA and layout == "BHTD":
-        with torch.backends.cuda.sdp_kernel(enable_flash=False, enable_mem_efficient=False, enable_math=True) \
-                if hasattr(torch.backends.cuda, "sdp_kernel") else _nullcontext():
-            g = lambda q, k, v: torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
-            want = torch.func.jvp(g, (q, k, v), tangents)
+    if HAS_SDPA_MATH and layout == "BHTD":
+        want = torch.func.jvp(lambda q, k, v: sdpa_math(q, k, v, is_causal=True), (q, k, v), tangents)
     else:
         want = torch.func.jvp(lambda q, k, v: reference_attention(q, k, v, causal=True), (q, k, v), tangents)
     got = torch.func.jvp(f, (q, k, v), tangents)
@@ -222,11 +220,3 @@ def test_hvp_matches_double_backward_of_reference(exact):
     tol = dict(rtol=1e-9, atol=1e-10) if exact else dict(rtol=1e-6, atol=1e-7)
     for got, w in zip((hq, hk, hv), want):
         torch.testing.assert_close(got, w, **tol)
-
-
-class _nullcontext:
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        return False
