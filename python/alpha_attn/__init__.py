@@ -90,7 +90,7 @@ def flash_attention_jvp(primals: Sequence[Tensor], tangents: Sequence[Tensor], c
     kernel (what torch.func.jvp(flash_attention, ...) computes, without the separate forward)."""
     _check_layout(layout)
     q, k, v = (_to_bthd(t, layout, n) for t, n in zip(primals, ("q", "k", "v")))
-    tq, tk, tv = (_to_bthd(t, layout, n).contiguous() for t, n in zip(tangents, ("tq", "tk", "tv")))
+    tq, tk, tv = (_to_bthd(t, layout, n) for t, n in zip(tangents, ("tq", "tk", "tv")))
     options = _options(scale, causal, softcap, 0.0, window, True, False)
     out, tangent = _ops.attention_jvp_fused(q, k, v, tq, tk, tv, options)
     return (out.transpose(1, 2), tangent.transpose(1, 2)) if layout == "BHTD" else (out, tangent)
