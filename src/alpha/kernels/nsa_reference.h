@@ -35,6 +35,7 @@
 #include <cstdint>
 
 #include "alpha/core/dtype.h"
+#include "alpha/core/stream.h"
 #include "alpha/kernels/attention_reference.h"
 
 namespace alpha::kernels {
@@ -92,6 +93,9 @@ struct NsaForwardArgs {
   acc_t<T>* row_sum;  // (3, B, Hq, T), contiguous
   int32_t* selected;  // (B, T, Hkv, n), contiguous: kept selection blocks ascending, then −1s
   NsaParams<T> params;
+  // Tests only: when set, (B, T, Hkv, n) kept blocks (ascending, then −1s, as `selected`) used instead of the
+  // top-n choice (copied to `selected`), so a kernel can be compared with another on the other's choice.
+  const int32_t* given_selected = nullptr;
 };
 
 template <class T>
@@ -121,5 +125,21 @@ void nsa_reference_forward(const NsaForwardArgs<T>& args);
 template <class T>
 void nsa_reference_backward(const NsaBackwardArgs<T>& args);
 }  // namespace cpu
+
+// The widest head dimension (D or Dv) the CUDA kernels (kernels/cuda/nsa.cu) are built for.
+inline constexpr int64_t kNsaCudaMaxHeadDim = 256;
+
+#if ALPHA_WITH_CUDA
+// The CUDA kernels (kernels/cuda/nsa.cu): device pointers, queued on `stream`; T = float, bf16 or f16, computing in
+// f32 (row_max, row_sum f32). Same outputs as the reference; the backward writes every gradient (no zeroing
+// needed) and is deterministic. Raises ShapeError for head dimensions beyond kNsaCudaMaxHeadDim, BackendError when
+// a block would need more shared memory than the device offers (large G·D, or a long T with a short select_len).
+namespace cuda {
+template <class T>
+void nsa_forward(const NsaForwardArgs<T>& args, Stream stream);
+template <class T>
+void nsa_backward(const NsaBackwardArgs<T>& args, Stream stream);
+}  // namespace cuda
+#endif
 
 }  // namespace alpha::kernels

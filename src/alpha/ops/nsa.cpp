@@ -3,6 +3,7 @@
 #include <array>
 #include <cmath>
 #include <string>
+#include <type_traits>
 #include <utility>
 
 #include "alpha/ops/attention_params.h"
@@ -42,7 +43,10 @@ auto members(Output& o) {
   return std::array{&o.out, &o.branch_out, &o.compressed_k, &o.compressed_v, &o.row_max, &o.row_sum, &o.selected};
 }
 
-Tensor empty_tensor(Shape shape, DType dtype) { return Tensor::empty(std::move(shape), dtype); }
+// Uninitialised tensors on `device` (the kernels write every element).
+NsaAllocator empty_on(Device device) {
+  return [device](Shape shape, DType dtype) { return Tensor::empty(std::move(shape), dtype, device); };
+}
 
 // in with the gates and the compressor's parameters made contiguous, as the kernels read them.
 NsaInputs dense_parameters(const NsaInputs& in) {
@@ -81,15 +85,19 @@ kernels::NsaInputPointers<T> input_pointers(const NsaInputs& in) {
 
 void check_nsa_inputs(std::string_view op, const NsaInputs& in, const NsaConfig& config) {
   check_defined(op, "q", in.q);
-  if (!in.q.device().is_cpu())
-    raise<DeviceError>(op, "q", "a CPU tensor (NSA has no GPU kernel yet)", in.q.device().str());
-  check_cpu_float(op, "q", in.q);
+  check_backend_float(op, "q", in.q);
   AttentionConfig scaled;
   scaled.scale = config.scale;
   check_attention_inputs(op, in.q, in.k, in.v, scaled);
   check_size(op, "k", in.k, 1, in.q.size(1));
   int64_t B = in.q.size(0), T = in.q.size(1), Hq = in.q.size(2), D = in.q.size(3), Dv = in.v.size(3);
   if (Dv < 1) raise<ShapeError>(op, "v", "a head dimension of at least 1", shape_str(in.v.shape()));
+  if (in.q.device().is_cuda())  // the CUDA kernels' register tiles (kernels/cuda/nsa.cu)
+    for (auto [name, dim] : {std::pair<std::string_view, int64_t>{"q", D}, {"v", Dv}})
+      if (dim > kernels::kNsaCudaMaxHeadDim)
+        raise<ShapeError>(op, name,
+                          "a head dimension of at most " + std::to_string(kernels::kNsaCudaMaxHeadDim) + " on a GPU",
+                          std::to_string(dim));
   for (auto [name, value] : {std::pair<std::string_view, int64_t>{"config.block_len", config.block_len},
                              {"config.block_stride", config.block_stride},
                              {"config.select_len", config.select_len},
@@ -165,14 +173,23 @@ kernels::NsaBackwardArgs<T> nsa_backward_args(const Tensor& dout, const NsaInput
                                                             const NsaGrads&, const NsaConfig&);
 ALPHA_INSTANTIATE(float)
 ALPHA_INSTANTIATE(double)
+ALPHA_INSTANTIATE(bf16)
+ALPHA_INSTANTIATE(f16)
 #undef ALPHA_INSTANTIATE
 
 NsaOutput nsa(const NsaInputs& in, const NsaConfig& config) {
   check_nsa_inputs(kForward, in, config);
   const NsaInputs dense = dense_parameters(in);
-  NsaOutput r = nsa_allocate_output(in, config, empty_tensor);
-  dispatch_cpu_float(kForward, in.q,
-                     [&]<class T>() { kernels::cpu::nsa_reference_forward(nsa_forward_args<T>(dense, r, config)); });
+  NsaOutput r = nsa_allocate_output(in, config, empty_on(in.q.device()));
+  dispatch_float(kForward, in.q, [&]<class T>([[maybe_unused]] const auto& where) {
+    if constexpr (std::is_same_v<std::decay_t<decltype(where)>, OnCpu>) {
+      kernels::cpu::nsa_reference_forward(nsa_forward_args<T>(dense, r, config));
+    } else {
+#if ALPHA_WITH_CUDA
+      kernels::cuda::nsa_forward(nsa_forward_args<T>(dense, r, config), where.stream);
+#endif
+    }
+  });
   return r;
 }
 
@@ -192,9 +209,15 @@ NsaGrads nsa_backward(const Tensor& dout, const NsaInputs& in, const NsaOutput& 
     *contiguous[i] = given[i]->contiguous();
   }
   const NsaInputs dense = dense_parameters(in);
-  NsaGrads g = nsa_allocate_grads(in, empty_tensor);
-  dispatch_cpu_float(kBackward, in.q, [&]<class T>() {
-    kernels::cpu::nsa_reference_backward(nsa_backward_args<T>(saved.out, dense, saved, g, config));
+  NsaGrads g = nsa_allocate_grads(in, empty_on(in.q.device()));
+  dispatch_float(kBackward, in.q, [&]<class T>([[maybe_unused]] const auto& where) {
+    if constexpr (std::is_same_v<std::decay_t<decltype(where)>, OnCpu>) {
+      kernels::cpu::nsa_reference_backward(nsa_backward_args<T>(saved.out, dense, saved, g, config));
+    } else {
+#if ALPHA_WITH_CUDA
+      kernels::cuda::nsa_backward(nsa_backward_args<T>(saved.out, dense, saved, g, config), where.stream);
+#endif
+    }
   });
   return g;
 }

@@ -1,7 +1,7 @@
 // Native Sparse Attention on tensors (kernels/nsa_reference.h holds the algorithm and its conventions): each query
 // attends to compressed blocks, to the top-n selection blocks its GQA group chose from the compressed probabilities,
-// and to a sliding window, combined by sigmoid gates. CPU only (f32 or f64, the reference kernels); a CUDA tensor
-// raises DeviceError, as NSA has no GPU kernel yet.
+// and to a sliding window, combined by sigmoid gates. On the CPU (f32 or f64) the reference kernels; on a GPU (f32,
+// bf16 or f16, computing in f32) the CUDA kernels of kernels/cuda/nsa.cu, head dims up to 256.
 #pragma once
 #include <cstdint>
 #include <functional>
@@ -59,7 +59,7 @@ using NsaAllocator = std::function<Tensor(Shape, DType)>;
 NsaOutput nsa_allocate_output(const NsaInputs& in, const NsaConfig& config, const NsaAllocator& make);
 NsaGrads nsa_allocate_grads(const NsaInputs& in, const NsaAllocator& make);
 
-// The kernels' arguments over these tensors (T float or double), built as nsa and nsa_backward build them, for
+// The kernels' arguments over these tensors (T float or double; bf16 or f16 for the CUDA kernels), built as nsa and nsa_backward build them, for
 // tests calling the kernels directly. in's gates and compressor parameters, dout and the forward's tensors must
 // be contiguous (nsa_allocate_* makes them so); q, k, v may be strided.
 template <class T>

@@ -265,7 +265,10 @@ void nsa_reference_forward(const NsaForwardArgs<T>& args) {
       const std::vector<KeyRange> ranges[kNsaBranches] = {compressed_range(p, t), {}, window_range(p, t)};
       // Branch order matters: the compressed probabilities choose the selected blocks.
       for (int64_t c = 0; c < kNsaBranches; ++c) {
-        if (c == kNsaSelected) select_blocks(selection, current, p.select_count, kept);
+        if (c == kNsaSelected && args.given_selected)
+          std::copy_n(args.given_selected + (kept - args.selected), p.select_count, kept);
+        else if (c == kNsaSelected)
+          select_blocks(selection, current, p.select_count, kept);
         const std::vector<KeyRange> selected = c == kNsaSelected ? selected_ranges(p, kept, t) : ranges[c];
         for (int64_t h = g * group; h < (g + 1) * group; ++h) {
           const T* qi = row_at(args.in.q, p.q_strides, b, t, h);

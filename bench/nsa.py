@@ -1,0 +1,101 @@
+#!/usr/bin/env python3
+"""Native Sparse Attention forward and backward on one GPU: Alpha's NSA (ops::nsa, kernels/cuda/nsa.cu) next to
+our dense causal flash attention, our flash attention with a 512-token causal sliding window and, where PyTorch
+has it on this machine, FlexAttention with the same sliding window, all in the same run (issue 7).
+
+Rows: T in 8192, 16384 (--long adds 32768 and 65536), B 1, 4 kv heads of 16 query heads each (Hq 64), D 128,
+bf16, the paper's NSA blocks (l 32, d 16, l' 64, n 16, w 512). Reported: milliseconds, and NSA's speedup over
+dense (the issue's target at 64k: 9x forward, 6x backward, the paper's figures against FlashAttention-2).
+Alpha is timed by alpha_nsa_bench (median of CUDA-event timings); FlexAttention by CUDA events around a
+torch.compile'd flex_attention, forward alone and backward alone (autograd.grad on a retained graph).
+
+Usage: python3 bench/nsa.py --bench build/cuda/alpha_nsa_bench [--out DIR] [--long] [--dtype bf16]
+"""
+import argparse
+import json
+import os
+import subprocess
+
+
+def alpha_row(binary, r, dtype):
+    cmd = [binary, "--seq", str(r["seq"]), "--batch", str(r["batch"]), "--heads", str(r["heads"]),
+           "--kv-heads", str(r["kv_heads"]), "--head-dim", str(r["head_dim"]), "--dtype", dtype]
+    p = subprocess.run(cmd, capture_output=True, text=True)
+    if p.returncode != 0:
+        return {"error": p.stderr.strip().splitlines()[-1][:160] if p.stderr.strip() else f"exit {p.returncode}"}
+    return json.loads(p.stdout.strip().splitlines()[-1])
+
+
+def flex_row(r, window):
+    """FlexAttention with a causal sliding window, or the reason it cannot run here."""
+    try:
+        import torch
+        from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+
+        from flash_attention import time_ms  # bench/flash_attention.py: CUDA-event medians
+    except Exception as e:  # no torch, or a torch without FlexAttention
+        return {"error": f"unavailable: {str(e).splitlines()[0][:100]}"}
+    if not torch.cuda.is_available():
+        return {"error": "unavailable: torch has no CUDA device"}
+    try:
+        b, t, hq, hkv, d = r["batch"], r["seq"], r["heads"], r["kv_heads"], r["head_dim"]
+
+        def sliding_causal(b_, h_, q_idx, kv_idx):
+            return (q_idx >= kv_idx) & (q_idx - kv_idx < window)
+
+        mask = create_block_mask(sliding_causal, B=None, H=None, Q_LEN=t, KV_LEN=t)
+        q = torch.randn(b, hq, t, d, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+        k = torch.randn(b, hkv, t, d, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+        v = torch.randn(b, hkv, t, d, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+        dout = torch.randn(b, hq, t, d, device="cuda", dtype=torch.bfloat16)
+        flex = torch.compile(flex_attention)
+        fwd = time_ms(lambda: flex(q, k, v, block_mask=mask, enable_gqa=True))
+        out = flex(q, k, v, block_mask=mask, enable_gqa=True)
+        bwd = time_ms(lambda: torch.autograd.grad(out, (q, k, v), dout, retain_graph=True))
+        return {"forward_ms": fwd, "backward_ms": bwd}
+    except Exception as e:
+        return {"error": str(e).splitlines()[0][:160]}
+
+
+def fmt(x):
+    return f"{x:9.2f}" if isinstance(x, (int, float)) else f"{'-':>9s}"
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--bench", required=True, help="path to alpha_nsa_bench (a CUDA build)")
+    parser.add_argument("--out", default=".")
+    parser.add_argument("--long", action="store_true", help="add T = 32768 and 65536")
+    parser.add_argument("--dtype", default="bf16", choices=("bf16", "f16", "f32"))
+    parser.add_argument("--no-flex", action="store_true", help="skip PyTorch FlexAttention")
+    args = parser.parse_args()
+    seqs = (8192, 16384) + ((32768, 65536) if args.long else ())
+    rows = [dict(batch=1, seq=t, heads=64, kv_heads=4, head_dim=128) for t in seqs]
+    results = {"dtype": args.dtype, "rows": []}
+    print(f"NSA (l 32, d 16, l' 64, n 16, w 512) vs flash attention, B 1, Hq 64, Hkv 4, D 128, {args.dtype}; ms")
+    print(f"{'T':>6s} | {'nsa fwd':>9s} {'dense fwd':>9s} {'win fwd':>9s} {'flex fwd':>9s} {'speedup':>8s} | "
+          f"{'nsa bwd':>9s} {'dense bwd':>9s} {'win bwd':>9s} {'flex bwd':>9s} {'speedup':>8s}")
+    for r in rows:
+        a = alpha_row(args.bench, r, args.dtype)
+        flex = {"error": "skipped"} if args.no_flex else flex_row(r, 512)
+        entry = dict(r, alpha=a, flex=flex)
+        results["rows"].append(entry)
+        if "error" in a:
+            print(f"{r['seq']:6d} | alpha: {a['error']}", flush=True)
+            continue
+        speed_f = a["dense_forward_ms"] / a["nsa_forward_ms"] if "dense_forward_ms" in a else float("nan")
+        speed_b = a["dense_backward_ms"] / a["nsa_backward_ms"] if "dense_backward_ms" in a else float("nan")
+        entry["speedup_forward"], entry["speedup_backward"] = speed_f, speed_b
+        print(f"{r['seq']:6d} | {fmt(a['nsa_forward_ms'])} {fmt(a.get('dense_forward_ms'))} "
+              f"{fmt(a.get('window_forward_ms'))} {fmt(flex.get('forward_ms'))} {speed_f:7.2f}x | "
+              f"{fmt(a['nsa_backward_ms'])} {fmt(a.get('dense_backward_ms'))} {fmt(a.get('window_backward_ms'))} "
+              f"{fmt(flex.get('backward_ms'))} {speed_b:7.2f}x", flush=True)
+        if "error" in flex:
+            print(f"    flex: {flex['error']}")
+    os.makedirs(args.out, exist_ok=True)
+    with open(os.path.join(args.out, "nsa.json"), "w") as fh:
+        json.dump(results, fh, indent=1)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# On a GPU machine: builds the CUDA backend (sm_90a, build/cuda), runs the NSA tests (the GPU ones, suites
+# Cuda*Nsa*, against the f64 CPU reference; and the CPU reference's own) and, unless --no-bench, the NSA benchmark
+# (bench/nsa.py: NSA next to our dense and sliding-window flash attention, and FlexAttention where PyTorch has it).
+# Logs go to $OUT (or ./gpu-logs): nsa-build.log, nsa-tests.log, nsa-bench.log, nsa.json.
+# Usage: scripts/nsa-gpu.sh [--no-bench] [--long] [--no-build]
+#   --long      the benchmark also at T = 32768 and 65536
+#   --no-build  reuse build/cuda as it is
+set -uo pipefail
+cd "$(dirname "$0")/.."
+out="${OUT:-gpu-logs}"
+bench=1 long="" build=1
+for arg in "$@"; do
+  case "$arg" in
+    --no-bench) bench=0 ;;
+    --long) long="--long" ;;
+    --no-build) build=0 ;;
+    *) echo "unknown argument $arg" >&2; exit 2 ;;
+  esac
+done
+mkdir -p "$out" && out="$(cd "$out" && pwd)"
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$out/gpu.txt"
+if [ "$build" = 1 ]; then
+  start=$(date +%s)
+  cmake --preset cuda -DALPHA_PYTHON= > "$out/nsa-configure.log" 2>&1 || { tail -30 "$out/nsa-configure.log"; exit 1; }
+  cmake --build build/cuda -j 16 --target alpha_tests alpha_nsa_bench > "$out/nsa-build.log" 2>&1 ||
+    { grep -E "error" "$out/nsa-build.log" | head -30; exit 1; }
+  echo "build: $(( $(date +%s) - start )) s"
+fi
+rc=0
+# The GPU tests directly through gtest (their stdout says how many selections were near-ties), then the CPU ones.
+start=$(date +%s)
+build/cuda/tests/alpha_tests --gtest_filter='*CudaNsa*:NsaDispatch.*' > "$out/nsa-tests.log" 2>&1 || rc=1
+echo "gpu tests: $(( $(date +%s) - start )) s"
+grep -E "^\[  (FAILED|PASSED|SKIPPED) |selections differ|Failure|error" "$out/nsa-tests.log" | head -60
+(cd build/cuda && ctest -R "[Nn]sa" --output-on-failure > "$out/nsa-ctest.log" 2>&1) || rc=1
+tail -3 "$out/nsa-ctest.log"
+if [ "$bench" = 1 ]; then
+  PYTHONUNBUFFERED=1 python3 bench/nsa.py --bench build/cuda/alpha_nsa_bench $long --out "$out" \
+    2>&1 | tee "$out/nsa-bench.log" || rc=1
+fi
+exit $rc

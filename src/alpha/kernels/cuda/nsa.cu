@@ -1,0 +1,881 @@
+// Native Sparse Attention on CUDA: the fused twin of the CPU reference (kernels/nsa_reference.h, whose
+// conventions and argument structs it shares), for f32, bf16 and f16 storage computing in f32 (softmax
+// statistics, selection scores and every sum in f32). Plain FMA kernels, no tensor cores: correctness first.
+// No [T, T] matrix is ever materialised: scores, probabilities and dS live one chunk of 32 keys at a time in
+// shared memory.
+//
+// Forward (three launches):
+// 1. The compressor, K̃ = W_k·flatten(k block + pos_k) and likewise Ṽ: a tiled GEMM whose left operand is
+//    gathered from the strided keys on the fly (blocks overlap when d < l; nothing is copied).
+// 2. forward_kernel: one thread block per (b, kv head g, query token t) running all G query heads of the
+//    group, so every K/V chunk it stages in shared memory serves the whole group (any G >= 1; one warp per
+//    head, up to 4 warps). Per branch an online softmax over 32-key chunks (lane = key); the compressed
+//    branch makes a second pass for its final probabilities, summed over the group's heads (fixed order) and
+//    mapped onto the selection blocks; then the top-n by the reference's rule (first block, the two local
+//    blocks, then n − 3 rounds of a block-wide argmax, ties to the lower index); then the selected and window
+//    branches over the kept tokens; then the gated sum.
+// Backward (the compressor's GEMMs plus three attention kernels, all deterministic: no atomics, every
+// output element owned by one thread adding in a fixed order):
+// 1. query_grads_kernel, per (b, g, t) as the forward: D_c = σ_c·dO·O_c (saved for 2 and 3), dgates, dq.
+// 2. key_grads_kernel over the compressed keys: one block per (32 compressed keys, b, g) walks the queries
+//    that see them (t >= i·d + l − 1) in chunks of 32 (token, head) rows: dK̃, dṼ into an f32 workspace.
+// 3. The compressor's token gradients dX = dK̃·W (GEMM into a workspace [rows, l·D]).
+// 4. key_grads_kernel over the tokens: one block per (32 tokens, b, g) runs the window branch's queries
+//    ([j, j + w − 1]), then the selected branch's: instead of atomics or a global CSR it scans the kept
+//    lists of the queries at or after its tile and compacts, in ascending t, those that kept a block
+//    overlapping it (the inverse of `selected` per key tile, built in shared memory); then adds the
+//    compressor's token gradients of the blocks covering each token, and writes dk, dv once.
+// 5. dW = dK̃ᵀ·X (GEMM over all rows in order) and dpos = Wᵀ·Σ_rows dK̃.
+// The selection is not differentiated (as the reference). Top-k ties: the scores are f32 sums in another
+// order than the CPU's, so a near-tie can choose another block than the f64 reference (docs/NSA.md; the
+// tests compare the choices and then feed the GPU's choice to the reference through given_selected).
+#include <algorithm>
+#include <cmath>
+#include <string>
+
+#include "alpha/core/error.h"
+#include "alpha/kernels/cuda/common.cuh"
+#include "alpha/kernels/nsa_reference.h"
+
+namespace alpha::kernels::cuda {
+
+namespace {
+
+constexpr int kChunk = 32;         // keys per chunk: one per lane
+constexpr int kRowChunk = 32;      // (token, head) rows per chunk in key_grads_kernel
+constexpr int kMaxQueryWarps = 4;  // warps of forward_kernel and query_grads_kernel
+constexpr int kKeyThreads = 256;   // threads of key_grads_kernel: 8 warps
+constexpr int kKeyWarps = kKeyThreads / 32;
+constexpr int kGemmTile = 64, kGemmStep = 16, kGemmThreads = 256;
+
+template <class T>
+__device__ float ld(const T* p, int64_t i) {
+  return Elem<T>::load(bits(p)[i]);
+}
+template <class T>
+__device__ void st(T* p, int64_t i, float v) {
+  bits(p)[i] = Elem<T>::store(v);
+}
+__device__ inline float sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
+
+__device__ inline int64_t offset(const AttentionStrides& s, int64_t b, int64_t t, int64_t h) {
+  return b * s.batch + t * s.time + h * s.head;
+}
+
+// Bits [lo − base, hi − base] set (lanes of a 32-key tile starting at base); 0 when lo > hi.
+__device__ inline unsigned lane_bits(int64_t lo, int64_t hi, int64_t base) {
+  if (lo > hi) return 0u;
+  const int first = int(lo - base), count = int(hi - lo + 1);
+  const unsigned ones = count >= 32 ? 0xffffffffu : ((1u << count) - 1u);
+  return ones << first;
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// The compressor's GEMMs: C[m, n] = Σ_k A(m, k)·B(n, k), tiles of 64×64, k in steps of 16, each thread 4×4
+// outputs, k ascending (so the bits do not depend on the launch). Operands are read through small loader
+// structs, so the compressor's input is gathered from the strided keys rather than copied.
+
+template <class T>
+struct RowMajor {  // (m, k) -> p[m·ld + k]
+  const T* p;
+  int64_t ld;
+  __device__ float operator()(int64_t m, int64_t k) const { return cuda::ld(p, m * ld + k); }
+};
+template <class T>
+struct ColMajor {  // (m, k) -> p[k·ld + m]
+  const T* p;
+  int64_t ld;
+  __device__ float operator()(int64_t m, int64_t k) const { return cuda::ld(p, k * ld + m); }
+};
+struct Ones {
+  __device__ float operator()(int64_t, int64_t) const { return 1.0f; }
+};
+
+// X(r, f) = src[b, i·d + j, g, e] + pos[j, e] with r = (b·Nc + i)·Hkv + g and f = j·F + e: the compressor's
+// flattened input block (B, Nc, Hkv) × (l·F).
+template <class T>
+struct CompressorInput {
+  const T* src;
+  AttentionStrides s;
+  const T* pos;
+  int64_t features, blocks, heads, stride;
+  __device__ float operator()(int64_t r, int64_t f) const {
+    const int64_t g = r % heads, i = r / heads % blocks, b = r / (heads * blocks);
+    const int64_t j = f / features, e = f % features;
+    return ld(src, offset(s, b, i * stride + j, g) + e) + ld(pos, f);
+  }
+};
+template <class A>
+struct Transposed {  // (m, k) -> a(k, m)
+  A a;
+  __device__ float operator()(int64_t m, int64_t k) const { return a(k, m); }
+};
+
+template <class T>
+struct Store {  // C[m·ld + n] = v, rounded to T
+  T* p;
+  int64_t ld;
+  __device__ void operator()(int64_t m, int64_t n, float v) const { st(p, m * ld + n, v); }
+};
+
+template <class LoadA, class LoadB, class Out>
+__global__ void __launch_bounds__(kGemmThreads)
+    gemm_kernel(int64_t M, int64_t N, int64_t K, LoadA a, LoadB b, Out out) {
+  __shared__ float as[kGemmStep][kGemmTile + 1], bs[kGemmStep][kGemmTile + 1];
+  const int tx = threadIdx.x % 16, ty = threadIdx.x / 16;
+  const int64_t m0 = int64_t(blockIdx.y) * kGemmTile, n0 = int64_t(blockIdx.x) * kGemmTile;
+  float acc[4][4] = {};
+  for (int64_t k0 = 0; k0 < K; k0 += kGemmStep) {
+    for (int idx = threadIdx.x; idx < kGemmStep * kGemmTile; idx += kGemmThreads) {
+      const int kk = idx % kGemmStep, mm = idx / kGemmStep;
+      const int64_t k = k0 + kk;
+      as[kk][mm] = (m0 + mm < M && k < K) ? a(m0 + mm, k) : 0.0f;
+      bs[kk][mm] = (n0 + mm < N && k < K) ? b(n0 + mm, k) : 0.0f;
+    }
+    __syncthreads();
+    for (int kk = 0; kk < kGemmStep; ++kk) {
+      float ar[4], br[4];
+      for (int i = 0; i < 4; ++i) ar[i] = as[kk][ty + 16 * i];
+      for (int j = 0; j < 4; ++j) br[j] = bs[kk][tx + 16 * j];
+      for (int i = 0; i < 4; ++i)
+        for (int j = 0; j < 4; ++j) acc[i][j] = fmaf(ar[i], br[j], acc[i][j]);
+    }
+    __syncthreads();
+  }
+  for (int i = 0; i < 4; ++i)
+    for (int j = 0; j < 4; ++j) {
+      const int64_t m = m0 + ty + 16 * i, n = n0 + tx + 16 * j;
+      if (m < M && n < N) out(m, n, acc[i][j]);
+    }
+}
+
+template <class LoadA, class LoadB, class Out>
+void gemm(int64_t M, int64_t N, int64_t K, LoadA a, LoadB b, Out out, cudaStream_t stream) {
+  if (M == 0 || N == 0) return;
+  const int64_t grid_n = (N + kGemmTile - 1) / kGemmTile, grid_m = (M + kGemmTile - 1) / kGemmTile;
+  if (grid_m > 65535) raise<ShapeError>("nsa", "compressor rows", "at most 65535·64", std::to_string(M));
+  const dim3 grid{unsigned(grid_n), unsigned(grid_m)};
+  ALPHA_CUDA_LAUNCH((gemm_kernel<LoadA, LoadB, Out>), grid, kGemmThreads, stream, M, N, K, a, b, out);
+}
+
+// nsa_compressed_blocks, callable on the device.
+template <class T>
+__host__ __device__ int64_t compressed_blocks(const NsaParams<T>& p) {
+  return p.seq_len < p.block_len ? 0 : (p.seq_len - p.block_len) / p.block_stride + 1;
+}
+
+template <class T>
+CompressorInput<T> compressor_input(const NsaParams<T>& p, const T* src, const AttentionStrides& s, const T* pos,
+                                    int64_t features) {
+  return {src, s, pos, features, compressed_blocks(p), p.kv_heads, p.block_stride};
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// The keys of one branch for query token t, as positions [0, count) mapped to key rows: the compressed blocks
+// [0, count(t)), the window [t − w + 1, t], or the kept selection blocks' tokens (slot·l' + offset, those
+// after t invalid).
+struct BranchKeys {
+  int kind;         // NsaBranch
+  int64_t count;    // positions
+  int64_t first;    // window: the first key
+  const int* kept;  // selected: the kept blocks (shared memory), ascending
+  int64_t select_len, t;
+  __device__ int64_t key(int64_t pos) const {  // −1: not a key
+    if (pos >= count) return -1;
+    if (kind == kNsaCompressed) return pos;
+    if (kind == kNsaWindow) return first + pos;
+    const int64_t key = int64_t(kept[pos / select_len]) * select_len + pos % select_len;
+    return key <= t ? key : -1;
+  }
+};
+
+template <class T>
+__device__ BranchKeys branch_keys(const NsaParams<T>& p, int kind, int64_t t, const int* kept, int kept_count) {
+  BranchKeys k{kind, 0, 0, kept, p.select_len, t};
+  if (kind == kNsaCompressed) k.count = t + 1 < p.block_len ? 0 : (t + 1 - p.block_len) / p.block_stride + 1;
+  if (kind == kNsaWindow) {
+    k.first = t - p.window + 1 > 0 ? t - p.window + 1 : 0;
+    k.count = t + 1 - k.first;
+  }
+  if (kind == kNsaSelected) k.count = int64_t(kept_count) * p.select_len;
+  return k;
+}
+
+// Where a branch's keys and values live: the tokens (strided) or the compressed blocks (contiguous).
+template <class T>
+struct KeyValues {
+  const T* k;
+  AttentionStrides ks;
+  const T* v;
+  AttentionStrides vs;
+};
+template <class T>
+__host__ __device__ KeyValues<T> compressed_kv(const NsaParams<T>& p, const T* ck, const T* cv) {
+  const int64_t blocks = compressed_blocks(p);
+  return {ck,
+          {blocks * p.kv_heads * p.head_dim, p.kv_heads * p.head_dim, p.head_dim},
+          cv,
+          {blocks * p.kv_heads * p.value_dim, p.kv_heads * p.value_dim, p.value_dim}};
+}
+
+// Stages the keys (and, with v, the values) of positions [p0, p0 + 32) into shared memory as f32 rows of
+// stride D + 1 and Dv + 1 (conflict-free when lane j reads row j); missing keys read as 0.
+template <class T>
+__device__ void stage_chunk(const NsaParams<T>& p, const KeyValues<T>& kv, const BranchKeys& keys, int64_t b, int64_t g,
+                            int64_t p0, float* ks, float* vs) {
+  const int64_t D = p.head_dim, Dv = p.value_dim;
+  for (int64_t idx = threadIdx.x; idx < kChunk * D; idx += blockDim.x) {
+    const int64_t slot = idx / D, e = idx % D, key = keys.key(p0 + slot);
+    ks[slot * (D + 1) + e] = key >= 0 ? ld(kv.k, offset(kv.ks, b, key, g) + e) : 0.0f;
+  }
+  if (vs == nullptr) return;
+  for (int64_t idx = threadIdx.x; idx < kChunk * Dv; idx += blockDim.x) {
+    const int64_t slot = idx / Dv, e = idx % Dv, key = keys.key(p0 + slot);
+    vs[slot * (Dv + 1) + e] = key >= 0 ? ld(kv.v, offset(kv.vs, b, key, g) + e) : 0.0f;
+  }
+}
+
+__device__ inline float dot(const float* a, const float* b, int64_t n) {
+  float s = 0.0f;
+  for (int64_t e = 0; e < n; ++e) s = fmaf(a[e], b[e], s);
+  return s;
+}
+
+// Shared memory of forward_kernel and query_grads_kernel, in floats, carved in this order.
+struct QueryLayout {
+  int64_t q, o, k, v, acc, gated, stats, lanes, scores, pchunk, kept, total;
+};
+template <class T>
+__host__ __device__ QueryLayout query_layout(const NsaParams<T>& p, bool backward) {
+  const int64_t G = p.q_heads / p.kv_heads, D = p.head_dim, Dv = p.value_dim;
+  const int64_t select_blocks = (p.seq_len + p.select_len - 1) / p.select_len;
+  QueryLayout s{};
+  int64_t at = 0;
+  s.q = at, at += G * D;                                       // the group's query rows
+  s.o = at, at += backward ? G * Dv : 0;                       // backward: the dO rows
+  s.k = at, at += kChunk * (D + 1);                            // the chunk's keys
+  s.v = at, at += kChunk * (Dv + 1);                           // and values
+  s.acc = at, at += G * (backward ? D : Dv);                   // forward: the output accumulators; backward: dq
+  s.gated = at, at += backward ? 0 : G * Dv;                   // forward: the gated sum
+  s.stats = at, at += 6 * G;                                   // per head: m, l, then (backward) σ, D, unused ×2
+  s.lanes = at, at += kMaxQueryWarps * kChunk;                 // per warp: the chunk's P or dS
+  s.scores = at, at += backward ? 0 : select_blocks + 1;       // forward: the selection scores
+  s.pchunk = at, at += backward ? 0 : G * kChunk + kChunk;     // and the chunk's probabilities
+  s.kept = at, at += p.select_count + 2 * kMaxQueryWarps + 2;  // kept blocks (ints), argmax scratch
+  s.total = at;
+  return s;
+}
+
+// Online softmax attention of the group's heads (rows of qs) over one branch's keys, into acc (G, Dv), m and
+// l. Warp w runs the heads h ≡ w (mod warps); lane j holds key p0 + j of each chunk.
+template <class T>
+__device__ void attend(const NsaParams<T>& p, const KeyValues<T>& kv, const BranchKeys& keys, int64_t b, int64_t g,
+                       const float* qs, float* ks, float* vs, float* acc, float* m, float* l, float* lanes) {
+  const int64_t G = p.q_heads / p.kv_heads, D = p.head_dim, Dv = p.value_dim;
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, warps = blockDim.x / 32;
+  float* pl = lanes + warp * kChunk;
+  __syncthreads();  // the previous branch's results are read
+  for (int64_t h = warp; h < G; h += warps) {
+    for (int64_t e = lane; e < Dv; e += 32) acc[h * Dv + e] = 0.0f;
+    if (lane == 0) m[h] = -INFINITY, l[h] = 0.0f;
+  }
+  for (int64_t p0 = 0; p0 < keys.count; p0 += kChunk) {
+    __syncthreads();  // the previous chunk is consumed
+    stage_chunk(p, kv, keys, b, g, p0, ks, vs);
+    __syncthreads();
+    const bool valid = keys.key(p0 + lane) >= 0;
+    for (int64_t h = warp; h < G; h += warps) {
+      const float s = valid ? dot(qs + h * D, ks + lane * (D + 1), D) * float(p.scale) : -INFINITY;
+      const float m_old = m[h], m_new = fmaxf(m_old, warp_max(s));
+      if (m_new == -INFINITY) continue;  // no key in this chunk (uniform across the warp)
+      const float alpha = expf(m_old - m_new), prob = valid ? expf(s - m_new) : 0.0f;
+      const float sum = warp_sum(prob);
+      pl[lane] = prob;
+      __syncwarp();
+      for (int64_t e = lane; e < Dv; e += 32) {
+        float a = acc[h * Dv + e] * alpha;
+        for (int j = 0; j < kChunk; ++j) a = fmaf(pl[j], vs[j * (Dv + 1) + e], a);
+        acc[h * Dv + e] = a;
+      }
+      __syncwarp();
+      if (lane == 0) m[h] = m_new, l[h] = l[h] * alpha + sum;
+      __syncwarp();
+    }
+  }
+  __syncthreads();
+}
+
+// The better of two (score, block) candidates: the higher score, ties to the lower block.
+__device__ inline bool better(float sa, int a, float sb, int b) { return sa > sb || (sa == sb && a < b); }
+
+// The kept blocks of query t from scores[0, current] (the reference's select_blocks): all when at most n, else
+// the first, current − 1 and current, then n − 3 rounds of a block-wide argmax over the free blocks [1,
+// current − 2] (a chosen block's score becomes −1, below every probability sum). Writes kept[0, count)
+// ascending; returns count.
+__device__ int select_blocks(float* scores, int64_t current, int64_t n, int* kept, int* scratch) {
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, warps = blockDim.x / 32;
+  if (current + 1 <= n) {
+    for (int64_t j = threadIdx.x; j <= current; j += blockDim.x) kept[j] = int(j);
+    __syncthreads();
+    return int(current + 1);
+  }
+  for (int64_t round = 0; round < n - 3; ++round) {
+    float best_s = -2.0f;
+    int best = 1 << 30;
+    for (int64_t j = 1 + threadIdx.x; j <= current - 2; j += blockDim.x)
+      if (better(scores[j], int(j), best_s, best)) best_s = scores[j], best = int(j);
+    for (int o = 16; o > 0; o /= 2) {
+      const float os = __shfl_xor_sync(kFullWarp, best_s, o);
+      const int ob = __shfl_xor_sync(kFullWarp, best, o);
+      if (better(os, ob, best_s, best)) best_s = os, best = ob;
+    }
+    if (lane == 0) scratch[2 * warp] = __float_as_int(best_s), scratch[2 * warp + 1] = best;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      float s = __int_as_float(scratch[0]);
+      int w_best = scratch[1];
+      for (int w = 1; w < warps; ++w)
+        if (better(__int_as_float(scratch[2 * w]), scratch[2 * w + 1], s, w_best))
+          s = __int_as_float(scratch[2 * w]), w_best = scratch[2 * w + 1];
+      kept[round] = w_best;
+      scores[w_best] = -1.0f;
+    }
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) {
+    kept[n - 3] = 0, kept[n - 2] = int(current - 1), kept[n - 1] = int(current);
+    for (int64_t i = 1; i < n; ++i)  // insertion sort: n is small
+      for (int64_t j = i; j > 0 && kept[j - 1] > kept[j]; --j) {
+        const int x = kept[j];
+        kept[j] = kept[j - 1], kept[j - 1] = x;
+      }
+  }
+  __syncthreads();
+  return int(n);
+}
+
+// The compressed branch's final probabilities (m, l known) summed over the group's heads, then over the
+// compressed blocks overlapping each selection block, added into scores (fixed orders throughout).
+template <class T>
+__device__ void selection_scores(const NsaParams<T>& p, const KeyValues<T>& kv, const BranchKeys& keys, int64_t b,
+                                 int64_t g, const float* qs, float* ks, const float* m, const float* l, float* pchunk,
+                                 float* scores) {
+  const int64_t G = p.q_heads / p.kv_heads, D = p.head_dim;
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, warps = blockDim.x / 32;
+  float* summed = pchunk + G * kChunk;
+  for (int64_t p0 = 0; p0 < keys.count; p0 += kChunk) {
+    __syncthreads();
+    stage_chunk(p, kv, keys, b, g, p0, ks, nullptr);
+    __syncthreads();
+    const bool valid = p0 + lane < keys.count;
+    for (int64_t h = warp; h < G; h += warps)
+      pchunk[h * kChunk + lane] =
+          valid ? expf(dot(qs + h * D, ks + lane * (D + 1), D) * float(p.scale) - m[h]) / l[h] : 0.0f;
+    __syncthreads();
+    if (threadIdx.x < kChunk) {
+      float s = 0.0f;
+      for (int64_t h = 0; h < G; ++h) s += pchunk[h * kChunk + threadIdx.x];
+      summed[threadIdx.x] = s;
+    }
+    __syncthreads();
+    const int64_t last = (p0 + kChunk < keys.count ? p0 + kChunk : keys.count) - 1;
+    const int64_t j_lo = p0 * p.block_stride / p.select_len;
+    const int64_t j_hi = (last * p.block_stride + p.block_len - 1) / p.select_len;
+    for (int64_t j = j_lo + threadIdx.x; j <= j_hi; j += blockDim.x) {
+      float s = 0.0f;
+      for (int64_t i = p0; i <= last; ++i) {
+        const int64_t first_j = i * p.block_stride / p.select_len;
+        const int64_t last_j = (i * p.block_stride + p.block_len - 1) / p.select_len;
+        if (first_j <= j && j <= last_j) s += summed[i - p0];
+      }
+      scores[j] += s;
+    }
+  }
+  __syncthreads();
+}
+
+template <class T>
+__device__ int64_t stat_index(const NsaParams<T>& p, int64_t c, int64_t b, int64_t h, int64_t t) {
+  return ((c * p.batch + b) * p.q_heads + h) * p.seq_len + t;
+}
+
+// The (b, g, t) of this thread block of forward_kernel or query_grads_kernel: t fastest, so that blocks running side
+// by side share keys in L2.
+struct QueryBlock {
+  int64_t b, g, t;
+};
+template <class T>
+__device__ QueryBlock query_block(const NsaParams<T>& p) {
+  return {blockIdx.x / (p.seq_len * p.kv_heads), blockIdx.x / p.seq_len % p.kv_heads, blockIdx.x % p.seq_len};
+}
+
+// The group's query rows of token t, (G, D), as f32.
+template <class T>
+__device__ void stage_queries(const NsaParams<T>& p, const T* q, int64_t b, int64_t g, int64_t t, float* qs) {
+  const int64_t G = p.q_heads / p.kv_heads, D = p.head_dim;
+  for (int64_t idx = threadIdx.x; idx < G * D; idx += blockDim.x)
+    qs[idx] = ld(q, offset(p.q_strides, b, t, g * G + idx / D) + idx % D);
+}
+
+template <class T>
+__global__ void forward_kernel(NsaForwardArgs<T> args) {
+  extern __shared__ float smem[];
+  const NsaParams<T>& p = args.params;
+  const int64_t G = p.q_heads / p.kv_heads, D = p.head_dim, Dv = p.value_dim;
+  const auto [b, g, t] = query_block(p);
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, warps = blockDim.x / 32;
+  const QueryLayout L = query_layout(p, false);
+  float *qs = smem + L.q, *ks = smem + L.k, *vs = smem + L.v, *acc = smem + L.acc, *gated = smem + L.gated;
+  float *m = smem + L.stats, *l = m + G, *scores = smem + L.scores;
+  int* kept = reinterpret_cast<int*>(smem + L.kept);
+  int* scratch = kept + p.select_count;
+  stage_queries(p, args.in.q, b, g, t, qs);
+  for (int64_t idx = threadIdx.x; idx < G * Dv; idx += blockDim.x) gated[idx] = 0.0f;
+  const int64_t current = t / p.select_len;
+  for (int64_t j = threadIdx.x; j <= current; j += blockDim.x) scores[j] = 0.0f;
+  const KeyValues<T> tokens{args.in.k, p.k_strides, args.in.v, p.v_strides};
+  const KeyValues<T> compressed = compressed_kv(p, args.compressed_k, args.compressed_v);
+  int kept_count = 0;
+  for (int c = 0; c < kNsaBranches; ++c) {
+    if (c == kNsaSelected) {  // the compressed probabilities choose the blocks
+      const int32_t* given =
+          args.given_selected ? args.given_selected + ((b * p.seq_len + t) * p.kv_heads + g) * p.select_count : nullptr;
+      if (given) {
+        __syncthreads();
+        kept_count = 0;
+        while (kept_count < p.select_count && given[kept_count] >= 0) ++kept_count;
+        for (int64_t s = threadIdx.x; s < kept_count; s += blockDim.x) kept[s] = given[s];
+        __syncthreads();
+      } else {
+        kept_count = select_blocks(scores, current, p.select_count, kept, scratch);
+      }
+      int32_t* out = args.selected + ((b * p.seq_len + t) * p.kv_heads + g) * p.select_count;
+      for (int64_t s = threadIdx.x; s < p.select_count; s += blockDim.x) out[s] = s < kept_count ? kept[s] : -1;
+    }
+    const BranchKeys keys = branch_keys(p, c, t, kept, kept_count);
+    const KeyValues<T>& kv = c == kNsaCompressed ? compressed : tokens;
+    attend(p, kv, keys, b, g, qs, ks, vs, acc, m, l, smem + L.lanes);
+    if (c == kNsaCompressed && keys.count > 0 && args.given_selected == nullptr)
+      selection_scores(p, kv, keys, b, g, qs, ks, m, l, smem + L.pchunk, scores);
+    for (int64_t h = warp; h < G; h += warps) {
+      const int64_t head = g * G + h, row = (b * p.seq_len + t) * p.q_heads + head;
+      const float gate = sigmoid(ld(args.in.gates, row * kNsaBranches + c));
+      for (int64_t e = lane; e < Dv; e += 32) {
+        const float o = l[h] > 0.0f ? acc[h * Dv + e] / l[h] : 0.0f;
+        st(args.branch_out, ((c * p.batch + b) * p.seq_len + t) * p.q_heads * Dv + head * Dv + e, o);
+        gated[h * Dv + e] += gate * o;
+      }
+      if (lane == 0) {
+        args.row_max[stat_index(p, c, b, head, t)] = m[h];
+        args.row_sum[stat_index(p, c, b, head, t)] = l[h];
+      }
+    }
+  }
+  __syncthreads();
+  for (int64_t idx = threadIdx.x; idx < G * Dv; idx += blockDim.x)
+    st(args.out, ((b * p.seq_len + t) * p.q_heads + g * G) * Dv + idx, gated[idx]);
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// Backward, query side: per (b, g, t) as the forward. For each branch c and head h: dgate_c, D_c = σ_c·dO·O_c
+// (written to delta for the key side), then dq += Σ_keys dS·k with dS = P∘(σ_c·dO·v − D_c)·scale.
+template <class T>
+__global__ void query_grads_kernel(NsaBackwardArgs<T> args, float* delta) {
+  extern __shared__ float smem[];
+  const NsaParams<T>& p = args.params;
+  const int64_t G = p.q_heads / p.kv_heads, D = p.head_dim, Dv = p.value_dim;
+  const auto [b, g, t] = query_block(p);
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, warps = blockDim.x / 32;
+  const QueryLayout L = query_layout(p, true);
+  float *qs = smem + L.q, *dos = smem + L.o, *ks = smem + L.k, *vs = smem + L.v, *dq = smem + L.acc;
+  float *m = smem + L.stats, *l = m + G, *sig = l + G, *dd = sig + G, *pl = smem + L.lanes + warp * kChunk;
+  int* kept = reinterpret_cast<int*>(smem + L.kept);
+  stage_queries(p, args.in.q, b, g, t, qs);
+  for (int64_t idx = threadIdx.x; idx < G * D; idx += blockDim.x) dq[idx] = 0.0f;
+  for (int64_t idx = threadIdx.x; idx < G * Dv; idx += blockDim.x)
+    dos[idx] = ld(args.dout, ((b * p.seq_len + t) * p.q_heads + g * G) * Dv + idx);
+  const int32_t* selected = args.selected + ((b * p.seq_len + t) * p.kv_heads + g) * p.select_count;
+  int kept_count = 0;
+  while (kept_count < p.select_count && selected[kept_count] >= 0) ++kept_count;
+  for (int64_t s = threadIdx.x; s < kept_count; s += blockDim.x) kept[s] = selected[s];
+  const KeyValues<T> tokens{args.in.k, p.k_strides, args.in.v, p.v_strides};
+  const KeyValues<T> compressed = compressed_kv(p, args.compressed_k, args.compressed_v);
+  for (int c = 0; c < kNsaBranches; ++c) {
+    __syncthreads();
+    for (int64_t h = warp; h < G; h += warps) {
+      const int64_t head = g * G + h, row = (b * p.seq_len + t) * p.q_heads + head;
+      const T* branch = args.branch_out + ((c * p.batch + b) * p.seq_len + t) * p.q_heads * Dv + head * Dv;
+      float s = 0.0f;
+      for (int64_t e = lane; e < Dv; e += 32) s = fmaf(dos[h * Dv + e], ld(branch, e), s);
+      s = warp_sum(s);
+      const float gate = sigmoid(ld(args.in.gates, row * kNsaBranches + c));
+      if (lane == 0) {
+        st(args.dgates, row * kNsaBranches + c, s * gate * (1.0f - gate));
+        sig[h] = gate, dd[h] = gate * s;
+        m[h] = args.row_max[stat_index(p, c, b, head, t)];
+        l[h] = args.row_sum[stat_index(p, c, b, head, t)];
+        delta[stat_index(p, c, b, head, t)] = gate * s;
+      }
+    }
+    __syncthreads();
+    const BranchKeys keys = branch_keys(p, c, t, kept, kept_count);
+    const KeyValues<T>& kv = c == kNsaCompressed ? compressed : tokens;
+    for (int64_t p0 = 0; p0 < keys.count; p0 += kChunk) {
+      __syncthreads();
+      stage_chunk(p, kv, keys, b, g, p0, ks, vs);
+      __syncthreads();
+      const bool valid = keys.key(p0 + lane) >= 0;
+      for (int64_t h = warp; h < G; h += warps) {
+        if (l[h] == 0.0f) continue;  // a row that sees no key has no gradient
+        float ds = 0.0f;
+        if (valid) {
+          const float prob = expf(dot(qs + h * D, ks + lane * (D + 1), D) * float(p.scale) - m[h]) / l[h];
+          const float dprob = sig[h] * dot(dos + h * Dv, vs + lane * (Dv + 1), Dv);
+          ds = prob * (dprob - dd[h]) * float(p.scale);
+        }
+        pl[lane] = ds;
+        __syncwarp();
+        for (int64_t e = lane; e < D; e += 32) {
+          float a = dq[h * D + e];
+          for (int j = 0; j < kChunk; ++j) a = fmaf(pl[j], ks[j * (D + 1) + e], a);
+          dq[h * D + e] = a;
+        }
+        __syncwarp();
+      }
+    }
+  }
+  __syncthreads();
+  for (int64_t idx = threadIdx.x; idx < G * D; idx += blockDim.x)
+    st(args.dq, ((b * p.seq_len + t) * p.q_heads + g * G) * D + idx, dq[idx]);
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// Backward, key side: one block per (32 keys, b, g). Thread (lane, warp) owns key lane's features
+// e = warp + 8·u of dk and dv (u < kMaxDim/8) and adds every term in a fixed order: pass by pass, query
+// token ascending, head ascending.
+struct KeyLayout {
+  int64_t k, v, q, o, p, ds, rows, list, total;
+};
+template <class T>
+__host__ __device__ KeyLayout key_layout(const NsaParams<T>& p) {
+  const int64_t D = p.head_dim, Dv = p.value_dim;
+  KeyLayout s{};
+  int64_t at = 0;
+  s.k = at, at += kChunk * (D + 1);
+  s.v = at, at += kChunk * (Dv + 1);
+  s.q = at, at += kRowChunk * D;
+  s.o = at, at += kRowChunk * Dv;
+  s.p = at, at += kRowChunk * (kChunk + 1);
+  s.ds = at, at += kRowChunk * (kChunk + 1);
+  s.rows = at, at += 7 * kRowChunk;                    // per row: t, head, mask (ints), m, l, D, σ
+  s.list = at, at += 2 * kKeyThreads + kKeyWarps + 1;  // compacted (t, mask), warp counts
+  s.total = at;
+  return s;
+}
+
+// Which keys of the tile [key0, key0 + nk) query t sees in pass c, as lane bits.
+template <class T>
+__device__ unsigned visible_mask(const NsaParams<T>& p, int c, int64_t t, int64_t key0, int64_t nk) {
+  const int64_t last = key0 + nk - 1;
+  if (c == kNsaCompressed) {
+    if (t + 1 < p.block_len) return 0u;
+    const int64_t hi = (t + 1 - p.block_len) / p.block_stride;
+    return lane_bits(key0, hi < last ? hi : last, key0);
+  }
+  if (c == kNsaWindow) {
+    const int64_t lo = t - p.window + 1 > key0 ? t - p.window + 1 : key0;
+    return lane_bits(lo, t < last ? t : last, key0);
+  }
+  return 0u;  // selected: see selected_mask
+}
+__device__ inline unsigned selected_mask(const int32_t* kept, int64_t n, int64_t select_len, int64_t t, int64_t key0,
+                                         int64_t nk) {
+  unsigned mask = 0u;
+  const int64_t last = key0 + nk - 1 < t ? key0 + nk - 1 : t;
+  for (int64_t s = 0; s < n && kept[s] >= 0; ++s) {
+    const int64_t lo = int64_t(kept[s]) * select_len, hi = lo + select_len - 1;
+    mask |= lane_bits(lo > key0 ? lo : key0, hi < last ? hi : last, key0);
+  }
+  return mask;
+}
+
+template <class T, int kMaxDim>
+__global__ void __launch_bounds__(kKeyThreads)
+    key_grads_kernel(NsaBackwardArgs<T> args, const float* delta, bool compressed_keys, const float* dx_k,
+                     const float* dx_v, float* dck, float* dcv) {
+  extern __shared__ float smem[];
+  constexpr int kPer = kMaxDim / kKeyWarps;
+  const NsaParams<T>& p = args.params;
+  const int64_t G = p.q_heads / p.kv_heads, D = p.head_dim, Dv = p.value_dim, T_ = p.seq_len;
+  const int64_t blocks = compressed_blocks(p);
+  const int64_t b = blockIdx.y / p.kv_heads, g = blockIdx.y % p.kv_heads;
+  const int64_t keys_total = compressed_keys ? blocks : T_;
+  const int64_t key0 = int64_t(blockIdx.x) * kChunk, nk = keys_total - key0 < kChunk ? keys_total - key0 : kChunk;
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  const KeyLayout L = key_layout(p);
+  float *ks = smem + L.k, *vs = smem + L.v, *qs = smem + L.q, *dos = smem + L.o, *ps = smem + L.p, *dss = smem + L.ds;
+  int* row_t = reinterpret_cast<int*>(smem + L.rows);
+  int* row_h = row_t + kRowChunk;
+  unsigned* row_mask = reinterpret_cast<unsigned*>(row_h + kRowChunk);
+  float *row_m = smem + L.rows + 3 * kRowChunk, *row_l = row_m + kRowChunk, *row_d = row_l + kRowChunk,
+        *row_sig = row_d + kRowChunk;
+  int* list_t = reinterpret_cast<int*>(smem + L.list);
+  unsigned* list_mask = reinterpret_cast<unsigned*>(list_t + kKeyThreads);
+  int* warp_count = list_t + 2 * kKeyThreads;
+
+  const KeyValues<T> kv = compressed_keys ? compressed_kv(p, args.compressed_k, args.compressed_v)
+                                          : KeyValues<T>{args.in.k, p.k_strides, args.in.v, p.v_strides};
+  for (int64_t idx = threadIdx.x; idx < kChunk * D; idx += blockDim.x) {
+    const int64_t j = idx / D, e = idx % D;
+    ks[j * (D + 1) + e] = j < nk ? ld(kv.k, offset(kv.ks, b, key0 + j, g) + e) : 0.0f;
+  }
+  for (int64_t idx = threadIdx.x; idx < kChunk * Dv; idx += blockDim.x) {
+    const int64_t j = idx / Dv, e = idx % Dv;
+    vs[j * (Dv + 1) + e] = j < nk ? ld(kv.v, offset(kv.vs, b, key0 + j, g) + e) : 0.0f;
+  }
+  float dk[kPer], dv[kPer];
+  for (int u = 0; u < kPer; ++u) dk[u] = dv[u] = 0.0f;
+
+  const int passes[2] = {compressed_keys ? int(kNsaCompressed) : int(kNsaWindow), int(kNsaSelected)};
+  for (int pass = 0; pass < (compressed_keys ? 1 : 2); ++pass) {
+    const int c = passes[pass];
+    int64_t t_begin = key0, t_end = T_;
+    if (c == kNsaCompressed) t_begin = key0 * p.block_stride + p.block_len - 1;
+    if (c == kNsaWindow && key0 + nk - 1 + p.window < T_) t_end = key0 + nk - 1 + p.window;
+    for (int64_t t0 = t_begin; t0 < t_end; t0 += kKeyThreads) {
+      // The queries of this window of tokens that see a key of the tile, compacted in ascending t.
+      const int64_t t = t0 + threadIdx.x;
+      unsigned mask = 0u;
+      if (t < t_end)
+        mask = c == kNsaSelected ? selected_mask(args.selected + ((b * T_ + t) * p.kv_heads + g) * p.select_count,
+                                                 p.select_count, p.select_len, t, key0, nk)
+                                 : visible_mask(p, c, t, key0, nk);
+      const unsigned ballot = __ballot_sync(kFullWarp, mask != 0u);
+      __syncthreads();  // the previous list is consumed
+      if (lane == 0) warp_count[warp] = __popc(ballot);
+      __syncthreads();
+      int base = 0, count = 0;
+      for (int w = 0; w < kKeyWarps; ++w) {
+        if (w < warp) base += warp_count[w];
+        count += warp_count[w];
+      }
+      if (mask != 0u) {
+        const int at = base + __popc(ballot & ((1u << lane) - 1u));
+        list_t[at] = int(t), list_mask[at] = mask;
+      }
+      __syncthreads();
+      const int64_t rows = int64_t(count) * G;
+      for (int64_t r0 = 0; r0 < rows; r0 += kRowChunk) {
+        const int64_t nrows = rows - r0 < kRowChunk ? rows - r0 : kRowChunk;
+        if (threadIdx.x < kRowChunk) {
+          const int r = threadIdx.x;
+          row_mask[r] = 0u;
+          if (r < nrows) {
+            const int64_t entry = (r0 + r) / G, head = g * G + (r0 + r) % G, tt = list_t[entry];
+            const int64_t si = stat_index(p, c, b, head, tt);
+            row_t[r] = int(tt), row_h[r] = int(head);
+            row_m[r] = args.row_max[si], row_l[r] = args.row_sum[si], row_d[r] = delta[si];
+            row_sig[r] = sigmoid(ld(args.in.gates, ((b * T_ + tt) * p.q_heads + head) * kNsaBranches + c));
+            row_mask[r] = row_l[r] > 0.0f ? list_mask[entry] : 0u;
+          }
+        }
+        __syncthreads();
+        for (int64_t idx = threadIdx.x; idx < kRowChunk * D; idx += blockDim.x) {
+          const int64_t r = idx / D, e = idx % D;
+          qs[idx] = r < nrows ? ld(args.in.q, offset(p.q_strides, b, row_t[r], row_h[r]) + e) : 0.0f;
+        }
+        for (int64_t idx = threadIdx.x; idx < kRowChunk * Dv; idx += blockDim.x) {
+          const int64_t r = idx / Dv, e = idx % Dv;
+          dos[idx] =
+              r < nrows ? row_sig[r] * ld(args.dout, ((b * T_ + row_t[r]) * p.q_heads + row_h[r]) * Dv + e) : 0.0f;
+        }
+        __syncthreads();
+        for (int r = warp; r < kRowChunk; r += kKeyWarps) {
+          float prob = 0.0f, ds = 0.0f;
+          if ((row_mask[r] >> lane) & 1u) {
+            prob = expf(dot(qs + r * D, ks + lane * (D + 1), D) * float(p.scale) - row_m[r]) / row_l[r];
+            const float dprob = dot(dos + r * Dv, vs + lane * (Dv + 1), Dv);
+            ds = prob * (dprob - row_d[r]) * float(p.scale);
+          }
+          ps[r * (kChunk + 1) + lane] = prob;
+          dss[r * (kChunk + 1) + lane] = ds;
+        }
+        __syncthreads();
+        for (int64_t r = 0; r < nrows; ++r) {
+          const float prob = ps[r * (kChunk + 1) + lane], ds = dss[r * (kChunk + 1) + lane];
+#pragma unroll
+          for (int u = 0; u < kPer; ++u) {
+            const int64_t e = warp + kKeyWarps * u;
+            if (e < Dv) dv[u] = fmaf(prob, dos[r * Dv + e], dv[u]);
+            if (e < D) dk[u] = fmaf(ds, qs[r * D + e], dk[u]);
+          }
+        }
+        __syncthreads();
+      }
+    }
+  }
+
+  const int64_t j = key0 + lane;
+  if (lane >= nk) return;
+  if (compressed_keys) {
+    const int64_t row = (b * blocks + j) * p.kv_heads + g;
+#pragma unroll
+    for (int u = 0; u < kPer; ++u) {
+      const int64_t e = warp + kKeyWarps * u;
+      if (e < D) dck[row * D + e] = dk[u];
+      if (e < Dv) dcv[row * Dv + e] = dv[u];
+    }
+    return;
+  }
+  // The compressor's token gradients: blocks i with i·d <= j < i·d + l, ascending.
+  const int64_t i_lo = j + 1 - p.block_len <= 0 ? 0 : (j + 1 - p.block_len + p.block_stride - 1) / p.block_stride;
+  const int64_t i_hi = j / p.block_stride < blocks - 1 ? j / p.block_stride : blocks - 1;
+  for (int64_t i = i_lo; i <= i_hi; ++i) {
+    const int64_t row = (b * blocks + i) * p.kv_heads + g, at = j - i * p.block_stride;
+#pragma unroll
+    for (int u = 0; u < kPer; ++u) {
+      const int64_t e = warp + kKeyWarps * u;
+      if (e < D) dk[u] += dx_k[(row * p.block_len + at) * D + e];
+      if (e < Dv) dv[u] += dx_v[(row * p.block_len + at) * Dv + e];
+    }
+  }
+#pragma unroll
+  for (int u = 0; u < kPer; ++u) {
+    const int64_t e = warp + kKeyWarps * u;
+    if (e < D) st(args.dk, ((b * T_ + j) * p.kv_heads + g) * D + e, dk[u]);
+    if (e < Dv) st(args.dv, ((b * T_ + j) * p.kv_heads + g) * Dv + e, dv[u]);
+  }
+}
+
+// Launches kernel<<<grid, threads, bytes, stream>>> after raising its shared-memory limit to `bytes` (refusing
+// more than the device offers a block).
+template <class... Params, class... Args>
+void launch_shared(void (*kernel)(Params...), const char* op, dim3 grid, int threads, size_t bytes, cudaStream_t stream,
+                   const Args&... args) {
+  if (grid.x == 0 || grid.y == 0) return;
+  int device = 0, limit = 0;
+  ALPHA_CUDA_CHECK(cudaGetDevice(&device));
+  ALPHA_CUDA_CHECK(cudaDeviceGetAttribute(&limit, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+  if (bytes > size_t(limit))
+    raise<BackendError>(op, "shared memory",
+                        "at most " + std::to_string(limit) +
+                            " bytes per block on this device (fewer query heads "
+                            "per kv head, smaller head dims or a longer select_len)",
+                        std::to_string(bytes));
+  ALPHA_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes)));
+  kernel<<<grid, threads, bytes, stream>>>(args...);
+  alpha::cuda::check(cudaGetLastError(), op, __FILE__, __LINE__);
+}
+
+template <class T>
+int query_threads(const NsaParams<T>& p) {
+  const int64_t G = p.q_heads / p.kv_heads;
+  return 32 * int(G < kMaxQueryWarps ? G : kMaxQueryWarps);
+}
+
+template <class T>
+unsigned query_grid(const NsaParams<T>& p) {
+  const int64_t n = p.batch * p.kv_heads * p.seq_len;
+  if (n > int64_t(0x7fffffff)) raise<ShapeError>("nsa", "batch·kv_heads·seq_len", "below 2^31", std::to_string(n));
+  return unsigned(n);
+}
+
+template <class T>
+void check_head_dims(const char* op, const NsaParams<T>& p) {
+  if (p.head_dim > kNsaCudaMaxHeadDim)
+    raise<ShapeError>(op, "q", "a head dimension of at most " + std::to_string(kNsaCudaMaxHeadDim),
+                      std::to_string(p.head_dim));
+  if (p.value_dim > kNsaCudaMaxHeadDim)
+    raise<ShapeError>(op, "v", "a head dimension of at most " + std::to_string(kNsaCudaMaxHeadDim),
+                      std::to_string(p.value_dim));
+}
+
+// key_grads_kernel for the bucket of max(D, Dv).
+template <class T>
+void launch_key_grads(const NsaBackwardArgs<T>& args, const float* delta, bool compressed_keys, const float* dx_k,
+                      const float* dx_v, float* dck, float* dcv, cudaStream_t stream) {
+  const NsaParams<T>& p = args.params;
+  const int64_t keys = compressed_keys ? compressed_blocks(p) : p.seq_len;
+  const dim3 grid{unsigned((keys + kChunk - 1) / kChunk), unsigned(p.batch * p.kv_heads)};
+  const size_t bytes = size_t(key_layout(p).total) * sizeof(float);
+  const int64_t widest = p.head_dim > p.value_dim ? p.head_dim : p.value_dim;
+  if (widest <= 64)
+    launch_shared(key_grads_kernel<T, 64>, "nsa_backward", grid, kKeyThreads, bytes, stream, args, delta,
+                  compressed_keys, dx_k, dx_v, dck, dcv);
+  else if (widest <= 128)
+    launch_shared(key_grads_kernel<T, 128>, "nsa_backward", grid, kKeyThreads, bytes, stream, args, delta,
+                  compressed_keys, dx_k, dx_v, dck, dcv);
+  else
+    launch_shared(key_grads_kernel<T, 256>, "nsa_backward", grid, kKeyThreads, bytes, stream, args, delta,
+                  compressed_keys, dx_k, dx_v, dck, dcv);
+}
+
+}  // namespace
+
+template <class T>
+void nsa_forward(const NsaForwardArgs<T>& args, Stream stream) {
+  const NsaParams<T>& p = args.params;
+  check_head_dims("nsa", p);
+  if (p.batch * p.seq_len * p.q_heads == 0) return;
+  if (p.batch * p.kv_heads > 65535)
+    raise<ShapeError>("nsa", "batch·kv_heads", "at most 65535", std::to_string(p.batch * p.kv_heads));
+  const cudaStream_t s = alpha::cuda::stream_handle(stream);
+  const int64_t rows = p.batch * compressed_blocks(p) * p.kv_heads, l = p.block_len;
+  const int64_t D = p.head_dim, Dv = p.value_dim;
+  gemm(rows, D, l * D, compressor_input(p, args.in.k, p.k_strides, args.in.k_pos, D),
+       RowMajor<T>{args.in.k_weight, l * D}, Store<T>{args.compressed_k, D}, s);
+  gemm(rows, Dv, l * Dv, compressor_input(p, args.in.v, p.v_strides, args.in.v_pos, Dv),
+       RowMajor<T>{args.in.v_weight, l * Dv}, Store<T>{args.compressed_v, Dv}, s);
+  launch_shared(forward_kernel<T>, "nsa", dim3(query_grid(p)), query_threads(p),
+                size_t(query_layout(p, false).total) * sizeof(float), s, args);
+}
+
+template <class T>
+void nsa_backward(const NsaBackwardArgs<T>& args, Stream stream) {
+  const NsaParams<T>& p = args.params;
+  check_head_dims("nsa_backward", p);
+  const cudaStream_t s = alpha::cuda::stream_handle(stream);
+  const int64_t blocks = compressed_blocks(p), rows = p.batch * blocks * p.kv_heads, l = p.block_len;
+  const int64_t D = p.head_dim, Dv = p.value_dim;
+  if (p.batch * p.kv_heads > 65535)
+    raise<ShapeError>("nsa_backward", "batch·kv_heads", "at most 65535", std::to_string(p.batch * p.kv_heads));
+  // f32 workspace: D_c per row [3, B, Hq, T]; dK̃ [rows, D], dṼ [rows, Dv]; dX_k [rows, l·D], dX_v [rows, l·Dv];
+  // the column sums of dK̃, dṼ [D + Dv].
+  const int64_t n_delta = kNsaBranches * p.batch * p.q_heads * p.seq_len;
+  const int64_t floats = n_delta + rows * (D + Dv) + rows * l * (D + Dv) + D + Dv;
+  StreamScratch scratch(size_t(floats) * sizeof(float), s);
+  float* delta = scratch.as<float>();
+  float *dck = delta + n_delta, *dcv = dck + rows * D, *dx_k = dcv + rows * Dv, *dx_v = dx_k + rows * l * D;
+  float *total_k = dx_v + rows * l * Dv, *total_v = total_k + D;
+  if (p.batch * p.seq_len * p.q_heads > 0) {
+    launch_shared(query_grads_kernel<T>, "nsa_backward", dim3(query_grid(p)), query_threads(p),
+                  size_t(query_layout(p, true).total) * sizeof(float), s, args, delta);
+    launch_key_grads(args, delta, true, nullptr, nullptr, dck, dcv, s);
+  }
+  // dX = dK̃·W: [rows, l·D] = [rows, D]·[D, l·D].
+  gemm(rows, l * D, D, RowMajor<float>{dck, D}, ColMajor<T>{args.in.k_weight, l * D}, Store<float>{dx_k, l * D}, s);
+  gemm(rows, l * Dv, Dv, RowMajor<float>{dcv, Dv}, ColMajor<T>{args.in.v_weight, l * Dv}, Store<float>{dx_v, l * Dv},
+       s);
+  if (p.batch * p.seq_len * p.q_heads > 0) launch_key_grads(args, delta, false, dx_k, dx_v, nullptr, nullptr, s);
+  // dW[e, f] = Σ_rows dK̃[row, e]·X[row, f]; dpos[f] = Σ_e W[e, f]·Σ_rows dK̃[row, e].
+  using InputK = Transposed<CompressorInput<T>>;
+  gemm(D, l * D, rows, ColMajor<float>{dck, D}, InputK{compressor_input(p, args.in.k, p.k_strides, args.in.k_pos, D)},
+       Store<T>{args.dk_weight, l * D}, s);
+  gemm(Dv, l * Dv, rows, ColMajor<float>{dcv, Dv},
+       InputK{compressor_input(p, args.in.v, p.v_strides, args.in.v_pos, Dv)}, Store<T>{args.dv_weight, l * Dv}, s);
+  gemm(1, D, rows, Ones{}, ColMajor<float>{dck, D}, Store<float>{total_k, D}, s);
+  gemm(1, Dv, rows, Ones{}, ColMajor<float>{dcv, Dv}, Store<float>{total_v, Dv}, s);
+  gemm(1, l * D, D, RowMajor<float>{total_k, 0}, ColMajor<T>{args.in.k_weight, l * D}, Store<T>{args.dk_pos, l * D}, s);
+  gemm(1, l * Dv, Dv, RowMajor<float>{total_v, 0}, ColMajor<T>{args.in.v_weight, l * Dv}, Store<T>{args.dv_pos, l * Dv},
+       s);
+}
+
+#define ALPHA_INSTANTIATE(T)                                                  \
+  template void nsa_forward<T>(const NsaForwardArgs<T>& args, Stream stream); \
+  template void nsa_backward<T>(const NsaBackwardArgs<T>& args, Stream stream);
+ALPHA_INSTANTIATE(float)
+ALPHA_INSTANTIATE(bf16)
+ALPHA_INSTANTIATE(f16)
+#undef ALPHA_INSTANTIATE
+
+}  // namespace alpha::kernels::cuda
