@@ -455,7 +455,8 @@ __global__ void forward_kernel(NsaForwardArgs<T> args) {
     const BranchKeys keys = branch_keys(p, c, t, kept, kept_count);
     const KeyValues<T>& kv = c == kNsaCompressed ? compressed : tokens;
     attend(p, kv, keys, b, g, qs, ks, vs, acc, m, l, smem + L.lanes);
-    if (c == kNsaCompressed && keys.count > 0 && args.given_selected == nullptr)
+    // The scores matter only when there are more candidates than kept blocks.
+    if (c == kNsaCompressed && keys.count > 0 && current + 1 > p.select_count && args.given_selected == nullptr)
       selection_scores(p, kv, keys, b, g, qs, ks, m, l, smem + L.pchunk, scores);
     for (int64_t h = warp; h < G; h += warps) {
       const int64_t head = g * G + h, row = (b * p.seq_len + t) * p.q_heads + head;
