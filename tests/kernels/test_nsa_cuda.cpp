@@ -3,9 +3,9 @@
 // blocks are compared first: forced blocks exactly, the others as sets whose differences must be near-ties by the
 // f64 score (the GPU sums its f32 scores in another order). Then the reference runs again on the GPU's choice
 // (given_selected), and every output and all eight gradients are compared with it, the tolerance row
-// "cuda.nsa" (abs per unit of the largest |want| above 1). Lengths 1, 17, 65, 127, 300, 600, 1000, 4099; G 1,
-// 2, 3, 16; head dims 64, 128 and 192 with 128 for v. Also: the op dispatches to the same kernels (and strided
-// q, k, v give the same bits), autograd runs on the GPU, the backward gives the same bits twice, and bad inputs
+// "cuda.nsa" (abs per unit of the largest |want| above 1). Lengths 1, 17, 63, 64, 65, 127, 300, 600, 1000,
+// 4099; G 1, 2, 3, 4, 16; head dims 64, 128 and 192 with 128 for v. Also: the op dispatches to the same kernels (and
+// strided q, k, v give the same bits), autograd runs on the GPU, the backward gives the same bits twice, and bad inputs
 // raise. Suites named Cuda* skip themselves without a GPU.
 #include <gtest/gtest.h>
 
@@ -250,6 +250,8 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Values(NsaGpuCase{"t1_g1_d64_paper_blocks", 1, 1, 1, 1, 64, 64, nsa_config(32, 16, 64, 16, 512)},
                       NsaGpuCase{"t17_g2_d64", 1, 17, 2, 1, 64, 64, nsa_config(8, 4, 8, 4, 12)},
                       NsaGpuCase{"t65_g3_l_not_multiple_of_d", 1, 65, 3, 1, 64, 64, nsa_config(7, 3, 5, 4, 10, 0.7)},
+                      NsaGpuCase{"t63_g4_d128", 1, 63, 4, 1, 128, 128, nsa_config(8, 4, 8, 4, 12)},
+                      NsaGpuCase{"t64_g4_d192_v128", 1, 64, 8, 2, 192, 128, nsa_config(8, 4, 8, 5, 16)},
                       NsaGpuCase{"t127_g1_d64_b2", 2, 127, 2, 2, 64, 64, nsa_config(16, 8, 16, 4, 32)},
                       NsaGpuCase{"t300_g2_d64_many_candidates", 1, 300, 4, 2, 64, 64, nsa_config(8, 4, 4, 6, 20)},
                       NsaGpuCase{"t600_g16_d128", 1, 600, 16, 1, 128, 128, nsa_config(32, 16, 64, 8, 256)},
