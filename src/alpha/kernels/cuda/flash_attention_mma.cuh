@@ -50,7 +50,6 @@ void require_mma_rows(const T* rows, const AttentionStrides& s, const char* op, 
         "strides " + std::to_string(s.batch) + ", " + std::to_string(s.time) + ", " + std::to_string(s.head));
 }
 
-
 // Whether query i sees key j (false for i past Tq).
 template <class T>
 __device__ __forceinline__ bool mma_visible(const AttentionParams<T>& p, int64_t i, int64_t j) {
@@ -90,8 +89,9 @@ __device__ __forceinline__ float fast_tanh(float x) {
 // constant-time kernel must not branch on (a plain ?: may compile to either).
 __device__ __forceinline__ float select_float(bool condition, float a, float b) {
   float r;
-  asm("{\n .reg .pred p;\n setp.ne.u32 p, %1, 0;\n selp.f32 %0, %2, %3, p;\n}" : "=f"(r) : "r"(unsigned(condition)), "f"(a),
-      "f"(b));
+  asm("{\n .reg .pred p;\n setp.ne.u32 p, %1, 0;\n selp.f32 %0, %2, %3, p;\n}"
+      : "=f"(r)
+      : "r"(unsigned(condition)), "f"(a), "f"(b));
   return r;
 }
 
@@ -140,6 +140,29 @@ __device__ __forceinline__ int64_t tile_last_row(int64_t first, int rows, int64_
   return first + rows < total ? first + rows - 1 : total - 1;
 }
 
+// A block's query tile of `rows` rows of head bh = b·Hq + h = blockIdx.y (tiles are scheduled last-first:
+// blockIdx.x counts from the end, so under a causal mask the longest rows start first), and the keys it sees:
+// [key_begin, key_end) by any of its rows, [whole_begin, whole_end) by every one (no masking there).
+struct QueryTile {
+  int64_t bh, b, h, kv_head, first_row, key_begin, key_end, whole_begin, whole_end;
+};
+template <class T>
+__device__ __forceinline__ QueryTile query_tile(const AttentionParams<T>& p, int rows) {
+  const BlockHeads heads = query_heads_of_row(p, blockIdx.y);
+  const int64_t first_row = int64_t(gridDim.x - 1 - blockIdx.x) * rows;
+  const KeyRange first_keys = visible_key_range(p, first_row);
+  const KeyRange last_keys = visible_key_range(p, tile_last_row(first_row, rows, p.q_len));
+  return {int64_t(blockIdx.y), heads.b,       heads.head,      heads.kv_head, first_row,
+          first_keys.begin,    last_keys.end, last_keys.begin, first_keys.end};
+}
+
+// The rows of one head of an operand [B, T, H, features]: element (t, e) at rows[t·strides.time + e].
+template <class T>
+__device__ __forceinline__ const uint16_t* head_rows(const T* x, const AttentionStrides& strides, int64_t b,
+                                                     int64_t head) {
+  return bits(x) + b * strides.batch + head * strides.head;
+}
+
 // log2 of the forward's normaliser of row i, so that P = exp2(S·log2e − lse2): m·log2e + log2(l). +inf
 // for a row that sees no key (and for rows past Tq): P = 0 there.
 __device__ __forceinline__ float log2_normaliser(float row_max, float row_sum) {
@@ -155,8 +178,8 @@ struct EntryGrad {
   float dscore;
 };
 template <class T>
-__device__ __forceinline__ EntryGrad entry_gradient(const AttentionParams<T>& p, Softcap c, float scale_log2,
-                                                    float qk, float dov, float lse2, float delta, float z) {
+__device__ __forceinline__ EntryGrad entry_gradient(const AttentionParams<T>& p, Softcap c, float scale_log2, float qk,
+                                                    float dov, float lse2, float delta, float z) {
   float prob, ds;
   if (c.cap > 0) {
     const float s = attention_logit(p, c, qk), ratio = s * c.inverse;
@@ -171,6 +194,12 @@ __device__ __forceinline__ EntryGrad entry_gradient(const AttentionParams<T>& p,
 
 template <class T>
 void flash_attention_mma_forward(const AttentionForwardArgs<T>& args, cudaStream_t stream);
+// Whether the forward of this head-dimension bucket runs the wgmma kernel (flash_attention_wgmma_forward.cuh):
+// bucket 128 on a compute capability 9.0 device (H100, H200), in a library built with sm_90a code.
+bool wgmma_forward_runs(int bucket);
+// The wgmma forward of bucket 128 (where wgmma_forward_runs).
+template <class T>
+void flash_attention_wgmma_forward(const AttentionForwardArgs<T>& args, cudaStream_t stream);
 // workspace (flash_attention_backward_workspace floats): D = rowsum(dO∘O) per query row in its first B·Hq·Tq,
 // already computed (launch_attention_delta); for the non-deterministic backward the dQ accumulator after it.
 template <class T>

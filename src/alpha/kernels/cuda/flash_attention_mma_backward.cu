@@ -172,10 +172,8 @@ __global__ void __launch_bounds__(kThreads, BackwardTraits<kHeadDim>::kMinBlocks
   const int d_qk = int(p.head_dim), d_v = int(p.value_dim);
   const float scale_log2 = p.scale * kLog2e;
   const Softcap softcap = softcap_of(p);
-  load_tile_async<kThreads>(k_tile, bits(a.k) + b * p.k_strides.batch + kv_head * p.k_strides.head, p.k_strides.time,
-                            j0, p.kv_len, d_qk);
-  load_tile_async<kThreads>(v_tile, bits(a.v) + b * p.v_strides.batch + kv_head * p.v_strides.head, p.v_strides.time,
-                            j0, p.kv_len, d_v);
+  load_tile_async<kThreads>(k_tile, head_rows(a.k, p.k_strides, b, kv_head), p.k_strides.time, j0, p.kv_len, d_qk);
+  load_tile_async<kThreads>(v_tile, head_rows(a.v, p.v_strides, b, kv_head), p.v_strides.time, j0, p.kv_len, d_v);
 
   // Steps: (query head of the group, query tile of the rows that see the block's keys), head-major; a
   // cursor moves through them by increments (no 64-bit division in the loop).
@@ -191,8 +189,8 @@ __global__ void __launch_bounds__(kThreads, BackwardTraits<kHeadDim>::kMinBlocks
     return s;
   };
   auto load_queries = [&](Step s, int stage) {
-    load_tile_async<kThreads>(q_tiles.next(stage), bits(a.q) + b * p.q_strides.batch + s.h * p.q_strides.head,
-                              p.q_strides.time, s.i0, p.q_len, d_qk);
+    load_tile_async<kThreads>(q_tiles.next(stage), head_rows(a.q, p.q_strides, b, s.h), p.q_strides.time, s.i0, p.q_len,
+                              d_qk);
     load_tile_async<kThreads>(do_tiles.next(stage), bits(a.dout) + (b * p.q_len * p.q_heads + s.h) * p.value_dim,
                               p.q_heads * p.value_dim, s.i0, p.q_len, d_v);
     for (int r = threadIdx.x; r < kQ; r += kThreads) {
@@ -290,23 +288,17 @@ __global__ void __launch_bounds__(kThreads, BackwardTraits<kHeadDim>::kMinBlocks
 
   const AttentionParams<T>& p = a.params;
   const int warp = int(threadIdx.x) / 32, lane = int(threadIdx.x) % 32;
-  const int64_t bh = blockIdx.y;
-  const auto [b, h, kv_head, group] = query_heads_of_row(p, blockIdx.y);
-  const int64_t i0 = int64_t(gridDim.x - 1 - blockIdx.x) * Shape::kRows;
-  const int64_t last_row = tile_last_row(i0, Shape::kRows, p.q_len);
-  const int64_t key_begin = visible_key_range(p, i0).begin, key_end = visible_key_range(p, last_row).end;
-  const int64_t whole_begin = visible_key_range(p, last_row).begin, whole_end = visible_key_range(p, i0).end;
+  const auto [bh, b, h, kv_head, i0, key_begin, key_end, whole_begin, whole_end] = query_tile(p, Shape::kRows);
   const int d_qk = int(p.head_dim), d_v = int(p.value_dim);
   const float scale_log2 = p.scale * kLog2e;
   const Softcap softcap = softcap_of(p);
-  const uint16_t* k_rows = bits(a.k) + b * p.k_strides.batch + kv_head * p.k_strides.head;
-  const uint16_t* v_rows = bits(a.v) + b * p.v_strides.batch + kv_head * p.v_strides.head;
+  const uint16_t* k_rows = head_rows(a.k, p.k_strides, b, kv_head);
+  const uint16_t* v_rows = head_rows(a.v, p.v_strides, b, kv_head);
   auto load_keys = [&](int64_t j0, int stage) {
     load_tile_async<kThreads>(k_tiles.next(stage), k_rows, p.k_strides.time, j0, p.kv_len, d_qk);
     load_tile_async<kThreads>(v_tiles.next(stage), v_rows, p.v_strides.time, j0, p.kv_len, d_v);
   };
-  load_tile_async<kThreads>(q_tile, bits(a.q) + b * p.q_strides.batch + h * p.q_strides.head, p.q_strides.time, i0,
-                            p.q_len, d_qk);
+  load_tile_async<kThreads>(q_tile, head_rows(a.q, p.q_strides, b, h), p.q_strides.time, i0, p.q_len, d_qk);
   load_tile_async<kThreads>(do_tile, bits(a.dout) + (b * p.q_len * p.q_heads + h) * p.value_dim,
                             p.q_heads * p.value_dim, i0, p.q_len, d_v);
   if (key_begin < key_end) load_keys(key_begin, 0);

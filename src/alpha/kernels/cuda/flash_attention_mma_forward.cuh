@@ -38,6 +38,116 @@ __device__ __forceinline__ float leak_on_positive(float logit) {
   return logit + 0.0f * spin;
 }
 
+// One key tile's online-softmax step for this thread's rows (first_row + 16m + g + 8·half, for C fragment
+// values x with half = x / 2), in base-2 units (logits times log2 e, so that scale·log2 e is one multiply and
+// exp2 takes the difference directly): s holds the tile's q·k dots (kN 8-key fragments from key j0) and
+// leaves holding P̃ (dropped, unrounded); row_max (base 2) moves to the new maximum, this thread's share of
+// row_sum is rescaled to it, and `rescale` receives the factor exp(m_old − m_new) per row, for the output
+// accumulators (rescale_rows; the wgmma kernel applies it once the previous tile's P·V has landed in them).
+// kMasked = false is for tiles wholly visible to every row of
+// the block, which skip the mask's per-entry work: which variant runs depends on positions only, never on
+// values. The mma.sync and wgmma forward kernels share it (their fragments have one layout).
+template <class T, int kM, int kN, bool kMasked, bool kLeakyControl>
+__device__ __forceinline__ void softmax_tile(const AttentionParams<T>& p, Softcap softcap, float scale_log2, int64_t bh,
+                                             int64_t first_row, int64_t j0, int lane, FragC (&s)[kM][kN],
+                                             float (&row_max)[kM][2], float (&row_sum)[kM][2],
+                                             float (&rescale)[kM][2]) {
+  const int g = lane / 4, t = lane % 4;
+#pragma unroll
+  for (int m = 0; m < kM; ++m)
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const int64_t i = first_row + 16 * m + g + 8 * half;
+      // The row's visible keys as columns of this tile, [first_col, end_col) (worked out here rather than
+      // held across tiles: registers are what limits the tile size).
+      int first_col = 0, end_col = 8 * kN;
+      if constexpr (kMasked) {
+        const KeyRange keys = i < p.q_len ? visible_key_range(p, i) : KeyRange{0, 0};
+        first_col = int(max(keys.begin - j0, int64_t(-1)));
+        end_col = int(min(keys.end - j0, int64_t(8 * kN)));
+      }
+      float tile_max = -INFINITY;
+#pragma unroll
+      for (int n = 0; n < kN; ++n)
+#pragma unroll
+        for (int x = 2 * half; x < 2 * half + 2; ++x) {
+          float logit = attention_logit_log2(p, softcap, scale_log2, s[m][n].x[x]);
+          if constexpr (kMasked) {
+            const int col = 8 * n + 2 * t + x % 2;
+            if (col < first_col || col >= end_col) logit = -INFINITY;
+          }
+          if constexpr (kLeakyControl) logit = leak_on_positive(logit);
+          s[m][n].x[x] = logit;
+          tile_max = fmaxf(tile_max, logit);
+        }
+      tile_max = fmaxf(tile_max, __shfl_xor_sync(kFullWarp, tile_max, 1));
+      tile_max = fmaxf(tile_max, __shfl_xor_sync(kFullWarp, tile_max, 2));
+      const float new_max = fmaxf(row_max[m][half], tile_max);
+      const float base = select_float(new_max == -INFINITY, 0.0f, new_max);  // all masked so far: exps are 0
+      rescale[m][half] = fast_exp2(row_max[m][half] - base);
+      row_max[m][half] = new_max;
+      row_sum[m][half] *= rescale[m][half];
+#pragma unroll
+      for (int n = 0; n < kN; ++n)
+#pragma unroll
+        for (int x = 2 * half; x < 2 * half + 2; ++x) {
+          const float prob = fast_exp2(s[m][n].x[x] - base);
+          row_sum[m][half] += prob;
+          s[m][n].x[x] = prob;
+        }
+      if (p.dropout_p > 0 && i < p.q_len)
+#pragma unroll
+        for (int n = 0; n < kN; ++n)
+#pragma unroll
+          for (int x = 2 * half; x < 2 * half + 2; ++x)
+            s[m][n].x[x] *= attention_dropout_factor(p, bh, i, j0 + 8 * n + 2 * t + x % 2);
+    }
+}
+
+// acc (this thread's rows, as softmax_tile's) *= the rows' rescale factors.
+template <int kM, int kO>
+__device__ __forceinline__ void rescale_rows(FragC (&acc)[kM][kO], const float (&rescale)[kM][2]) {
+#pragma unroll
+  for (int m = 0; m < kM; ++m)
+#pragma unroll
+    for (int n = 0; n < kO; ++n)
+#pragma unroll
+      for (int x = 0; x < 4; ++x) acc[m][n].x[x] *= rescale[m][x / 2];
+}
+
+// The end of a forward block for this thread's rows (as softmax_tile's): out = O / l, row_max = m (natural
+// units), row_sum = l (a row that saw no key: m = −inf, l = 0, out 0); rows past Tq write nothing.
+template <class T, int kM, int kO>
+__device__ __forceinline__ void store_rows(const AttentionForwardArgs<T>& a, int64_t b, int64_t h, int64_t bh,
+                                           int64_t first_row, int lane, const FragC (&acc)[kM][kO],
+                                           const float (&row_max)[kM][2], const float (&row_sum)[kM][2]) {
+  const AttentionParams<T>& p = a.params;
+  const int g = lane / 4, t = lane % 4, d_v = int(p.value_dim);
+#pragma unroll
+  for (int m = 0; m < kM; ++m)
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      float sum = row_sum[m][half];
+      sum += __shfl_xor_sync(kFullWarp, sum, 1);
+      sum += __shfl_xor_sync(kFullWarp, sum, 2);
+      const int64_t i = first_row + 16 * m + g + 8 * half;
+      if (i >= p.q_len) continue;
+      const float inverse = select_float(sum > 0.0f, fast_reciprocal(sum), 0.0f);
+      uint16_t* out = bits(a.out) + ((b * p.q_len + i) * p.q_heads + h) * p.value_dim;
+#pragma unroll
+      for (int n = 0; n < kO; ++n) {
+        const int col = 8 * n + 2 * t;
+        if (col < d_v)
+          *reinterpret_cast<uint32_t*>(out + col) =
+              pack2<T>(acc[m][n].x[2 * half] * inverse, acc[m][n].x[2 * half + 1] * inverse);
+      }
+      if (t == 0) {
+        a.row_max[bh * p.q_len + i] = row_max[m][half] * kLn2;
+        a.row_sum[bh * p.q_len + i] = sum;
+      }
+    }
+}
+
 // Per bucket: warps per block, 16-row tiles per warp, keys per tile, and kMinBlocks, the blocks per SM the
 // register allocation must allow (left free, the compiler spends registers on scheduling freedom and fewer
 // blocks fit). Measured on an H100 (2026-11-22, D 64 and 128 at T 512, 2048 and 8192, five variants side by
@@ -90,18 +200,11 @@ __global__ void __launch_bounds__(ForwardShape<kHeadDim>::kThreads, ForwardTrait
   const typename Shape::KvTile v_tiles = k_tiles.next(2);
 
   const AttentionParams<T>& p = a.params;
-  const int warp = int(threadIdx.x) / 32, lane = int(threadIdx.x) % 32, g = lane / 4, t = lane % 4;
-  const int64_t bh = blockIdx.y;
-  const auto [b, h, kv_head, group] = query_heads_of_row(p, blockIdx.y);
-  const int64_t i0 = int64_t(gridDim.x - 1 - blockIdx.x) * Shape::kRows;
-  const int64_t last_row = tile_last_row(i0, Shape::kRows, p.q_len);
-  const int64_t key_begin = visible_key_range(p, i0).begin, key_end = visible_key_range(p, last_row).end;
-  // Key tiles in [whole_begin, whole_end) are visible to every row of the block: no masking there.
-  const int64_t whole_begin = visible_key_range(p, last_row).begin, whole_end = visible_key_range(p, i0).end;
-
-  const uint16_t* q_rows = bits(a.q) + b * p.q_strides.batch + h * p.q_strides.head;
-  const uint16_t* k_rows = bits(a.k) + b * p.k_strides.batch + kv_head * p.k_strides.head;
-  const uint16_t* v_rows = bits(a.v) + b * p.v_strides.batch + kv_head * p.v_strides.head;
+  const int warp = int(threadIdx.x) / 32, lane = int(threadIdx.x) % 32;
+  const auto [bh, b, h, kv_head, i0, key_begin, key_end, whole_begin, whole_end] = query_tile(p, Shape::kRows);
+  const uint16_t* q_rows = head_rows(a.q, p.q_strides, b, h);
+  const uint16_t* k_rows = head_rows(a.k, p.k_strides, b, kv_head);
+  const uint16_t* v_rows = head_rows(a.v, p.v_strides, b, kv_head);
   const int d_qk = int(p.head_dim), d_v = int(p.value_dim);
   const Softcap softcap = softcap_of(p);
   const float scale_log2 = p.scale * kLog2e;
@@ -134,66 +237,14 @@ __global__ void __launch_bounds__(ForwardShape<kHeadDim>::kThreads, ForwardTrait
     zero(s);
     warp_product_abt<T, kM, kN, kHeadDim>(s, q_tile, row0, k_tiles.next(stage), 0, lane);
 
-    // The softmax step, in base-2 units (logits times log2 e, so that scale·log2 e is one multiply and
-    // exp2 takes the difference directly). Tiles wholly visible to every row of the block skip the mask's
-    // per-entry work: which variant runs depends on positions only, never on values.
-    auto softmax_step = [&]<bool kMasked>() {
-#pragma unroll
-      for (int m = 0; m < kM; ++m)
-#pragma unroll
-        for (int half = 0; half < 2; ++half) {
-          const int64_t i = i0 + row0 + 16 * m + g + 8 * half;
-          // The row's visible keys as columns of this tile, [first_col, end_col) (worked out here rather
-          // than held across tiles: registers are what limits the tile size).
-          int first_col = 0, end_col = Traits::kKeys;
-          if constexpr (kMasked) {
-            const KeyRange keys = i < p.q_len ? visible_key_range(p, i) : KeyRange{0, 0};
-            first_col = int(max(keys.begin - j0, int64_t(-1)));
-            end_col = int(min(keys.end - j0, int64_t(Traits::kKeys)));
-          }
-          float tile_max = -INFINITY;
-#pragma unroll
-          for (int n = 0; n < kN; ++n)
-#pragma unroll
-            for (int x = 2 * half; x < 2 * half + 2; ++x) {
-              float logit = attention_logit_log2(p, softcap, scale_log2, s[m][n].x[x]);
-              if constexpr (kMasked) {
-                const int col = 8 * n + 2 * t + x % 2;
-                if (col < first_col || col >= end_col) logit = -INFINITY;
-              }
-              if constexpr (kLeakyControl) logit = leak_on_positive(logit);
-              s[m][n].x[x] = logit;
-              tile_max = fmaxf(tile_max, logit);
-            }
-          tile_max = fmaxf(tile_max, __shfl_xor_sync(kFullWarp, tile_max, 1));
-          tile_max = fmaxf(tile_max, __shfl_xor_sync(kFullWarp, tile_max, 2));
-          const float new_max = fmaxf(row_max[m][half], tile_max);
-          const float base = select_float(new_max == -INFINITY, 0.0f, new_max);  // all masked so far: exps are 0
-          const float rescale = fast_exp2(row_max[m][half] - base);
-          row_max[m][half] = new_max;
-          row_sum[m][half] *= rescale;
-#pragma unroll
-          for (int n = 0; n < kO; ++n) acc[m][n].x[2 * half] *= rescale, acc[m][n].x[2 * half + 1] *= rescale;
-#pragma unroll
-          for (int n = 0; n < kN; ++n)
-#pragma unroll
-            for (int x = 2 * half; x < 2 * half + 2; ++x) {
-              const float prob = fast_exp2(s[m][n].x[x] - base);
-              row_sum[m][half] += prob;
-              s[m][n].x[x] = prob;
-            }
-          if (p.dropout_p > 0 && i < p.q_len)
-#pragma unroll
-            for (int n = 0; n < kN; ++n)
-#pragma unroll
-              for (int x = 2 * half; x < 2 * half + 2; ++x)
-                s[m][n].x[x] *= attention_dropout_factor(p, bh, i, j0 + 8 * n + 2 * t + x % 2);
-        }
-    };
+    float rescale[kM][2];
     if (j0 >= whole_begin && j0 + Traits::kKeys <= whole_end)
-      softmax_step.template operator()<false>();
+      softmax_tile<T, kM, kN, false, kLeakyControl>(p, softcap, scale_log2, bh, i0 + row0, j0, lane, s, row_max,
+                                                    row_sum, rescale);
     else
-      softmax_step.template operator()<true>();
+      softmax_tile<T, kM, kN, true, kLeakyControl>(p, softcap, scale_log2, bh, i0 + row0, j0, lane, s, row_max, row_sum,
+                                                   rescale);
+    rescale_rows(acc, rescale);
 
     FragA probs[kM][kN / 2];
     to_a_fragments<T>(probs, s);
@@ -202,29 +253,7 @@ __global__ void __launch_bounds__(ForwardShape<kHeadDim>::kThreads, ForwardTrait
   }
   copy_async_wait<0>();  // no copy outlives the block (none pending when a key tile ran)
 
-#pragma unroll
-  for (int m = 0; m < kM; ++m)
-#pragma unroll
-    for (int half = 0; half < 2; ++half) {
-      float sum = row_sum[m][half];
-      sum += __shfl_xor_sync(kFullWarp, sum, 1);
-      sum += __shfl_xor_sync(kFullWarp, sum, 2);
-      const int64_t i = i0 + row0 + 16 * m + g + 8 * half;
-      if (i >= p.q_len) continue;
-      const float inverse = select_float(sum > 0.0f, fast_reciprocal(sum), 0.0f);
-      uint16_t* out = bits(a.out) + ((b * p.q_len + i) * p.q_heads + h) * p.value_dim;
-#pragma unroll
-      for (int n = 0; n < kO; ++n) {
-        const int col = 8 * n + 2 * t;
-        if (col < d_v)
-          *reinterpret_cast<uint32_t*>(out + col) =
-              pack2<T>(acc[m][n].x[2 * half] * inverse, acc[m][n].x[2 * half + 1] * inverse);
-      }
-      if (t == 0) {
-        a.row_max[bh * p.q_len + i] = row_max[m][half] * kLn2;
-        a.row_sum[bh * p.q_len + i] = sum;
-      }
-    }
+  store_rows<T, kM, kO>(a, b, h, bh, i0 + row0, lane, acc, row_max, row_sum);
 }
 
 // Queues the kernel of one bucket over every (query tile, b·Hq + h).

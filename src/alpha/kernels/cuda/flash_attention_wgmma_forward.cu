@@ -1,0 +1,29 @@
+// Flash attention forward for bf16/f16 on Hopper's wgmma (the kernel and its design:
+// flash_attention_wgmma_forward.cuh): the library's instantiations, and the rule for when it runs.
+#include "alpha/kernels/cuda/flash_attention_wgmma_forward.cuh"
+
+namespace alpha::kernels::cuda {
+
+bool wgmma_forward_runs(int bucket) {
+#if defined(ALPHA_CUDA_SM90A)
+  if (bucket != 128) return false;
+  int device = 0, major = 0, minor = 0;
+  ALPHA_CUDA_CHECK(cudaGetDevice(&device));
+  ALPHA_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
+  ALPHA_CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device));
+  return major == 9 && minor == 0;
+#else
+  (void)bucket;
+  return false;  // the library was built without sm_90a code
+#endif
+}
+
+template <class T>
+void flash_attention_wgmma_forward(const AttentionForwardArgs<T>& args, cudaStream_t stream) {
+  wgmma_forward::launch_wgmma_forward<T, 128>(args, stream);
+}
+
+template void flash_attention_wgmma_forward<bf16>(const AttentionForwardArgs<bf16>&, cudaStream_t);
+template void flash_attention_wgmma_forward<f16>(const AttentionForwardArgs<f16>&, cudaStream_t);
+
+}  // namespace alpha::kernels::cuda
