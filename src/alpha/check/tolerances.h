@@ -83,14 +83,14 @@ inline constexpr ToleranceRow kTolerances[] = {
     {"nsa", DType::f64, {1e-12, 1e-11}},
     // The CUDA NSA kernels (kernels/cuda/nsa.cu) against the f64 reference on the same (bf16-exact) inputs and the
     // same kept blocks (tests/kernels/test_nsa_cuda.cpp); abs per unit of the largest |want| where that exceeds 1,
-    // as "nsa". f32: dot products over D <= 192 and the compressor's l·D = 6144-term sums in f32, online softmax
-    // over up to ~1600 keys, gradient sums over every query that saw a key: 5e-5 absolute, 1e-4 relative (well
-    // inside the issue's 1e-3). bf16: the outputs, the compressed keys and values and the branch outputs the
-    // backward reads are rounded to bf16 (u = 2⁻⁸), and a rounded compressed key moves every compressed
-    // probability of its column: about eight u. Both rows were set before the kernels first ran on a GPU (issue
-    // 7; scripts/nsa-gpu.sh prints the errors found); tighten them to what the H100 shows.
+    // as "nsa" (dk_pos, 0 in exact arithmetic, per unit of dk_weight's). Measured so far only by running the kernels'
+    // code on the CPU (bench/nsa_emulate.sh: the same f32 arithmetic, T <= 600, D <= 192, G <= 16): f32 within
+    // 7.8e-6 (dk_pos 3.4e-6 of max|dk_weight|); bf16, whose outputs, compressed keys and values and stored branch
+    // outputs are rounded (u = 2⁻⁸), within 1.6e-2 (dk, dq, dk_weight; dk_pos 2.4e-2). f32: 5e-5 absolute, 1e-4
+    // relative (the issue's bar is 1e-3); bf16: 4e-2 both, about ten u. Tighten them to what the H100 shows
+    // (scripts/nsa-gpu.sh prints each output's error).
     {"cuda.nsa", DType::f32, {5e-5, 1e-4}},
-    {"cuda.nsa", DType::bf16, {3e-2, 3e-2}},
+    {"cuda.nsa", DType::bf16, {4e-2, 4e-2}},
     // Attention JVP (ops/attention_jvp.h): the fused form against the reference forward and the saved-
     // statistics form, and f32 against f64 (the issue's bar is a relative error below 1e-3). The same dot
     // products (D <= 16) and softmax sums (Tk <= 33) as "attention", plus the online rescaling and the
