@@ -111,13 +111,6 @@ __device__ __forceinline__ float attention_logit(const AttentionParams<T>& p, So
   return c.cap > 0 ? c.cap * fast_tanh(s * c.inverse) : s;
 }
 
-// The same logit times log2 e, as exp2 takes it: without a softcap one multiply by scale_log2 = scale·log2 e.
-template <class T>
-__device__ __forceinline__ float attention_logit_log2(const AttentionParams<T>& p, Softcap c, float scale_log2,
-                                                      float dot) {
-  return c.cap > 0 ? kLog2e * c.cap * fast_tanh(dot * p.scale * c.inverse) : dot * scale_log2;
-}
-
 // A block's batch entry and heads from its grid row: blockIdx.y = b·H + head, with H = Hq (head a query
 // head, kv_head its group's) or, for kv_heads_of_row, H = Hkv. 32-bit arithmetic (heads_extent keeps B·H
 // under 2¹⁶): a 64-bit division is a subroutine call, which the constant-time audit refuses.

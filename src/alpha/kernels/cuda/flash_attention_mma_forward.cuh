@@ -47,11 +47,14 @@ __device__ __forceinline__ float leak_on_positive(float logit) {
 // kMasked = false is for tiles wholly visible to every row of
 // the block, which skip the mask's per-entry work: which variant runs depends on positions only, never on
 // values. The mma.sync and wgmma forward kernels share it (their fragments have one layout).
-template <class T, int kM, int kN, bool kMasked, bool kLeakyControl>
-__device__ __forceinline__ void softmax_tile(const AttentionParams<T>& p, Softcap softcap, float scale_log2, int64_t bh,
-                                             int64_t first_row, int64_t j0, int lane, FragC (&s)[kM][kN],
-                                             float (&row_max)[kM][2], float (&row_sum)[kM][2],
-                                             float (&rescale)[kM][2]) {
+// kSoftcap is p.softcap > 0, as a template so that the element loop carries no per-entry test of it (the
+// compiler had put a branch around each entry's tanh: +15% forward at D 128 on wgmma, +2-12% on mma.sync,
+// measured on an H100 side by side, 2026-11-22).
+template <class T, int kM, int kN, bool kMasked, bool kSoftcap, bool kLeakyControl>
+__device__ __forceinline__ void softmax_tile_of(const AttentionParams<T>& p, Softcap softcap, float scale_log2,
+                                                int64_t bh, int64_t first_row, int64_t j0, int lane, FragC (&s)[kM][kN],
+                                                float (&row_max)[kM][2], float (&row_sum)[kM][2],
+                                                float (&rescale)[kM][2]) {
   const int g = lane / 4, t = lane % 4;
 #pragma unroll
   for (int m = 0; m < kM; ++m)
@@ -71,7 +74,8 @@ __device__ __forceinline__ void softmax_tile(const AttentionParams<T>& p, Softca
       for (int n = 0; n < kN; ++n)
 #pragma unroll
         for (int x = 2 * half; x < 2 * half + 2; ++x) {
-          float logit = attention_logit_log2(p, softcap, scale_log2, s[m][n].x[x]);
+          float logit = kSoftcap ? kLog2e * softcap.cap * fast_tanh(s[m][n].x[x] * p.scale * softcap.inverse)
+                                 : s[m][n].x[x] * scale_log2;
           if constexpr (kMasked) {
             const int col = 8 * n + 2 * t + x % 2;
             if (col < first_col || col >= end_col) logit = -INFINITY;
@@ -102,6 +106,19 @@ __device__ __forceinline__ void softmax_tile(const AttentionParams<T>& p, Softca
           for (int x = 2 * half; x < 2 * half + 2; ++x)
             s[m][n].x[x] *= attention_dropout_factor(p, bh, i, j0 + 8 * n + 2 * t + x % 2);
     }
+}
+
+template <class T, int kM, int kN, bool kMasked, bool kLeakyControl>
+__device__ __forceinline__ void softmax_tile(const AttentionParams<T>& p, Softcap softcap, float scale_log2, int64_t bh,
+                                             int64_t first_row, int64_t j0, int lane, FragC (&s)[kM][kN],
+                                             float (&row_max)[kM][2], float (&row_sum)[kM][2],
+                                             float (&rescale)[kM][2]) {
+  if (softcap.cap > 0)
+    softmax_tile_of<T, kM, kN, kMasked, true, kLeakyControl>(p, softcap, scale_log2, bh, first_row, j0, lane, s,
+                                                             row_max, row_sum, rescale);
+  else
+    softmax_tile_of<T, kM, kN, kMasked, false, kLeakyControl>(p, softcap, scale_log2, bh, first_row, j0, lane, s,
+                                                              row_max, row_sum, rescale);
 }
 
 // acc (this thread's rows, as softmax_tile's) *= the rows' rescale factors.

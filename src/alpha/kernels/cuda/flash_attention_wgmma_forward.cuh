@@ -4,12 +4,15 @@
 //
 // One block per (query tile of 64·kWarpgroups rows, b·Hq + h); warpgroup w owns rows [64w, 64w + 64) and
 // warp v of it rows 64w + 16v .. +16, as its wgmma accumulators lay them out. The block stages its Q tile in
-// shared memory once and streams key tiles of kKeys keys through a two-stage cp.async ring, in the 128-byte
-// swizzled layout wgmma reads. Per key tile, per warpgroup:
-//   S = Q·Kᵀ: D/16 wgmma (64 × kKeys × 16), Q and K both read from shared memory;
-//   the online softmax step of the mma kernel (masking, softcap, base-2 exponentials, dropout), in registers;
-//   O += P̃·V: kKeys/16 wgmma with P̃ from registers (the C → A fragment identity) and V from shared memory
-//   read transposed (MN-major), so V needs no transposing copy.
+// shared memory once and streams key tiles of kKeys keys through a cp.async ring of kStages stages, in the
+// 128-byte swizzled layout wgmma reads. Per key tile j, per warpgroup:
+//   issue S_j = Q·K_jᵀ (D/16 wgmma, 64 × kKeys × 16, Q and K from shared memory), then behind it
+//   O += P̃_{j−1}·V_{j−1} (kKeys/16 wgmma, P̃ from registers by the C → A fragment identity, V from shared
+//   memory read transposed, MN-major, so V needs no transposing copy);
+//   wait for S_j only, and run the mma kernel's softmax step on it (masking, softcap, base-2 exponentials,
+//   dropout) while the tensor cores work on P̃_{j−1}·V_{j−1};
+//   wait for that, rescale O to the new row maxima, round P̃_j into A fragments for the next tile.
+// So the ring holds tile j (being multiplied), tile j − 1 (its V still read) and the loads ahead.
 // Why it is faster than mma.sync: the 64-row warpgroup reads each K and V element from shared memory once per
 // 64 rows (mma.sync: once per 16-row warp, through ldmatrix and registers), and wgmma runs at the Hopper
 // tensor cores' full rate. Head-dimension bucket 128 (D and Dv up to 128, padded with zeros, as the mma
@@ -24,15 +27,17 @@ using mma::FragA;
 using mma::FragC;
 
 // Per bucket: warpgroups per block (each 64 query rows) and keys per tile.
-// Measured on an H100 (2026-11-22, T 512 to 8192, five variants side by side in one run): D 128 two
-// warpgroups, 64 keys, three stages (128 keys spill; one warpgroup per block, or four and five stages, were
-// 5-45% slower). At D 64 no variant beat the mma.sync kernel (158-211 against 184-214 TFLOP/s), so D 64
-// stays there.
+// Measured on an H100 (2026-11-22, T 512 to 8192, variants side by side in one run): D 128 two warpgroups,
+// 128 keys, three stages: +9-12% over 64 keys (the per-tile costs, the rescale of O among them, spread over
+// twice the keys), despite 28 bytes of spills at the 255-register ceiling. One warpgroup per block, four or
+// five stages, and ping-pong issue (warpgroup 1's products queued behind warpgroup 0's through a named
+// barrier) were each 5-45% slower. At D 64 no variant beat the mma.sync kernel (158-211 against 184-214
+// TFLOP/s), so D 64 stays there.
 template <int kHeadDim>
 struct WgmmaForwardTraits;
 template <>
 struct WgmmaForwardTraits<128> {
-  static constexpr int kWarpgroups = 2, kKeys = 64, kStages = 3;
+  static constexpr int kWarpgroups = 2, kKeys = 128, kStages = 3;
 };
 
 template <int kHeadDim>
