@@ -44,6 +44,7 @@ namespace {
 constexpr int kChunk = 32;         // keys per chunk: one per lane
 constexpr int kRowChunk = 32;      // (token, head) rows per chunk in key_grads_kernel
 constexpr int kMaxQueryWarps = 4;  // warps of forward_kernel and query_grads_kernel
+constexpr int kHeadBlock = 4;      // query heads a warp of those runs at once, sharing each key it reads
 constexpr int kKeyThreads = 256;   // threads of key_grads_kernel: 8 warps
 constexpr int kKeyWarps = kKeyThreads / 32;
 constexpr int kGemmTile = 64, kGemmStep = 16, kGemmThreads = 256;
@@ -258,7 +259,7 @@ __host__ __device__ QueryLayout query_layout(const NsaParams<T>& p, bool backwar
   s.acc = at, at += G * (backward ? D : Dv);                   // forward: the output accumulators; backward: dq
   s.gated = at, at += backward ? 0 : G * Dv;                   // forward: the gated sum
   s.stats = at, at += 6 * G;                                   // per head: m, l, then (backward) σ, D, unused ×2
-  s.lanes = at, at += kMaxQueryWarps * kChunk;                 // per warp: the chunk's P or dS
+  s.lanes = at, at += kMaxQueryWarps * kHeadBlock * kChunk;    // per warp and head: the chunk's P or dS
   s.scores = at, at += backward ? 0 : select_blocks + 1;       // forward: the selection scores
   s.pchunk = at, at += backward ? 0 : G * kChunk + kChunk;     // and the chunk's probabilities
   s.kept = at, at += p.select_count + 2 * kMaxQueryWarps + 2;  // kept blocks (ints), argmax scratch
@@ -266,15 +267,44 @@ __host__ __device__ QueryLayout query_layout(const NsaParams<T>& p, bool backwar
   return s;
 }
 
+// The heads a warp runs at once: h0, h0 + warps, ... (up to kHeadBlock of them below G); count of them.
+struct HeadBlock {
+  int64_t h[kHeadBlock];
+  int count;
+};
+__device__ inline HeadBlock head_block(int64_t h0, int warps, int64_t G) {
+  HeadBlock hb{};
+  hb.count = 0;
+#pragma unroll
+  for (int r = 0; r < kHeadBlock; ++r) {
+    const int64_t h = h0 + int64_t(warps) * r;
+    hb.h[r] = h < G ? h : h0;
+    hb.count += h < G;
+  }
+  return hb;
+}
+
+// s[r] = q_{h_r}·row for the block's heads (row: this lane's key, in shared memory), k ascending.
+__device__ inline void dots(const float* qs, int64_t D, const HeadBlock& hb, const float* row, float (&s)[kHeadBlock]) {
+#pragma unroll
+  for (int r = 0; r < kHeadBlock; ++r) s[r] = 0.0f;
+  for (int64_t e = 0; e < D; ++e) {
+    const float x = row[e];
+#pragma unroll
+    for (int r = 0; r < kHeadBlock; ++r)
+      if (r < hb.count) s[r] = fmaf(qs[hb.h[r] * D + e], x, s[r]);
+  }
+}
+
 // Online softmax attention of the group's heads (rows of qs) over one branch's keys, into acc (G, Dv), m and
-// l. Warp w runs the heads h ≡ w (mod warps); lane j holds key p0 + j of each chunk.
+// l. Warp w runs the heads h ≡ w (mod warps), kHeadBlock at a time; lane j holds key p0 + j of each chunk.
 template <class T>
 __device__ void attend(const NsaParams<T>& p, const KeyValues<T>& kv, const BranchKeys& keys, int64_t b, int64_t g,
                        const float* qs, float* ks, float* vs, float* acc, float* m, float* l, float* lanes) {
   const int64_t G = p.q_heads / p.kv_heads, D = p.head_dim, Dv = p.value_dim;
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, warps = blockDim.x / 32;
-  float* pl = lanes + warp * kChunk;
-  __syncthreads();  // the previous branch's results are read
+  float* pl = lanes + warp * kHeadBlock * kChunk;  // (kHeadBlock, 32)
+  __syncthreads();                                 // the previous branch's results are read
   for (int64_t h = warp; h < G; h += warps) {
     for (int64_t e = lane; e < Dv; e += 32) acc[h * Dv + e] = 0.0f;
     if (lane == 0) m[h] = -INFINITY, l[h] = 0.0f;
@@ -284,21 +314,46 @@ __device__ void attend(const NsaParams<T>& p, const KeyValues<T>& kv, const Bran
     stage_chunk(p, kv, keys, b, g, p0, ks, vs);
     __syncthreads();
     const bool valid = keys.key(p0 + lane) >= 0;
-    for (int64_t h = warp; h < G; h += warps) {
-      const float s = valid ? dot(qs + h * D, ks + lane * (D + 1), D) * float(p.scale) : -INFINITY;
-      const float m_old = m[h], m_new = fmaxf(m_old, warp_max(s));
-      if (m_new == -INFINITY) continue;  // no key in this chunk (uniform across the warp)
-      const float alpha = expf(m_old - m_new), prob = valid ? expf(s - m_new) : 0.0f;
-      const float sum = warp_sum(prob);
-      pl[lane] = prob;
-      __syncwarp();
-      for (int64_t e = lane; e < Dv; e += 32) {
-        float a = acc[h * Dv + e] * alpha;
-        for (int j = 0; j < kChunk; ++j) a = fmaf(pl[j], vs[j * (Dv + 1) + e], a);
-        acc[h * Dv + e] = a;
+    for (int64_t h0 = warp; h0 < G; h0 += int64_t(warps) * kHeadBlock) {
+      const HeadBlock hb = head_block(h0, warps, G);
+      float s[kHeadBlock], alpha[kHeadBlock], m_new[kHeadBlock], sum[kHeadBlock];
+      bool live[kHeadBlock];
+      dots(qs, D, hb, ks + lane * (D + 1), s);
+#pragma unroll
+      for (int r = 0; r < kHeadBlock; ++r) {
+        live[r] = false, alpha[r] = 1.0f, m_new[r] = -INFINITY, sum[r] = 0.0f;
+        pl[r * kChunk + lane] = 0.0f;
+        if (r >= hb.count) continue;
+        const float sr = valid ? s[r] * float(p.scale) : -INFINITY;
+        const float m_old = m[hb.h[r]];
+        m_new[r] = fmaxf(m_old, warp_max(sr));
+        if (m_new[r] == -INFINITY) continue;  // no key yet (uniform across the warp)
+        live[r] = true;
+        alpha[r] = expf(m_old - m_new[r]);
+        const float prob = valid ? expf(sr - m_new[r]) : 0.0f;
+        sum[r] = warp_sum(prob);
+        pl[r * kChunk + lane] = prob;
       }
       __syncwarp();
-      if (lane == 0) m[h] = m_new, l[h] = l[h] * alpha + sum;
+      for (int64_t e = lane; e < Dv; e += 32) {
+        float a[kHeadBlock];
+#pragma unroll
+        for (int r = 0; r < kHeadBlock; ++r) a[r] = live[r] ? acc[hb.h[r] * Dv + e] * alpha[r] : 0.0f;
+        for (int j = 0; j < kChunk; ++j) {
+          const float x = vs[j * (Dv + 1) + e];
+#pragma unroll
+          for (int r = 0; r < kHeadBlock; ++r)
+            if (live[r]) a[r] = fmaf(pl[r * kChunk + j], x, a[r]);
+        }
+#pragma unroll
+        for (int r = 0; r < kHeadBlock; ++r)
+          if (live[r]) acc[hb.h[r] * Dv + e] = a[r];
+      }
+      __syncwarp();
+      if (lane == 0)
+#pragma unroll
+        for (int r = 0; r < kHeadBlock; ++r)
+          if (live[r]) m[hb.h[r]] = m_new[r], l[hb.h[r]] = l[hb.h[r]] * alpha[r] + sum[r];
       __syncwarp();
     }
   }
@@ -368,9 +423,15 @@ __device__ void selection_scores(const NsaParams<T>& p, const KeyValues<T>& kv, 
     stage_chunk(p, kv, keys, b, g, p0, ks, nullptr);
     __syncthreads();
     const bool valid = p0 + lane < keys.count;
-    for (int64_t h = warp; h < G; h += warps)
-      pchunk[h * kChunk + lane] =
-          valid ? expf(dot(qs + h * D, ks + lane * (D + 1), D) * float(p.scale) - m[h]) / l[h] : 0.0f;
+    for (int64_t h0 = warp; h0 < G; h0 += int64_t(warps) * kHeadBlock) {
+      const HeadBlock hb = head_block(h0, warps, G);
+      float s[kHeadBlock];
+      dots(qs, D, hb, ks + lane * (D + 1), s);
+      for (int r = 0; r < hb.count; ++r) {
+        const int64_t h = hb.h[r];
+        pchunk[h * kChunk + lane] = valid ? expf(s[r] * float(p.scale) - m[h]) / l[h] : 0.0f;
+      }
+    }
     __syncthreads();
     if (threadIdx.x < kChunk) {
       float s = 0.0f;
@@ -489,7 +550,8 @@ __global__ void query_grads_kernel(NsaBackwardArgs<T> args, float* delta) {
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, warps = blockDim.x / 32;
   const QueryLayout L = query_layout(p, true);
   float *qs = smem + L.q, *dos = smem + L.o, *ks = smem + L.k, *vs = smem + L.v, *dq = smem + L.acc;
-  float *m = smem + L.stats, *l = m + G, *sig = l + G, *dd = sig + G, *pl = smem + L.lanes + warp * kChunk;
+  float *m = smem + L.stats, *l = m + G, *sig = l + G, *dd = sig + G;
+  float* pl = smem + L.lanes + warp * kHeadBlock * kChunk;  // (kHeadBlock, 32)
   int* kept = reinterpret_cast<int*>(smem + L.kept);
   stage_queries(p, args.in.q, b, g, t, qs);
   for (int64_t idx = threadIdx.x; idx < G * D; idx += blockDim.x) dq[idx] = 0.0f;
@@ -526,20 +588,38 @@ __global__ void query_grads_kernel(NsaBackwardArgs<T> args, float* delta) {
       stage_chunk(p, kv, keys, b, g, p0, ks, vs);
       __syncthreads();
       const bool valid = keys.key(p0 + lane) >= 0;
-      for (int64_t h = warp; h < G; h += warps) {
-        if (l[h] == 0.0f) continue;  // a row that sees no key has no gradient
-        float ds = 0.0f;
-        if (valid) {
-          const float prob = expf(dot(qs + h * D, ks + lane * (D + 1), D) * float(p.scale) - m[h]) / l[h];
-          const float dprob = sig[h] * dot(dos + h * Dv, vs + lane * (Dv + 1), Dv);
-          ds = prob * (dprob - dd[h]) * float(p.scale);
+      for (int64_t h0 = warp; h0 < G; h0 += int64_t(warps) * kHeadBlock) {
+        HeadBlock hb = head_block(h0, warps, G);
+        bool live[kHeadBlock];  // a row that sees no key has no gradient
+        for (int r = 0; r < kHeadBlock; ++r) live[r] = r < hb.count && l[hb.h[r]] != 0.0f;
+        float sq[kHeadBlock], sv[kHeadBlock];
+        dots(qs, D, hb, ks + lane * (D + 1), sq);
+        dots(dos, Dv, hb, vs + lane * (Dv + 1), sv);
+#pragma unroll
+        for (int r = 0; r < kHeadBlock; ++r) {
+          const int64_t h = hb.h[r];
+          float ds = 0.0f;
+          if (valid && live[r]) {
+            const float prob = expf(sq[r] * float(p.scale) - m[h]) / l[h];
+            const float dprob = sig[h] * sv[r];
+            ds = prob * (dprob - dd[h]) * float(p.scale);
+          }
+          pl[r * kChunk + lane] = ds;
         }
-        pl[lane] = ds;
         __syncwarp();
         for (int64_t e = lane; e < D; e += 32) {
-          float a = dq[h * D + e];
-          for (int j = 0; j < kChunk; ++j) a = fmaf(pl[j], ks[j * (D + 1) + e], a);
-          dq[h * D + e] = a;
+          float a[kHeadBlock];
+#pragma unroll
+          for (int r = 0; r < kHeadBlock; ++r) a[r] = live[r] ? dq[hb.h[r] * D + e] : 0.0f;
+          for (int j = 0; j < kChunk; ++j) {
+            const float x = ks[j * (D + 1) + e];
+#pragma unroll
+            for (int r = 0; r < kHeadBlock; ++r)
+              if (live[r]) a[r] = fmaf(pl[r * kChunk + j], x, a[r]);
+          }
+#pragma unroll
+          for (int r = 0; r < kHeadBlock; ++r)
+            if (live[r]) dq[hb.h[r] * D + e] = a[r];
         }
         __syncwarp();
       }
