@@ -21,7 +21,6 @@ sed -e 's|#include "alpha/kernels/cuda/common.cuh"|#include "emu.h"|' \
   -e 's|kernel<<<grid, threads, bytes, stream>>>(args...);|emu_rt::launch(kernel, grid, threads, bytes, args...);|' \
   -e 's|alpha::cuda::check(|emu_check(|' -e 's|cuda::ld(p,|emu::ld(p,|' \
   -e 's|alpha::cuda::stream_handle(stream)|cudaStream_t(nullptr)|' \
-  -e '/^ALPHA_INSTANTIATE(f16)/d' \
   src/alpha/kernels/cuda/nsa.cu > "$work/nsa_emu.cpp"
 flags=(-std=c++20 -O1 -Isrc -Ibench/nsa_emulate)
 g++ "${flags[@]}" -c "$work/nsa_emu.cpp" -o "$work/nsa_emu.o"

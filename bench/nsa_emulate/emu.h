@@ -1,9 +1,9 @@
 // A CPU emulation of the CUDA subset kernels/cuda/nsa.cu uses, for bench/nsa_emulate.sh: every CUDA thread of a
 // block is a std::thread, blocks run one after another; __syncthreads is a barrier of the block, __syncwarp, the
 // shuffles and the ballot barriers of the warp (so a barrier not reached by every thread deadlocks); dynamic shared
-// memory and the scratch start as NaN; static __shared__ arrays are function statics (one block at a time). f32
-// and bf16 (the host's bf16 conversions, round to nearest even as cuda_bf16.h). Not a model of the hardware:
-// memory ordering, occupancy and the device's limits are not checked here.
+// memory and the scratch start as NaN; static __shared__ arrays are function statics (one block at a time). f32,
+// bf16 and f16 (the host's conversions, round to nearest even as cuda_bf16.h and cuda_fp16.h). Not a model of the
+// hardware: memory ordering, occupancy and the device's limits are not checked here.
 #pragma once
 #include <math.h>
 
@@ -132,6 +132,12 @@ struct Elem<bf16> {
   using Bits = unsigned short;
   static float load(Bits b) { return float(bf16{std::bit_cast<bf16>(b)}); }
   static Bits store(float f) { return bf16(f).bits; }
+};
+template <>
+struct Elem<f16> {
+  using Bits = unsigned short;
+  static float load(Bits b) { return f16::to_float(b); }
+  static Bits store(float f) { return f16::from_float(f); }
 };
 template <class T>
 using Bits = typename Elem<T>::Bits;

@@ -8,12 +8,12 @@
 // 1. The compressor, K̃ = W_k·flatten(k block + pos_k) and likewise Ṽ: a tiled GEMM whose left operand is
 //    gathered from the strided keys on the fly (blocks overlap when d < l; nothing is copied).
 // 2. forward_kernel: one thread block per (b, kv head g, query token t) running all G query heads of the
-//    group, so every K/V chunk it stages in shared memory serves the whole group (any G >= 1; one warp per
-//    head, up to 4 warps). Per branch an online softmax over 32-key chunks (lane = key); the compressed
-//    branch makes a second pass for its final probabilities, summed over the group's heads (fixed order) and
-//    mapped onto the selection blocks; then the top-n by the reference's rule (first block, the two local
-//    blocks, then n − 3 rounds of a block-wide argmax, ties to the lower index); then the selected and window
-//    branches over the kept tokens; then the gated sum.
+//    group, so every K/V chunk it stages in shared memory serves the whole group (any G >= 1; up to 4 warps,
+//    each running up to 4 heads at once so that a key read from shared memory serves 4 dot products). Per branch an
+//    online softmax over 32-key chunks (lane = key); the compressed branch makes a second pass for its final
+//    probabilities, summed over the group's heads (fixed order) and mapped onto the selection blocks; then the top-n by
+//    the reference's rule (first block, the two local blocks, then n − 3 rounds of a block-wide argmax, ties to the
+//    lower index); then the selected and window branches over the kept tokens; then the gated sum.
 // Backward (the compressor's GEMMs plus three attention kernels, all deterministic: no atomics, every
 // output element owned by one thread adding in a fixed order):
 // 1. query_grads_kernel, per (b, g, t) as the forward: D_c = σ_c·dO·O_c (saved for 2 and 3), dgates, dq.
@@ -296,6 +296,27 @@ __device__ inline void dots(const float* qs, int64_t D, const HeadBlock& hb, con
   }
 }
 
+// out[h_r, e] = scale[r]·out[h_r, e] + Σ_j pl[r, j]·rows[j, e] for the block's live heads and this lane's features e
+// (rows: the chunk's 32 staged rows of `width` features, stride width + 1), j ascending: each row element read once
+// serves every head.
+__device__ inline void accumulate_chunk(const float* pl, const float* rows, int64_t width, const HeadBlock& hb,
+                                        const bool (&live)[kHeadBlock], const float (&scale)[kHeadBlock], float* out) {
+  for (int64_t e = threadIdx.x % 32; e < width; e += 32) {
+    float a[kHeadBlock];
+#pragma unroll
+    for (int r = 0; r < kHeadBlock; ++r) a[r] = live[r] ? out[hb.h[r] * width + e] * scale[r] : 0.0f;
+    for (int j = 0; j < kChunk; ++j) {
+      const float x = rows[j * (width + 1) + e];
+#pragma unroll
+      for (int r = 0; r < kHeadBlock; ++r)
+        if (live[r]) a[r] = fmaf(pl[r * kChunk + j], x, a[r]);
+    }
+#pragma unroll
+    for (int r = 0; r < kHeadBlock; ++r)
+      if (live[r]) out[hb.h[r] * width + e] = a[r];
+  }
+}
+
 // Online softmax attention of the group's heads (rows of qs) over one branch's keys, into acc (G, Dv), m and
 // l. Warp w runs the heads h ≡ w (mod warps), kHeadBlock at a time; lane j holds key p0 + j of each chunk.
 template <class T>
@@ -335,20 +356,7 @@ __device__ void attend(const NsaParams<T>& p, const KeyValues<T>& kv, const Bran
         pl[r * kChunk + lane] = prob;
       }
       __syncwarp();
-      for (int64_t e = lane; e < Dv; e += 32) {
-        float a[kHeadBlock];
-#pragma unroll
-        for (int r = 0; r < kHeadBlock; ++r) a[r] = live[r] ? acc[hb.h[r] * Dv + e] * alpha[r] : 0.0f;
-        for (int j = 0; j < kChunk; ++j) {
-          const float x = vs[j * (Dv + 1) + e];
-#pragma unroll
-          for (int r = 0; r < kHeadBlock; ++r)
-            if (live[r]) a[r] = fmaf(pl[r * kChunk + j], x, a[r]);
-        }
-#pragma unroll
-        for (int r = 0; r < kHeadBlock; ++r)
-          if (live[r]) acc[hb.h[r] * Dv + e] = a[r];
-      }
+      accumulate_chunk(pl, vs, Dv, hb, live, alpha, acc);
       __syncwarp();
       if (lane == 0)
 #pragma unroll
@@ -607,20 +615,10 @@ __global__ void query_grads_kernel(NsaBackwardArgs<T> args, float* delta) {
           pl[r * kChunk + lane] = ds;
         }
         __syncwarp();
-        for (int64_t e = lane; e < D; e += 32) {
-          float a[kHeadBlock];
+        float ones[kHeadBlock];
 #pragma unroll
-          for (int r = 0; r < kHeadBlock; ++r) a[r] = live[r] ? dq[hb.h[r] * D + e] : 0.0f;
-          for (int j = 0; j < kChunk; ++j) {
-            const float x = ks[j * (D + 1) + e];
-#pragma unroll
-            for (int r = 0; r < kHeadBlock; ++r)
-              if (live[r]) a[r] = fmaf(pl[r * kChunk + j], x, a[r]);
-          }
-#pragma unroll
-          for (int r = 0; r < kHeadBlock; ++r)
-            if (live[r]) dq[hb.h[r] * D + e] = a[r];
-        }
+        for (int r = 0; r < kHeadBlock; ++r) ones[r] = 1.0f;
+        accumulate_chunk(pl, ks, D, hb, live, ones, dq);
         __syncwarp();
       }
     }
