@@ -188,11 +188,11 @@ __device__ __forceinline__ EntryGrad entry_gradient(const AttentionParams<T>& p,
 template <class T>
 void flash_attention_mma_forward(const AttentionForwardArgs<T>& args, cudaStream_t stream);
 // Whether the forward of this head-dimension bucket runs the wgmma kernel (flash_attention_wgmma_forward.cuh):
-// bucket 128 on a compute capability 9.0 device (H100, H200), in a library built with sm_90a code.
+// buckets 64 and 128 on a compute capability 9.0 device (H100, H200), in a library built with sm_90a code.
 bool wgmma_forward_runs(int bucket);
-// The wgmma forward of bucket 128 (where wgmma_forward_runs).
+// The wgmma forward of bucket 64 or 128 (where wgmma_forward_runs).
 template <class T>
-void flash_attention_wgmma_forward(const AttentionForwardArgs<T>& args, cudaStream_t stream);
+void flash_attention_wgmma_forward(const AttentionForwardArgs<T>& args, int bucket, cudaStream_t stream);
 // workspace (flash_attention_backward_workspace floats): D = rowsum(dO∘O) per query row in its first B·Hq·Tq,
 // already computed (launch_attention_delta); for the non-deterministic backward the dQ accumulator after it.
 template <class T>

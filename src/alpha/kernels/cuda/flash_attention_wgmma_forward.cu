@@ -6,7 +6,7 @@ namespace alpha::kernels::cuda {
 
 bool wgmma_forward_runs(int bucket) {
 #if defined(ALPHA_CUDA_SM90A)
-  if (bucket != 128) return false;
+  if (bucket != 64 && bucket != 128) return false;
   int device = 0, major = 0, minor = 0;
   ALPHA_CUDA_CHECK(cudaGetDevice(&device));
   ALPHA_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
@@ -19,11 +19,12 @@ bool wgmma_forward_runs(int bucket) {
 }
 
 template <class T>
-void flash_attention_wgmma_forward(const AttentionForwardArgs<T>& args, cudaStream_t stream) {
+void flash_attention_wgmma_forward(const AttentionForwardArgs<T>& args, int bucket, cudaStream_t stream) {
+  if (bucket == 64) return wgmma_forward::launch_wgmma_forward<T, 64>(args, stream);
   wgmma_forward::launch_wgmma_forward<T, 128>(args, stream);
 }
 
-template void flash_attention_wgmma_forward<bf16>(const AttentionForwardArgs<bf16>&, cudaStream_t);
-template void flash_attention_wgmma_forward<f16>(const AttentionForwardArgs<f16>&, cudaStream_t);
+template void flash_attention_wgmma_forward<bf16>(const AttentionForwardArgs<bf16>&, int, cudaStream_t);
+template void flash_attention_wgmma_forward<f16>(const AttentionForwardArgs<f16>&, int, cudaStream_t);
 
 }  // namespace alpha::kernels::cuda

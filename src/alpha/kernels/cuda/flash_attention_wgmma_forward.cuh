@@ -15,8 +15,8 @@
 // So the ring holds tile j (being multiplied), tile j − 1 (its V still read) and the loads ahead.
 // Why it is faster than mma.sync: the 64-row warpgroup reads each K and V element from shared memory once per
 // 64 rows (mma.sync: once per 16-row warp, through ldmatrix and registers), and wgmma runs at the Hopper
-// tensor cores' full rate. Head-dimension bucket 128 (D and Dv up to 128, padded with zeros, as the mma
-// kernels do); the other buckets run the mma kernels (see WgmmaForwardTraits for why D 64 does).
+// tensor cores' full rate. Head-dimension buckets 64 and 128 (D and Dv padded with zeros to the bucket, as the
+// mma kernels do: D 48 runs the 64 kernel); the other buckets run the mma kernels.
 #pragma once
 #include "alpha/kernels/cuda/flash_attention_mma_forward.cuh"
 #include "alpha/kernels/cuda/wgmma.cuh"
@@ -31,10 +31,15 @@ using mma::FragC;
 // 128 keys, three stages: +9-12% over 64 keys (the per-tile costs, the rescale of O among them, spread over
 // twice the keys), despite 28 bytes of spills at the 255-register ceiling. One warpgroup per block, four or
 // five stages, and ping-pong issue (warpgroup 1's products queued behind warpgroup 0's through a named
-// barrier) were each 5-45% slower. At D 64 no variant beat the mma.sync kernel (158-211 against 184-214
-// TFLOP/s), so D 64 stays there.
+// barrier) were each 5-45% slower. D 64: one warpgroup, 128 keys (several blocks per SM, out of phase with
+// each other): 218-281 TFLOP/s against 184-208 for the mma.sync kernel at T 512-8192 non-causal (two
+// warpgroups 201-280, 64 keys 185-249).
 template <int kHeadDim>
 struct WgmmaForwardTraits;
+template <>
+struct WgmmaForwardTraits<64> {
+  static constexpr int kWarpgroups = 1, kKeys = 128, kStages = 3;
+};
 template <>
 struct WgmmaForwardTraits<128> {
   static constexpr int kWarpgroups = 2, kKeys = 128, kStages = 3;
