@@ -36,8 +36,8 @@ TEST(Tensor, ZeroSizeTensorsAreContiguous) {
 // of [0, 2^40, 2^40] overflowed int64 (UBSan: signed overflow in contiguous_strides).
 TEST(Tensor, EmptyRejectsShapesWhoseExtentOverflows) {
   const int64_t big = int64_t(1) << 40;
-  for (const Shape& shape : {Shape{0, big, big}, Shape{big, big, 0}, Shape{big, big}, Shape{INT64_MAX / 2, 3},
-                             Shape{INT64_MAX / 4 + 1}}) {
+  for (const Shape& shape :
+       {Shape{0, big, big}, Shape{big, big, 0}, Shape{big, big}, Shape{INT64_MAX / 2, 3}, Shape{INT64_MAX / 4 + 1}}) {
     SCOPED_TRACE(shape_str(shape));
     EXPECT_ALPHA_ERROR(Tensor::empty(shape, DType::f32), ShapeError, "[Tensor::empty]", "fits in 64 bits");
   }
@@ -92,8 +92,8 @@ TEST(Tensor, DTypeConversionsRoundToNearestEven) {
   Tensor t = Tensor::from_vector<float>({1.0f, 1.00390625f, 1.01171875f, -2.5f, 65504.0f, 1e-7f, 70000.0f}, {7});
   std::vector<double> b = t.to(DType::bf16).to_vector<double>();
   EXPECT_EQ(b[0], 1.0);
-  EXPECT_EQ(b[1], 1.0);         // halfway between 1 and 1+2^-7 rounds to even (1)
-  EXPECT_EQ(b[2], 1.015625);    // halfway between 1+2^-7 and 1+2^-6 rounds to even (1+2^-6)
+  EXPECT_EQ(b[1], 1.0);       // halfway between 1 and 1+2^-7 rounds to even (1)
+  EXPECT_EQ(b[2], 1.015625);  // halfway between 1+2^-7 and 1+2^-6 rounds to even (1+2^-6)
   EXPECT_EQ(b[3], -2.5);
   std::vector<double> h = t.to(DType::f16).to_vector<double>();
   EXPECT_EQ(h[3], -2.5);
@@ -119,6 +119,41 @@ TEST(Tensor, BadAccessRaisesTypedErrors) {
   EXPECT_ALPHA_ERROR(parse_dtype("f8", "--dtype"), ConfigError, "--dtype", "'f8'");
   EXPECT_ALPHA_ERROR(Device::parse("gpu", "--device"), ConfigError, "--device", "'gpu'");
   EXPECT_EQ(Device::parse("cuda:3", "--device"), Device::cuda(3));
+}
+
+// Borrowed memory (the Python bindings wrap PyTorch tensors this way): views read it in place, the owner
+// is released with the last tensor and the allocator never frees it, and views reaching outside it raise.
+TEST(Tensor, FromStorageViewsBorrowedMemoryAndRejectsViewsOutsideIt) {
+  auto values = std::make_shared<std::vector<float>>(std::vector<float>{0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11});
+  std::weak_ptr<std::vector<float>> watch = values;
+  auto storage = std::make_shared<Storage>(Device::cpu(), values->data(), values->size() * sizeof(float), values);
+  values.reset();
+  {
+    // A transposed 3×2 view from element 1: [[1, 3], [5, 7], [9, 11]] read column by column.
+    Tensor t = Tensor::from_storage(storage, {2, 3}, {2, 4}, 1, DType::f32);
+    EXPECT_EQ(t.to_vector<float>(), (std::vector<float>{1, 5, 9, 3, 7, 11}));
+    // Negative strides are fine while they stay inside.
+    Tensor reversed = Tensor::from_storage(storage, {12}, {-1}, 11, DType::f32);
+    EXPECT_EQ(reversed.to_vector<float>()[0], 11.0f);
+    EXPECT_FALSE(watch.expired());
+  }
+  EXPECT_ALPHA_ERROR(Tensor::from_storage(storage, {2, 3}, {2, 4}, 2, DType::f32), LayoutError, "Tensor::from_storage",
+                     "inside the storage's 12 elements", "elements 2..12");
+  EXPECT_ALPHA_ERROR(Tensor::from_storage(storage, {12}, {-1}, 10, DType::f32), LayoutError, "Tensor::from_storage",
+                     "elements -1..10");
+  EXPECT_ALPHA_ERROR(Tensor::from_storage(storage, {7}, {2}, 0, DType::f64), LayoutError, "Tensor::from_storage",
+                     "6 elements");
+  EXPECT_ALPHA_ERROR(Tensor::from_storage(storage, {2, 3}, {1}, 0, DType::f32), ShapeError, "Tensor::from_storage",
+                     "strides");
+  EXPECT_ALPHA_ERROR(Tensor::from_storage(storage, {3}, {int64_t(1) << 62}, 0, DType::f32), LayoutError,
+                     "Tensor::from_storage", "64 bits");
+  EXPECT_ALPHA_ERROR(Tensor::from_storage(nullptr, {1}, {1}, 0, DType::f32), ValueError, "Tensor::from_storage");
+  // An empty view reaches nothing, so any offset is inside.
+  EXPECT_EQ(Tensor::from_storage(storage, {0, 3}, {3, 1}, 100, DType::f32).numel(), 0);
+  float scratch = 0;
+  EXPECT_ALPHA_ERROR(Storage(Device::cpu(), &scratch, sizeof scratch, nullptr), ValueError, "Storage", "owner");
+  storage.reset();
+  EXPECT_TRUE(watch.expired());
 }
 
 TEST(Tensor, RandomFillsAreSeededAndHaveTheirDistributions) {
