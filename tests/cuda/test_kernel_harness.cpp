@@ -2,9 +2,12 @@
 // (kernel family), failing on every comparison outside its tolerance and printing each comparison's
 // max_abs, mean_abs and max_rel. They skip (CTest: skipped, not passed) without a GPU; in a build without
 // the CUDA backend there are no checks, and CudaKernelHarness.ChecksExist skips for the same reason.
+// ALPHA_CHECK_SCALE=small runs the checks at check::Scale::small (scripts/compute-sanitizer.sh sets it).
 #include <gtest/gtest.h>
 
 #include <cstdio>
+#include <cstdlib>
+#include <string_view>
 
 #include "alpha/check/kernel_check.h"
 #include "support/checks.h"
@@ -15,13 +18,19 @@ namespace {
 
 class CudaKernelCheck : public test::GpuTest<::testing::TestWithParam<check::KernelCheck>> {};
 
+check::Scale scale_from_environment() {
+  const char* scale = std::getenv("ALPHA_CHECK_SCALE");
+  return scale != nullptr && std::string_view(scale) == "small" ? check::Scale::small : check::Scale::full;
+}
+
 TEST_P(CudaKernelCheck, MatchesCpuReference) {
   std::printf("%s\n", check::format_header().c_str());
   check::HarnessResult result =
       check::run_checks(GetParam().name, Device::cuda(0), test::fresh_seed(), [](const check::Comparison& c) {
         std::printf("%s\n", check::format_comparison(c).c_str());
         if (!c.passed) ADD_FAILURE() << check::format_comparison(c) << "\n  " << c.detail;
-      });
+      },
+      scale_from_environment());
   EXPECT_GT(result.comparisons.size(), 0u);
 }
 

@@ -100,8 +100,7 @@ void check_softmax(Context& ctx, RowShape shape) {
 }  // namespace
 
 void check_activation(Context& ctx) {
-  std::vector<int64_t> sizes = kSizes;
-  sizes.insert(sizes.end(), kOddSizes.begin(), kOddSizes.end());
+  const std::vector<int64_t> sizes = ctx.element_counts();
   for_each_cuda_dtype([&]<class T>() {
     for (int64_t n : sizes) check_pointwise<T>(ctx, n);
     for (const RowShape& shape : kSoftmaxShapes) check_softmax<T>(ctx, shape);

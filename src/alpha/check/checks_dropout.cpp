@@ -118,8 +118,7 @@ void check_in_place(Context& ctx, int64_t n) {
 }  // namespace
 
 void check_dropout(Context& ctx) {
-  std::vector<int64_t> sizes = kSizes;
-  sizes.insert(sizes.end(), kOddSizes.begin(), kOddSizes.end());
+  const std::vector<int64_t> sizes = ctx.element_counts();
   for (int64_t n : sizes) check_masks(ctx, n);
   for_each_cuda_dtype([&]<class T>() {
     for (int64_t n : sizes)

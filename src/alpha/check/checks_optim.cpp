@@ -167,8 +167,7 @@ void check_grad_norm_ops(Context& ctx) {
 }  // namespace
 
 void check_optim(Context& ctx) {
-  std::vector<int64_t> sizes = kSizes;
-  sizes.insert(sizes.end(), kOddSizes.begin(), kOddSizes.end());
+  const std::vector<int64_t> sizes = ctx.element_counts();
   for_each_cuda_dtype([&]<class T>() {
     for (int64_t n : sizes) {
       check_adamw<T>(ctx, n);

@@ -30,12 +30,20 @@ Tensor host_f64(const Tensor& t) { return t.to(Device::cpu()).to(DType::f64).con
 
 }  // namespace
 
-Context::Context(Device gpu, uint64_t seed, std::function<void(const Comparison&)> report)
-    : gpu_(gpu), seed_(seed), report_(std::move(report)) {
+Context::Context(Device gpu, uint64_t seed, std::function<void(const Comparison&)> report, Scale scale)
+    : gpu_(gpu), scale_(scale), seed_(seed), report_(std::move(report)) {
 #if ALPHA_WITH_CUDA
   stream_ = cuda::default_stream(gpu.index);
   cuda::set_device(gpu.index);
 #endif
+}
+
+std::vector<int64_t> Context::element_counts() const {
+  std::vector<int64_t> counts;
+  for (const auto* list : {&kSizes, &kOddSizes})
+    for (int64_t n : *list)
+      if (includes(n)) counts.push_back(n);
+  return counts;
 }
 
 uint64_t Context::next_seed() {
@@ -249,7 +257,7 @@ const std::vector<KernelCheck>& all_checks() {
 }
 
 HarnessResult run_checks(std::string_view filter, Device gpu, uint64_t seed,
-                         const std::function<void(const Comparison&)>& on_comparison) {
+                         const std::function<void(const Comparison&)>& on_comparison, Scale scale) {
 #if ALPHA_WITH_CUDA
   cuda::require_device("check kernels", gpu);
 #else
@@ -267,7 +275,7 @@ HarnessResult run_checks(std::string_view filter, Device gpu, uint64_t seed,
     result.comparisons.push_back(c);
     if (!c.passed) ++result.failures;
     if (on_comparison) on_comparison(c);
-  });
+  }, scale);
   for (const KernelCheck* check : selected) {
     check->run(ctx);
     ++result.checks_run;

@@ -75,13 +75,23 @@ struct Comparison {
 void judge_against_naive(Comparison& c, const Tensor& got, const Tensor& want, const Tensor& naive,
                          std::string_view row);
 
+// How much of each check runs. small keeps every kernel, dtype, option and tile path but leaves out the
+// cases larger than kSmallScaleLimit (their size measured as each check says: elements, output entries,
+// query × key pairs): for tools that slow every access down a hundredfold, such as compute-sanitizer.
+enum class Scale { full, small };
+inline constexpr int64_t kSmallScaleLimit = 65536;
+
 // What a check works with: the GPU, its stream, fresh seeds, and the comparisons it reports.
 class Context {
  public:
-  Context(Device gpu, uint64_t seed, std::function<void(const Comparison&)> report);
+  Context(Device gpu, uint64_t seed, std::function<void(const Comparison&)> report, Scale scale = Scale::full);
 
   Device gpu() const { return gpu_; }
   Stream stream() const { return stream_; }
+  // Whether a case of this size runs at this scale (see Scale).
+  bool includes(int64_t size) const { return scale_ == Scale::full || size <= kSmallScaleLimit; }
+  // kSizes and kOddSizes, the element counts of the element-wise checks, less those this scale leaves out.
+  std::vector<int64_t> element_counts() const;
   // A new seed for each random input, derived from the harness seed (a run is reproducible from it).
   uint64_t next_seed();
 
@@ -132,6 +142,7 @@ class Context {
 
   Device gpu_;
   Stream stream_;
+  Scale scale_;
   uint64_t seed_;
   uint64_t draws_ = 0;
   std::function<void(const Comparison&)> report_;
@@ -156,7 +167,7 @@ struct HarnessResult {
 // `on_comparison` as it is made. Raises DeviceError without the CUDA backend or without that GPU, and
 // ValueError when the filter selects no check (naming the checks there are).
 HarnessResult run_checks(std::string_view filter, Device gpu, uint64_t seed,
-                         const std::function<void(const Comparison&)>& on_comparison = {});
+                         const std::function<void(const Comparison&)>& on_comparison = {}, Scale scale = Scale::full);
 
 // One line per comparison: kernel, dtype, shape, max_abs, mean_abs, max_rel, tolerance, PASS/FAIL, and
 // the detail of a failure. A comparison with the naive computation shows its bound as the tolerance
