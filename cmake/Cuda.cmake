@@ -24,7 +24,7 @@ if(ALPHA_WITH_CUDA)
     set(CMAKE_CUDA20_EXTENSION_COMPILE_OPTION "-std=c++20")
   endif()
   find_package(CUDAToolkit REQUIRED)
-  # Hopper's wgmma kernels (flash_attention_wgmma_forward.cu) exist only in sm_90a code; without it the
+  # Hopper's wgmma kernels (flash_attention_wgmma_*.cu) exist only in sm_90a code; without it the
   # library runs the mma.sync kernels everywhere.
   if("90a" IN_LIST CMAKE_CUDA_ARCHITECTURES)
     add_compile_definitions(ALPHA_CUDA_SM90A=1)

@@ -187,12 +187,20 @@ __device__ __forceinline__ EntryGrad entry_gradient(const AttentionParams<T>& p,
 
 template <class T>
 void flash_attention_mma_forward(const AttentionForwardArgs<T>& args, cudaStream_t stream);
-// Whether the forward of this head-dimension bucket runs the wgmma kernel (flash_attention_wgmma_forward.cuh):
-// buckets 64 and 128 on a compute capability 9.0 device (H100, H200), in a library built with sm_90a code.
-bool wgmma_forward_runs(int bucket);
-// The wgmma forward of bucket 64 or 128 (where wgmma_forward_runs).
+// Whether this head-dimension bucket runs the wgmma kernels (flash_attention_wgmma_forward.cuh,
+// flash_attention_wgmma_backward.cu) on the current device: buckets 64 and 128 on a compute capability 9.0
+// device (H100, H200), in a library built with sm_90a code. The device's answer is asked once.
+bool wgmma_kernels_run(int bucket);
+// The wgmma forward of bucket 64 or 128 (where wgmma_kernels_run).
 template <class T>
 void flash_attention_wgmma_forward(const AttentionForwardArgs<T>& args, int bucket, cudaStream_t stream);
+// Whether the backward of these parameters runs the wgmma kernels: the deterministic backward of bucket 128
+// without causal or window masks, where wgmma_kernels_run (flash_attention_wgmma_backward.cu has the numbers).
+template <class T>
+bool wgmma_backward_runs(const AttentionParams<T>& p, int bucket);
+// The wgmma backward (where wgmma_backward_runs); delta: D = rowsum(dO∘O).
+template <class T>
+void flash_attention_wgmma_backward(const AttentionBackwardArgs<T>& args, const float* delta, cudaStream_t stream);
 // workspace (flash_attention_backward_workspace floats): D = rowsum(dO∘O) per query row in its first B·Hq·Tq,
 // already computed (launch_attention_delta); for the non-deterministic backward the dQ accumulator after it.
 template <class T>

@@ -18,14 +18,16 @@
 // also stores its dSᵀ (keys × queries, T) in a shared tile; then the block's warps split the query tile's
 // dQ share dS·K (K already in shared memory) by columns and add it to an f32 accumulator with float2
 // atomics; store_dq_kernel scales and rounds it into dq. 5 tile products, but the atomics' order varies.
-#include "alpha/kernels/cuda/flash_attention_mma.cuh"
-#include "alpha/kernels/cuda/mma.cuh"
+// On Hopper, the deterministic backward of bucket 128 without a mask runs the same two kernels on wgmma
+// instead (flash_attention_wgmma_backward.cu).
+#include "alpha/kernels/cuda/flash_attention_mma_backward.cuh"
 
 namespace alpha::kernels::cuda {
 
 namespace {
 
 using namespace mma;
+using namespace mma_backward;
 
 constexpr int kWarps = 4;
 constexpr int kThreads = 32 * kWarps;
@@ -69,31 +71,6 @@ using DsTile = SharedTile<KeyShape<kHeadDim>::kRows, KeyShape<kHeadDim>::kStream
 template <int kHeadDim, bool kAtomicDq>
 constexpr size_t key_grads_bytes() {
   return KeyShape<kHeadDim>::kBytes + (kAtomicDq ? DsTile<kHeadDim>::kElements * sizeof(uint16_t) : 0);
-}
-
-// The (row, column) entries of a warp's 16 × 8·kN C fragments: row g + 8·(x / 2), column 8n + 2t + x % 2.
-__device__ __forceinline__ int fragment_row(int lane, int x) { return lane / 4 + 8 * (x / 2); }
-__device__ __forceinline__ int fragment_col(int lane, int n, int x) { return 8 * n + 2 * (lane % 4) + x % 2; }
-
-// Stores rows [row0, row0 + 16·kM) of a warp's f32 accumulator (16·kM × 8·kO), times `scale`, as T into
-// out_row(r) (null for a row past the operand), columns below `width`.
-template <class T, int kM, int kO, class RowPointer>
-__device__ __forceinline__ void store_rows(const FragC (&acc)[kM][kO], float scale, int width, int lane,
-                                           const RowPointer& out_row) {
-#pragma unroll
-  for (int m = 0; m < kM; ++m)
-#pragma unroll
-    for (int half = 0; half < 2; ++half) {
-      uint16_t* row = out_row(16 * m + fragment_row(lane, 2 * half));
-      if (row == nullptr) continue;
-#pragma unroll
-      for (int n = 0; n < kO; ++n) {
-        const int col = fragment_col(lane, n, 0);
-        if (col < width)
-          *reinterpret_cast<uint32_t*>(row + col) =
-              pack2<T>(acc[m][n].x[2 * half] * scale, acc[m][n].x[2 * half + 1] * scale);
-      }
-    }
 }
 
 // Stores a warp's dSᵀ A fragments (rows: its keys from key_row0, columns: the step's queries) into the
@@ -175,33 +152,16 @@ __global__ void __launch_bounds__(kThreads, BackwardTraits<kHeadDim>::kMinBlocks
   load_tile_async<kThreads>(k_tile, head_rows(a.k, p.k_strides, b, kv_head), p.k_strides.time, j0, p.kv_len, d_qk);
   load_tile_async<kThreads>(v_tile, head_rows(a.v, p.v_strides, b, kv_head), p.v_strides.time, j0, p.kv_len, d_v);
 
-  // Steps: (query head of the group, query tile of the rows that see the block's keys), head-major; a
-  // cursor moves through them by increments (no 64-bit division in the loop).
-  const QueryRange queries = visible_query_range(p, j0, j_end);
-  const int64_t tiles_per_head = (queries.end - queries.begin + kQ - 1) / kQ;
-  const int64_t steps = tiles_per_head * group;
-  struct Step {
-    int64_t h, i0;
-  };
-  auto following = [&](Step s) {
-    s.i0 += kQ;
-    if (s.i0 >= queries.end) s.i0 = queries.begin, ++s.h;
-    return s;
-  };
-  auto load_queries = [&](Step s, int stage) {
+  const QueryWalk walk = query_walk(p, j0, j_end, kQ, group);
+  auto load_queries = [&](QueryStep s, int stage) {
     load_tile_async<kThreads>(q_tiles.next(stage), head_rows(a.q, p.q_strides, b, s.h), p.q_strides.time, s.i0, p.q_len,
                               d_qk);
     load_tile_async<kThreads>(do_tiles.next(stage), bits(a.dout) + (b * p.q_len * p.q_heads + s.h) * p.value_dim,
                               p.q_heads * p.value_dim, s.i0, p.q_len, d_v);
-    for (int r = threadIdx.x; r < kQ; r += kThreads) {
-      const int64_t i = s.i0 + r, row = (b * p.q_heads + s.h) * p.q_len + i;
-      const bool inside = i < p.q_len;
-      lse2_rows[stage * kQ + r] = inside ? log2_normaliser(a.row_max[row], a.row_sum[row]) : INFINITY;
-      delta_rows[stage * kQ + r] = inside ? delta[row] : 0.0f;
-    }
+    load_query_stats(a, delta, b, s, kQ, lse2_rows + stage * kQ, delta_rows + stage * kQ);
   };
-  Step current{kv_head * group, queries.begin};
-  if (steps > 0) load_queries(current, 0);
+  QueryStep current{kv_head * group, walk.begin};
+  if (walk.steps > 0) load_queries(current, 0);
   copy_async_commit();
 
   FragC dk[kM][kO], dv[kM][kO];
@@ -209,8 +169,8 @@ __global__ void __launch_bounds__(kThreads, BackwardTraits<kHeadDim>::kMinBlocks
   zero(dv);
   const int key_row0 = warp * 16 * kM;
   int stage = 0;
-  for (int64_t step = 0; step < steps; ++step, stage ^= 1, current = following(current)) {
-    if (step + 1 < steps) load_queries(following(current), stage ^ 1);
+  for (int64_t step = 0; step < walk.steps; ++step, stage ^= 1, current = walk.following(current)) {
+    if (step + 1 < walk.steps) load_queries(walk.following(current), stage ^ 1);
     copy_async_commit();
     copy_async_wait<1>();
     __syncthreads();  // this stage's q, dO, statistics (and the first time k, v) are in place
@@ -222,36 +182,8 @@ __global__ void __launch_bounds__(kThreads, BackwardTraits<kHeadDim>::kMinBlocks
     warp_product_abt<T, kM, kN, kHeadDim>(st, k_tile, key_row0, q_tiles.next(stage), 0, lane);
     warp_product_abt<T, kM, kN, kHeadDim>(dpt, v_tile, key_row0, do_tiles.next(stage), 0, lane);
 
-    const int64_t last_row = tile_last_row(i0, kQ, p.q_len);
-    // Per entry: P̃ and dS_raw; blocks wholly visible to the tile's queries skip the mask (the variant
-    // depends on positions only).
-    auto entry_step = [&]<bool kMasked>() {
-#pragma unroll
-      for (int n = 0; n < kN; ++n)
-#pragma unroll
-        for (int col_bit = 0; col_bit < 2; ++col_bit) {
-          const int col = fragment_col(lane, n, col_bit);
-          const float lse2 = lse2_rows[stage * kQ + col], row_delta = delta_rows[stage * kQ + col];
-          const int64_t i = i0 + col;
-#pragma unroll
-          for (int m = 0; m < kM; ++m)
-#pragma unroll
-            for (int x = col_bit; x < 4; x += 2) {
-              const int64_t j = j0 + key_row0 + 16 * m + fragment_row(lane, x);
-              EntryGrad e{0.0f, 0.0f};
-              if (!kMasked || mma_visible(p, i, j)) {
-                const float z = p.dropout_p > 0 && i < p.q_len ? attention_dropout_factor(p, bh, i, j) : 1.0f;
-                e = entry_gradient(p, softcap, scale_log2, st[m][n].x[x], dpt[m][n].x[x], lse2, row_delta, z);
-              }
-              st[m][n].x[x] = e.prob_dropped;
-              dpt[m][n].x[x] = e.dscore;
-            }
-        }
-    };
-    if (j0 >= visible_key_range(p, last_row).begin && j0 + Shape::kRows <= visible_key_range(p, i0).end)
-      entry_step.template operator()<false>();
-    else
-      entry_step.template operator()<true>();
+    key_entry_grads(p, softcap, scale_log2, bh, i0, j0, Shape::kRows, j0 + key_row0, lane, st, dpt,
+                    lse2_rows + stage * kQ, delta_rows + stage * kQ);
 
     FragA probs[kM][kN / 2], dscores[kM][kN / 2];
     to_a_fragments<T>(probs, st);
@@ -267,12 +199,7 @@ __global__ void __launch_bounds__(kThreads, BackwardTraits<kHeadDim>::kMinBlocks
   }
   copy_async_wait<0>();
 
-  auto key_row = [&](uint16_t* out, int64_t width, int r) -> uint16_t* {
-    const int64_t j = j0 + key_row0 + r;
-    return j < p.kv_len ? out + ((b * p.kv_len + j) * p.kv_heads + kv_head) * width : nullptr;
-  };
-  store_rows<T>(dk, p.scale, d_qk, lane, [&](int r) { return key_row(bits(a.dk), p.head_dim, r); });
-  store_rows<T>(dv, 1.0f, d_v, lane, [&](int r) { return key_row(bits(a.dv), p.value_dim, r); });
+  store_key_grads(a, b, kv_head, j0 + key_row0, lane, dk, dv);
 }
 
 template <class T, int kHeadDim>
@@ -304,18 +231,10 @@ __global__ void __launch_bounds__(kThreads, BackwardTraits<kHeadDim>::kMinBlocks
   if (key_begin < key_end) load_keys(key_begin, 0);
   copy_async_commit();
 
-  // This thread's rows (fragment rows g and g + 8 of each of its warp's 16-row tiles) and their statistics.
+  // This thread's rows' statistics.
   const int row0 = warp * 16 * kM;
   float lse2[kM][2], row_delta[kM][2];
-#pragma unroll
-  for (int m = 0; m < kM; ++m)
-#pragma unroll
-    for (int half = 0; half < 2; ++half) {
-      const int64_t i = i0 + row0 + 16 * m + fragment_row(lane, 2 * half), row = bh * p.q_len + i;
-      const bool inside = i < p.q_len;
-      lse2[m][half] = inside ? log2_normaliser(a.row_max[row], a.row_sum[row]) : INFINITY;
-      row_delta[m][half] = inside ? delta[row] : 0.0f;
-    }
+  query_row_stats(a, delta, bh, i0 + row0, lane, lse2, row_delta);
 
   FragC dq[kM][kO];
   zero(dq);
@@ -332,29 +251,8 @@ __global__ void __launch_bounds__(kThreads, BackwardTraits<kHeadDim>::kMinBlocks
     warp_product_abt<T, kM, kN, kHeadDim>(s, q_tile, row0, k_tiles.next(stage), 0, lane);
     warp_product_abt<T, kM, kN, kHeadDim>(dp, do_tile, row0, v_tiles.next(stage), 0, lane);
 
-    auto entry_step = [&]<bool kMasked>() {  // as key_grads'
-#pragma unroll
-      for (int m = 0; m < kM; ++m)
-#pragma unroll
-        for (int n = 0; n < kN; ++n)
-#pragma unroll
-          for (int x = 0; x < 4; ++x) {
-            const int half = x / 2;
-            const int64_t i = i0 + row0 + 16 * m + fragment_row(lane, x), j = j0 + fragment_col(lane, n, x);
-            float dscore = 0.0f;
-            if (!kMasked || mma_visible(p, i, j)) {
-              const float z = p.dropout_p > 0 && i < p.q_len ? attention_dropout_factor(p, bh, i, j) : 1.0f;
-              dscore = entry_gradient(p, softcap, scale_log2, s[m][n].x[x], dp[m][n].x[x], lse2[m][half],
-                                      row_delta[m][half], z)
-                           .dscore;
-            }
-            s[m][n].x[x] = dscore;
-          }
-    };
-    if (j0 >= whole_begin && j0 + kK <= whole_end)
-      entry_step.template operator()<false>();
-    else
-      entry_step.template operator()<true>();
+    query_entry_grads(p, softcap, scale_log2, bh, i0 + row0, j0, whole_begin, whole_end, lane, s, dp, lse2,
+                      row_delta);
 
     FragA dscores[kM][kN / 2];
     to_a_fragments<T>(dscores, s);
@@ -363,10 +261,7 @@ __global__ void __launch_bounds__(kThreads, BackwardTraits<kHeadDim>::kMinBlocks
   }
   copy_async_wait<0>();
 
-  store_rows<T>(dq, p.scale, d_qk, lane, [&](int r) -> uint16_t* {
-    const int64_t i = i0 + row0 + r;
-    return i < p.q_len ? bits(a.dq) + ((b * p.q_len + i) * p.q_heads + h) * p.head_dim : nullptr;
-  });
+  store_query_grads(a, b, h, i0 + row0, lane, dq);
 }
 
 // dq = scale · dq_sum, rounded to T: dq_sum is [B·Hq, Tq, D] f32, dq [B, Tq, Hq, D]; two elements per thread.
@@ -420,6 +315,7 @@ void flash_attention_mma_backward(const AttentionBackwardArgs<T>& args, float* w
   require_mma_rows(args.q, p.q_strides, kOp, "q");
   require_mma_rows(args.k, p.k_strides, kOp, "k");
   require_mma_rows(args.v, p.v_strides, kOp, "v");
+  if (wgmma_backward_runs(p, bucket)) return flash_attention_wgmma_backward(args, workspace, stream);
   switch (bucket) {
     case 32: return backward<T, 32>(args, workspace, stream);
     case 64: return backward<T, 64>(args, workspace, stream);

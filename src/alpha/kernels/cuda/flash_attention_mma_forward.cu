@@ -13,7 +13,7 @@ void flash_attention_mma_forward(const AttentionForwardArgs<T>& args, cudaStream
   require_mma_rows(args.q, p.q_strides, kOp, "q");
   require_mma_rows(args.k, p.k_strides, kOp, "k");
   require_mma_rows(args.v, p.v_strides, kOp, "v");
-  if (wgmma_forward_runs(bucket)) return flash_attention_wgmma_forward(args, bucket, stream);
+  if (wgmma_kernels_run(bucket)) return flash_attention_wgmma_forward(args, bucket, stream);
   switch (bucket) {
     case 32: return mma_forward::launch_mma_forward<T, 32>(args, stream);
     case 64: return mma_forward::launch_mma_forward<T, 64>(args, stream);

@@ -1,17 +1,29 @@
 // Flash attention forward for bf16/f16 on Hopper's wgmma (the kernel and its design:
-// flash_attention_wgmma_forward.cuh): the library's instantiations, and the rule for when it runs.
+// flash_attention_wgmma_forward.cuh): the library's instantiations, and the rule for when the wgmma kernels
+// (this one and flash_attention_wgmma_backward.cu) run.
+#include <map>
+#include <mutex>
+
 #include "alpha/kernels/cuda/flash_attention_wgmma_forward.cuh"
 
 namespace alpha::kernels::cuda {
 
-bool wgmma_forward_runs(int bucket) {
+bool wgmma_kernels_run(int bucket) {
 #if defined(ALPHA_CUDA_SM90A)
   if (bucket != 64 && bucket != 128) return false;
-  int device = 0, major = 0, minor = 0;
+  int device = 0;
   ALPHA_CUDA_CHECK(cudaGetDevice(&device));
-  ALPHA_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
-  ALPHA_CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device));
-  return major == 9 && minor == 0;
+  static std::mutex mutex;
+  static std::map<int, bool> hopper;  // per device: compute capability 9.0
+  std::lock_guard lock(mutex);
+  auto [known, inserted] = hopper.try_emplace(device, false);
+  if (inserted) {
+    int major = 0, minor = 0;
+    ALPHA_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
+    ALPHA_CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device));
+    known->second = major == 9 && minor == 0;
+  }
+  return known->second;
 #else
   (void)bucket;
   return false;  // the library was built without sm_90a code

@@ -162,7 +162,7 @@ __global__ void __launch_bounds__(WgmmaForwardShape<kHeadDim>::kThreads, 1)
 
   mma_forward::store_rows<T, 1, kO>(a, b, h, bh, i0 + row0, lane, acc, row_max, row_sum);
 #else
-  __trap();  // built without sm_90a: the host never launches this (flash_attention_wgmma_forward_runs)
+  __trap();  // built without sm_90a: the host never launches this (wgmma_kernels_run)
 #endif
 }
 

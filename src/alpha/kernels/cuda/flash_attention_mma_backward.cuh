@@ -1,0 +1,205 @@
+// What the bf16/f16 backward kernels share, whether their products run on mma.sync
+// (flash_attention_mma_backward.cu) or on Hopper's wgmma (flash_attention_wgmma_backward.cu): the walk of a
+// key block over the query heads and tiles that see it, the rows' softmax statistics, the per-entry
+// gradient step over C fragments, and the stores of dK, dV and dQ. Both kernels lay a warp's rows out as
+// mma.m16n8's C fragments (a wgmma warpgroup's accumulator is four warps' worth of them, warp w owning rows
+// [16w, 16w + 16) of the block), so one step serves both.
+#pragma once
+#include "alpha/kernels/cuda/flash_attention_mma.cuh"
+#include "alpha/kernels/cuda/mma.cuh"
+
+namespace alpha::kernels::cuda::mma_backward {
+
+using mma::FragA;
+using mma::FragC;
+
+// The (row, column) entries of a warp's 16 × 8·kN C fragments: row g + 8·(x / 2), column 8n + 2t + x % 2.
+__device__ __forceinline__ int fragment_row(int lane, int x) { return lane / 4 + 8 * (x / 2); }
+__device__ __forceinline__ int fragment_col(int lane, int n, int x) { return 8 * n + 2 * (lane % 4) + x % 2; }
+
+// A key block's steps: (query head of the GQA group, query tile of kStream rows among those that see the
+// block's keys), head-major. A cursor moves through them by increments (no 64-bit division in the loop).
+struct QueryStep {
+  int64_t h, i0;
+};
+struct QueryWalk {
+  int64_t begin, end, steps;
+  int stream;
+  __device__ QueryStep following(QueryStep s) const {
+    s.i0 += stream;
+    if (s.i0 >= end) s.i0 = begin, ++s.h;
+    return s;
+  }
+};
+template <class T>
+__device__ __forceinline__ QueryWalk query_walk(const AttentionParams<T>& p, int64_t j0, int64_t j_end, int stream,
+                                                int64_t group) {
+  const QueryRange queries = visible_query_range(p, j0, j_end);
+  const int64_t tiles_per_head = (queries.end - queries.begin + stream - 1) / stream;
+  return {queries.begin, queries.end, tiles_per_head * group, stream};
+}
+
+// The statistics of a step's kStream query rows into shared memory, by the block's threads: lse2 (+inf past
+// Tq, so P = 0 there) and D = rowsum(dO∘O) (0 past Tq).
+template <class T>
+__device__ __forceinline__ void load_query_stats(const AttentionBackwardArgs<T>& a, const float* delta, int64_t b,
+                                                 QueryStep s, int stream, float* lse2_rows, float* delta_rows) {
+  const AttentionParams<T>& p = a.params;
+  for (int r = threadIdx.x; r < stream; r += blockDim.x) {
+    const int64_t i = s.i0 + r, row = (b * p.q_heads + s.h) * p.q_len + i;
+    const bool inside = i < p.q_len;
+    lse2_rows[r] = inside ? log2_normaliser(a.row_max[row], a.row_sum[row]) : INFINITY;
+    delta_rows[r] = inside ? delta[row] : 0.0f;
+  }
+}
+
+// The same statistics for this thread's rows of a query block (fragment rows g and g + 8 of each of its
+// warp's kM 16-row tiles from row0).
+template <class T, int kM>
+__device__ __forceinline__ void query_row_stats(const AttentionBackwardArgs<T>& a, const float* delta, int64_t bh,
+                                                int64_t row0, int lane, float (&lse2)[kM][2],
+                                                float (&row_delta)[kM][2]) {
+  const AttentionParams<T>& p = a.params;
+#pragma unroll
+  for (int m = 0; m < kM; ++m)
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const int64_t i = row0 + 16 * m + fragment_row(lane, 2 * half), row = bh * p.q_len + i;
+      const bool inside = i < p.q_len;
+      lse2[m][half] = inside ? log2_normaliser(a.row_max[row], a.row_sum[row]) : INFINITY;
+      row_delta[m][half] = inside ? delta[row] : 0.0f;
+    }
+}
+
+// Per entry of a key-major (transposed) tile; key_entry_grads below.
+template <bool kMasked, class T, int kM, int kN>
+__device__ __forceinline__ void key_entries(const AttentionParams<T>& p, Softcap softcap, float scale_log2,
+                                                int64_t bh, int64_t i0, int64_t key_row0, int lane,
+                                                FragC (&st)[kM][kN], FragC (&dpt)[kM][kN], const float* lse2_rows,
+                                                const float* delta_rows) {
+#pragma unroll
+  for (int n = 0; n < kN; ++n)
+#pragma unroll
+    for (int col_bit = 0; col_bit < 2; ++col_bit) {
+      const int col = fragment_col(lane, n, col_bit);
+      const float lse2 = lse2_rows[col], row_delta = delta_rows[col];
+      const int64_t i = i0 + col;
+#pragma unroll
+      for (int m = 0; m < kM; ++m)
+#pragma unroll
+        for (int x = col_bit; x < 4; x += 2) {
+          const int64_t j = key_row0 + 16 * m + fragment_row(lane, x);
+          EntryGrad e{0.0f, 0.0f};
+          if (!kMasked || mma_visible(p, i, j)) {
+            const float z = p.dropout_p > 0 && i < p.q_len ? attention_dropout_factor(p, bh, i, j) : 1.0f;
+            e = entry_gradient(p, softcap, scale_log2, st[m][n].x[x], dpt[m][n].x[x], lse2, row_delta, z);
+          }
+          st[m][n].x[x] = e.prob_dropped;
+          dpt[m][n].x[x] = e.dscore;
+        }
+    }
+}
+
+// Per entry of a query-major tile; query_entry_grads below.
+template <bool kMasked, class T, int kM, int kN>
+__device__ __forceinline__ void query_entries(const AttentionParams<T>& p, Softcap softcap, float scale_log2,
+                                                  int64_t bh, int64_t row0, int64_t j0, int lane, FragC (&s)[kM][kN],
+                                                  const FragC (&dp)[kM][kN], const float (&lse2)[kM][2],
+                                                  const float (&row_delta)[kM][2]) {
+#pragma unroll
+  for (int m = 0; m < kM; ++m)
+#pragma unroll
+    for (int n = 0; n < kN; ++n)
+#pragma unroll
+      for (int x = 0; x < 4; ++x) {
+        const int half = x / 2;
+        const int64_t i = row0 + 16 * m + fragment_row(lane, x), j = j0 + fragment_col(lane, n, x);
+        float dscore = 0.0f;
+        if (!kMasked || mma_visible(p, i, j)) {
+          const float z = p.dropout_p > 0 && i < p.q_len ? attention_dropout_factor(p, bh, i, j) : 1.0f;
+          dscore = entry_gradient(p, softcap, scale_log2, s[m][n].x[x], dp[m][n].x[x], lse2[m][half],
+                                  row_delta[m][half], z)
+                       .dscore;
+        }
+        s[m][n].x[x] = dscore;
+      }
+}
+
+// The key-major entry step: st and dpt hold Sᵀ and dP̃ᵀ (rows: this warp's keys from key_row0 of the
+// block's keys [j0, j0 + block_keys); columns: the step's kN·8 queries from i0, whose lse2 and D are in
+// shared memory); each entry becomes P̃ (in st) and dS_raw (in dpt). When every query of the step sees every
+// key of the block, the per-entry visibility test is skipped (the choice depends on positions only).
+template <class T, int kM, int kN>
+__device__ __forceinline__ void key_entry_grads(const AttentionParams<T>& p, Softcap softcap, float scale_log2,
+                                                int64_t bh, int64_t i0, int64_t j0, int block_keys, int64_t key_row0,
+                                                int lane, FragC (&st)[kM][kN], FragC (&dpt)[kM][kN],
+                                                const float* lse2_rows, const float* delta_rows) {
+  const int64_t last_row = tile_last_row(i0, 8 * kN, p.q_len);
+  if (j0 >= visible_key_range(p, last_row).begin && j0 + block_keys <= visible_key_range(p, i0).end)
+    key_entries<false>(p, softcap, scale_log2, bh, i0, key_row0, lane, st, dpt, lse2_rows, delta_rows);
+  else
+    key_entries<true>(p, softcap, scale_log2, bh, i0, key_row0, lane, st, dpt, lse2_rows, delta_rows);
+}
+
+// The query-major entry step: s and dp hold S and dP̃ (rows: this thread's queries from row0, with their
+// statistics; columns: the kN·8 keys from j0); each entry becomes dS_raw (in s). Keys in [whole_begin,
+// whole_end) are seen by every query of the block: tiles inside it skip the visibility test.
+template <class T, int kM, int kN>
+__device__ __forceinline__ void query_entry_grads(const AttentionParams<T>& p, Softcap softcap, float scale_log2,
+                                                  int64_t bh, int64_t row0, int64_t j0, int64_t whole_begin,
+                                                  int64_t whole_end, int lane, FragC (&s)[kM][kN],
+                                                  const FragC (&dp)[kM][kN], const float (&lse2)[kM][2],
+                                                  const float (&row_delta)[kM][2]) {
+  if (j0 >= whole_begin && j0 + 8 * kN <= whole_end)
+    query_entries<false>(p, softcap, scale_log2, bh, row0, j0, lane, s, dp, lse2, row_delta);
+  else
+    query_entries<true>(p, softcap, scale_log2, bh, row0, j0, lane, s, dp, lse2, row_delta);
+}
+
+// Stores rows [row0, row0 + 16·kM) of a warp's f32 accumulator (16·kM × 8·kO), times `scale`, as T into
+// out_row(r) (null for a row past the operand), columns below `width`.
+template <class T, int kM, int kO, class RowPointer>
+__device__ __forceinline__ void store_rows(const FragC (&acc)[kM][kO], float scale, int width, int lane,
+                                           const RowPointer& out_row) {
+#pragma unroll
+  for (int m = 0; m < kM; ++m)
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      uint16_t* row = out_row(16 * m + fragment_row(lane, 2 * half));
+      if (row == nullptr) continue;
+#pragma unroll
+      for (int n = 0; n < kO; ++n) {
+        const int col = fragment_col(lane, n, 0);
+        if (col < width)
+          *reinterpret_cast<uint32_t*>(row + col) =
+              mma::pack2<T>(acc[m][n].x[2 * half] * scale, acc[m][n].x[2 * half + 1] * scale);
+      }
+    }
+}
+
+// dK (scaled) and dV of a warp's keys from key_row0 (dk, dv: [B, Tk, Hkv, D or Dv]).
+template <class T, int kM, int kO>
+__device__ __forceinline__ void store_key_grads(const AttentionBackwardArgs<T>& a, int64_t b, int64_t kv_head,
+                                                int64_t key_row0, int lane, const FragC (&dk)[kM][kO],
+                                                const FragC (&dv)[kM][kO]) {
+  const AttentionParams<T>& p = a.params;
+  auto key_row = [&](uint16_t* out, int64_t width, int r) -> uint16_t* {
+    const int64_t j = key_row0 + r;
+    return j < p.kv_len ? out + ((b * p.kv_len + j) * p.kv_heads + kv_head) * width : nullptr;
+  };
+  store_rows<T>(dk, p.scale, int(p.head_dim), lane, [&](int r) { return key_row(bits(a.dk), p.head_dim, r); });
+  store_rows<T>(dv, 1.0f, int(p.value_dim), lane, [&](int r) { return key_row(bits(a.dv), p.value_dim, r); });
+}
+
+// dQ (scaled) of a warp's queries from row0 of head h (dq: [B, Tq, Hq, D]).
+template <class T, int kM, int kO>
+__device__ __forceinline__ void store_query_grads(const AttentionBackwardArgs<T>& a, int64_t b, int64_t h,
+                                                  int64_t row0, int lane, const FragC (&dq)[kM][kO]) {
+  const AttentionParams<T>& p = a.params;
+  store_rows<T>(dq, p.scale, int(p.head_dim), lane, [&](int r) -> uint16_t* {
+    const int64_t i = row0 + r;
+    return i < p.q_len ? bits(a.dq) + ((b * p.q_len + i) * p.q_heads + h) * p.head_dim : nullptr;
+  });
+}
+
+}  // namespace alpha::kernels::cuda::mma_backward

@@ -1,0 +1,310 @@
+// Flash attention backward for bf16/f16 on Hopper's warpgroup tensor-core instructions (wgmma, sm_90a): the
+// deterministic backward of the mma.sync kernels (flash_attention_mma_backward.cu; the walks, statistics,
+// entry steps and stores they share are in flash_attention_mma_backward.cuh) with every tile product on
+// wgmma (wgmma.cuh). Head-dimension bucket 128 without a mask (wgmma_backward_runs says why).
+//
+// key_grads: one block per (key block of 64·kWarpgroups keys, b·Hkv + kv head); warpgroup w owns keys
+// [64w, 64w + 64) and holds their dK and dV in f32 registers. K and V stay in shared memory; the steps'
+// Q, dO and row statistics (each query head of the GQA group, each query tile that sees the block) stream
+// through a three-stage cp.async ring, in the 128-byte swizzled layout wgmma reads. Per step t:
+//   issue Sᵀ_t = K·Qᵀ and dP̃ᵀ_t = V·dOᵀ (both operands from shared memory, K-major), then behind them
+//   dV += P̃ᵀ_{t−1}·dO_{t−1} and dK += dSᵀ_{t−1}·Q_{t−1} (P̃ᵀ and dSᵀ from the registers that computed them,
+//   by the C → A fragment identity; dO and Q read transposed, MN-major, so nothing is copied into another
+//   layout); wait for Sᵀ_t and dP̃ᵀ_t only and run the entry step (P̃, dS_raw) while the tensor cores work
+//   on step t − 1's products, as the forward overlaps its softmax with P̃·V. The ring holds step t, step
+//   t − 1 (its Q and dO still read) and the step loading ahead.
+// query_grads: one block per (query tile of 64·kWarpgroups rows, b·Hq + h); Q and dO held, K and V streamed
+//   the same way: S_t = Q·Kᵀ and dP̃_t = dO·Vᵀ, behind them dQ += dS_{t−1}·K_{t−1} (K read transposed),
+//   the entry step of t meanwhile.
+// Like the mma kernels, 7 tile products per (query tile, key tile) instead of FlashAttention-2's 5: dQ is
+// recomputed rather than added with atomics, the price of a deterministic result. The non-deterministic
+// atomic-dQ variant stays on the mma kernels.
+#include "alpha/kernels/cuda/flash_attention_mma_backward.cuh"
+#include "alpha/kernels/cuda/wgmma.cuh"
+
+namespace alpha::kernels::cuda {
+
+namespace wgmma_backward {
+
+using namespace mma_backward;
+
+// Per bucket: warpgroups per block (64 held rows each), the rows of each streamed tile, and the blocks per
+// SM the register allocation must allow. D 128: the dK/dV kernel runs at the 255-register ceiling and spills
+// 512 bytes (dK and dV alone hold 128 registers a thread).
+template <int kHeadDim>
+struct WgmmaBackwardTraits;
+template <>
+struct WgmmaBackwardTraits<128> {
+  static constexpr int kWarpgroups = 2, kStream = 64, kMinBlocks = 1;
+};
+
+// A kernel's shared memory: two held tiles (K and V, or Q and dO), kStages stages of two streamed tiles,
+// and (key_grads) kStages stages of the streamed rows' lse2 and D.
+template <int kHeadDim, bool kStreamedStats>
+struct WgmmaBackwardShape {
+  using Traits = WgmmaBackwardTraits<kHeadDim>;
+  static constexpr int kThreads = 128 * Traits::kWarpgroups, kRows = 64 * Traits::kWarpgroups;
+  static constexpr int kStream = Traits::kStream, kStages = 3;
+  using HeldTile = wgmma::SwizzledTile<kRows, kHeadDim>;
+  using StreamTile = wgmma::SwizzledTile<kStream, kHeadDim>;
+  static constexpr size_t kBytes = 2 * size_t(HeldTile::kBytes) + 2 * kStages * size_t(StreamTile::kBytes) +
+                                   (kStreamedStats ? 2 * kStages * kStream * sizeof(float) : 0);
+};
+
+// The stage after `stage` in a ring of kStages.
+template <int kStages>
+__device__ __forceinline__ int next_stage(int stage) {
+  return stage + 1 == kStages ? 0 : stage + 1;
+}
+
+// c = A·Bᵀ over the bucket's 16-deep k-steps, A the warpgroup's 64 rows of `a` from row a_row0, B the kN·8
+// rows of `b` (both K-major): issued and committed, not waited for.
+template <class T, int kN, int kRowsA, int kRowsB, int kHeadDim>
+__device__ __forceinline__ void issue_abt(FragC (&c)[kN], wgmma::SwizzledTile<kRowsA, kHeadDim> a, int a_row0,
+                                          wgmma::SwizzledTile<kRowsB, kHeadDim> b) {
+#pragma unroll
+  for (int k = 0; k < kHeadDim / 16; ++k) wgmma::product_ss<T, 8 * kN>(c, a.k_major(a_row0, k), b.k_major(0, k), k > 0);
+}
+
+// c += A·B over kK/16 k-steps, A from registers (this warp's 16 rows), B the kK rows of `b` read MN-major.
+template <class T, int kK, int kHeadDim>
+__device__ __forceinline__ void issue_ab(FragC (&c)[kHeadDim / 8], const FragA (&a)[kK / 16],
+                                         wgmma::SwizzledTile<kK, kHeadDim> b) {
+#pragma unroll
+  for (int k = 0; k < kK / 16; ++k) wgmma::product_rs<T, kHeadDim>(c, a[k], b.mn_major(k));
+}
+
+template <class T, int kHeadDim>
+__global__ void __launch_bounds__(WgmmaBackwardShape<kHeadDim, true>::kThreads,
+                                  WgmmaBackwardTraits<kHeadDim>::kMinBlocks)
+    key_grads_kernel(AttentionBackwardArgs<T> a, const float* delta) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  using Shape = WgmmaBackwardShape<kHeadDim, true>;
+  constexpr int kQ = Shape::kStream, kN = kQ / 8, kO = kHeadDim / 8, kThreads = Shape::kThreads;
+  constexpr int kStages = Shape::kStages;
+  extern __shared__ __align__(1024) uint16_t shared[];
+  const typename Shape::HeldTile k_tile{shared}, v_tile = k_tile.next(1);
+  // Stage s of the ring: q_tiles.next(s), do_tiles.next(s), lse2_rows + s·kQ, delta_rows + s·kQ.
+  const typename Shape::StreamTile q_tiles{v_tile.next(1).data}, do_tiles = q_tiles.next(kStages);
+  float* lse2_rows = reinterpret_cast<float*>(q_tiles.next(2 * kStages).data);
+  float* delta_rows = lse2_rows + kStages * kQ;
+
+  const AttentionParams<T>& p = a.params;
+  const int warp = int(threadIdx.x) / 32, lane = int(threadIdx.x) % 32, warpgroup = warp / 4;
+  const auto [b, head, kv_head, group] = kv_heads_of_row(p, blockIdx.y);
+  const int64_t j0 = int64_t(blockIdx.x) * Shape::kRows, j_end = tile_last_row(j0, Shape::kRows, p.kv_len) + 1;
+  const int d_qk = int(p.head_dim), d_v = int(p.value_dim);
+  const float scale_log2 = p.scale * kLog2e;
+  const Softcap softcap = softcap_of(p);
+  wgmma::load_tile_async<kThreads>(k_tile, head_rows(a.k, p.k_strides, b, kv_head), p.k_strides.time, j0, p.kv_len,
+                                   d_qk);
+  wgmma::load_tile_async<kThreads>(v_tile, head_rows(a.v, p.v_strides, b, kv_head), p.v_strides.time, j0, p.kv_len,
+                                   d_v);
+  const QueryWalk walk = query_walk(p, j0, j_end, kQ, group);
+  auto load_step = [&](QueryStep s, int stage) {
+    wgmma::load_tile_async<kThreads>(q_tiles.next(stage), head_rows(a.q, p.q_strides, b, s.h), p.q_strides.time,
+                                     s.i0, p.q_len, d_qk);
+    wgmma::load_tile_async<kThreads>(do_tiles.next(stage), bits(a.dout) + (b * p.q_len * p.q_heads + s.h) * p.value_dim,
+                                     p.q_heads * p.value_dim, s.i0, p.q_len, d_v);
+    load_query_stats(a, delta, b, s, kQ, lse2_rows + stage * kQ, delta_rows + stage * kQ);
+  };
+  QueryStep current{kv_head * group, walk.begin}, ahead = walk.following(current);
+  if (walk.steps > 0) load_step(current, 0);
+  mma::copy_async_commit();
+
+  FragC dk[1][kO], dv[1][kO];
+  mma::zero(dk);
+  mma::zero(dv);
+  // P̃ᵀ and dSᵀ of the previous step, whose products are issued behind this step's.
+  FragA probs[1][kN / 2], dscores[1][kN / 2];
+  int previous_stage = -1;
+  auto issue_key_grads = [&](int stage) {
+    issue_ab<T, kQ>(dv[0], probs[0], do_tiles.next(stage));
+    issue_ab<T, kQ>(dk[0], dscores[0], q_tiles.next(stage));
+    wgmma::commit();
+  };
+  const int key_row0 = 16 * warp;  // warpgroup w's warp v: keys 64w + 16v .. + 16
+  int stage = 0;
+  for (int64_t step = 0; step < walk.steps; ++step, current = walk.following(current)) {
+    mma::copy_async_wait<0>();
+    wgmma::fence_async_proxy();
+    // This step's q, dO, statistics (and the first time k, v) are in place, and every warpgroup is done with
+    // the step before the previous one, whose stage the next load refills.
+    __syncthreads();
+    if (step + 1 < walk.steps) load_step(ahead, next_stage<kStages>(stage));
+    mma::copy_async_commit();
+    ahead = walk.following(ahead);
+
+    const int64_t bh = b * p.q_heads + current.h, i0 = current.i0;
+    FragC st[1][kN], dpt[1][kN];  // Sᵀ and dP̃ᵀ: rows this warp's keys, columns the step's queries
+    wgmma::fence();
+    issue_abt<T, kN>(st[0], k_tile, 64 * warpgroup, q_tiles.next(stage));
+    issue_abt<T, kN>(dpt[0], v_tile, 64 * warpgroup, do_tiles.next(stage));
+    wgmma::commit();
+    if (previous_stage >= 0) {
+      issue_key_grads(previous_stage);
+      wgmma::wait<1>();
+    } else {
+      wgmma::wait<0>();
+    }
+    wgmma::hold(st[0]);
+    wgmma::hold(dpt[0]);
+
+    key_entry_grads(p, softcap, scale_log2, bh, i0, j0, Shape::kRows, j0 + key_row0, lane, st, dpt,
+                    lse2_rows + stage * kQ, delta_rows + stage * kQ);
+    wgmma::wait<0>();
+    wgmma::hold(dv[0]);
+    wgmma::hold(dk[0]);
+    mma::to_a_fragments<T>(probs, st);
+    mma::to_a_fragments<T>(dscores, dpt);
+    previous_stage = stage;
+    stage = next_stage<kStages>(stage);
+  }
+  if (previous_stage >= 0) {
+    wgmma::fence();
+    issue_key_grads(previous_stage);
+    wgmma::wait<0>();
+    wgmma::hold(dv[0]);
+    wgmma::hold(dk[0]);
+  }
+  mma::copy_async_wait<0>();  // no copy outlives the block
+
+  store_key_grads(a, b, kv_head, j0 + key_row0, lane, dk, dv);
+#else
+  __trap();  // built without sm_90a: the host never launches this (wgmma_kernels_run)
+#endif
+}
+
+template <class T, int kHeadDim>
+__global__ void __launch_bounds__(WgmmaBackwardShape<kHeadDim, false>::kThreads,
+                                  WgmmaBackwardTraits<kHeadDim>::kMinBlocks)
+    query_grads_kernel(AttentionBackwardArgs<T> a, const float* delta) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  using Shape = WgmmaBackwardShape<kHeadDim, false>;
+  constexpr int kK = Shape::kStream, kN = kK / 8, kO = kHeadDim / 8, kThreads = Shape::kThreads;
+  constexpr int kStages = Shape::kStages;
+  extern __shared__ __align__(1024) uint16_t shared[];
+  const typename Shape::HeldTile q_tile{shared}, do_tile = q_tile.next(1);
+  // Stage s of the ring: k_tiles.next(s), v_tiles.next(s).
+  const typename Shape::StreamTile k_tiles{do_tile.next(1).data}, v_tiles = k_tiles.next(kStages);
+
+  const AttentionParams<T>& p = a.params;
+  const int warp = int(threadIdx.x) / 32, lane = int(threadIdx.x) % 32, warpgroup = warp / 4;
+  const auto [bh, b, h, kv_head, i0, key_begin, key_end, whole_begin, whole_end] = query_tile(p, Shape::kRows);
+  const int d_qk = int(p.head_dim), d_v = int(p.value_dim);
+  const float scale_log2 = p.scale * kLog2e;
+  const Softcap softcap = softcap_of(p);
+  const uint16_t* k_rows = head_rows(a.k, p.k_strides, b, kv_head);
+  const uint16_t* v_rows = head_rows(a.v, p.v_strides, b, kv_head);
+  auto load_keys = [&](int64_t j0, int stage) {
+    wgmma::load_tile_async<kThreads>(k_tiles.next(stage), k_rows, p.k_strides.time, j0, p.kv_len, d_qk);
+    wgmma::load_tile_async<kThreads>(v_tiles.next(stage), v_rows, p.v_strides.time, j0, p.kv_len, d_v);
+  };
+  wgmma::load_tile_async<kThreads>(q_tile, head_rows(a.q, p.q_strides, b, h), p.q_strides.time, i0, p.q_len, d_qk);
+  wgmma::load_tile_async<kThreads>(do_tile, bits(a.dout) + (b * p.q_len * p.q_heads + h) * p.value_dim,
+                                   p.q_heads * p.value_dim, i0, p.q_len, d_v);
+  if (key_begin < key_end) load_keys(key_begin, 0);
+  mma::copy_async_commit();
+
+  const int row0 = 16 * warp;  // warpgroup w's warp v: rows 64w + 16v .. + 16
+  float lse2[1][2], row_delta[1][2];
+  query_row_stats(a, delta, bh, i0 + row0, lane, lse2, row_delta);
+
+  FragC dq[1][kO];
+  mma::zero(dq);
+  // dS of the previous key tile, whose dQ product is issued behind this tile's.
+  FragA dscores[1][kN / 2];
+  int previous_stage = -1;
+  auto issue_query_grads = [&](int stage) {
+    issue_ab<T, kK>(dq[0], dscores[0], k_tiles.next(stage));
+    wgmma::commit();
+  };
+  int stage = 0;
+  for (int64_t j0 = key_begin; j0 < key_end; j0 += kK) {
+    mma::copy_async_wait<0>();
+    wgmma::fence_async_proxy();
+    // This tile's k, v (and the first time q, dO) are in shared memory, and every warpgroup is done with
+    // the tile before the previous one, whose stage the next load refills.
+    __syncthreads();
+    if (j0 + kK < key_end) load_keys(j0 + kK, next_stage<kStages>(stage));
+    mma::copy_async_commit();
+
+    FragC s[1][kN], dp[1][kN];
+    wgmma::fence();
+    issue_abt<T, kN>(s[0], q_tile, 64 * warpgroup, k_tiles.next(stage));
+    issue_abt<T, kN>(dp[0], do_tile, 64 * warpgroup, v_tiles.next(stage));
+    wgmma::commit();
+    if (previous_stage >= 0) {
+      issue_query_grads(previous_stage);
+      wgmma::wait<1>();
+    } else {
+      wgmma::wait<0>();
+    }
+    wgmma::hold(s[0]);
+    wgmma::hold(dp[0]);
+
+    query_entry_grads(p, softcap, scale_log2, bh, i0 + row0, j0, whole_begin, whole_end, lane, s, dp, lse2,
+                      row_delta);
+    wgmma::wait<0>();
+    wgmma::hold(dq[0]);
+    mma::to_a_fragments<T>(dscores, s);
+    previous_stage = stage;
+    stage = next_stage<kStages>(stage);
+  }
+  if (previous_stage >= 0) {
+    wgmma::fence();
+    issue_query_grads(previous_stage);
+    wgmma::wait<0>();
+    wgmma::hold(dq[0]);
+  }
+  mma::copy_async_wait<0>();
+
+  store_query_grads(a, b, h, i0 + row0, lane, dq);
+#else
+  __trap();  // built without sm_90a: the host never launches this (wgmma_kernels_run)
+#endif
+}
+
+template <class T, int kHeadDim>
+void backward(const AttentionBackwardArgs<T>& args, const float* delta, cudaStream_t stream) {
+  using Keys = WgmmaBackwardShape<kHeadDim, true>;
+  using Queries = WgmmaBackwardShape<kHeadDim, false>;
+  const AttentionParams<T>& p = args.params;
+  const dim3 key_grid(tile_count(p.kv_len, Keys::kRows),
+                      heads_extent(p.batch * p.kv_heads, "flash_attention_backward"));
+  launch_with_shared(key_grads_kernel<T, kHeadDim>, "flash_attention_backward (dk, dv)", key_grid, Keys::kThreads,
+                     Keys::kBytes, stream, args, delta);
+  const dim3 query_grid(tile_count(p.q_len, Queries::kRows),
+                        heads_extent(p.batch * p.q_heads, "flash_attention_backward"));
+  launch_with_shared(query_grads_kernel<T, kHeadDim>, "flash_attention_backward (dq)", query_grid, Queries::kThreads,
+                     Queries::kBytes, stream, args, delta);
+}
+
+}  // namespace wgmma_backward
+
+// Measured on an H100 (2026-11-23, bench/flash_attention.py --quick, B·T = 16384, bf16), TFLOP/s of the
+// deterministic backward, these kernels against the mma.sync ones:
+//   D 128 without a mask: 134.6 / 161.0 / 171.3 against 114.4 / 128.2 / 133.4 at T 512 / 2048 / 8192;
+//   D 128 causal: 49.4 / 88.0 / 139.6 against 69.1 / 111.8 / 130.0;
+//   D 64 (one warpgroup per block): 78.6 / 90.4 / 95.0 against 99.3 / 112.1 / 117.7, causal 29-83 against 69-111.
+// So they run for bucket 128 without causal or window masks; the masked shapes and the other buckets keep
+// the mma.sync kernels until the masked steps stop costing what they do here.
+template <class T>
+bool wgmma_backward_runs(const AttentionParams<T>& p, int bucket) {
+  return bucket == 128 && p.deterministic && !p.causal && p.window_left < 0 && p.window_right < 0 &&
+         wgmma_kernels_run(bucket);
+}
+
+template <class T>
+void flash_attention_wgmma_backward(const AttentionBackwardArgs<T>& args, const float* delta, cudaStream_t stream) {
+  wgmma_backward::backward<T, 128>(args, delta, stream);
+}
+
+#define ALPHA_INSTANTIATE(T)                                                                           \
+  template bool wgmma_backward_runs<T>(const AttentionParams<T>&, int);                                \
+  template void flash_attention_wgmma_backward<T>(const AttentionBackwardArgs<T>&, const float*, cudaStream_t);
+ALPHA_INSTANTIATE(bf16)
+ALPHA_INSTANTIATE(f16)
+#undef ALPHA_INSTANTIATE
+
+}  // namespace alpha::kernels::cuda
