@@ -22,7 +22,10 @@ import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-import alpha_attn
+# The installed alpha_attn, not the source folder beside this script (Python puts the script's folder first on
+# sys.path, and that copy has no compiled _C).
+sys.path = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).resolve().parent]
+import alpha_attn  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
 from flash_attention import time_ms  # noqa: E402  (the repository's benchmark: CUDA events, median of 20)

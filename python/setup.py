@@ -150,7 +150,8 @@ setup(
         "alpha_attn._C",
         ["csrc/bindings.cpp"],
         extra_compile_args=["-std=c++20", "-O2", "-fopenmp", "-Wno-deprecated-declarations"],  # torch's headers in C++20
-        extra_link_args=[],
+        # Export PyInit__C alone (csrc/exports.map says why).
+        extra_link_args=[f"-Wl,--version-script={HERE / 'csrc' / 'exports.map'}"],
     )],
     cmdclass={"build_ext": BuildWithAlpha},
     zip_safe=False,

@@ -117,16 +117,19 @@ class Instruction:
             self.slot = slot.group(0) if slot else None
 
 
-def parse_kernels(sass):
+def parse_kernels(sass, wanted=lambda name: True):
+    """The instructions of every kernel whose mangled name is `wanted` (the others are skipped unparsed: a
+    library's SASS runs to millions of lines)."""
     kernels, name = {}, None
     for line in sass.splitlines():
-        header = re.search(r"Function : (\S+)", line)
-        if header:
-            name = header.group(1)
-            kernels[name] = []
+        if "Function : " in line:
+            name = re.search(r"Function : (\S+)", line).group(1)
+            name = name if wanted(name) else None
+            if name:
+                kernels[name] = []
             continue
-        match = INSTRUCTION.search(line)
-        if name and match:
+        match = INSTRUCTION.search(line) if name else None
+        if match:
             address = line.split("*/")[0].split("/*")[-1]
             kernels[name].append(Instruction(address, match.group("pred"), match.group("op"), match.group("args")))
     return kernels
@@ -258,7 +261,7 @@ def main():
         return SKIP
     env = dict(os.environ, PATH=os.path.dirname(nvdisasm) + os.pathsep + os.environ.get("PATH", ""))
     sass = subprocess.run([cuobjdump, "-sass", args.binary], check=True, capture_output=True, text=True, env=env).stdout
-    kernels = {n: code for n, code in parse_kernels(sass).items() if re.search(args.kernels, n)}
+    kernels = parse_kernels(sass, lambda name: re.search(args.kernels, name) is not None)
     if not kernels:
         print(f"sass_audit: no kernel of {args.binary} matches {args.kernels!r}")
         return 2

@@ -11,12 +11,39 @@ Two routes to the same kernels (alpha_attn._C):
 On torch < 2.4 only the eager route exists (torch 1.13 has no custom_op; 1.13 also has no setup_context,
 so the Function there is the old-style forward(ctx, ...), which forward_ad supports but torch.func does not).
 """
+import functools
 from typing import List, Tuple
 
 import torch
 from torch import Tensor
 
 from . import _C
+
+
+@functools.lru_cache(maxsize=None)
+def _jvp_takes_none_for_non_differentiable_outputs() -> bool:
+    """Whether this torch accepts None as a custom Function's jvp for an output marked non-differentiable.
+
+    torch 1.13 refuses None there; torch 2.11 refuses anything else. Asked of torch once, with a probe."""
+    import torch.autograd.forward_ad as fwAD
+
+    class Probe(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x):
+            flag = torch.zeros(1)
+            ctx.mark_non_differentiable(flag)
+            return x.clone(), flag
+
+        @staticmethod
+        def jvp(ctx, tangent):
+            return tangent, None
+
+    try:
+        with fwAD.dual_level():
+            Probe.apply(fwAD.make_dual(torch.zeros(1), torch.ones(1)))
+        return True
+    except RuntimeError:
+        return False
 
 HAS_CUSTOM_OP = hasattr(torch.library, "custom_op") and hasattr(torch.library, "register_autograd")
 HAS_SETUP_CONTEXT = hasattr(torch.autograd.Function, "setup_context") and int(torch.__version__.split(".")[0]) >= 2
@@ -234,7 +261,10 @@ class _AttentionRules:
         tv = torch.zeros_like(v) if tv is None else tv
         # Alpha's JVP from the forward's own statistics (ops::attention_jvp): exact up to rounding.
         tangent = _run(_C.attention_jvp, _AttentionTangent, q, k, v, tq, tk, tv, out, row_max, row_sum, ctx.options)
-        # The statistics are not differentiable, but torch 1.13 refuses None as their tangent.
+        # The statistics are not differentiable: their tangent is None where torch takes it (2.x requires it),
+        # zeros where it refuses None (1.13).
+        if _jvp_takes_none_for_non_differentiable_outputs():
+            return tangent, None, None
         return tangent, torch.zeros_like(row_max), torch.zeros_like(row_sum)
 
     @staticmethod

@@ -18,6 +18,8 @@ requires_sdpa = pytest.mark.skipif(not HAS_SDPA, reason="F.scaled_dot_product_at
 def sdpa_math(q, k, v, is_causal=False):
     """F.scaled_dot_product_attention on its math backend (the one with forward AD), [B, H, T, D]."""
     from torch.nn.attention import SDPBackend, sdpa_kernel  # torch >= 2.3
+    group = q.shape[1] // k.shape[1]  # GQA: query head h reads kv head h // group (SDPA wants them repeated)
+    k, v = (t.repeat_interleave(group, dim=1) for t in (k, v))
     with sdpa_kernel(SDPBackend.MATH):
         return torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=is_causal)
 
