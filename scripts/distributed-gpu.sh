@@ -1,27 +1,35 @@
 #!/usr/bin/env bash
-# On a machine with 2 GPUs (2×H200): the checks of multi-GPU training (docs/DISTRIBUTED.md), in one
-# command, logs and a summary in $OUT (or ./gpu-logs):
+# On a machine with N GPUs (2×H200 by default; 4 or 8 for the scaling run of issue 12): the checks of
+# multi-GPU training (docs/DISTRIBUTED.md), in one command, logs and a summary in $OUT (or ./gpu-logs):
 #   0. the NCCL communicator's GPU tests (tests/cuda/test_cuda_nccl.cpp: collectives, data parallel and
 #      ZeRO-1 against the CPU, a hung rank named within the timeout);
-#   1. loss match: 100 steps of `seed` in f32 on 1 GPU (batch 16) and on 2 GPUs (batch 8 each, the same
-#      global batch and tokens), plain and ZeRO-1: every step's loss within 1e-3 relative;
-#   2. deterministic reduction: two 2-GPU runs with --deterministic-reduce true: losses and final weights
+#   1. loss match: S steps (--loss-steps, 100) of `seed` in f32 on 1 GPU (batch 16) and on N GPUs (batch
+#      16/N each, the same global batch and tokens), plain and ZeRO-1: every step's loss within 1e-3 relative;
+#   2. deterministic reduction: two N-GPU runs with --deterministic-reduce true: losses and final weights
 #      bit for bit;
-#   3. throughput: tokens/s of `seed` and `gpt2-124m` (bf16) on 1 GPU and on 2 GPUs, plain and ZeRO-1, at
-#      the same batch per GPU -> scaling efficiency = tokens/s on 2 / (2 × tokens/s on 1);
-#   4. failure: `alpha train --gpus 2`, worker rank 1 killed with SIGKILL mid-run: rank 0 must stop
+#   3. throughput: tokens/s of `seed` and `gpt2-124m` (bf16) on 1 GPU and on N GPUs, plain and ZeRO-1, at
+#      the same batch per GPU -> scaling efficiency = tokens/s on N / (N × tokens/s on 1);
+#   4. failure: `alpha train --gpus N`, worker rank 1 killed with SIGKILL mid-run: rank 0 must stop
 #      within the collective timeout (20 s) + 30 s, with an error naming rank 1, and the launcher too.
-# Usage: scripts/distributed-gpu.sh [--skip-build]. Exit code 0 only when every check passed.
+# Usage: scripts/distributed-gpu.sh [--skip-build] [--gpus N (2, 4, 8 or 16; default 2)] [--loss-steps S]
+# (issue 12: --gpus 8 --loss-steps 200). Exit code 0 only when every check passed.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out="${OUT:-gpu-logs}"
-build=1
-for arg in "$@"; do
-  case "$arg" in
+build=1 world=2 loss_steps=100
+while [ $# -gt 0 ]; do
+  case "$1" in
     --skip-build) build=0 ;;
-    *) echo "unknown argument $arg" >&2; exit 2 ;;
+    --gpus) world="$2"; shift ;;
+    --loss-steps) loss_steps="$2"; shift ;;
+    *) echo "unknown argument $1" >&2; exit 2 ;;
   esac
+  shift
 done
+case "$world" in
+  2 | 4 | 8 | 16) ;;  # they divide the loss match's global batch of 16
+  *) echo "--gpus: expected 2, 4, 8 or 16, got $world" >&2; exit 2 ;;
+esac
 mkdir -p "$out"
 runs="$(mktemp -d /tmp/alpha-distributed.XXXXXX)"
 summary="$out/summary.txt"
@@ -33,7 +41,7 @@ fail() { say "FAIL: $*"; rc=1; }
 nvidia-smi --query-gpu=index,name,driver_version,memory.total --format=csv,noheader | tee "$out/gpu.txt"
 nvidia-smi topo -m > "$out/topology.txt" 2>&1
 gpus=$(nvidia-smi --list-gpus | wc -l)
-[ "$gpus" -ge 2 ] || { say "FAIL: needs 2 GPUs, found $gpus"; exit 1; }
+[ "$gpus" -ge "$world" ] || { say "FAIL: needs $world GPUs, found $gpus"; exit 1; }
 export NCCL_NVLS_ENABLE=0  # NVLink multicast stays off on these machines (alpha sets it too)
 export NCCL_DEBUG=WARN
 
@@ -86,53 +94,55 @@ except Exception:
     print(0)
 EOF
 }
-efficiency() { python3 -c "print(f'{$2 / (2 * $1):.3f}' if $1 > 0 else 'n/a')"; }
+efficiency() { python3 -c "print(f'{$2 / ($world * $1):.3f}' if $1 > 0 else 'n/a')"; }
 
 say "== 0. NCCL communicator tests"
 timeout -k 10 180 build/cuda/tests/alpha_tests --gtest_filter='CudaNccl*' > "$out/test-nccl.log" 2>&1 ||
   fail "CudaNccl tests (see test-nccl.log)"
 grep -E "^\[  (PASSED|FAILED|SKIPPED) " "$out/test-nccl.log" | tee -a "$summary"
 
-say "== 1. loss match: seed, f32, 100 steps, global batch 16 x 256 tokens"
-f32=(--config seed --precision f32 --steps 100 --seq-len 256)
+say "== 1. loss match: seed, f32, $loss_steps steps, global batch 16 x 256 tokens, 1 GPU vs $world"
+f32=(--config seed --precision f32 --steps "$loss_steps" --seq-len 256)
+per_gpu=$((16 / world))
 run one-gpu "${f32[@]}" --device cuda --batch-size 16
-run two-gpu "${f32[@]}" --gpus 2 --batch-size 8 --data "$runs/one-gpu/data"
-line=$(compare_losses one-gpu two-gpu 1e-3) || fail "1 GPU vs 2 GPUs: $line"
-say "1 GPU vs 2 GPUs: $line"
-run two-gpu-zero1 "${f32[@]}" --gpus 2 --batch-size 8 --data "$runs/one-gpu/data" --zero1 true
-line=$(compare_losses one-gpu two-gpu-zero1 1e-3) || fail "1 GPU vs 2 GPUs ZeRO-1: $line"
-say "1 GPU vs 2 GPUs ZeRO-1: $line"
+run n-gpu "${f32[@]}" --gpus "$world" --batch-size "$per_gpu" --data "$runs/one-gpu/data"
+line=$(compare_losses one-gpu n-gpu 1e-3) || fail "1 GPU vs $world GPUs: $line"
+say "1 GPU vs $world GPUs: $line"
+run n-gpu-zero1 "${f32[@]}" --gpus "$world" --batch-size "$per_gpu" --data "$runs/one-gpu/data" --zero1 true
+line=$(compare_losses one-gpu n-gpu-zero1 1e-3) || fail "1 GPU vs $world GPUs ZeRO-1: $line"
+say "1 GPU vs $world GPUs ZeRO-1: $line"
 
-say "== 2. deterministic reduction: two 2-GPU runs, bit for bit"
-run det-a "${f32[@]}" --gpus 2 --batch-size 8 --data "$runs/one-gpu/data" --deterministic-reduce true
-run det-b "${f32[@]}" --gpus 2 --batch-size 8 --data "$runs/one-gpu/data" --deterministic-reduce true
+say "== 2. deterministic reduction: two $world-GPU runs, bit for bit"
+run det-a "${f32[@]}" --gpus "$world" --batch-size "$per_gpu" --data "$runs/one-gpu/data" --deterministic-reduce true
+run det-b "${f32[@]}" --gpus "$world" --batch-size "$per_gpu" --data "$runs/one-gpu/data" --deterministic-reduce true
 line=$(compare_losses det-a det-b 0) || fail "deterministic runs differ: $line"
 say "deterministic a vs b: $line"
-if cmp -s "$runs/det-a/checkpoints/step_00000100/model.safetensors" "$runs/det-b/checkpoints/step_00000100/model.safetensors"; then
+last=$(printf "step_%08d" "$loss_steps")
+if cmp -s "$runs/det-a/checkpoints/$last/model.safetensors" "$runs/det-b/checkpoints/$last/model.safetensors"; then
   say "deterministic a vs b: final weights bit-identical"
 else
   fail "deterministic runs: final weights differ"
 fi
-line=$(compare_losses one-gpu det-a 1e-3) && say "1 GPU vs deterministic 2 GPUs: $line"
+line=$(compare_losses one-gpu det-a 1e-3) && say "1 GPU vs deterministic $world GPUs: $line"
 
 say "== 3. throughput (bf16, same batch per GPU; median tokens/s over steps 6-30)"
-echo "| config | batch per GPU x seq | 1 GPU tok/s | 2 GPUs tok/s | efficiency | 2 GPUs ZeRO-1 tok/s | efficiency |" > "$out/scaling.md"
+echo "| config | batch per GPU x seq | 1 GPU tok/s | $world GPUs tok/s | efficiency | $world GPUs ZeRO-1 tok/s | efficiency |" > "$out/scaling.md"
 echo "|---|---|---|---|---|---|---|" >> "$out/scaling.md"
 for spec in "seed 32 512" "gpt2-124m 16 1024"; do
   read -r config batch seq <<< "$spec"
   perf=(--config "$config" --precision bf16 --steps 30 --batch-size "$batch" --seq-len "$seq")
   run "$config-1" "${perf[@]}" --device cuda || continue
-  run "$config-2" "${perf[@]}" --gpus 2 --data "$runs/$config-1/data"
-  run "$config-2-zero1" "${perf[@]}" --gpus 2 --data "$runs/$config-1/data" --zero1 true
-  t1=$(tokens_per_second "$config-1"); t2=$(tokens_per_second "$config-2"); tz=$(tokens_per_second "$config-2-zero1")
-  e2=$(efficiency "$t1" "$t2"); ez=$(efficiency "$t1" "$tz")
-  echo "| $config | $batch x $seq | $t1 | $t2 | $e2 | $tz | $ez |" >> "$out/scaling.md"
-  say "$config: 1 GPU $t1 tok/s, 2 GPUs $t2 tok/s (efficiency $e2), ZeRO-1 $tz tok/s (efficiency $ez)"
+  run "$config-n" "${perf[@]}" --gpus "$world" --data "$runs/$config-1/data"
+  run "$config-n-zero1" "${perf[@]}" --gpus "$world" --data "$runs/$config-1/data" --zero1 true
+  t1=$(tokens_per_second "$config-1"); tn=$(tokens_per_second "$config-n"); tz=$(tokens_per_second "$config-n-zero1")
+  en=$(efficiency "$t1" "$tn"); ez=$(efficiency "$t1" "$tz")
+  echo "| $config | $batch x $seq | $t1 | $tn | $en | $tz | $ez |" >> "$out/scaling.md"
+  say "$config: 1 GPU $t1 tok/s, $world GPUs $tn tok/s (efficiency $en), ZeRO-1 $tz tok/s (efficiency $ez)"
 done
 cat "$out/scaling.md"
 
 say "== 4. failure: worker rank 1 killed mid-run, dist timeout 20 s"
-"$alpha" train "${common[@]}" --config seed --gpus 2 --batch-size 8 --seq-len 256 --steps 100000 \
+"$alpha" train "${common[@]}" --config seed --gpus "$world" --batch-size 8 --seq-len 256 --steps 100000 \
   --data "$runs/one-gpu/data" --dist-timeout-s 20 --out "$runs/kill" > "$out/kill.log" 2>&1 &
 launcher=$!
 for _ in $(seq 1 120); do  # until training runs (metrics written), at most 60 s
