@@ -24,6 +24,9 @@ nvcc=$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)
 tests="Cuda*:*/Cuda*:-CudaTraining.*:CudaDeterminism.TrainingRun*:CudaNccl.*"
 tests+=":CudaDeterminism.BackwardRepeatedAThousandTimes*:CudaDevices.MissingDevicesRaiseNamedErrors"
 declare -A shards=([racecheck]=6 [memcheck]=3 [initcheck]=3 [synccheck]=2)
+for tool in $tools; do
+  [ -n "${shards[$tool]:-}" ] || { echo "TOOLS: expected some of ${!shards[*]}, got '$tool'" >&2; exit 2; }
+done
 export ALPHA_CHECK_SCALE=small
 start=$(date +%s)
 
@@ -52,28 +55,29 @@ reports() {  # log -> one line per report: the test it came in, its message and 
        /^========= [A-Z]/ && !/SUMMARY|COMPUTE-SANITIZER/ {msg=$0; next}
        msg != "" {print test " | " msg " | " $0; msg=""}' "$1"
 }
+# initcheck's reports of cuBLASLt's stores: inside its kernels, or a host copy of its output.
+cublaslt_stores="(in|at) void cublasLt|cudaMemcpy source"
 rc=0
 control=$(reports "$out/sanitizer-cublaslt-control.log" | grep -c "cudaMemcpy")
 echo "cuBLASLt control (exit $control_status): $control initcheck reports of a correct cuBLASLt result copied to the host" |
   tee "$out/sanitizer-summary.txt"
 for tool in $tools; do
-  passed=0 finished=0 errors=0 cublaslt=0
+  passed=0 finished=0 errors=0 cublaslt=0 listed="$out/sanitizer-$tool-reports.txt"
+  : > "$listed"
   for ((i = 0; i < shards[$tool]; i++)); do
     log="$out/sanitizer-$tool-$i.log"
     n=$(grep -oE "^\[  PASSED  \] [0-9]+" "$log" | grep -oE "[0-9]+$")
     [ -n "$n" ] && { passed=$((passed + n)); finished=$((finished + 1)); }
-    all=$(reports "$log" | wc -l)
-    # initcheck's reports of cuBLASLt's stores: inside its kernels, or a host copy of its output.
-    theirs=0
-    [ "$tool" = initcheck ] && [ "$control" -gt 0 ] &&
-      theirs=$(reports "$log" | grep -cE "in void cublasLt|at void cublasLt|cudaMemcpy source")
+    reports "$log" > "$log.reports"
+    all=$(wc -l < "$log.reports") theirs=0
+    [ "$tool" = initcheck ] && [ "$control" -gt 0 ] && theirs=$(grep -cE "$cublaslt_stores" "$log.reports")
     errors=$((errors + all - theirs)) cublaslt=$((cublaslt + theirs))
-    reports "$log" >> "$out/sanitizer-$tool-reports.txt"
+    cat "$log.reports" >> "$listed" && rm "$log.reports"
     grep -qE "^\[  FAILED  \]" "$log" && errors=$((errors + 1))
   done
   line="$tool: $finished of ${shards[$tool]} processes finished, $passed tests passed, $errors errors"
   [ "$tool" = initcheck ] && line+=" (and $cublaslt reports of cuBLASLt's stores, counted apart, in tests whose
-  values match the CPU: $(grep -E "cublasLt|cudaMemcpy source" "$out/sanitizer-$tool-reports.txt" | cut -d' ' -f1 |
+  values match the CPU: $(grep -E "$cublaslt_stores" "$listed" | cut -d' ' -f1 |
   sort -u | tr '\n' ' '))"
   echo "$line" | tee -a "$out/sanitizer-summary.txt"
   [ "$finished" = "${shards[$tool]}" ] && [ "$errors" = 0 ] || rc=1

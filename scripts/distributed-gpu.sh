@@ -30,6 +30,7 @@ case "$world" in
   2 | 4 | 8 | 16) ;;  # they divide the loss match's global batch of 16
   *) echo "--gpus: expected 2, 4, 8 or 16, got $world" >&2; exit 2 ;;
 esac
+[[ "$loss_steps" =~ ^[1-9][0-9]*$ ]] || { echo "--loss-steps: expected a positive step count, got '$loss_steps'" >&2; exit 2; }
 mkdir -p "$out"
 runs="$(mktemp -d /tmp/alpha-distributed.XXXXXX)"
 summary="$out/summary.txt"

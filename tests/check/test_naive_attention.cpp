@@ -5,6 +5,7 @@
 // intermediates); in f32 it is the reference in f32. The rule (judge_against_naive, naive_attention_bound) accepts an error
 // equal to the naive one, rejects one three times it, holds to its floor where the naive result is exact,
 // and fails NaN, a non-finite yardstick and mismatched shapes. The naive JVP stays near the f64 JVP.
+// Also the harness's scale names (parse_scale), which need no GPU either.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -255,6 +256,14 @@ TEST(NaiveAttentionRule, NonFiniteValuesAndShapesFail) {
   EXPECT_NE(c.detail.find("naive computation is not finite"), std::string::npos) << c.detail;
   EXPECT_FALSE(judged(m.got.view({2, 128}), m.want, m.naive).passed);
   EXPECT_FALSE(judged(m.got, m.want, m.naive.view({2, 128})).passed);
+}
+
+TEST(HarnessScale, ParsesFullAndSmallAndNamesTheSourceOfAnythingElse) {
+  EXPECT_EQ(check::parse_scale("full", "ALPHA_CHECK_SCALE"), check::Scale::full);
+  EXPECT_EQ(check::parse_scale("small", "ALPHA_CHECK_SCALE"), check::Scale::small);
+  EXPECT_ALPHA_ERROR(check::parse_scale("Small", "ALPHA_CHECK_SCALE"), ValueError, "check kernels",
+                     "ALPHA_CHECK_SCALE", "\"full\" or \"small\"", "Small");
+  EXPECT_ALPHA_ERROR(check::parse_scale("", "ALPHA_CHECK_SCALE"), ValueError, "ALPHA_CHECK_SCALE");
 }
 
 }  // namespace

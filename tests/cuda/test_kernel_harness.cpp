@@ -7,7 +7,6 @@
 
 #include <cstdio>
 #include <cstdlib>
-#include <string_view>
 
 #include "alpha/check/kernel_check.h"
 #include "support/checks.h"
@@ -20,7 +19,7 @@ class CudaKernelCheck : public test::GpuTest<::testing::TestWithParam<check::Ker
 
 check::Scale scale_from_environment() {
   const char* scale = std::getenv("ALPHA_CHECK_SCALE");
-  return scale != nullptr && std::string_view(scale) == "small" ? check::Scale::small : check::Scale::full;
+  return scale == nullptr ? check::Scale::full : check::parse_scale(scale, "ALPHA_CHECK_SCALE");
 }
 
 TEST_P(CudaKernelCheck, MatchesCpuReference) {

@@ -38,6 +38,12 @@ Context::Context(Device gpu, uint64_t seed, std::function<void(const Comparison&
 #endif
 }
 
+Scale parse_scale(std::string_view text, std::string_view where) {
+  if (text == "full") return Scale::full;
+  if (text == "small") return Scale::small;
+  raise<ValueError>("check kernels", where, "\"full\" or \"small\"", quoted(text));
+}
+
 std::vector<int64_t> Context::element_counts() const {
   std::vector<int64_t> counts;
   for (const auto* list : {&kSizes, &kOddSizes})

@@ -80,6 +80,8 @@ void judge_against_naive(Comparison& c, const Tensor& got, const Tensor& want, c
 // query × key pairs): for tools that slow every access down a hundredfold, such as compute-sanitizer.
 enum class Scale { full, small };
 inline constexpr int64_t kSmallScaleLimit = 65536;
+// "full" or "small" (as ALPHA_CHECK_SCALE spells them); anything else raises ValueError naming `where`.
+Scale parse_scale(std::string_view text, std::string_view where);
 
 // What a check works with: the GPU, its stream, fresh seeds, and the comparisons it reports.
 class Context {
