@@ -266,5 +266,35 @@ TEST(HarnessScale, ParsesFullAndSmallAndNamesTheSourceOfAnythingElse) {
   EXPECT_ALPHA_ERROR(check::parse_scale("", "ALPHA_CHECK_SCALE"), ValueError, "ALPHA_CHECK_SCALE");
 }
 
+TEST(HarnessShard, ParsesIndexOverCountAndNamesTheSourceOfAnythingElse) {
+  const check::Shard shard = check::parse_shard("2/5", "ALPHA_CHECK_SHARD");
+  EXPECT_EQ(shard.index, 2);
+  EXPECT_EQ(shard.count, 5);
+  for (const char* bad : {"5/5", "-1/5", "1/0", "1", "/5", "1/", "1/5x", "a/5", ""})
+    EXPECT_ALPHA_ERROR(check::parse_shard(bad, "ALPHA_CHECK_SHARD"), ValueError, "check kernels", "ALPHA_CHECK_SHARD",
+                       "\"i/n\" with 0 <= i < n", bad);
+}
+
+TEST(HarnessShard, EveryCaseTheScaleKeepsRunsInExactlyOneShard) {
+  const int64_t sizes[] = {1, 70000, 17, 65536, 4099 * 4099, 3, 1000, 65537, 8, 9, 10};
+  for (check::Scale scale : {check::Scale::full, check::Scale::small}) {
+    for (int64_t count : {1, 2, 3, 7}) {
+      std::vector<int> runs(std::size(sizes), 0);
+      for (int64_t index = 0; index < count; ++index) {
+        check::CaseFilter filter(scale, {index, count});
+        for (size_t i = 0; i < std::size(sizes); ++i) runs[i] += filter.includes(sizes[i]);
+      }
+      for (size_t i = 0; i < std::size(sizes); ++i)
+        EXPECT_EQ(runs[i], check::CaseFilter(scale, {}).fits_scale(sizes[i]) ? 1 : 0)
+            << "size " << sizes[i] << ", " << count << " shards";
+    }
+  }
+  check::CaseFilter second_of_two(check::Scale::small, {1, 2});
+  EXPECT_FALSE(second_of_two.includes(1));
+  EXPECT_FALSE(second_of_two.includes(70000));  // left out by the scale: takes no number
+  EXPECT_TRUE(second_of_two.includes(2));
+  EXPECT_ALPHA_ERROR(check::CaseFilter(check::Scale::full, {3, 3}), ValueError, "check kernels", "shard");
+}
+
 }  // namespace
 }  // namespace alpha

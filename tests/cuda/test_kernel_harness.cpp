@@ -2,7 +2,8 @@
 // (kernel family), failing on every comparison outside its tolerance and printing each comparison's
 // max_abs, mean_abs and max_rel. They skip (CTest: skipped, not passed) without a GPU; in a build without
 // the CUDA backend there are no checks, and CudaKernelHarness.ChecksExist skips for the same reason.
-// ALPHA_CHECK_SCALE=small runs the checks at check::Scale::small (scripts/compute-sanitizer.sh sets it).
+// ALPHA_CHECK_SCALE=small runs the checks at check::Scale::small, ALPHA_CHECK_SHARD=i/n only shard i of n of
+// their cases (check::Shard); scripts/compute-sanitizer.sh sets both.
 #include <gtest/gtest.h>
 
 #include <cstdio>
@@ -22,6 +23,11 @@ check::Scale scale_from_environment() {
   return scale == nullptr ? check::Scale::full : check::parse_scale(scale, "ALPHA_CHECK_SCALE");
 }
 
+check::Shard shard_from_environment() {
+  const char* shard = std::getenv("ALPHA_CHECK_SHARD");
+  return shard == nullptr ? check::Shard{} : check::parse_shard(shard, "ALPHA_CHECK_SHARD");
+}
+
 TEST_P(CudaKernelCheck, MatchesCpuReference) {
   std::printf("%s\n", check::format_header().c_str());
   check::HarnessResult result =
@@ -29,7 +35,7 @@ TEST_P(CudaKernelCheck, MatchesCpuReference) {
         std::printf("%s\n", check::format_comparison(c).c_str());
         if (!c.passed) ADD_FAILURE() << check::format_comparison(c) << "\n  " << c.detail;
       },
-      scale_from_environment());
+      scale_from_environment(), shard_from_environment());
   EXPECT_GT(result.comparisons.size(), 0u);
 }
 

@@ -300,11 +300,13 @@ void check_matmul(Context& ctx) {
       FusedEpilogues mode(fused);
       const std::string path = fused ? ".fused" : ".unfused";
       for (const GemmCase& g : epilogues) {
+        if (!ctx.includes(g.m * g.n)) continue;
         check_gemm<T>(ctx, g, false, path);
         if constexpr (kF32) check_gemm<T>(ctx, g, true, path);  // TF32 takes cuBLASLt's f32 GELU
       }
     }
-    check_gemm_repeats<T>(ctx, GemmCase{"repeats", 1, 256, 512, 192});
+    if (const GemmCase repeats{"repeats", 1, 256, 512, 192}; ctx.includes(repeats.m * repeats.n))
+      check_gemm_repeats<T>(ctx, repeats);
     for (auto [rows, cols] : {std::pair<int64_t, int64_t>{1, 1}, {1, 64}, {64, 64}, {1024, 64}, {1024, 1024}, {7, 13},
                               {1001, 3}})
       if (ctx.includes(rows * cols)) check_broadcast_rows<T>(ctx, rows, cols);

@@ -3,6 +3,7 @@
 #include "alpha/check/kernel_check.h"
 
 #include <algorithm>
+#include <charconv>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -30,8 +31,8 @@ Tensor host_f64(const Tensor& t) { return t.to(Device::cpu()).to(DType::f64).con
 
 }  // namespace
 
-Context::Context(Device gpu, uint64_t seed, std::function<void(const Comparison&)> report, Scale scale)
-    : gpu_(gpu), scale_(scale), seed_(seed), report_(std::move(report)) {
+Context::Context(Device gpu, uint64_t seed, std::function<void(const Comparison&)> report, Scale scale, Shard shard)
+    : gpu_(gpu), cases_(scale, shard), seed_(seed), report_(std::move(report)) {
 #if ALPHA_WITH_CUDA
   stream_ = cuda::default_stream(gpu.index);
   cuda::set_device(gpu.index);
@@ -44,11 +45,34 @@ Scale parse_scale(std::string_view text, std::string_view where) {
   raise<ValueError>("check kernels", where, "\"full\" or \"small\"", quoted(text));
 }
 
+Shard parse_shard(std::string_view text, std::string_view where) {
+  auto whole_number = [](std::string_view digits, int64_t& value) {
+    const auto [end, error] = std::from_chars(digits.data(), digits.data() + digits.size(), value);
+    return !digits.empty() && error == std::errc() && end == digits.data() + digits.size();
+  };
+  Shard shard;
+  const size_t slash = text.find('/');
+  if (slash == std::string_view::npos || !whole_number(text.substr(0, slash), shard.index) ||
+      !whole_number(text.substr(slash + 1), shard.count) || shard.index < 0 || shard.index >= shard.count)
+    raise<ValueError>("check kernels", where, "\"i/n\" with 0 <= i < n", quoted(text));
+  return shard;
+}
+
+CaseFilter::CaseFilter(Scale scale, Shard shard) : scale_(scale), shard_(shard) {
+  if (shard.count < 1 || shard.index < 0 || shard.index >= shard.count)
+    raise<ValueError>("check kernels", "shard", "0 <= index < count",
+                      std::to_string(shard.index) + "/" + std::to_string(shard.count));
+}
+
+bool CaseFilter::includes(int64_t size) {
+  return fits_scale(size) && cases_kept_++ % shard_.count == shard_.index;
+}
+
 std::vector<int64_t> Context::element_counts() const {
   std::vector<int64_t> counts;
   for (const auto* list : {&kSizes, &kOddSizes})
     for (int64_t n : *list)
-      if (includes(n)) counts.push_back(n);
+      if (cases_.fits_scale(n)) counts.push_back(n);
   return counts;
 }
 
@@ -263,7 +287,7 @@ const std::vector<KernelCheck>& all_checks() {
 }
 
 HarnessResult run_checks(std::string_view filter, Device gpu, uint64_t seed,
-                         const std::function<void(const Comparison&)>& on_comparison, Scale scale) {
+                         const std::function<void(const Comparison&)>& on_comparison, Scale scale, Shard shard) {
 #if ALPHA_WITH_CUDA
   cuda::require_device("check kernels", gpu);
 #else
@@ -281,7 +305,7 @@ HarnessResult run_checks(std::string_view filter, Device gpu, uint64_t seed,
     result.comparisons.push_back(c);
     if (!c.passed) ++result.failures;
     if (on_comparison) on_comparison(c);
-  }, scale);
+  }, scale, shard);
   for (const KernelCheck* check : selected) {
     check->run(ctx);
     ++result.checks_run;

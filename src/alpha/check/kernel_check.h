@@ -83,15 +83,40 @@ inline constexpr int64_t kSmallScaleLimit = 65536;
 // "full" or "small" (as ALPHA_CHECK_SCALE spells them); anything else raises ValueError naming `where`.
 Scale parse_scale(std::string_view text, std::string_view where);
 
+// One of `count` shards of the cases, so that a slow tool can spread a check over processes: the cases the
+// scale keeps are numbered in the order the checks meet them, and case j runs in shard j mod count. (The
+// element-wise checks' sizes, element_counts(), are not split: every shard runs them.)
+struct Shard {
+  int64_t index = 0, count = 1;
+};
+// "i/n" with 0 <= i < n (as ALPHA_CHECK_SHARD spells it); anything else raises ValueError naming `where`.
+Shard parse_shard(std::string_view text, std::string_view where);
+
+// Which cases run at a scale and in a shard (see Scale and Shard).
+class CaseFilter {
+ public:
+  CaseFilter(Scale scale, Shard shard);
+  // Whether a case of this size is within the scale (whatever the shard).
+  bool fits_scale(int64_t size) const { return scale_ == Scale::full || size <= kSmallScaleLimit; }
+  // Whether the next case, of this size, runs here; each case the scale keeps takes the next number.
+  bool includes(int64_t size);
+
+ private:
+  Scale scale_;
+  Shard shard_;
+  int64_t cases_kept_ = 0;
+};
+
 // What a check works with: the GPU, its stream, fresh seeds, and the comparisons it reports.
 class Context {
  public:
-  Context(Device gpu, uint64_t seed, std::function<void(const Comparison&)> report, Scale scale = Scale::full);
+  Context(Device gpu, uint64_t seed, std::function<void(const Comparison&)> report, Scale scale = Scale::full,
+          Shard shard = {});
 
   Device gpu() const { return gpu_; }
   Stream stream() const { return stream_; }
-  // Whether a case of this size runs at this scale (see Scale).
-  bool includes(int64_t size) const { return scale_ == Scale::full || size <= kSmallScaleLimit; }
+  // Whether the next case, of this size, runs at this scale and in this shard (CaseFilter::includes).
+  bool includes(int64_t size) { return cases_.includes(size); }
   // kSizes and kOddSizes, the element counts of the element-wise checks, less those this scale leaves out.
   std::vector<int64_t> element_counts() const;
   // A new seed for each random input, derived from the harness seed (a run is reproducible from it).
@@ -144,7 +169,7 @@ class Context {
 
   Device gpu_;
   Stream stream_;
-  Scale scale_;
+  CaseFilter cases_;
   uint64_t seed_;
   uint64_t draws_ = 0;
   std::function<void(const Comparison&)> report_;
@@ -169,7 +194,8 @@ struct HarnessResult {
 // `on_comparison` as it is made. Raises DeviceError without the CUDA backend or without that GPU, and
 // ValueError when the filter selects no check (naming the checks there are).
 HarnessResult run_checks(std::string_view filter, Device gpu, uint64_t seed,
-                         const std::function<void(const Comparison&)>& on_comparison = {}, Scale scale = Scale::full);
+                         const std::function<void(const Comparison&)>& on_comparison = {}, Scale scale = Scale::full,
+                         Shard shard = {});
 
 // One line per comparison: kernel, dtype, shape, max_abs, mean_abs, max_rel, tolerance, PASS/FAIL, and
 // the detail of a failure. A comparison with the naive computation shows its bound as the tolerance
