@@ -1,5 +1,6 @@
-// Times Alpha's GPU attention on one shape and prints one JSON line of median milliseconds over --iters runs
-// after --warmup. --mode train (the default): ops::flash_attention and its backward ("forward_ms",
+// Times Alpha's GPU attention on one shape and prints one JSON line of milliseconds per call (the median of
+// --iters synchronised calls after --warmup; with --queued, the mean of --iters calls back to back: see
+// call_ms). --mode train (the default): ops::flash_attention and its backward ("forward_ms",
 // "backward_ms"; "backward_atomic_ms": the opt-in non-deterministic atomic-dQ backward, except with
 // --constant-time), driven by bench/flash_attention.py beside PyTorch's SDPA backends. --mode jvp: the forward
 // again ("forward_ms"), the fused JVP ops::attention_jvp_fused ("jvp_fused_ms"), the saved-statistics JVP
@@ -9,7 +10,7 @@
 // a test: it asserts nothing.
 //
 // Usage: alpha_attention_bench --batch B --heads H --kv-heads HKV --seq T --head-dim D [--causal]
-//                              [--dtype bf16|f16] [--mode train|jvp] [--iters 20] [--warmup 5]
+//                              [--dtype bf16|f16] [--mode train|jvp] [--iters 20] [--warmup 5] [--queued]
 #include <cuda_runtime.h>
 
 #include <CLI/CLI.hpp>
@@ -27,22 +28,35 @@
 
 namespace {
 
-// Median milliseconds of fn over `iters` runs, each timed with events on the device's default stream.
-double median_ms(const std::function<void()>& fn, int warmup, int iters) {
+// Milliseconds per call of fn on the device's default stream, after `warmup` calls. By default the median of
+// `iters` calls, each between two events and synchronised: its latency, the host's time before the launch
+// included. queued: the mean of `iters` calls issued back to back between one pair of events: the
+// throughput of a loop whose host runs ahead of the GPU, as in training.
+double call_ms(const std::function<void()>& fn, int warmup, int iters, bool queued) {
   cudaStream_t stream = static_cast<cudaStream_t>(alpha::cuda::default_stream(0).handle);
   for (int i = 0; i < warmup; ++i) fn();
   cudaEvent_t start, stop;
   cudaEventCreate(&start);
   cudaEventCreate(&stop);
-  std::vector<double> times;
-  for (int i = 0; i < iters; ++i) {
-    cudaEventRecord(start, stream);
-    fn();
-    cudaEventRecord(stop, stream);
+  auto elapsed_ms = [&] {
     cudaEventSynchronize(stop);
     float ms = 0;
     cudaEventElapsedTime(&ms, start, stop);
-    times.push_back(ms);
+    return double(ms);
+  };
+  std::vector<double> times;
+  if (queued) {
+    cudaEventRecord(start, stream);
+    for (int i = 0; i < iters; ++i) fn();
+    cudaEventRecord(stop, stream);
+    times.push_back(elapsed_ms() / iters);
+  } else {
+    for (int i = 0; i < iters; ++i) {
+      cudaEventRecord(start, stream);
+      fn();
+      cudaEventRecord(stop, stream);
+      times.push_back(elapsed_ms());
+    }
   }
   cudaEventDestroy(start);
   cudaEventDestroy(stop);
@@ -58,6 +72,7 @@ int main(int argc, char** argv) {
   bool causal = false;
   std::string dtype_name = "bf16", mode = "train";
   int iters = 20, warmup = 5;
+  bool queued = false;
   app.add_option("--batch", batch)->required();
   app.add_option("--heads", heads)->required();
   app.add_option("--kv-heads", kv_heads, "0: as many as --heads");
@@ -70,6 +85,7 @@ int main(int argc, char** argv) {
   app.add_option("--mode", mode)->check(CLI::IsMember({"train", "jvp"}));
   app.add_option("--iters", iters);
   app.add_option("--warmup", warmup);
+  app.add_flag("--queued", queued, "time --iters calls back to back between one pair of events (see median_ms)");
   CLI11_PARSE(app, argc, argv);
   if (kv_heads == 0) kv_heads = heads;
   try {
@@ -83,29 +99,27 @@ int main(int argc, char** argv) {
     config.causal = causal;
     config.constant_time = constant_time;
     alpha::ops::AttentionOutput out = alpha::ops::flash_attention(q, k, v, config);
+    auto timed = [&](const std::function<void()>& fn) { return call_ms(fn, warmup, iters, queued); };
     if (mode == "jvp") {
       alpha::Tensor tq = input(heads, 5), tk = input(kv_heads, 6), tv = input(kv_heads, 7);
-      const double forward_ms = median_ms([&] { out = alpha::ops::flash_attention(q, k, v, config); }, warmup, iters);
+      const double forward_ms = timed([&] { out = alpha::ops::flash_attention(q, k, v, config); });
       alpha::CachingAllocator& memory = alpha::allocator_for(gpu);
       const uint64_t before = memory.stats().bytes_in_use;
       memory.reset_peak();
       alpha::ops::AttentionJvpOutput jvp = alpha::ops::attention_jvp_fused(q, k, v, tq, tk, tv, config);
       const uint64_t fused_bytes = memory.stats().peak_bytes_in_use - before;
-      const double fused_ms =
-          median_ms([&] { jvp = alpha::ops::attention_jvp_fused(q, k, v, tq, tk, tv, config); }, warmup, iters);
+      const double fused_ms = timed([&] { jvp = alpha::ops::attention_jvp_fused(q, k, v, tq, tk, tv, config); });
       const double saved_ms =
-          median_ms([&] { alpha::ops::attention_jvp(q, k, v, tq, tk, tv, out.out, out.row_max, out.row_sum, config); },
-                    warmup, iters);
+          timed([&] { alpha::ops::attention_jvp(q, k, v, tq, tk, tv, out.out, out.row_max, out.row_sum, config); });
       std::printf("{\"forward_ms\": %.6f, \"jvp_fused_ms\": %.6f, \"jvp_saved_ms\": %.6f, \"jvp_fused_bytes\": %llu}\n",
                   forward_ms, fused_ms, saved_ms, static_cast<unsigned long long>(fused_bytes));
       return 0;
     }
     alpha::Tensor dout = input(heads, 4);
-    const double forward_ms = median_ms([&] { out = alpha::ops::flash_attention(q, k, v, config); }, warmup, iters);
+    const double forward_ms = timed([&] { out = alpha::ops::flash_attention(q, k, v, config); });
     auto backward_ms = [&] {
-      return median_ms(
-          [&] { alpha::ops::flash_attention_backward(dout, q, k, v, out.out, out.row_max, out.row_sum, config); },
-          warmup, iters);
+      return timed(
+          [&] { alpha::ops::flash_attention_backward(dout, q, k, v, out.out, out.row_max, out.row_sum, config); });
     };
     const double deterministic_ms = backward_ms();
     if (constant_time) {  // the atomic-dQ backward is not constant-time (ops refuse the pair)

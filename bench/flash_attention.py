@@ -46,9 +46,21 @@ def flops(r):
     return f / 2 if r["causal"] else f
 
 
-def time_ms(fn, warmup=5, iters=20):
+def time_ms(fn, warmup=5, iters=20, queued=False):
+    """Milliseconds per call of fn after `warmup` calls: the median of `iters` calls, each between two CUDA
+    events and synchronised (its latency, the host's time before the launch included); queued: the mean of
+    `iters` calls issued back to back between one pair of events (the throughput of a loop whose host runs
+    ahead of the GPU, as in training)."""
     for _ in range(warmup):
         fn()
+    if queued:
+        start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        for _ in range(iters):
+            fn()
+        stop.record()
+        stop.synchronize()
+        return start.elapsed_time(stop) / iters
     times = []
     for _ in range(iters):
         start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)

@@ -11,7 +11,6 @@ Two routes to the same kernels (alpha_attn._C):
 On torch < 2.4 only the eager route exists (torch 1.13 has no custom_op; 1.13 also has no setup_context,
 so the Function there is the old-style forward(ctx, ...), which forward_ad supports but torch.func does not).
 """
-import functools
 from typing import List, Tuple
 
 import torch
@@ -20,11 +19,11 @@ from torch import Tensor
 from . import _C
 
 
-@functools.lru_cache(maxsize=None)
 def _jvp_takes_none_for_non_differentiable_outputs() -> bool:
     """Whether this torch accepts None as a custom Function's jvp for an output marked non-differentiable.
 
-    torch 1.13 refuses None there; torch 2.11 refuses anything else. Asked of torch once, with a probe."""
+    torch 1.13 refuses None there; torch 2.11 refuses anything else. Asked of torch with a probe, once, at
+    import: inside a jvp the probe's dual level would nest in the caller's, which torch refuses."""
     import torch.autograd.forward_ad as fwAD
 
     class Probe(torch.autograd.Function):
@@ -45,6 +44,8 @@ def _jvp_takes_none_for_non_differentiable_outputs() -> bool:
     except RuntimeError:
         return False
 
+
+JVP_TAKES_NONE_FOR_NON_DIFFERENTIABLE_OUTPUTS = _jvp_takes_none_for_non_differentiable_outputs()
 HAS_CUSTOM_OP = hasattr(torch.library, "custom_op") and hasattr(torch.library, "register_autograd")
 HAS_SETUP_CONTEXT = hasattr(torch.autograd.Function, "setup_context") and int(torch.__version__.split(".")[0]) >= 2
 
@@ -263,7 +264,7 @@ class _AttentionRules:
         tangent = _run(_C.attention_jvp, _AttentionTangent, q, k, v, tq, tk, tv, out, row_max, row_sum, ctx.options)
         # The statistics are not differentiable: their tangent is None where torch takes it (2.x requires it),
         # zeros where it refuses None (1.13).
-        if _jvp_takes_none_for_non_differentiable_outputs():
+        if JVP_TAKES_NONE_FOR_NON_DIFFERENTIABLE_OUTPUTS:
             return tangent, None, None
         return tangent, torch.zeros_like(row_max), torch.zeros_like(row_sum)
 
