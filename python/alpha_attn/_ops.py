@@ -1,9 +1,11 @@
 """The raw ops and their autograd.
 
-Two routes to the same kernels (alpha_attn._C):
-- eager: torch.autograd.Function subclasses calling _C directly, with backward (Alpha's), jvp (Alpha's
-  JVP, for torch.func.jvp / jacfwd and torch.autograd.forward_ad) and a vmap rule (folds the vmapped
-  dimension into the batch);
+Three routes to the same kernels (alpha_attn._C):
+- eager, the common case: _C.attention, a C++ autograd function (forward and Alpha's backward), which
+  costs the host a fraction of a Python Function's call;
+- eager under a torch.func transform or forward-mode AD: torch.autograd.Function subclasses calling _C
+  directly, with backward (Alpha's), jvp (Alpha's JVP, for torch.func.jvp / jacfwd and
+  torch.autograd.forward_ad) and a vmap rule (folds the vmapped dimension into the batch);
 - torch.compile (torch >= 2.4): the same entry points registered as torch.library custom ops
   (alpha_attn::attention_forward, ...), with fake implementations for tracing and register_autograd for
   the backward, so the compiled graph holds them without a break. Dynamo refuses an autograd.Function that
@@ -14,6 +16,7 @@ so the Function there is the old-style forward(ctx, ...), which forward_ad suppo
 from typing import List, Tuple
 
 import torch
+import torch.autograd.forward_ad as _forward_ad
 from torch import Tensor
 
 from . import _C
@@ -52,18 +55,22 @@ HAS_SETUP_CONTEXT = hasattr(torch.autograd.Function, "setup_context") and int(to
 
 def _stream(t: Tensor) -> int:
     """torch's current stream on t's device as an integer (0: the legacy default stream, or the CPU)."""
-    return torch.cuda.current_stream(t.device).cuda_stream if t.is_cuda else 0
+    return torch._C._cuda_getCurrentRawStream(t.device.index) if t.is_cuda else 0
 
 
 def _stats_dtype(q: Tensor) -> torch.dtype:
     return torch.float64 if q.dtype == torch.float64 else torch.float32
 
 
-def _compiling() -> bool:
-    if hasattr(torch, "compiler") and hasattr(torch.compiler, "is_compiling"):
-        return torch.compiler.is_compiling()
-    dynamo = getattr(torch, "_dynamo", None)
-    return bool(dynamo is not None and hasattr(dynamo, "is_compiling") and dynamo.is_compiling())
+def _is_compiling_function():
+    """torch's `is_compiling` (True while torch.compile traces), looked up once rather than on every call."""
+    for owner in (getattr(torch, "compiler", None), getattr(torch, "_dynamo", None)):
+        if owner is not None and hasattr(owner, "is_compiling"):
+            return owner.is_compiling
+    return lambda: False
+
+
+_compiling = _is_compiling_function()
 
 
 # Options, in the order _C takes them: (scale, causal, softcap, dropout_p, dropout_seed, dropout_offset,
@@ -295,11 +302,19 @@ else:
             return out, row_max, row_sum
 
 
+def _transforming() -> bool:
+    """Whether a torch.func transform or forward-mode AD is active: then attention takes the Python Function
+    with its jvp and vmap rules, else _C's C++ autograd function, which costs the host far less per call."""
+    return torch._C._are_functorch_transforms_active() or _forward_ad._current_level >= 0
+
+
 def attention(q: Tensor, k: Tensor, v: Tensor, options: Options) -> Tensor:
     """out [B, Tq, Hq, Dv] of q [B, Tq, Hq, D], k [B, Tk, Hkv, D], v [B, Tk, Hkv, Dv] (any strides with a
     unit-stride last dimension)."""
     if HAS_CUSTOM_OP and _compiling():
         return torch.ops.alpha_attn.attention_forward(q, k, v, *options)[0]
+    if not _transforming():
+        return _C.attention(q, k, v, options, _stream(q))
     return _Attention.apply(q, k, v, options)[0]
 
 

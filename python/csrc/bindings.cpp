@@ -10,9 +10,11 @@
 // ordered like any torch op on the current stream. A result's memory goes back to Alpha's caching
 // allocator only after the work queued on that stream by the time torch frees it, as torch's own caching
 // allocator would (another stream using the result must call record_stream, as for any torch tensor).
+#include <torch/csrc/autograd/functions/basic_ops.h>
 #include <torch/extension.h>
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -173,6 +175,18 @@ class DeviceScope {
   [[maybe_unused]] int64_t torch_stream_;
 };
 
+// Releases the GIL around an Alpha op when this thread holds it (a call from Python), and does nothing on
+// autograd's own threads, which run AttentionFunction::backward without it.
+class GilReleased {
+ public:
+  GilReleased() {
+    if (PyGILState_Check()) released_.emplace();
+  }
+
+ private:
+  std::optional<py::gil_scoped_release> released_;
+};
+
 // The attention options as Python passes them, one tuple: (scale, causal, softcap, dropout_p, dropout_seed,
 // dropout_offset, window_left, window_right, deterministic, constant_time).
 using ConfigArgs = std::tuple<double, bool, double, double, int64_t, int64_t, int64_t, int64_t, bool, bool>;
@@ -195,7 +209,7 @@ std::tuple<TorchTensor, TorchTensor, TorchTensor> attention_forward(const TorchT
   const auto config = attention_config(options);
   alpha::ops::AttentionOutput o;
   {
-    py::gil_scoped_release no_gil;
+    GilReleased no_gil;
     o = aq.device().is_cuda() ? alpha::ops::flash_attention(aq, ak, av, config)
                               : alpha::ops::attention_materialized(aq, ak, av, config);
   }
@@ -214,11 +228,51 @@ std::tuple<TorchTensor, TorchTensor, TorchTensor> attention_backward(const Torch
   const auto config = attention_config(options);
   alpha::ops::AttentionGrads g;
   {
-    py::gil_scoped_release no_gil;
+    GilReleased no_gil;
     g = aq.device().is_cuda() ? alpha::ops::flash_attention_backward(adout, aq, ak, av, aout, am, al, config)
                               : alpha::ops::attention_materialized_backward(adout, aq, ak, av, aout, am, al, config);
   }
   return {scope.unwrap(g.dq), scope.unwrap(g.dk), scope.unwrap(g.dv)};
+}
+
+// attention_forward and attention_backward as one C++ autograd function: what alpha_attn.flash_attention
+// calls when no torch.func transform and no forward-mode AD is active, because a Python autograd.Function
+// costs the host several times the `seed` shape's kernel time per call (the Python Function in _ops.py, with
+// its jvp and vmap rules, serves the transforms). Like Python's @once_differentiable, a backward recorded
+// for differentiation (create_graph) returns gradients that raise when differentiated again.
+class AttentionFunction : public torch::autograd::Function<AttentionFunction> {
+ public:
+  static TorchTensor forward(torch::autograd::AutogradContext* ctx, const TorchTensor& q, const TorchTensor& k,
+                             const TorchTensor& v, const ConfigArgs& options, int64_t stream) {
+    auto [out, row_max, row_sum] = attention_forward(q, k, v, options, stream);
+    ctx->save_for_backward({q, k, v, out, row_max, row_sum});
+    ctx->saved_data["options"] = options;
+    ctx->saved_data["stream"] = stream;  // autograd runs the backward on the forward's stream
+    return out;
+  }
+
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grads) {
+    const torch::autograd::variable_list saved = ctx->get_saved_variables();
+    const auto options = ctx->saved_data["options"].to<ConfigArgs>();
+    auto [dq, dk, dv] = attention_backward(grads[0], saved[0], saved[1], saved[2], saved[3], saved[4], saved[5],
+                                           options, ctx->saved_data["stream"].toInt());
+    torch::autograd::variable_list result = {dq, dk, dv};
+    if (torch::autograd::GradMode::is_enabled()) {
+      for (TorchTensor& g : result) g = g.detach().requires_grad_(true);
+      auto refuse = std::make_shared<torch::autograd::DelayedError>(
+          "alpha_attn.flash_attention: its backward is not differentiable (attention_hvp gives second "
+          "derivatives)",
+          int(result.size()));
+      result = (*refuse)(std::move(result));
+    }
+    return {result[0], result[1], result[2], TorchTensor(), TorchTensor()};
+  }
+};
+
+TorchTensor attention(const TorchTensor& q, const TorchTensor& k, const TorchTensor& v, const ConfigArgs& options,
+                      int64_t stream) {
+  return AttentionFunction::apply(q, k, v, options, stream);
 }
 
 // The tangent of out from the forward's statistics (ops::attention_jvp).
@@ -233,7 +287,7 @@ TorchTensor attention_jvp(const TorchTensor& q, const TorchTensor& k, const Torc
   const auto config = attention_config(options);
   alpha::Tensor tangent;
   {
-    py::gil_scoped_release no_gil;
+    GilReleased no_gil;
     tangent = alpha::ops::attention_jvp(aq, ak, av, atq, atk, atv, aout, am, al, config);
   }
   return scope.unwrap(tangent);
@@ -249,7 +303,7 @@ std::tuple<TorchTensor, TorchTensor, TorchTensor, TorchTensor> attention_jvp_fus
   const auto config = attention_config(options);
   alpha::ops::AttentionJvpOutput o;
   {
-    py::gil_scoped_release no_gil;
+    GilReleased no_gil;
     o = alpha::ops::attention_jvp_fused(aq, ak, av, atq, atk, atv, config);
   }
   return {scope.unwrap(o.out), scope.unwrap(o.tangent_out), scope.unwrap(o.row_max), scope.unwrap(o.row_sum)};
@@ -268,7 +322,7 @@ std::tuple<TorchTensor, TorchTensor, TorchTensor> attention_hvp(const TorchTenso
   const auto config = attention_config(options);
   alpha::ops::AttentionHvp h;
   {
-    py::gil_scoped_release no_gil;
+    GilReleased no_gil;
     h = eps == 0 ? alpha::ops::attention_hvp_exact(aq, ak, av, ag, avq, avk, avv, config)
                  : alpha::ops::attention_hvp(aq, ak, av, ag, avq, avk, avv, config, eps);
   }
@@ -303,7 +357,7 @@ std::vector<TorchTensor> nsa_forward(const std::vector<TorchTensor>& inputs, dou
   const auto config = nsa_config(scale, block_len, block_stride, select_len, select_count, window);
   alpha::ops::NsaOutput o;
   {
-    py::gil_scoped_release no_gil;
+    GilReleased no_gil;
     o = alpha::ops::nsa(in, config);
   }
   std::vector<TorchTensor> result;
@@ -331,7 +385,7 @@ std::vector<TorchTensor> nsa_backward(const TorchTensor& dout, const std::vector
   const auto config = nsa_config(scale, block_len, block_stride, select_len, select_count, window);
   alpha::ops::NsaGrads g;
   {
-    py::gil_scoped_release no_gil;
+    GilReleased no_gil;
     g = alpha::ops::nsa_backward(adout, in, f, config);
   }
   std::vector<TorchTensor> result;
@@ -364,6 +418,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   py::register_exception<alpha::DeviceError>(m, "DeviceError", PyExc_ValueError);
   py::register_exception<alpha::DTypeError>(m, "DTypeError", PyExc_TypeError);
 
+  m.def("attention", &attention, py::arg("q"), py::arg("k"), py::arg("v"), py::arg("options"), py::arg("stream"));
   m.def("attention_forward", &attention_forward, py::arg("q"), py::arg("k"), py::arg("v"), py::arg("options"),
         py::arg("stream"));
   m.def("attention_backward", &attention_backward, py::arg("dout"), py::arg("q"), py::arg("k"), py::arg("v"),
