@@ -23,10 +23,12 @@
 # sanitizer-<tool>-reports.txt lists every report: test | message | where.
 # Expects a CUDA build in $BUILD (default build/cuda). Exit code 0 only when every pair is clean.
 # Time on an H100 with 16 cores (2026-11-23): memcheck, initcheck and synccheck together 9 minutes at
-# JOBS=28; racecheck longer than the 10 minutes measured (24 of its 122 processes, shards of the attention
-# harness checks among them, were still running at 9 minutes).
+# JOBS=28; racecheck longer than the 10 minutes measured: with the attention and flash_attention checks in
+# 24 shards each, 9 of attention's shards were still running after 554 s (so they are in 64 shards now).
+# PART=i/n runs only every n-th pair of the list, from the i-th, for machines lent for less time than the
+# whole run takes: the run passes when each of its n parts does.
 # Usage: [TOOLS="memcheck initcheck"] [JOBS=n] [DEADLINE=seconds, default 7200] [FILTER=gtest-filter]
-#        scripts/compute-sanitizer.sh [seconds per test, default 1800]
+#        [PART=i/n] scripts/compute-sanitizer.sh [seconds per test, default 1800]
 set -uo pipefail
 shopt -s nullglob
 cd "$(dirname "$0")/.."
@@ -39,6 +41,9 @@ for tool in $tools; do
 done
 [[ "$limit" =~ ^[1-9][0-9]*$ && "$jobs" =~ ^[1-9][0-9]*$ && "$deadline" =~ ^[1-9][0-9]*$ ]] ||
   { echo "seconds per test, JOBS and DEADLINE: expected positive integers" >&2; exit 2; }
+part="${PART:-0/1}" part_index=${part%/*} part_count=${part#*/}
+[[ "$part" =~ ^[0-9]+/[1-9][0-9]*$ ]] && ((part_index < part_count)) ||
+  { echo "PART: expected i/n with 0 <= i < n, got '$part'" >&2; exit 2; }
 mkdir -p "$out/logs"
 sanitizer=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
 nvcc=$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)
@@ -65,8 +70,8 @@ rm -f "$out/cublaslt_initcheck"
 shards() {  # tool test -> the number of shards
   case "$2" in
     *KernelCheck*/matmul) echo 8 ;;
-    *KernelCheck*/attention | *KernelCheck*/flash_attention) [ "$1" = racecheck ] && echo 24 || echo 4 ;;
-    *KernelCheck*/attention_jvp) [ "$1" = racecheck ] && echo 12 || echo 2 ;;
+    *KernelCheck*/attention | *KernelCheck*/flash_attention) [ "$1" = racecheck ] && echo 64 || echo 4 ;;
+    *KernelCheck*/attention_jvp) [ "$1" = racecheck ] && echo 24 || echo 2 ;;
     *) echo 1 ;;
   esac
 }
@@ -85,7 +90,7 @@ pairs() {  # the longest first: racecheck's shards, the other tools' shards, the
         for ((i = 0; i < n; i++)); do echo "$([ "$tool" = racecheck ] && echo 0 || echo 1) $tool $test@$i/$n"; done
       fi
     done < "$out/tests.txt"
-  done | sort -s -n -k1,1 | cut -d' ' -f2-
+  done | sort -s -n -k1,1 | cut -d' ' -f2- | awk -v i="$part_index" -v n="$part_count" '(NR - 1) % n == i'
 }
 
 run_pair() {  # tool test[@shard]: one sanitizer process; appends "tool test outcome seconds" to the results
