@@ -85,7 +85,7 @@ int main(int argc, char** argv) {
   app.add_option("--mode", mode)->check(CLI::IsMember({"train", "jvp"}));
   app.add_option("--iters", iters);
   app.add_option("--warmup", warmup);
-  app.add_flag("--queued", queued, "time --iters calls back to back between one pair of events (see median_ms)");
+  app.add_flag("--queued", queued, "time --iters calls back to back between one pair of events (see call_ms)");
   CLI11_PARSE(app, argc, argv);
   if (kv_heads == 0) kv_heads = heads;
   try {

@@ -20,8 +20,8 @@ build=1 world=2 loss_steps=100
 while [ $# -gt 0 ]; do
   case "$1" in
     --skip-build) build=0 ;;
-    --gpus) world="$2"; shift ;;
-    --loss-steps) loss_steps="$2"; shift ;;
+    --gpus) world="${2:-}"; shift ;;
+    --loss-steps) loss_steps="${2:-}"; shift ;;
     *) echo "unknown argument $1" >&2; exit 2 ;;
   esac
   shift

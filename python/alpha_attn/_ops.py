@@ -27,8 +27,6 @@ def _jvp_takes_none_for_non_differentiable_outputs() -> bool:
 
     torch 1.13 refuses None there; torch 2.11 refuses anything else. Asked of torch with a probe, once, at
     import: inside a jvp the probe's dual level would nest in the caller's, which torch refuses."""
-    import torch.autograd.forward_ad as fwAD
-
     class Probe(torch.autograd.Function):
         @staticmethod
         def forward(ctx, x):
@@ -41,8 +39,8 @@ def _jvp_takes_none_for_non_differentiable_outputs() -> bool:
             return tangent, None
 
     try:
-        with fwAD.dual_level():
-            Probe.apply(fwAD.make_dual(torch.zeros(1), torch.ones(1)))
+        with _forward_ad.dual_level():
+            Probe.apply(_forward_ad.make_dual(torch.zeros(1), torch.ones(1)))
         return True
     except RuntimeError:
         return False

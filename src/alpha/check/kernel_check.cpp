@@ -53,13 +53,13 @@ Shard parse_shard(std::string_view text, std::string_view where) {
   Shard shard;
   const size_t slash = text.find('/');
   if (slash == std::string_view::npos || !whole_number(text.substr(0, slash), shard.index) ||
-      !whole_number(text.substr(slash + 1), shard.count) || shard.index < 0 || shard.index >= shard.count)
+      !whole_number(text.substr(slash + 1), shard.count) || !shard.valid())
     raise<ValueError>("check kernels", where, "\"i/n\" with 0 <= i < n", quoted(text));
   return shard;
 }
 
 CaseFilter::CaseFilter(Scale scale, Shard shard) : scale_(scale), shard_(shard) {
-  if (shard.count < 1 || shard.index < 0 || shard.index >= shard.count)
+  if (!shard.valid())
     raise<ValueError>("check kernels", "shard", "0 <= index < count",
                       std::to_string(shard.index) + "/" + std::to_string(shard.count));
 }

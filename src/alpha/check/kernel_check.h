@@ -88,6 +88,7 @@ Scale parse_scale(std::string_view text, std::string_view where);
 // element-wise checks' sizes, element_counts(), are not split: every shard runs them.)
 struct Shard {
   int64_t index = 0, count = 1;
+  bool valid() const { return 0 <= index && index < count; }
 };
 // "i/n" with 0 <= i < n (as ALPHA_CHECK_SHARD spells it); anything else raises ValueError naming `where`.
 Shard parse_shard(std::string_view text, std::string_view where);
