@@ -3,8 +3,11 @@
 # multi-GPU training (docs/DISTRIBUTED.md), in one command, logs and a summary in $OUT (or ./gpu-logs):
 #   0. the NCCL communicator's GPU tests (tests/cuda/test_cuda_nccl.cpp: collectives, data parallel and
 #      ZeRO-1 against the CPU, a hung rank named within the timeout);
-#   1. loss match: S steps (--loss-steps, 100) of `seed` in f32 on 1 GPU (batch 16) and on N GPUs (batch
-#      16/N each, the same global batch and tokens), plain and ZeRO-1: every step's loss within 1e-3 relative;
+#   1. loss match: S steps (--loss-steps, 100) of `seed` in f32 on 1 GPU (16/N sequences × N accumulated
+#      micro-batches) and on N GPUs (batch 16/N each: the same global batch and tokens), plain and ZeRO-1:
+#      every step's loss within 1e-3 relative (on 2 GPUs the plain run must be bit-identical: the ranks'
+#      average adds the two whole gradients once, as the accumulation does); and, for information, 1 GPU
+#      at batch 16 without accumulation (its matmuls add the rows in another order: docs/DISTRIBUTED.md);
 #   2. deterministic reduction: two N-GPU runs with --deterministic-reduce true: losses and final weights
 #      bit for bit;
 #   3. throughput: tokens/s of `seed` and `gpt2-124m` (bf16) on 1 GPU and on N GPUs, plain and ZeRO-1, at
@@ -105,13 +108,19 @@ grep -E "^\[  (PASSED|FAILED|SKIPPED) " "$out/test-nccl.log" | tee -a "$summary"
 say "== 1. loss match: seed, f32, $loss_steps steps, global batch 16 x 256 tokens, 1 GPU vs $world"
 f32=(--config seed --precision f32 --steps "$loss_steps" --seq-len 256)
 per_gpu=$((16 / world))
-run one-gpu "${f32[@]}" --device cuda --batch-size 16
+run one-gpu "${f32[@]}" --device cuda --batch-size "$per_gpu" --grad-accum "$world"
 run n-gpu "${f32[@]}" --gpus "$world" --batch-size "$per_gpu" --data "$runs/one-gpu/data"
 line=$(compare_losses one-gpu n-gpu 1e-3) || fail "1 GPU vs $world GPUs: $line"
-say "1 GPU vs $world GPUs: $line"
+say "1 GPU ($per_gpu x $world accumulated) vs $world GPUs: $line"
+if [ "$world" = 2 ] && ! [[ "$line" == *"bit-identical losses: True"* ]]; then
+  fail "1 GPU vs 2 GPUs: losses not bit-identical"
+fi
 run n-gpu-zero1 "${f32[@]}" --gpus "$world" --batch-size "$per_gpu" --data "$runs/one-gpu/data" --zero1 true
 line=$(compare_losses one-gpu n-gpu-zero1 1e-3) || fail "1 GPU vs $world GPUs ZeRO-1: $line"
-say "1 GPU vs $world GPUs ZeRO-1: $line"
+say "1 GPU ($per_gpu x $world accumulated) vs $world GPUs ZeRO-1: $line"
+run one-gpu-16 "${f32[@]}" --device cuda --batch-size 16 --data "$runs/one-gpu/data"
+line=$(compare_losses one-gpu-16 n-gpu 1e-3)
+say "(information) 1 GPU batch 16 without accumulation vs $world GPUs: $line"
 
 say "== 2. deterministic reduction: two $world-GPU runs, bit for bit"
 run det-a "${f32[@]}" --gpus "$world" --batch-size "$per_gpu" --data "$runs/one-gpu/data" --deterministic-reduce true

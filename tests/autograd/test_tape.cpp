@@ -1,5 +1,8 @@
-// The tape itself: needs-grad propagation, in-place accumulation, release of saved tensors, no_grad.
+// The tape itself: needs-grad propagation, in-place accumulation (a leaf's whole pass at once), release of saved
+// tensors, no_grad.
 #include <gtest/gtest.h>
+
+#include <cmath>
 
 #include "alpha/autograd/functions.h"
 #include "support/checks.h"
@@ -52,6 +55,18 @@ TEST(Tape, AVariableUsedTwiceGetsBothContributions) {
   Variable x(test::random({6}, DType::f64), true);
   backward(sum(add(x, x)));
   EXPECT_TRUE(test::all_close(x.grad(), Tensor::full({6}, 2.0, DType::f64), "elementwise"));
+}
+
+// A leaf fed by two nodes (a tied embedding) gets this pass's two contributions summed first and added to its
+// gradient once: g + (c + b), not (g + c) + b. With g = 1 and b = c = 2^-24 (half an f32 ulp of 1) the first
+// gives 1 + 2^-23, the second rounds back to 1 twice. Gradient accumulation relies on it (micro-batches add
+// whole gradients, as data-parallel ranks do).
+TEST(Tape, ALeafFedTwiceAddsItsWholePassGradientOnce) {
+  Variable x(test::random({4}), true);
+  backward(sum(mul(x, Variable(Tensor::full({4}, 1.0, DType::f32)))));
+  Variable half_ulp(Tensor::full({4}, std::ldexp(1.0, -24), DType::f32));
+  backward(sum(add(mul(x, half_ulp), mul(x, half_ulp))));
+  for (int64_t i = 0; i < 4; ++i) EXPECT_EQ(x.grad().at({i}), 1.0 + std::ldexp(1.0, -23)) << i;
 }
 
 TEST(Tape, SavedTensorsAreReleasedWhenBackwardPassesTheirNode) {

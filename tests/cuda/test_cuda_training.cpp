@@ -2,7 +2,8 @@
 // resumes bit for bit on cuda:0 as on the CPU; its loss at step 100 agrees with the CPU run's within 0.05
 // (the bound: the two backends sum in different orders, so the runs drift apart slowly); after
 // the first steps the caching allocator serves every request from its pool; and bf16 mixed precision
-// (bf16 compute, f32 master weights and optimiser state) learns as well. Skipped without a GPU.
+// (bf16 compute, f32 master weights and optimiser state) learns as well; so does the model with NSA attention,
+// whose f32 run follows the CPU's. Skipped without a GPU.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -71,6 +72,39 @@ TEST_F(CudaTraining, Bf16MixedPrecisionLearnsWithF32MasterWeights) {
   // Checkpoints hold the f32 master weights.
   CheckpointData ckpt = load_checkpoint(dir / "bf16");
   EXPECT_EQ(ckpt.weights.front().second.dtype(), DType::f32);
+}
+
+// The tiny config with NSA attention (blocks small enough that at T 64 every branch and the top-n choice act)
+// learns on the GPU in f32, follows the CPU run of the same data, and learns in bf16.
+TEST_F(CudaTraining, NsaModelLearnsAndFollowsTheCpu) {
+  test::TempDir dir;
+  auto nsa_options = [&](const char* name) {
+    TrainerOptions o = tiny_options(dir / name, 100);
+    o.model.attention = "nsa";
+    o.model.nsa_block = 8;
+    o.model.nsa_stride = 4;
+    o.model.nsa_select_block = 8;
+    o.model.nsa_select_count = 4;
+    o.model.nsa_window = 16;
+    return o;
+  };
+  Trainer(on_gpu(nsa_options("f32"))).run();
+  TrainerOptions cpu = nsa_options("cpu"), bf16 = on_gpu(nsa_options("bf16"), "bf16");
+  cpu.data = bf16.data = {(dir / "f32" / "data").string()};  // the same tokens
+  Trainer(cpu).run();
+  Trainer(bf16).run();
+  std::vector<nlohmann::json> g = metrics_of(dir / "f32"), c = metrics_of(dir / "cpu"), b = metrics_of(dir / "bf16");
+  ASSERT_EQ(g.size(), 100u);
+  ASSERT_EQ(b.size(), 100u);
+  for (const auto& r : g) ASSERT_TRUE(std::isfinite(r["loss"].get<double>())) << r.dump();
+  for (const auto& r : b) ASSERT_TRUE(std::isfinite(r["loss"].get<double>())) << r.dump();
+  const double first = g.front()["loss"], last = g.back()["loss"];
+  EXPECT_NEAR(first, std::log(512.0), 0.3);
+  EXPECT_LT(last, first - 1.5);
+  EXPECT_NEAR(c.front()["loss"].get<double>(), first, 1e-4) << "step 1: same weights, same batch";
+  EXPECT_NEAR(c.back()["loss"].get<double>(), last, 0.05) << "step 100, CPU against GPU";
+  EXPECT_LT(b.back()["loss"].get<double>(), b.front()["loss"].get<double>() - 1.5);
+  EXPECT_NEAR(b.back()["loss"].get<double>(), last, 0.15);
 }
 
 }  // namespace

@@ -12,22 +12,31 @@ namespace alpha::distributed::test {
 
 namespace {
 
-float load(const void* data, DType dtype, size_t i) {
+double load(const void* data, DType dtype, size_t i) {
+  if (dtype == DType::f64) return static_cast<const double*>(data)[i];
   if (dtype == DType::f32) return static_cast<const float*>(data)[i];
   return float(static_cast<const bf16*>(data)[i]);
 }
-void store(void* data, DType dtype, size_t i, float value) {
-  if (dtype == DType::f32)
-    static_cast<float*>(data)[i] = value;
+void store(void* data, DType dtype, size_t i, double value) {
+  if (dtype == DType::f64)
+    static_cast<double*>(data)[i] = value;
+  else if (dtype == DType::f32)
+    static_cast<float*>(data)[i] = float(value);
   else
-    static_cast<bf16*>(data)[i] = bf16(value);
+    static_cast<bf16*>(data)[i] = bf16(float(value));
 }
 
-// Reduces one element over every rank's send buffer, in rank order.
-float reduce_element(const std::vector<InProcessGroup::Posted>& posted, size_t element, DType dtype, ReduceOp op) {
-  float sum = 0.0f;
-  for (const auto& p : posted) sum += load(p.send, dtype, element);
-  return op == ReduceOp::average ? sum / float(posted.size()) : sum;
+// Reduces one element over every rank's send buffer, in rank order, in Acc (f64 data in double, the rest
+// in float).
+template <typename Acc>
+Acc reduce_in(const std::vector<InProcessGroup::Posted>& posted, size_t element, DType dtype, ReduceOp op) {
+  Acc sum = 0;
+  for (const auto& p : posted) sum += Acc(load(p.send, dtype, element));
+  return op == ReduceOp::average ? sum / Acc(posted.size()) : sum;
+}
+double reduce_element(const std::vector<InProcessGroup::Posted>& posted, size_t element, DType dtype, ReduceOp op) {
+  return dtype == DType::f64 ? reduce_in<double>(posted, element, dtype, op)
+                             : reduce_in<float>(posted, element, dtype, op);
 }
 
 }  // namespace
@@ -80,7 +89,7 @@ void InProcessCommunicator::exchange(const char* collective, const void* send, v
 
 void InProcessCommunicator::all_reduce(void* data, size_t count, DType dtype, ReduceOp op) {
   require_collective_dtype("all_reduce", dtype);
-  std::vector<float> result(count);
+  std::vector<double> result(count);
   exchange("all_reduce", data, data, [&](const auto& posted) {
     for (size_t i = 0; i < count; ++i) result[i] = reduce_element(posted, i, dtype, op);
   });

@@ -140,12 +140,19 @@ void backward(const Variable& root, const Tensor& grad_output, const LeafReadyFn
   auto& nodes = tape().nodes;
   int64_t start = live_producer(*root.state(), "backward");
   accumulate(nodes[size_t(start)].grad_out, root.shape(), seed, "backward");
-  // For on_leaf_ready: the lowest node index feeding each leaf (backward runs from high to low indices).
-  std::unordered_map<const VariableState*, int64_t> last_feeder;
-  if (on_leaf_ready)
-    for (int64_t i = 0; i <= start; ++i)
-      for (const Edge& e : nodes[size_t(i)].inputs)
-        if (e.leaf && e.needs_grad()) last_feeder.emplace(e.leaf.get(), i);
+  // Per leaf: the lowest node index feeding it (backward runs from high to low indices) and how many edges
+  // feed it. A leaf fed more than once (a tied embedding) sums this pass's contributions apart and adds
+  // them to its gradient once, complete, as PyTorch's AccumulateGrad does: accumulating micro-batches then
+  // adds whole micro-batch gradients, in the order a data-parallel all-reduce adds the ranks' (bit for bit).
+  struct LeafFeed {
+    int64_t last_feeder;
+    int64_t edges = 0;
+    Tensor pass_grad;
+  };
+  std::unordered_map<const VariableState*, LeafFeed> feeds;
+  for (int64_t i = 0; i <= start; ++i)
+    for (const Edge& e : nodes[size_t(i)].inputs)
+      if (e.leaf && e.needs_grad()) ++feeds.try_emplace(e.leaf.get(), LeafFeed{i}).first->second.edges;
 
   NoGradGuard no_grad;  // backward functions run ops; they must not record
   for (int64_t i = start; i >= 0; --i) {
@@ -157,17 +164,22 @@ void backward(const Variable& root, const Tensor& grad_output, const LeafReadyFn
       for (size_t j = 0; j < needs.size() && j < grads.size(); ++j) {
         if (!needs[j] || !grads[j].defined()) continue;
         const Edge& e = node.inputs[j];
-        if (e.leaf) accumulate(e.leaf->grad, e.leaf->value.shape(), grads[j], node.op);
-        else accumulate(nodes[size_t(e.node)].grad_out, nodes[size_t(e.node)].output_shape, grads[j], node.op);
+        if (!e.leaf) {
+          accumulate(nodes[size_t(e.node)].grad_out, nodes[size_t(e.node)].output_shape, grads[j], node.op);
+          continue;
+        }
+        LeafFeed& feed = feeds.at(e.leaf.get());
+        accumulate(feed.edges > 1 ? feed.pass_grad : e.leaf->grad, e.leaf->value.shape(), grads[j], node.op);
       }
     }
-    if (on_leaf_ready)
-      for (const Edge& e : node.inputs) {
-        auto last = e.leaf ? last_feeder.find(e.leaf.get()) : last_feeder.end();
-        if (last == last_feeder.end() || last->second != i) continue;
-        last_feeder.erase(last);  // a leaf fed twice by this node is reported once
-        on_leaf_ready(*e.leaf);
-      }
+    for (const Edge& e : node.inputs) {
+      auto feed = e.leaf ? feeds.find(e.leaf.get()) : feeds.end();
+      if (feed == feeds.end() || feed->second.last_feeder != i) continue;
+      if (feed->second.pass_grad.defined())
+        accumulate(e.leaf->grad, e.leaf->value.shape(), feed->second.pass_grad, node.op);
+      feeds.erase(feed);  // a leaf fed twice by this node is completed once
+      if (on_leaf_ready) on_leaf_ready(*e.leaf);
+    }
     // Destroy what the node holds (saved tensors, output gradient) as soon as backward is past it.
     node.backward = nullptr;
     node.grad_out = Tensor();

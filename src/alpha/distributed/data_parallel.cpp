@@ -87,7 +87,7 @@ DataParallel::DataParallel(Communicator& communicator, std::vector<nn::NamedPara
       v_.push_back(Tensor::zeros({b.shard_numel}, dtype_, communicator_.device()));
     }
   }
-  scalar_ = Tensor::zeros({1}, DType::f32, communicator_.device());
+  scalar_ = Tensor::zeros({1}, DType::f64, communicator_.device());
 }
 
 Tensor DataParallel::flat_view(size_t parameter, bool gradient) const {
@@ -158,7 +158,7 @@ double DataParallel::grad_norm() {
   // The padding of the shards is zero, so it adds nothing to the norm.
   double local = ops::global_grad_norm(gradient_shards());
   scalar_.fill_(local * local);
-  communicator_.all_reduce(scalar_.raw_data(), 1, DType::f32, ReduceOp::sum);
+  communicator_.all_reduce(scalar_.raw_data(), 1, DType::f64, ReduceOp::sum);
   communicator_.synchronize();
   return std::sqrt(scalar_.item());
 }
@@ -191,7 +191,7 @@ double DataParallel::sharded_step(double lr, double grad_clip, double norm, cons
 
 double DataParallel::average(double value) {
   scalar_.fill_(value);
-  communicator_.all_reduce(scalar_.raw_data(), 1, DType::f32, ReduceOp::average);
+  communicator_.all_reduce(scalar_.raw_data(), 1, DType::f64, ReduceOp::average);
   communicator_.synchronize();
   return scalar_.item();
 }

@@ -36,7 +36,7 @@ void check_cuda(cudaError_t status, const char* call) {
 
 ncclDataType_t nccl_dtype(const char* op, DType dtype) {
   require_collective_dtype(op, dtype);
-  return dtype == DType::f32 ? ncclFloat32 : ncclBfloat16;
+  return dtype == DType::f64 ? ncclFloat64 : dtype == DType::f32 ? ncclFloat32 : ncclBfloat16;
 }
 
 ncclRedOp_t nccl_op(ReduceOp op) { return op == ReduceOp::sum ? ncclSum : ncclAvg; }

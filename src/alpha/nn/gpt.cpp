@@ -148,10 +148,6 @@ namespace {
 
 const GPTConfig& checked(const GPTConfig& config, Device device) {
   config.validate();
-  if (config.attention == "nsa" && !device.is_cpu())
-    raise<ConfigError>("GPT", "attention",
-                       "\"auto\", \"reference\" or \"flash\" on " + device.str() + " (NSA has no GPU kernel yet)",
-                       "\"nsa\"");
   if (config.attention == "flash" && !device.is_cuda())
     raise<ConfigError>("GPT", "attention",
                        "\"auto\" or \"reference\" on " + device.str() + " (flash attention runs on a CUDA device)",
