@@ -1,5 +1,5 @@
 // The batch loader: shifted targets, windows inside shards, deterministic shuffles, exact resume,
-// disjoint ranks.
+// disjoint ranks, epochs of whole accumulation steps.
 #include <set>
 
 #include <gtest/gtest.h>
@@ -139,6 +139,32 @@ TEST_F(LoaderTest, RanksTakeDisjointWindows) {
   }
   EXPECT_EQ(seen.size(), 30u);
   EXPECT_EQ(std::set<int32_t>(seen.begin(), seen.end()).size(), 30u) << "a window went to two ranks";
+}
+
+// One rank accumulating two batches of B per step sees, step by step and across epochs, the windows of two
+// ranks of B: an epoch holds whole steps (32 windows: 2 steps of 12; the last 8 windows, which would make a
+// fifth batch of 6 for one rank alone, are left out by both).
+TEST_F(LoaderTest, AccumulatedMicroBatchesSeeTheWindowsOfRanksAcrossEpochs) {
+  auto single = options(6);
+  single.micro_steps = 2;
+  Loader one(paths, single);
+  EXPECT_EQ(one.batches_per_epoch(), 4);
+  std::vector<Loader> ranks;
+  for (int rank = 0; rank < 2; ++rank) {
+    auto opts = options(6);
+    opts.rank = rank;
+    opts.world_size = 2;
+    ranks.emplace_back(paths, opts);
+  }
+  EXPECT_EQ(ranks[0].batches_per_epoch(), 2);
+  for (int64_t step = 0; step < 5; ++step)  // into the third epoch
+    for (int rank = 0; rank < 2; ++rank)
+      ASSERT_TRUE(same(one.next(), ranks[size_t(rank)].next())) << "step " << step << ", rank " << rank;
+  single.batch_size = 4;
+  single.micro_steps = 9;
+  EXPECT_ALPHA_ERROR(Loader(paths, single), ConfigError, "batch_size * world_size * micro_steps = 36");
+  single.micro_steps = 0;
+  EXPECT_ALPHA_ERROR(Loader(paths, single), ConfigError, "micro_steps", "at least 1");
 }
 
 TEST_F(LoaderTest, PositionJsonRoundTripAndRejects) {

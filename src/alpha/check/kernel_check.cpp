@@ -310,6 +310,7 @@ HarnessResult run_checks(std::string_view filter, Device gpu, uint64_t seed,
     check->run(ctx);
     ++result.checks_run;
   }
+  result.cases_in_scale = ctx.cases_in_scale();
   return result;
 }
 

@@ -101,6 +101,8 @@ class CaseFilter {
   bool fits_scale(int64_t size) const { return scale_ == Scale::full || size <= kSmallScaleLimit; }
   // Whether the next case, of this size, runs here; each case the scale keeps takes the next number.
   bool includes(int64_t size);
+  // The cases the scale kept so far, in every shard.
+  int64_t cases_kept() const { return cases_kept_; }
 
  private:
   Scale scale_;
@@ -118,6 +120,7 @@ class Context {
   Stream stream() const { return stream_; }
   // Whether the next case, of this size, runs at this scale and in this shard (CaseFilter::includes).
   bool includes(int64_t size) { return cases_.includes(size); }
+  int64_t cases_in_scale() const { return cases_.cases_kept(); }
   // kSizes and kOddSizes, the element counts of the element-wise checks, less those this scale leaves out.
   std::vector<int64_t> element_counts() const;
   // A new seed for each random input, derived from the harness seed (a run is reproducible from it).
@@ -189,6 +192,9 @@ struct HarnessResult {
   std::vector<Comparison> comparisons;
   int64_t failures = 0;
   int64_t checks_run = 0;
+  // The cases the checks hold at the scale, counted over every shard: a shard whose index is at or past it
+  // holds none (more shards than cases), so it makes no comparison.
+  int64_t cases_in_scale = 0;
 };
 
 // Runs the checks whose name contains `filter` (all for an empty one) on `gpu`, handing each comparison to

@@ -41,6 +41,7 @@ Loader::Loader(const std::vector<std::string>& shard_paths, const LoaderOptions&
   check_option(options.world_size >= 1, "world_size", "at least 1", options.world_size);
   check_option(options.rank >= 0 && options.rank < options.world_size, "rank",
                "in [0, world_size=" + std::to_string(options.world_size) + ")", options.rank);
+  check_option(options.micro_steps >= 1, "micro_steps", "at least 1", options.micro_steps);
   if (shard_paths.empty()) raise<ConfigError>(kOp, "shard_paths", "at least one shard", "none");
 
   const uint64_t T = uint64_t(options.seq_len);
@@ -55,11 +56,12 @@ Loader::Loader(const std::vector<std::string>& shard_paths, const LoaderOptions&
   if (windows() > int64_t(UINT32_MAX))
     raise<ConfigError>(kOp, "seq_len", "fewer than 2^32 windows in the shards (a longer seq_len)",
                        std::to_string(options.seq_len) + ", giving " + std::to_string(windows()) + " windows");
-  const int64_t per_step = options.batch_size * options.world_size;
-  batches_per_epoch_ = windows() / per_step;
+  const int64_t per_step = options.batch_size * options.world_size * options.micro_steps;
+  batches_per_epoch_ = windows() / per_step * options.micro_steps;
   if (batches_per_epoch_ == 0)
     raise<ConfigError>(kOp, "shard_paths",
-                       "at least batch_size * world_size = " + std::to_string(per_step) + " windows of seq_len+1 = " +
+                       "at least batch_size * world_size * micro_steps = " + std::to_string(per_step) +
+                           " windows of seq_len+1 = " +
                            std::to_string(T + 1) + " tokens",
                        std::to_string(windows()) + " windows in " + std::to_string(total_tokens) + " tokens of " +
                            std::to_string(shard_paths.size()) + " shard(s), the first '" + shard_paths[0] + "'");

@@ -1,9 +1,11 @@
 // Streams training batches from token shards. The shards are cut into windows of T+1 tokens that
 // start every T tokens (a window's last token, the final target, is the next window's first input),
 // never crossing a shard's end. Each epoch visits the windows in a permutation seeded by
-// (seed, epoch); a step takes B * world_size consecutive windows of it, B per rank, so ranks never
-// share a window. The position (epoch, next batch) is all the state: resuming from it reproduces the
-// batches of an uninterrupted run exactly.
+// (seed, epoch); a batch takes B * world_size consecutive windows of it, B per rank, so ranks never
+// share a window. An epoch holds whole optimizer steps of micro_steps batches (gradient accumulation):
+// the windows past the last whole step are left out, so one rank accumulating two batches of B sees the
+// windows two ranks of B see in one step, epoch after epoch. The position (epoch, next batch) is all the
+// state: resuming from it reproduces the batches of an uninterrupted run exactly.
 #pragma once
 #include <cstdint>
 #include <memory>
@@ -25,6 +27,7 @@ struct LoaderOptions {
   bool shuffle = true;     // false: windows in file order, e.g. for evaluation
   int rank = 0;
   int world_size = 1;
+  int64_t micro_steps = 1;  // next() calls per optimizer step
 };
 
 // Where a loader stands: the batch that next() returns is batch `index` of epoch `epoch`.

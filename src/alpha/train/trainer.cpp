@@ -207,9 +207,11 @@ void Trainer::prepare_data() {
   lo.seed = t.data_seed;
   lo.rank = rank_of(options_);
   lo.world_size = world_of(options_);
+  lo.micro_steps = t.grad_accum;
   data_->train = std::make_unique<data::Loader>(shards_with_prefix(data_dir, "train_"), lo);
   lo.rank = 0;  // every rank validates on the same batches
   lo.world_size = 1;
+  lo.micro_steps = 1;
   std::vector<std::string> val_shards = shards_with_prefix(data_dir, "val_");
   if (!val_shards.empty() && t.eval_every > 0) {
     lo.shuffle = false;
