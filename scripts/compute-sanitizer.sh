@@ -24,8 +24,7 @@
 # sanitizer-<tool>-reports.txt lists every report: test | message | where.
 # Expects a CUDA build in $BUILD (default build/cuda). Exit code 0 only when every pair is clean.
 # Time on an H100 with 16 cores (2026-11-23): memcheck, initcheck and synccheck together 9 minutes at
-# JOBS=28; racecheck longer than the 10 minutes measured: with the attention and flash_attention checks in
-# 24 shards each, 9 of attention's shards were still running after 554 s (so they are in 64 shards now).
+# JOBS=28; racecheck about 14 minutes at JOBS=24, as three parts (PART=0/3, 1/3, 2/3) of 4-6 minutes.
 # PART=i/n runs only every n-th pair of the list, from the i-th, for machines lent for less time than the
 # whole run takes: the run passes when each of its n parts does.
 # Usage: [TOOLS="memcheck initcheck"] [JOBS=n] [DEADLINE=seconds, default 7200] [FILTER=gtest-filter]
