@@ -1,12 +1,13 @@
 // Training on the GPU: the golden regression run (tiny config, 100 steps, f32) learns, stays finite and
 // resumes bit for bit on cuda:0 as on the CPU; its loss at step 100 agrees with the CPU run's within 0.05
 // (the bound: the two backends sum in different orders, so the runs drift apart slowly); after
-// the first steps the caching allocator serves every request from its pool; and bf16 mixed precision
-// (bf16 compute, f32 master weights and optimiser state) learns as well; so does the model with NSA attention,
-// whose f32 run follows the CPU's. Skipped without a GPU.
+// the first steps the caching allocator serves every request from its pool; bf16 mixed precision (bf16
+// compute, f32 master weights and optimiser state) learns as well, and f16 with dynamic loss scaling; so
+// does the model with NSA attention, whose f32 run follows the CPU's. Skipped without a GPU.
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdio>
 
 #include "alpha/train/checkpoint.h"
 #include "support/gpu.h"
@@ -72,6 +73,31 @@ TEST_F(CudaTraining, Bf16MixedPrecisionLearnsWithF32MasterWeights) {
   // Checkpoints hold the f32 master weights.
   CheckpointData ckpt = load_checkpoint(dir / "bf16");
   EXPECT_EQ(ckpt.weights.front().second.dtype(), DType::f32);
+}
+
+// f16 compute with dynamic loss scaling (f32 master weights): the run learns, stays close to the f32 run on
+// the same data, logs its scale, and overflows (if any) are skipped steps the scaler answers, not failures.
+TEST_F(CudaTraining, F16MixedPrecisionWithDynamicLossScalingLearns) {
+  test::TempDir dir;
+  Trainer(on_gpu(tiny_options(dir / "f32", 100))).run();
+  TrainerOptions f16 = on_gpu(tiny_options(dir / "f16", 100), "f16");
+  f16.data = {(dir / "f32" / "data").string()};
+  Trainer trainer(f16);
+  trainer.run();
+  EXPECT_EQ(trainer.model().compute_dtype(), DType::f16);
+  std::vector<nlohmann::json> a = metrics_of(dir / "f32"), b = metrics_of(dir / "f16");
+  ASSERT_EQ(b.size(), 100u);
+  int64_t skipped = 0;
+  for (const auto& r : b) {
+    ASSERT_TRUE(std::isfinite(r["loss"].get<double>())) << r.dump();
+    ASSERT_TRUE(r.contains("loss_scale")) << r.dump();
+    skipped += r["skipped"].get<bool>();
+  }
+  EXPECT_LT(skipped, 10) << "overflows halve the scale: a few skipped steps at most";
+  EXPECT_LT(b.back()["loss"].get<double>(), b.front()["loss"].get<double>() - 2.0);
+  EXPECT_NEAR(b.back()["loss"].get<double>(), a.back()["loss"].get<double>(), 0.15);
+  std::printf("f16: %lld skipped steps, final scale %g, final loss %.4f (f32 %.4f)\n", static_cast<long long>(skipped),
+              b.back()["loss_scale"].get<double>(), b.back()["loss"].get<double>(), a.back()["loss"].get<double>());
 }
 
 // The tiny config with NSA attention (blocks small enough that at T 64 every branch and the top-n choice act)

@@ -62,7 +62,7 @@ TEST(CliTrain, BadInputsGiveOneClearLine) {
   expect_one_line_error(test::run_alpha("train --precision fp8 --out " + dir.file("r6") + kQuick, dir, out, err), err,
                         "precision");
   expect_one_line_error(test::run_alpha("train --precision bf16 --out " + dir.file("r7") + kQuick, dir, out, err), err,
-                        "bf16 compute needs a CUDA device");
+                        "bf16 and f16 compute need a CUDA device");
   expect_one_line_error(test::run_alpha("train --tf32 true --out " + dir.file("r8") + kQuick, dir, out, err), err,
                         "tf32");
   // Flash attention names a GPU kernel: on the CPU the model refuses it.

@@ -5,7 +5,8 @@
 //     finishes with the losses, weights and optimizer state of an uninterrupted run, bit for bit;
 // (b) NaN / Inf written into the gradients (ALPHA_FAULT_NAN_STEPS / ALPHA_FAULT_INF_STEPS): the step is
 //     skipped (no update), logged, and training goes on; too many in a row stop the run with one clear
-//     line and a checkpoint that resumes;
+//     line and a checkpoint that resumes; with dynamic loss scaling an overflow halves the scale instead of
+//     counting, until the scale reaches 1;
 // (c) a full disk while checkpointing (a file-size limit, and a tiny tmpfs where user namespaces allow
 //     one): one clear line naming the file, the previous checkpoint still current and intact, nothing
 //     half-written left.
@@ -274,15 +275,21 @@ TEST(FaultInjection, NonFiniteGradientsSkipTheStepAndTrainingContinues) {
   EXPECT_EQ(load_checkpoint(run).state.at("optimizer_step"), 4);  // 6 steps, 2 skipped
 }
 
+// `alpha train` of 12 steps into `run` with `fault` in its environment, which must stop it (exit code 1).
+Child train_until_it_stops(const test::TempDir& dir, const fs::path& run, const std::string& args,
+                           const std::string& fault) {
+  Child child = alpha("train --out " + run.string() + " --steps 12 " + args, dir, {fault});
+  EXPECT_EQ(child.code(), 1) << child.describe();
+  return child;
+}
+
 // (b) Non-finite gradients from step 3 on, max_nonfinite_steps 4: the run stops after step 6 with one
 // line, having saved step 6 with step 2's weights; resuming (without the fault) trains on.
 TEST(FaultInjection, RepeatedNonFiniteStepsStopWithAMessageAndAResumableCheckpoint) {
   test::TempDir dir;
   const std::string common = prepare(dir) + " --save-every 2 --keep-last 0";
   const fs::path run = dir / "run";
-  Child child = alpha("train --out " + run.string() + " --steps 12 --max-nonfinite-steps 4" + common, dir,
-                      {"ALPHA_FAULT_NAN_STEPS=3-100"});
-  EXPECT_EQ(child.code(), 1) << child.describe();
+  Child child = train_until_it_stops(dir, run, "--max-nonfinite-steps 4" + common, "ALPHA_FAULT_NAN_STEPS=3-100");
   const std::string err = one_line(child.err);
   for (const std::string& fragment : std::vector<std::string>{"alpha: [train] steps 3 to 6: 4 steps in a row had a non-finite loss or gradient norm (max_nonfinite_steps 4)",
         "training stopped", "state of step 2, the last finite step, are saved in '" +
@@ -310,6 +317,34 @@ TEST(FaultInjection, RepeatedNonFiniteStepsStopWithAMessageAndAResumableCheckpoi
   Child typo = alpha("train --out " + dir.file("r3") + common, dir, {"ALPHA_FAULT_NAN_STEPS=3-x"});
   EXPECT_EQ(typo.code(), 1);
   EXPECT_NE(one_line(typo.err).find("ALPHA_FAULT_NAN_STEPS"), std::string::npos) << typo.err;
+}
+
+// (b) With dynamic loss scaling (initial scale 8), Inf gradients from step 3 on: steps 3, 4 and 5 are overflows
+// the scaler answers (skipped, scale 8 -> 4 -> 2 -> 1, the run goes on); at the floor of 1 they count, and
+// max_nonfinite_steps 2 stops the run after step 7, naming steps 3 to 7 and the three overflows.
+TEST(FaultInjection, LossScalerHalvesItsScaleOnOverflowAndCountsOnlyAtItsFloor) {
+  test::TempDir dir;
+  const fs::path run = dir / "run";
+  const std::string args = "--max-nonfinite-steps 2 --loss-scaling dynamic --loss-scale 8" + prepare(dir);
+  Child child = train_until_it_stops(dir, run, args, "ALPHA_FAULT_INF_STEPS=3-100");
+  for (const char* fragment : {"step     3  skipped: non-finite gradients at loss scale 8, no update; the scale is now 4",
+                               "step     5  skipped: non-finite gradients at loss scale 2, no update; "
+                               "the scale is now 1",
+                               "step     6  skipped: non-finite gradients (loss "})
+    EXPECT_NE(child.out.find(fragment), std::string::npos) << "stdout lacks '" << fragment << "':\n" << child.out;
+  const std::string err = one_line(child.err);
+  EXPECT_NE(err.find("[train] steps 3 to 7: 2 steps in a row had a non-finite loss or gradient norm "
+                     "(max_nonfinite_steps 2; 3 more were overflows the loss scaler answered)"),
+            std::string::npos)
+      << err;
+  std::vector<nlohmann::json> m = metrics_of(run);
+  ASSERT_EQ(m.size(), 7u);
+  const std::vector<double> scales{8, 8, 8, 4, 2, 1, 1};
+  for (size_t i = 0; i < m.size(); ++i) {
+    EXPECT_EQ(m[i]["loss_scale"].get<double>(), scales[i]) << m[i].dump();
+    EXPECT_EQ(m[i]["skipped"], i >= 2) << m[i].dump();
+  }
+  EXPECT_EQ(load_checkpoint(run).state.at("loss_scaler").at("scale"), 1.0) << "the scale is checkpointed";
 }
 
 // After a failed save: one line naming the file and the previous checkpoint, `latest` on step 2, no

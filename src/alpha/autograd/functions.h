@@ -2,6 +2,7 @@
 // (recorded only when an input needs a gradient) calls the matching *_backward tensor op.
 // Implementations live one family per file: functions_<family>.cpp.
 #pragma once
+#include <functional>
 #include <vector>
 
 #include "alpha/autograd/variable.h"
@@ -41,6 +42,34 @@ Variable layernorm(const Variable& x, const Variable& weight, const Variable& bi
 Variable gelu(const Variable& x);
 Variable softcap(const Variable& x, double cap);
 Variable softmax(const Variable& x);
+
+// Activation recomputation (functions_recompute.cpp): spend compute in backward to keep fewer activations.
+//
+// Level "ln_gelu": the LayerNorm before a linear layer and the GELU inside the MLP keep their inputs instead
+// of their outputs, which backward recomputes with the same ops (so the same bits); no matrix product is
+// recomputed. layernorm_linear(x, norm, W, b) = linear(layernorm(x), W, b) keeps x (not the normalised x);
+// layernorm_gelu_mlp is gelu_mlp(layernorm(x), ...) keeping x and the pre-activation (which GELU's backward
+// needs anyway) but neither the normalised x nor gelu(pre). Biases may be undefined.
+struct LayerNormParams {
+  Variable weight;
+  Variable bias;  // may be undefined
+  double eps = 1e-5;
+};
+Variable layernorm_linear(const Variable& x, const LayerNormParams& norm, const Variable& weight,
+                          const Variable& bias);
+Variable layernorm_gelu_mlp(const Variable& x, const LayerNormParams& norm, const Variable& fc_weight,
+                            const Variable& fc_bias, const Variable& proj_weight, const Variable& proj_bias);
+
+// Level "block": segment(inputs) keeping only the inputs. Forward runs the segment without recording; the
+// one node recorded lists the inputs and then `parameters` (every leaf the segment reads besides its inputs),
+// so their gradients reach them through the outer backward like any op's (per-pass sums, on_leaf_ready).
+// Backward re-runs the segment on a tape of its own (TapeScope) over fresh leaves sharing the inputs' and
+// parameters' storage, backpropagates the incoming gradient there and returns those leaves' gradients. The
+// segment must compute the same thing when re-run: dropout takes its masks from configs drawn before the
+// call, never from state the first run advanced. Gradients equal the unrecomputed graph's bit for bit.
+using Segment = std::function<Variable(const std::vector<Variable>& inputs)>;
+Variable checkpoint(const Segment& segment, const std::vector<Variable>& inputs,
+                    const std::vector<Variable>& parameters);
 
 // Embedding and loss (functions_embedding.cpp, functions_cross_entropy.cpp). ids and targets are i32
 // tensors (not differentiable).

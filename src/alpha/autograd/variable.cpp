@@ -1,6 +1,8 @@
 #include "alpha/autograd/variable.h"
 
+#include <atomic>
 #include <unordered_map>
+#include <unordered_set>
 
 #include "alpha/ops/elementwise.h"
 
@@ -23,15 +25,41 @@ struct Node {
   BackwardFn backward;
 };
 
+// Epochs are unique across every tape of every thread, so a variable recorded on one tape is never taken
+// for a live one on another (a TapeScope's nested tape, say).
+uint64_t next_epoch() {
+  static std::atomic<uint64_t> counter{1};
+  return counter.fetch_add(1, std::memory_order_relaxed);
+}
+
 struct Tape {
   std::vector<Node> nodes;
-  uint64_t epoch = 1;  // advanced whenever the tape is cleared, so stale producer indices are detected
+  uint64_t epoch = next_epoch();  // renewed whenever the tape is cleared, so stale producer indices are detected
   bool grad_enabled = true;
+  // A TapeScope's tape: each listed outer variable's stand-in, and the stand-ins themselves.
+  bool scoped = false;
+  std::unordered_map<const VariableState*, std::shared_ptr<VariableState>> stand_in_of;
+  std::unordered_set<const VariableState*> stand_ins;
 };
 
-Tape& tape() {
-  thread_local Tape t;
-  return t;
+// The thread's current tape: its own, or the innermost TapeScope's.
+Tape*& current_tape() {
+  thread_local Tape own;
+  thread_local Tape* current = &own;
+  return current;
+}
+
+Tape& tape() { return *current_tape(); }
+
+// Where an edge to the leaf `leaf` goes: the leaf itself, or on a TapeScope's tape its stand-in.
+std::shared_ptr<VariableState> edge_leaf(const Variable& leaf, const char* op) {
+  const Tape& t = tape();
+  if (!t.scoped || t.stand_ins.contains(leaf.state().get())) return leaf.state();
+  auto it = t.stand_in_of.find(leaf.state().get());
+  if (it == t.stand_in_of.end())
+    raise<ValueError>(op, "input", "a leaf the enclosing TapeScope stands in for",
+                      "the unlisted leaf '" + leaf.name() + "'");
+  return it->second;
 }
 
 // Adds g into a gradient slot, allocating the slot on first use.
@@ -108,7 +136,7 @@ Variable record(const char* op, Tensor output, const std::vector<Variable>& inpu
   for (const auto& v : inputs) {
     Edge e;
     if (v.defined() && v.requires_grad()) {
-      if (v.is_leaf()) e.leaf = v.state();
+      if (v.is_leaf()) e.leaf = edge_leaf(v, op);
       else e.node = live_producer(*v.state(), op);
     }
     node.inputs.push_back(std::move(e));
@@ -190,10 +218,29 @@ void backward(const Variable& root, const Tensor& grad_output, const LeafReadyFn
 
 void clear_tape() {
   tape().nodes.clear();
-  ++tape().epoch;
+  tape().epoch = next_epoch();
 }
 
 size_t tape_size() { return tape().nodes.size(); }
+
+struct TapeScope::Nested {
+  Tape tape;
+  Tape* outer = nullptr;
+  StandIns stand_ins;  // keeps the listed variables alive while the tape maps their states
+};
+
+TapeScope::TapeScope(StandIns stand_ins) : nested_(std::make_unique<Nested>()) {
+  Tape& t = nested_->tape;
+  t.scoped = true;
+  for (const auto& [outer, stand_in] : stand_ins) {
+    t.stand_in_of[outer.state().get()] = stand_in.state();
+    t.stand_ins.insert(stand_in.state().get());
+  }
+  nested_->stand_ins = std::move(stand_ins);
+  nested_->outer = std::exchange(current_tape(), &t);
+}
+
+TapeScope::~TapeScope() { current_tape() = nested_->outer; }
 
 NoGradGuard::NoGradGuard() : previous_(tape().grad_enabled) { tape().grad_enabled = false; }
 NoGradGuard::~NoGradGuard() { tape().grad_enabled = previous_; }

@@ -10,6 +10,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "alpha/tensor/tensor.h"
@@ -78,6 +79,27 @@ void clear_tape();
 size_t tape_size();
 
 bool grad_enabled();
+
+// Gives this thread a fresh tape (recording enabled) for the scope's lifetime, then restores the previous
+// tape untouched: a backward function can record a graph and backpropagate it (activation recomputation)
+// while the backward running it is still walking the outer tape, which backward() would otherwise clear.
+// stand_ins pairs each outer Variable the nested graph may reach with a fresh leaf over the same storage:
+// an edge recorded to an outer leaf goes to its stand-in, so the nested backward accumulates into the
+// stand-in and the outer leaf's gradient is left to the outer tape. A recorded leaf that requires a
+// gradient and is neither listed nor a stand-in raises ValueError naming it: the nested backward would
+// add straight into its gradient, out of the outer backward's order.
+class TapeScope {
+ public:
+  using StandIns = std::vector<std::pair<Variable, Variable>>;  // (outer variable, its stand-in)
+  explicit TapeScope(StandIns stand_ins = {});
+  ~TapeScope();
+  TapeScope(const TapeScope&) = delete;
+  TapeScope& operator=(const TapeScope&) = delete;
+
+ private:
+  struct Nested;
+  std::unique_ptr<Nested> nested_;
+};
 
 // Disables recording in its scope.
 class NoGradGuard {

@@ -163,11 +163,12 @@ double DataParallel::grad_norm() {
   return std::sqrt(scalar_.item());
 }
 
-double DataParallel::sharded_step(double lr, double grad_clip, double norm, const AdamW& adamw) {
+double DataParallel::sharded_step(double lr, double grad_clip, double norm, const AdamW& adamw, double loss_scale) {
   if (!options_.zero1)
     raise<ConfigError>("DataParallel::sharded_step", "zero1", "a DataParallel built with zero1 on", "zero1 off");
   std::vector<Tensor> shards = gradient_shards();
-  double coef = grad_clip > 0 ? ops::clip_grad_norm(shards, grad_clip, norm) : 1.0;
+  const double coef = grad_clip > 0 ? ops::clip_coefficient(grad_clip, norm) : 1.0;
+  ops::scale_grads(shards, coef / loss_scale);
   ++step_count_;
   ops::AdamWConfig config{lr, adamw.beta1, adamw.beta2, adamw.eps, 0.0, step_count_};
   for (const auto& s : segments_) {

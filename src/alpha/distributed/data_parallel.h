@@ -82,13 +82,14 @@ class DataParallel {
   // ZeRO-1 only. The global L2 norm of the averaged gradients (each rank's shards' sum of squares, summed
   // over the ranks): the same value on every rank. A collective.
   double grad_norm();
-  // ZeRO-1 only: clips the shards by `norm` (grad_norm()'s, finite) when grad_clip > 0, runs AdamW on this
-  // rank's shards with learning rate lr, and all-gathers the updated parameters into every rank's model.
-  // Returns the factor the gradients were scaled by.
+  // ZeRO-1 only: divides the shards by loss_scale (a power of two: the loss was multiplied by it; 1 without
+  // loss scaling) and clips them by `norm` (grad_norm()'s divided by loss_scale, finite) when grad_clip > 0,
+  // in one pass; runs AdamW on this rank's shards with learning rate lr, and all-gathers the updated
+  // parameters into every rank's model. Returns the clip coefficient.
   struct AdamW {
     double beta1, beta2, eps, weight_decay;
   };
-  double sharded_step(double lr, double grad_clip, double norm, const AdamW& adamw);
+  double sharded_step(double lr, double grad_clip, double norm, const AdamW& adamw, double loss_scale = 1.0);
 
   // The average of one value over the ranks (the logged loss); a collective.
   double average(double value);

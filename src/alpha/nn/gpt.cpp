@@ -28,7 +28,33 @@ class DropoutSites {
   uint64_t site_ = 0;
 };
 
+// A block's dropout configurations, drawn before it runs so that a recomputation of the block (level
+// "block") redraws the masks of its first run. Sites in the order the model has always drawn them: the
+// attention probabilities, then the two residual branches.
+struct BlockDropout {
+  ops::DropoutConfig attention, attn_residual, mlp_residual;
+
+  static BlockDropout draw(DropoutSites& sites) {
+    BlockDropout d;
+    d.attention = sites.next();
+    d.attn_residual = sites.next();
+    d.mlp_residual = sites.next();
+    return d;
+  }
+};
+
+autograd::LayerNormParams params_of(const LayerNorm& norm) {
+  return {norm.compute_weight(), norm.compute_bias(), norm.eps()};
+}
+
 }  // namespace
+
+std::optional<Recompute> recompute_from_name(std::string_view name) {
+  if (name == "none") return Recompute::none;
+  if (name == "ln_gelu") return Recompute::ln_gelu;
+  if (name == "block") return Recompute::block;
+  return std::nullopt;
+}
 
 class CausalSelfAttention : public Module {
  public:
@@ -50,10 +76,17 @@ class CausalSelfAttention : public Module {
     add_child(*nsa_v_);
   }
 
-  Variable forward(const Variable& x, DropoutSites& dropout) const {  // (B, T, C)
+  // attn(norm(x)) for the block's input x (B, T, C) and its first LayerNorm. With recompute_norm the normalised
+  // x is recomputed in backward, unless NSA's gate reads it too.
+  Variable forward(const Variable& x, const LayerNorm& norm, bool recompute_norm,
+                   const ops::DropoutConfig& probs) const {
     int64_t B = x.size(0), T = x.size(1), D = config_.head_dim();
     int64_t q_width = config_.n_head * D, kv_width = config_.n_kv_head * D;
-    Variable qkv = qkv_.forward(x);  // (B, T, (Hq + 2·Hkv)·D)
+    const bool keep_normed = !recompute_norm || nsa_gate_;
+    Variable normed = keep_normed ? norm.forward(x) : Variable();
+    Variable qkv = keep_normed  // (B, T, (Hq + 2·Hkv)·D)
+                       ? qkv_.forward(normed)
+                       : autograd::layernorm_linear(x, params_of(norm), qkv_.compute_weight(), qkv_.compute_bias());
     // Strided views of qkv: the attention reads them in place (unit stride along D).
     Variable q = autograd::reshape(autograd::slice(qkv, 2, 0, q_width), {B, T, config_.n_head, D});
     Variable k = autograd::reshape(autograd::slice(qkv, 2, q_width, q_width + kv_width), {B, T, config_.n_kv_head, D});
@@ -62,11 +95,10 @@ class CausalSelfAttention : public Module {
     ops::AttentionConfig attention;
     attention.causal = true;
     attention.softcap = config_.attn_softcap;
-    ops::DropoutConfig probs = dropout.next();
     attention.dropout_p = probs.p;
     attention.dropout_seed = probs.seed;
     attention.dropout_offset = probs.offset;
-    Variable y = nsa_gate_ ? nsa(x, q, k, v)
+    Variable y = nsa_gate_ ? nsa(normed, q, k, v)
                  : flash_  ? autograd::flash_attention(q, k, v, attention)
                            : autograd::attention_materialized(q, k, v, attention);  // (B, T, Hq, D)
     return proj_.forward(autograd::reshape(y, {B, T, config_.n_embd}));
@@ -108,7 +140,12 @@ class MLP : public Module {
     add_child(proj_);
   }
 
-  Variable forward(const Variable& x) const { return gelu_mlp(fc_, proj_, x); }  // proj(gelu(fc(x)))
+  // proj(gelu(fc(norm(x)))); with recompute_norm_gelu neither norm(x) nor the GELU output is kept.
+  Variable forward(const Variable& x, const LayerNorm& norm, bool recompute_norm_gelu) const {
+    if (!recompute_norm_gelu) return gelu_mlp(fc_, proj_, norm.forward(x));
+    return autograd::layernorm_gelu_mlp(x, params_of(norm), fc_.compute_weight(), fc_.compute_bias(),
+                                        proj_.compute_weight(), proj_.compute_bias());
+  }
 
  private:
   Linear fc_;
@@ -129,12 +166,19 @@ class Block : public Module {
     add_child(mlp_);
   }
 
-  Variable forward(const Variable& x, DropoutSites& dropout) const {
-    // Sites are drawn in statement order (argument evaluation order is unspecified): attention, then the
-    // two residual branches.
-    Variable attn = attn_.forward(ln1_.forward(x), dropout);
-    Variable h = autograd::residual_dropout_add(x, attn, dropout.next());
-    return autograd::residual_dropout_add(h, mlp_.forward(ln2_.forward(h)), dropout.next());
+  // recompute_norms: level "ln_gelu" (each LayerNorm fused into the layer reading it, the GELU output dropped).
+  Variable forward(const Variable& x, const BlockDropout& dropout, bool recompute_norms) const {
+    Variable h = autograd::residual_dropout_add(x, attn_.forward(x, ln1_, recompute_norms, dropout.attention),
+                                                dropout.attn_residual);
+    return autograd::residual_dropout_add(h, mlp_.forward(h, ln2_, recompute_norms), dropout.mlp_residual);
+  }
+
+  // forward(x) keeping only x (level "block"): backward runs the block again, with the same dropout masks.
+  Variable forward_checkpointed(const Variable& x, const BlockDropout& dropout) const {
+    std::vector<Variable> parameters;
+    for (const NamedParameter& p : named_parameters()) parameters.push_back(p.variable);
+    auto block = [this, dropout](const std::vector<Variable>& in) { return forward(in[0], dropout, false); };
+    return autograd::checkpoint(block, {x}, parameters);
   }
 
  private:
@@ -204,11 +248,18 @@ GPTOutput GPT::forward(const Tensor& ids, const Tensor& targets, const ForwardOp
 
   Variable x = autograd::add(wte_.forward(ids.to(device())), wpe_.forward(position_ids));  // (B, T, C)
   if (dropout.active()) x = autograd::dropout(x, dropout.next());
-  for (const auto& block : blocks_) x = block->forward(x, dropout);
-  x = ln_f_.forward(x);
+  const bool recompute_norms = options.recompute == Recompute::ln_gelu;
+  for (const auto& block : blocks_) {
+    BlockDropout block_dropout = BlockDropout::draw(dropout);
+    x = options.recompute == Recompute::block ? block->forward_checkpointed(x, block_dropout)
+                                              : block->forward(x, block_dropout, recompute_norms);
+  }
   // The tied head casts the table again rather than reusing the embedding's cast: with bf16 compute, one
   // shared cast would sum the two uses' gradients in bf16; two casts each bring theirs to f32 first.
-  Variable logits = lm_head_ ? lm_head_->forward(x) : autograd::linear(x, options_.for_compute(wte_.weight()), Variable());  // (B, T, V)
+  Variable head_weight = lm_head_ ? lm_head_->compute_weight() : options_.for_compute(wte_.weight());
+  Variable head_bias = lm_head_ ? lm_head_->compute_bias() : Variable();
+  Variable logits = recompute_norms ? autograd::layernorm_linear(x, params_of(ln_f_), head_weight, head_bias)
+                                    : autograd::linear(ln_f_.forward(x), head_weight, head_bias);  // (B, T, V)
   if (config_.logit_softcap > 0.0) logits = autograd::softcap(logits, config_.logit_softcap);
 
   GPTOutput out{logits, Variable()};

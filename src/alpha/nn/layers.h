@@ -52,6 +52,11 @@ class LayerNorm : public Module {
  public:
   LayerNorm(std::string prefix, int64_t dim, bool bias, double eps, const ParameterOptions& options);
   autograd::Variable forward(const autograd::Variable& x) const;
+  // The parameters as the computation takes them, for functions that fuse the normalisation into the layer
+  // reading it (autograd::layernorm_linear); the bias is undefined without one.
+  autograd::Variable compute_weight() const { return options_.for_compute(*weight_); }
+  autograd::Variable compute_bias() const { return bias_ ? options_.for_compute(*bias_) : autograd::Variable(); }
+  double eps() const { return eps_; }
 
  private:
   autograd::Variable* weight_;

@@ -146,17 +146,27 @@ double global_grad_norm(const std::vector<Tensor>& grads) {
   return global_grad_norm_tensor(grads).to(Device::cpu()).item();
 }
 
-double clip_grad_norm(std::vector<Tensor>& grads, double max_norm, double norm) {
+double clip_coefficient(double max_norm, double norm) {
   constexpr std::string_view op = "clip_grad_norm";
   require(op, "max_norm", max_norm, positive(max_norm), "a finite value > 0");
   require(op, "norm", norm, non_negative(norm), "a finite norm >= 0");
+  return std::min(1.0, max_norm / (norm + 1e-6));
+}
+
+void scale_grads(std::vector<Tensor>& grads, double factor) {
+  constexpr std::string_view op = "scale_grads";
   check_clip_grads(op, grads);
-  double coefficient = std::min(1.0, max_norm / (norm + 1e-6));
-  if (coefficient == 1.0) return coefficient;
+  if (factor == 1.0) return;
   for (Tensor& g : grads)
     dispatch_float(op, g, [&]<class T>(const auto& where) {
-      ALPHA_KERNEL(scale)(where, kernels::ScaleArgs<T>{g.data<T>(), g.data<T>(), acc_t<T>(coefficient), g.numel()});
+      ALPHA_KERNEL(scale)(where, kernels::ScaleArgs<T>{g.data<T>(), g.data<T>(), acc_t<T>(factor), g.numel()});
     });
+}
+
+double clip_grad_norm(std::vector<Tensor>& grads, double max_norm, double norm) {
+  const double coefficient = clip_coefficient(max_norm, norm);
+  check_clip_grads("clip_grad_norm", grads);
+  scale_grads(grads, coefficient);
   return coefficient;
 }
 

@@ -47,7 +47,12 @@ double global_grad_norm(const std::vector<Tensor>& grads);
 // The same norm as a 0-d f64 tensor on the grads' device (the CPU for an empty list), without waiting.
 Tensor global_grad_norm_tensor(const std::vector<Tensor>& grads);
 
-// Scales every grad by min(1, max_norm / (norm + 1e-6)) in place; returns that coefficient.
+// min(1, max_norm / (norm + 1e-6)): the factor clip_grad_norm scales the grads by (max_norm > 0, norm finite
+// and >= 0; ValueError otherwise).
+double clip_coefficient(double max_norm, double norm);
+// Multiplies every grad by `factor` in place (no pass at all for 1).
+void scale_grads(std::vector<Tensor>& grads, double factor);
+// Scales every grad by clip_coefficient(max_norm, norm) in place; returns that coefficient.
 double clip_grad_norm(std::vector<Tensor>& grads, double max_norm, double norm);
 // The same with the norm as a 0-d f64 tensor on the grads' device (global_grad_norm_tensor's): the
 // coefficient is computed there (a NaN norm gives 1, an infinite one 0: the caller checks the norm) and

@@ -74,8 +74,16 @@ ClipResult AdamW::clip_grad_norm(double max_norm) {
 ClipResult AdamW::clip_grad_norm(double max_norm, double norm) {
   if (!(max_norm > 0.0))
     raise<ValueError>("AdamW::clip_grad_norm", "max_norm", "a value > 0", std::to_string(max_norm));
-  std::vector<Tensor> grads = gradients("AdamW::clip_grad_norm");
-  double coef = ops::clip_grad_norm(grads, max_norm, norm);
+  return unscale_and_clip(1.0, max_norm, norm);
+}
+
+ClipResult AdamW::unscale_and_clip(double loss_scale, double max_norm, double scaled_norm) {
+  if (!(loss_scale >= 1.0) || !std::isfinite(loss_scale))
+    raise<ValueError>("AdamW::unscale_and_clip", "loss_scale", "a finite value >= 1", std::to_string(loss_scale));
+  std::vector<Tensor> grads = gradients("AdamW::unscale_and_clip");
+  const double norm = scaled_norm / loss_scale;
+  const double coef = max_norm > 0.0 ? ops::clip_coefficient(max_norm, norm) : 1.0;
+  ops::scale_grads(grads, coef / loss_scale);
   return {norm, coef};
 }
 

@@ -46,6 +46,11 @@ class AdamW {
   // The same with the norm grad_norm() returned (so a caller can check it for NaN/Inf before clipping);
   // `norm` must be finite.
   ClipResult clip_grad_norm(double max_norm, double norm);
+  // For the gradients of a loss multiplied by loss_scale (a power of two, LossScaler's; 1 without one), whose
+  // global norm grad_norm() gave as scaled_norm (finite): divides them by loss_scale and, when max_norm > 0,
+  // clips them to max_norm, in one pass. Returns the unscaled norm and the clip coefficient. The resulting
+  // bits equal clip_grad_norm's on the unscaled gradients (a power-of-two factor changes no rounding).
+  ClipResult unscale_and_clip(double loss_scale, double max_norm, double scaled_norm);
   void zero_grad();
 
   int64_t step_count() const { return step_count_; }

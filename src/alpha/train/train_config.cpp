@@ -2,6 +2,8 @@
 
 #include "alpha/core/device.h"
 #include "alpha/core/error.h"
+#include "alpha/nn/gpt.h"
+#include "alpha/train/loss_scaler.h"
 
 namespace alpha::train {
 
@@ -34,8 +36,9 @@ void read_field(const nlohmann::json& j, const char* name, T& value) {
   X(steps) X(batch_size) X(seq_len) X(grad_accum) X(lr) X(min_lr) X(warmup_steps) X(lr_decay_steps)    \
   X(weight_decay) X(decay_embeddings) X(beta1) X(beta2) X(adam_eps) X(grad_clip) X(max_nonfinite_steps) \
   X(eval_every) X(eval_batches) X(save_every) X(keep_last) X(data_seed) X(val_fraction) X(sample_tokens) \
-  X(temperature) X(top_k) X(prompt) X(device) X(precision) X(tf32) \
-  X(zero1) X(deterministic_reduce) X(bucket_mb) X(dist_timeout_s)
+  X(temperature) X(top_k) X(prompt) X(device) X(precision) X(loss_scaling) X(loss_scale) \
+  X(loss_scale_growth_interval) X(tf32) \
+  X(zero1) X(deterministic_reduce) X(bucket_mb) X(dist_timeout_s) X(recompute)
 
 TrainConfig TrainConfig::from_json(const nlohmann::json& j) {
   if (!j.is_object()) raise<ConfigError>(kWhat, "(root)", "a JSON object", j.dump());
@@ -87,10 +90,16 @@ void TrainConfig::validate() const {
   require(bucket_mb >= 1, "bucket_mb", ">= 1", str(bucket_mb));
   require(dist_timeout_s > 0, "dist_timeout_s", "> 0", str(dist_timeout_s));
   Device where = Device::parse(device, "device");
-  require(precision == "f32" || precision == "bf16", "precision", "\"f32\" or \"bf16\"", str(precision));
+  require(precision == "f32" || precision == "bf16" || precision == "f16", "precision",
+          "\"f32\", \"bf16\" or \"f16\"", str(precision));
   require(precision == "f32" || where.is_cuda(), "precision",
-          "\"f32\" on the CPU (bf16 compute needs a CUDA device)", str(precision));
+          "\"f32\" on the CPU (bf16 and f16 compute need a CUDA device)", str(precision));
+  require(loss_scaling == "auto" || loss_scaling == "dynamic" || loss_scaling == "off", "loss_scaling",
+          "\"auto\", \"dynamic\" or \"off\"", str(loss_scaling));
+  require(valid_loss_scale(loss_scale), "loss_scale", "a power of two in [1, 2^24]", str(loss_scale));
+  require(loss_scale_growth_interval >= 1, "loss_scale_growth_interval", ">= 1", str(loss_scale_growth_interval));
   require(!tf32 || where.is_cuda(), "tf32", "false on the CPU (TF32 is a GPU tensor-core format)", str(tf32));
+  require(nn::recompute_from_name(recompute).has_value(), "recompute", nn::kRecomputeNames, str(recompute));
 }
 
 nlohmann::json merge_fields(const nlohmann::json& base, const nlohmann::json& overrides, const std::string& what) {

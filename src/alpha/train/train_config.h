@@ -40,17 +40,29 @@ struct TrainConfig {
   int64_t top_k = 40;
   std::string prompt = "";       // sampling prompt; empty = start from the end-of-text token
   std::string device = "cpu";
-  // "f32", or "bf16": bf16 activations and weights for compute, f32 master weights and optimizer state
-  // (a CUDA device only: the CPU backend computes in f32 and f64).
+  // "f32"; "bf16": bf16 activations and weights for compute, f32 master weights and optimizer state; "f16":
+  // the same in f16, with dynamic loss scaling (a CUDA device only: the CPU backend computes in f32 and f64).
   std::string precision = "f32";
+  // "auto" (dynamic for f16, off otherwise), "dynamic" or "off": the loss multiplied by a power-of-two scale
+  // before backward, the gradients divided by it, steps with an Inf/NaN gradient skipped with the scale halved,
+  // the scale doubled after loss_scale_growth_interval finite steps (train/loss_scaler.h). Without an overflow
+  // it changes no bit of the update, so "dynamic" is valid at every precision.
+  std::string loss_scaling = "auto";
+  double loss_scale = 65536;                  // the initial scale, a power of two in [1, 2^24]
+  int64_t loss_scale_growth_interval = 1000;  // finite steps in a row before the scale doubles
   // Data parallel over several ranks (docs/DISTRIBUTED.md); batch_size is per rank.
   bool zero1 = false;               // shard AdamW's state over the ranks (reduce-scatter + all-gather)
   bool deterministic_reduce = false; // fixed NCCL algorithm (ring, simple protocol): runs repeat bit for bit
   int64_t bucket_mb = 25;           // gradient bucket size in MiB
   double dist_timeout_s = 300;      // a collective waiting longer for a peer fails the run, naming the rank
   bool tf32 = false;             // f32 matmuls on a GPU may use TF32 tensor cores (10-bit mantissa inputs)
+  // Activation recomputation (nn::Recompute): "none"; "ln_gelu" (LayerNorm and GELU outputs recomputed in
+  // backward, no matmul); "block" (each block keeps its input only and runs again in backward). Less memory
+  // for more backward time; the gradients do not change (docs/PERFORMANCE.md).
+  std::string recompute = "none";
 
   int64_t effective_seq_len(int64_t block_size) const { return seq_len > 0 ? seq_len : block_size; }
+  bool scales_loss() const { return loss_scaling == "dynamic" || (loss_scaling == "auto" && precision == "f16"); }
   int64_t effective_decay_steps() const { return lr_decay_steps > 0 ? lr_decay_steps : steps; }
   int64_t effective_warmup_steps() const { return std::min(warmup_steps, effective_decay_steps()); }
 

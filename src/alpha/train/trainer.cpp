@@ -14,6 +14,7 @@
 #include "alpha/nn/sampling.h"
 #include "alpha/ops/matmul.h"
 #include "alpha/train/checkpoint.h"
+#include "alpha/train/loss_scaler.h"
 #include "alpha/train/optimizer.h"
 #include "alpha/train/optimizer_shards.h"
 #include "alpha/train/schedule.h"
@@ -106,6 +107,7 @@ struct Trainer::Data {
   std::unique_ptr<WarmupCosineSchedule> schedule;
   std::unique_ptr<MetricsWriter> metrics;  // rank 0 only
   std::unique_ptr<distributed::DataParallel> parallel;  // with a communicator
+  std::unique_ptr<LossScaler> scaler;                    // with loss scaling (f16 by default)
 };
 
 namespace {
@@ -142,9 +144,10 @@ Trainer::Trainer(TrainerOptions options) : options_(std::move(options)), data_(s
   if (rank == 0) prepare_data();
   if (options_.communicator) distributed::barrier(*options_.communicator);
   if (rank != 0) prepare_data();
-  // Parameters (the master weights) and optimizer state stay f32; bf16 precision computes in bf16.
+  // Parameters (the master weights) and optimizer state stay f32; bf16 and f16 precision compute in them.
   std::optional<DType> compute_dtype;
   if (options_.train.precision == "bf16") compute_dtype = DType::bf16;
+  if (options_.train.precision == "f16") compute_dtype = DType::f16;
   ops::set_allow_tf32(options_.train.tf32);
   model_ = std::make_unique<nn::GPT>(options_.model, DType::f32, device, compute_dtype);
 
@@ -159,6 +162,8 @@ Trainer::Trainer(TrainerOptions options) : options_(std::move(options)), data_(s
     data_->parallel = std::make_unique<distributed::DataParallel>(
         *options_.communicator, parameters,
         distributed::DataParallelOptions{t.bucket_mb << 20, t.zero1});
+  if (t.scales_loss())
+    data_->scaler = std::make_unique<LossScaler>(LossScalerOptions{t.loss_scale, t.loss_scale_growth_interval});
   data_->schedule = std::make_unique<WarmupCosineSchedule>(t.lr, t.min_lr, t.effective_warmup_steps(), t.effective_decay_steps());
   if (options_.resume) resume_from_checkpoint();
   if (rank != 0) return;
@@ -237,6 +242,7 @@ void Trainer::resume_from_checkpoint() {
     data_->optimizer->load_state(moments, ckpt.state.at("optimizer_step").get<int64_t>());
   }
   data_->train->seek(ckpt.state.at("data").get<data::LoaderPosition>());
+  if (data_->scaler && ckpt.state.contains("loss_scaler")) data_->scaler->load_state(ckpt.state["loss_scaler"]);
   if (rank == 0) truncate_metrics(options_.run_dir, steps_done_);
 }
 
@@ -270,6 +276,7 @@ void Trainer::save(int64_t steps_done) {
                 {"rng", {{"model_seed", options_.model.seed}, {"data_seed", options_.train.data_seed}}},
                 {"optimizer_step", sharded(options_) ? data_->parallel->step_count() : data_->optimizer->step_count()},
                 {"parallel", layout_of(options_).to_json()}};
+  if (data_->scaler) ckpt.state["loss_scaler"] = data_->scaler->state();
   save_checkpoint(options_.run_dir, steps_done, ckpt, int(options_.train.keep_last));
   if (sharded(options_)) prune_optimizer_shards(options_.run_dir);
 }
@@ -286,18 +293,23 @@ std::string Trainer::run(std::optional<int64_t> stop_at_step) {
                 static_cast<long long>(model_->num_parameters()), static_cast<long long>(steps_done_ + 1),
                 static_cast<long long>(last), static_cast<long long>(tokens_per_step), options_.run_dir.c_str());
 
-  int64_t nonfinite_in_a_row = 0;  // skipped steps in a row (non-finite loss or gradient norm)
+  // Skipped steps in a row (non-finite loss or gradient norm), less those the loss scaler answers by halving
+  // its scale: an overflow above the scale's floor is the scaler's business, not the run's.
+  int64_t nonfinite_in_a_row = 0;
+  int64_t last_update = steps_done_;  // the last step that updated the weights
   for (int64_t step = steps_done_; step < last; ++step) {
     CounterSnapshot counters = CounterSnapshot::take(device);
     Stopwatch clock;
     double lr = data_->schedule->lr(step), loss_sum = 0, forward_s = 0, backward_s = 0;
+    // A power of two: the scaled backward's values are exact multiples of the unscaled ones.
+    const double loss_scale = data_->scaler ? data_->scaler->scale() : 1.0;
     for (int64_t micro = 0; micro < t.grad_accum; ++micro) {
       Stopwatch phase;
       data::Batch batch = data_->train->next();
-      nn::ForwardOptions fo{true, uint64_t(step), uint64_t(micro)};
+      nn::ForwardOptions fo{true, uint64_t(step), uint64_t(micro), *nn::recompute_from_name(t.recompute)};
       autograd::Variable loss = model_->forward(batch.inputs, batch.targets, fo).loss;
       loss_sum += loss.value().item();
-      if (t.grad_accum > 1) loss = autograd::scale(loss, 1.0 / double(t.grad_accum));
+      if (t.grad_accum > 1 || loss_scale != 1.0) loss = autograd::scale(loss, loss_scale / double(t.grad_accum));
       forward_s += phase.seconds();
       phase.restart();
       // In the last micro-step each gradient bucket is reduced as soon as backward completes it.
@@ -312,15 +324,19 @@ std::string Trainer::run(std::optional<int64_t> stop_at_step) {
     inject_gradient_fault(*model_, step + 1);  // test-only, off unless ALPHA_FAULT_* is set
     Stopwatch phase;
     // A NaN or Inf in the loss or the gradients skips the step: no parameter or optimizer-state update.
-    const double norm = sharded(options_) ? data_->parallel->grad_norm() : data_->optimizer->grad_norm();
+    const double scaled_norm = sharded(options_) ? data_->parallel->grad_norm() : data_->optimizer->grad_norm();
+    const double norm = scaled_norm / loss_scale;  // exact: a power of two
     const bool skipped = !std::isfinite(norm) || !std::isfinite(loss_sum);
-    nonfinite_in_a_row = skipped ? nonfinite_in_a_row + 1 : 0;
+    const bool scaler_backs_off = data_->scaler && skipped && std::isfinite(loss_sum) && !data_->scaler->at_floor();
+    if (data_->scaler) data_->scaler->update(!skipped);
+    if (!skipped) nonfinite_in_a_row = 0;
+    else if (!scaler_backs_off) ++nonfinite_in_a_row;
     ClipResult clip{norm, skipped ? std::nan("") : 1.0};
     if (!skipped && sharded(options_)) {
-      clip.clip_coef =
-          data_->parallel->sharded_step(lr, t.grad_clip, norm, {t.beta1, t.beta2, t.adam_eps, t.weight_decay});
+      clip.clip_coef = data_->parallel->sharded_step(lr, t.grad_clip, norm,
+                                                     {t.beta1, t.beta2, t.adam_eps, t.weight_decay}, loss_scale);
     } else if (!skipped) {
-      if (t.grad_clip > 0) clip = data_->optimizer->clip_grad_norm(t.grad_clip, norm);
+      clip = data_->optimizer->unscale_and_clip(loss_scale, t.grad_clip, scaled_norm);
       data_->optimizer->step(lr);
     }
     data_->optimizer->zero_grad();
@@ -344,6 +360,8 @@ std::string Trainer::run(std::optional<int64_t> stop_at_step) {
                              {"fresh_allocations", used.fresh_allocations}, {"peak_bytes", used.peak_bytes}};
     record["val_loss"] = std::isnan(val_loss) ? nlohmann::json(nullptr) : nlohmann::json(val_loss);
     record["skipped"] = skipped;
+    if (data_->scaler) record["loss_scale"] = loss_scale;
+    if (!skipped) last_update = steps_done_;
     if (data_->metrics) data_->metrics->write(std::move(record));
     if (options_.echo) progress.update(steps_done_, loss, tokens_per_second);
     if (options_.echo && (evaluate || (!progress.enabled() && steps_done_ == 1))) {
@@ -359,23 +377,32 @@ std::string Trainer::run(std::optional<int64_t> stop_at_step) {
     }
     if (skipped && options_.echo) {
       progress.finish();
-      std::printf("step %5lld  skipped: non-finite %s (loss %s, grad_norm %s), no update; %lld in a row%s\n",
-                  static_cast<long long>(steps_done_), std::isfinite(loss_sum) ? "gradients" : "loss",
-                  number_text(loss).c_str(), number_text(norm).c_str(),
-                  static_cast<long long>(nonfinite_in_a_row),
-                  t.max_nonfinite_steps > 0 ? (", the run stops at " + std::to_string(t.max_nonfinite_steps)).c_str()
-                                            : "");
+      if (scaler_backs_off)
+        std::printf("step %5lld  skipped: non-finite gradients at loss scale %g, no update; the scale is now %g\n",
+                    static_cast<long long>(steps_done_), loss_scale, data_->scaler->scale());
+      else
+        std::printf("step %5lld  skipped: non-finite %s (loss %s, grad_norm %s), no update; %lld in a row%s\n",
+                    static_cast<long long>(steps_done_), std::isfinite(loss_sum) ? "gradients" : "loss",
+                    number_text(loss).c_str(), number_text(norm).c_str(),
+                    static_cast<long long>(nonfinite_in_a_row),
+                    t.max_nonfinite_steps > 0 ? (", the run stops at " + std::to_string(t.max_nonfinite_steps)).c_str()
+                                              : "");
       std::fflush(stdout);
     }
     if (skipped && t.max_nonfinite_steps > 0 && nonfinite_in_a_row >= t.max_nonfinite_steps) {
       progress.finish();
       // The weights and optimizer state are still those of the last finite step: keep them resumable.
       save(steps_done_);
-      const int64_t first_bad = steps_done_ - nonfinite_in_a_row + 1;
+      const int64_t first_bad = last_update + 1;
       throw NumericError("[train] steps " + std::to_string(first_bad) + " to " + std::to_string(steps_done_) + ": " +
                          std::to_string(nonfinite_in_a_row) +
                          " steps in a row had a non-finite loss or gradient norm (max_nonfinite_steps " +
-                         std::to_string(t.max_nonfinite_steps) + "), training stopped; the weights and optimizer "
+                         std::to_string(t.max_nonfinite_steps) +
+                         (steps_done_ - last_update > nonfinite_in_a_row
+                              ? "; " + std::to_string(steps_done_ - last_update - nonfinite_in_a_row) +
+                                    " more were overflows the loss scaler answered"
+                              : std::string()) +
+                         "), training stopped; the weights and optimizer "
                          "state of step " + std::to_string(first_bad - 1) + ", the last finite step, are saved in '" +
                          checkpoint_dir(options_.run_dir, steps_done_).string() +
                          "' (alpha train --resume continues after the bad batches; try a lower --lr)");

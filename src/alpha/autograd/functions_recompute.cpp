@@ -1,0 +1,123 @@
+// Activation recomputation: differentiable functions that keep less for backward and recompute the rest
+// there (functions.h, "Activation recomputation"). Level "ln_gelu" fuses a LayerNorm into the layer that
+// reads its output, and drops the GELU output of the MLP; level "block" is the checkpoint of a whole
+// segment. Every recomputation runs the forward's ops on the forward's inputs, so on the CPU the gradients
+// are those of the unrecomputed graph bit for bit (tests/nn/test_recompute.cpp).
+#include "alpha/autograd/functions.h"
+#include "alpha/ops/activation.h"
+#include "alpha/ops/layernorm.h"
+#include "alpha/ops/matmul.h"
+
+namespace alpha::autograd {
+
+namespace {
+
+Tensor value_or_undefined(const Variable& v) { return v.defined() ? v.value() : Tensor(); }
+
+// What a fused LayerNorm keeps: its input and parameters. ops::layernorm returns the per-row statistics with
+// the output (no op normalises with given statistics), so backward recomputes all three from x: the same
+// bits as the forward's.
+struct NormInputs {
+  Tensor x, weight, bias;
+  double eps;
+
+  NormInputs(const Variable& x, const LayerNormParams& norm)
+      : x(x.value()), weight(norm.weight.value()), bias(value_or_undefined(norm.bias)), eps(norm.eps) {}
+
+  ops::LayerNormOutput normalise() const { return ops::layernorm(x, weight, bias, eps); }
+
+  // Gradients of x, weight and bias (needs[0..2]) from the gradient of the normalised output.
+  std::vector<Tensor> backward(const Tensor& dnormed, const ops::LayerNormOutput& normed,
+                               const std::vector<bool>& needs) const {
+    ops::LayerNormGrads g =
+        ops::layernorm_backward(dnormed, x, weight, normed.mean, normed.rstd, needs[0], needs[1], needs[2]);
+    return {g.dx, g.dweight, g.dbias};
+  }
+};
+
+}  // namespace
+
+// Inputs x, norm weight, norm bias, weight, bias. Backward: the normalised x again, linear's gradients from
+// it, then LayerNorm's from the input gradient linear returns.
+Variable layernorm_linear(const Variable& x, const LayerNormParams& norm, const Variable& weight,
+                          const Variable& bias) {
+  NormInputs norm_inputs(x, norm);
+  Tensor y = ops::linear(norm_inputs.normalise().y, weight.value(), value_or_undefined(bias));
+  return record("layernorm_linear", y, {x, norm.weight, norm.bias, weight, bias}, [&] {
+    Tensor w = weight.value();
+    return BackwardFn([norm_inputs, w](const Tensor& g, const std::vector<bool>& needs) {
+      const bool need_dnormed = needs[0] || needs[1] || needs[2];  // x or the norm's parameters
+      ops::LayerNormOutput normed = norm_inputs.normalise();
+      ops::LinearGrads linear = ops::linear_backward(g, normed.y, w, need_dnormed, needs[3], needs[4]);
+      std::vector<Tensor> grads = need_dnormed ? norm_inputs.backward(linear.dx, normed, needs)
+                                               : std::vector<Tensor>(3);
+      grads.insert(grads.end(), {linear.dweight, linear.dbias});
+      return grads;
+    });
+  });
+}
+
+// Inputs x, norm weight, norm bias, fc weight, fc bias, proj weight, proj bias. Keeps x and fc's
+// pre-activation; backward recomputes h = gelu(pre) for proj's weight gradient (ops::gelu is the formula
+// linear_gelu's epilogue applies to pre), then, as gelu_mlp, the gradient of pre from proj's input-gradient
+// GEMM with a DGELU epilogue, and last the normalised x for fc's weight gradient and LayerNorm's backward.
+Variable layernorm_gelu_mlp(const Variable& x, const LayerNormParams& norm, const Variable& fc_weight,
+                            const Variable& fc_bias, const Variable& proj_weight, const Variable& proj_bias) {
+  std::vector<Variable> inputs{x, norm.weight, norm.bias, fc_weight, fc_bias, proj_weight, proj_bias};
+  NormInputs norm_inputs(x, norm);
+  ops::LinearGelu fc = ops::linear_gelu(norm_inputs.normalise().y, fc_weight.value(), value_or_undefined(fc_bias),
+                                        needs_recording(inputs));
+  Tensor y = ops::linear(fc.out, proj_weight.value(), value_or_undefined(proj_bias));
+  return record("layernorm_gelu_mlp", y, inputs, [&] {
+    Tensor w_fc = fc_weight.value(), pre = fc.pre, w_proj = proj_weight.value();
+    return BackwardFn([norm_inputs, w_fc, pre, w_proj](const Tensor& g, const std::vector<bool>& needs) {
+      const bool need_dnormed = needs[0] || needs[1] || needs[2];  // x or the norm's parameters
+      const bool need_dpre = need_dnormed || needs[3];
+      ops::GeluLinearGrads proj =
+          ops::gelu_linear_backward(g, pre, ops::gelu(pre), w_proj, need_dpre, needs[4], needs[5], needs[6]);
+      std::vector<Tensor> grads(3);
+      Tensor dfc_weight;
+      if (need_dpre) {
+        ops::LayerNormOutput normed = norm_inputs.normalise();
+        ops::LinearGrads fc_grads = ops::linear_backward(proj.dpre, normed.y, w_fc, need_dnormed, needs[3], false);
+        dfc_weight = fc_grads.dweight;
+        if (need_dnormed) grads = norm_inputs.backward(fc_grads.dx, normed, needs);
+      }
+      grads.insert(grads.end(), {dfc_weight, proj.dpre_bias, proj.dweight, proj.dbias});
+      return grads;
+    });
+  });
+}
+
+// The node's inputs are `inputs` then `parameters`. Backward gives each a stand-in (a fresh leaf over the
+// same tensor, requiring a gradient where the outer node needs one); the segment reads the inputs' stand-ins
+// as arguments and the parameters through the TapeScope's redirection of their edges.
+Variable checkpoint(const Segment& segment, const std::vector<Variable>& inputs,
+                    const std::vector<Variable>& parameters) {
+  Tensor out;
+  {
+    NoGradGuard no_grad;
+    out = segment(inputs).value();
+  }
+  std::vector<Variable> outer = inputs;
+  outer.insert(outer.end(), parameters.begin(), parameters.end());
+  return record("checkpoint", out, outer, [&] {
+    size_t input_count = inputs.size();
+    return BackwardFn([segment, outer, input_count](const Tensor& g, const std::vector<bool>& needs) {
+      TapeScope::StandIns stand_ins;
+      for (size_t i = 0; i < outer.size(); ++i)
+        stand_ins.emplace_back(outer[i], Variable(outer[i].value(), needs[i], outer[i].name()));
+      std::vector<Variable> segment_inputs;
+      for (size_t i = 0; i < input_count; ++i) segment_inputs.push_back(stand_ins[i].second);
+      TapeScope scope(stand_ins);
+      Variable recomputed = segment(segment_inputs);
+      std::vector<Tensor> grads(outer.size());
+      if (!recomputed.requires_grad()) return grads;  // nothing that needs a gradient reaches the output
+      backward(recomputed, g);
+      for (size_t i = 0; i < outer.size(); ++i) grads[i] = stand_ins[i].second.grad();
+      return grads;
+    });
+  });
+}
+
+}  // namespace alpha::autograd
