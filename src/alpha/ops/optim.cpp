@@ -153,8 +153,10 @@ double clip_coefficient(double max_norm, double norm) {
   return std::min(1.0, max_norm / (norm + 1e-6));
 }
 
-void scale_grads(std::vector<Tensor>& grads, double factor) {
-  constexpr std::string_view op = "scale_grads";
+namespace {
+
+// scale_grads under the name of the op that asked for it (errors name that op).
+void scale_grads_for(std::string_view op, std::vector<Tensor>& grads, double factor) {
   check_clip_grads(op, grads);
   if (factor == 1.0) return;
   for (Tensor& g : grads)
@@ -163,10 +165,13 @@ void scale_grads(std::vector<Tensor>& grads, double factor) {
     });
 }
 
+}  // namespace
+
+void scale_grads(std::vector<Tensor>& grads, double factor) { scale_grads_for("scale_grads", grads, factor); }
+
 double clip_grad_norm(std::vector<Tensor>& grads, double max_norm, double norm) {
   const double coefficient = clip_coefficient(max_norm, norm);
-  check_clip_grads("clip_grad_norm", grads);
-  scale_grads(grads, coefficient);
+  scale_grads_for("clip_grad_norm", grads, coefficient);
   return coefficient;
 }
 

@@ -297,6 +297,7 @@ std::string Trainer::run(std::optional<int64_t> stop_at_step) {
   // its scale: an overflow above the scale's floor is the scaler's business, not the run's.
   int64_t nonfinite_in_a_row = 0;
   int64_t last_update = steps_done_;  // the last step that updated the weights
+  const nn::Recompute recompute = *nn::recompute_from_name(t.recompute);  // validated with the config
   for (int64_t step = steps_done_; step < last; ++step) {
     CounterSnapshot counters = CounterSnapshot::take(device);
     Stopwatch clock;
@@ -306,7 +307,7 @@ std::string Trainer::run(std::optional<int64_t> stop_at_step) {
     for (int64_t micro = 0; micro < t.grad_accum; ++micro) {
       Stopwatch phase;
       data::Batch batch = data_->train->next();
-      nn::ForwardOptions fo{true, uint64_t(step), uint64_t(micro), *nn::recompute_from_name(t.recompute)};
+      nn::ForwardOptions fo{true, uint64_t(step), uint64_t(micro), recompute};
       autograd::Variable loss = model_->forward(batch.inputs, batch.targets, fo).loss;
       loss_sum += loss.value().item();
       if (t.grad_accum > 1 || loss_scale != 1.0) loss = autograd::scale(loss, loss_scale / double(t.grad_accum));
