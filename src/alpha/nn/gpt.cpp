@@ -49,13 +49,6 @@ autograd::LayerNormParams params_of(const LayerNorm& norm) {
 
 }  // namespace
 
-std::optional<Recompute> recompute_from_name(std::string_view name) {
-  if (name == "none") return Recompute::none;
-  if (name == "ln_gelu") return Recompute::ln_gelu;
-  if (name == "block") return Recompute::block;
-  return std::nullopt;
-}
-
 class CausalSelfAttention : public Module {
  public:
   CausalSelfAttention(std::string prefix, const GPTConfig& c, const ParameterOptions& o)

@@ -23,20 +23,6 @@
 
 namespace alpha::nn {
 
-// Activation recomputation in training: what forward keeps for backward and what backward recomputes
-// (autograd/functions.h). The gradients do not depend on the level: bit for bit on the CPU and in f32; in bf16
-// on a GPU, ln_gelu's recomputed GELU output may round differently (docs/PERFORMANCE.md).
-enum class Recompute {
-  none,     // keep every activation backward reads
-  // keep the inputs of the LayerNorms and of the MLP's GELU, not their outputs (recomputed; no matrix product
-  // is); an NSA model keeps ln1's output, which its gate reads beside qkv
-  ln_gelu,
-  block,    // keep each transformer block's input only; backward runs the whole block again
-};
-inline constexpr const char* kRecomputeNames = "\"none\", \"ln_gelu\" or \"block\"";
-// The level named "none", "ln_gelu" or "block"; nullopt for any other name.
-std::optional<Recompute> recompute_from_name(std::string_view name);
-
 struct ForwardOptions {
   bool training = false;  // dropout is active only when training (and config.dropout > 0)
   // Dropout masks are a pure function of (config.seed, step, micro_step), so a resumed run redraws

@@ -215,4 +215,11 @@ GPTConfig load_gpt_config(std::string_view name_or_path, const std::filesystem::
                      got);
 }
 
+std::optional<Recompute> recompute_from_name(std::string_view name) {
+  if (name == "none") return Recompute::none;
+  if (name == "ln_gelu") return Recompute::ln_gelu;
+  if (name == "block") return Recompute::block;
+  return std::nullopt;
+}
+
 }  // namespace alpha::nn

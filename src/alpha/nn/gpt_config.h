@@ -4,6 +4,7 @@
 #pragma once
 #include <cstdint>
 #include <filesystem>
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -52,6 +53,20 @@ struct GPTConfig {
 // materialising attention on either device; "flash": the flash kernels (a GPU only); "nsa": Native Sparse
 // Attention (the CPU reference only, so far).
 inline constexpr std::string_view kAttentionKinds[] = {"auto", "reference", "flash", "nsa"};
+
+// Activation recomputation in training: what forward keeps for backward and what backward recomputes
+// (autograd/functions.h). The gradients do not depend on the level: bit for bit on the CPU and in f32; in bf16
+// on a GPU, ln_gelu's recomputed GELU output may round differently (docs/PERFORMANCE.md).
+enum class Recompute {
+  none,     // keep every activation backward reads
+  // keep the inputs of the LayerNorms and of the MLP's GELU, not their outputs (recomputed; no matrix product
+  // is); an NSA model keeps ln1's output, which its gate reads beside qkv
+  ln_gelu,
+  block,    // keep each transformer block's input only; backward runs the whole block again
+};
+inline constexpr const char* kRecomputeNames = "\"none\", \"ln_gelu\" or \"block\"";
+// The level named "none", "ln_gelu" or "block"; nullopt for any other name.
+std::optional<Recompute> recompute_from_name(std::string_view name);
 
 // Reads and validates a config file; an unreadable file raises IOError, bad JSON or values ConfigError
 // (the message names the file).

@@ -2,7 +2,7 @@
 
 #include "alpha/core/device.h"
 #include "alpha/core/error.h"
-#include "alpha/nn/gpt.h"
+#include "alpha/nn/gpt_config.h"
 #include "alpha/train/loss_scaler.h"
 
 namespace alpha::train {
