@@ -75,6 +75,8 @@ struct TrainArgs {
   bool dashboard = false;
   int dashboard_port = 8765;
   int gpus = 0;  // 0: one process, no launcher
+  bool profile = false;
+  int64_t profile_step = 0;  // 0: the run's third step
   std::unique_ptr<ConfigFlags> model_flags, train_flags;
 };
 
@@ -114,6 +116,8 @@ void run_train(const TrainArgs& args) {
   options.run_dir = args.out;
   options.data = args.data;
   options.resume = args.resume;
+  options.profile = args.profile || args.profile_step != 0;
+  options.profile_step = args.profile_step;
   // The server reads files only when the page asks, so it costs the loop nothing; it lists the run's
   // siblings too (the folder holding --out), for comparison.
   std::unique_ptr<dashboard::DashboardServer> server;
@@ -182,6 +186,11 @@ void add_train_commands(CLI::App& app) {
   train_cmd->add_flag("--dashboard", targs->dashboard, "Serve the live dashboard (on 127.0.0.1) while training");
   train_cmd->add_option("--dashboard-port", targs->dashboard_port, "The dashboard's port; 0 = any free one")
       ->capture_default_str();
+  train_cmd->add_flag("--profile", targs->profile,
+                      "Profile one step (the third): time per op and, on a GPU, per kernel (CUPTI), printed and "
+                      "written to OUT/profile.json");
+  train_cmd->add_option("--profile-step", targs->profile_step, "Profile this step instead (implies --profile)")
+      ->check(CLI::PositiveNumber);
   targs->model_flags = std::make_unique<ConfigFlags>(*train_cmd, nn::GPTConfig().to_json(), "Model");
   targs->train_flags = std::make_unique<ConfigFlags>(*train_cmd, train::TrainConfig().to_json(), "Training");
   train_cmd->callback([targs] { run_train(*targs); });

@@ -95,7 +95,7 @@ AttentionHvp attention_hvp_exact(const Tensor& q, const Tensor& k, const Tensor&
   Tensor vqc = vq.contiguous(), vkc = vk.contiguous(), vvc = vv.contiguous();
   AttentionHvp result{Tensor::empty(q.shape(), DType::f64), Tensor::empty(k.shape(), DType::f64),
                       Tensor::empty(v.shape(), DType::f64)};
-  count_kernel_launch();
+  LaunchScope launch(op, q.device());
   kernels::cpu::attention_hvp_exact(kernels::AttentionHvpArgs{
       qc.data<double>(), kc.data<double>(), vc.data<double>(), gc.data<double>(), vqc.data<double>(),
       vkc.data<double>(), vvc.data<double>(), result.hq.data<double>(), result.hk.data<double>(),

@@ -31,14 +31,37 @@ void check_backend_float(std::string_view op, std::string_view arg, const Tensor
 
 // Kernel launches since the process started (this thread), for the trainer's ops-per-step telemetry.
 uint64_t kernel_launches();
-void count_kernel_launch();
+
+// Told of every kernel launch the ops make on this thread, for the trainer's --profile (train/profiler.h):
+// launch_begin before the kernel is called (or queued, on a CUDA device), launch_end after. A launch may
+// begin inside another's callback; ends come in reverse order of begins.
+class LaunchObserver {
+ public:
+  virtual ~LaunchObserver() = default;
+  virtual void launch_begin(std::string_view op, Device device) = 0;
+  virtual void launch_end() = 0;
+};
+// Installs the observer of this thread's launches (nullptr: none, the default); returns the previous one.
+LaunchObserver* set_launch_observer(LaunchObserver* observer);
+
+// One kernel launch of `op` on `device`, for the scope's life: counted, and shown to the observer.
+class LaunchScope {
+ public:
+  LaunchScope(std::string_view op, Device device);
+  ~LaunchScope();
+  LaunchScope(const LaunchScope&) = delete;
+  LaunchScope& operator=(const LaunchScope&) = delete;
+
+ private:
+  LaunchObserver* observer_;
+};
 
 // Calls fn.template operator()<T>() with T = float or double for a CPU float tensor, raising DeviceError
 // for a device whose backend has no kernel for this op. Counts one kernel launch.
 template <class Fn>
 void dispatch_cpu_float(std::string_view op, const Tensor& t, Fn&& fn) {
   check_cpu_float(op, "input", t);
-  count_kernel_launch();
+  LaunchScope launch(op, t.device());
   if (t.dtype() == DType::f64) fn.template operator()<double>();
   else fn.template operator()<float>();
 }
@@ -55,7 +78,7 @@ struct OnCuda {
 template <class Fn>
 void dispatch_float(std::string_view op, const Tensor& t, Fn&& fn) {
   check_backend_float(op, "input", t);
-  count_kernel_launch();
+  LaunchScope launch(op, t.device());
   if (t.device().is_cpu()) {
     if (t.dtype() == DType::f64) fn.template operator()<double>(OnCpu{});
     else fn.template operator()<float>(OnCpu{});
@@ -77,7 +100,7 @@ void dispatch_float(std::string_view op, const Tensor& t, Fn&& fn) {
 // scalars). Raises DeviceError for a device this build has no backend for. Counts one kernel launch.
 template <class Fn>
 void dispatch_device(std::string_view op, Device device, Fn&& fn) {
-  count_kernel_launch();
+  LaunchScope launch(op, device);
   if (device.is_cpu()) {
     fn(OnCpu{});
     return;

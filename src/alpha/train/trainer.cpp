@@ -17,6 +17,7 @@
 #include "alpha/train/loss_scaler.h"
 #include "alpha/train/optimizer.h"
 #include "alpha/train/optimizer_shards.h"
+#include "alpha/train/profiler.h"
 #include "alpha/train/schedule.h"
 #include "alpha/train/telemetry.h"
 
@@ -113,6 +114,17 @@ struct Trainer::Data {
 namespace {
 
 int rank_of(const TrainerOptions& o) { return o.communicator ? o.communicator->rank() : 0; }
+
+// The step --profile asks for (0: none), checked against the steps this run makes, (first, last].
+int64_t resolved_profile_step(const TrainerOptions& o, int64_t first, int64_t last) {
+  if (!o.profile || rank_of(o) != 0 || last <= first) return 0;
+  if (o.profile_step == 0) return std::min(first + 3, last);
+  if (o.profile_step <= first || o.profile_step > last)
+    raise<ValueError>(kOp, "--profile-step",
+                      "a step this run makes, " + std::to_string(first + 1) + " to " + std::to_string(last),
+                      std::to_string(o.profile_step));
+  return o.profile_step;
+}
 int world_of(const TrainerOptions& o) { return o.communicator ? o.communicator->world_size() : 1; }
 bool sharded(const TrainerOptions& o) { return o.communicator && o.train.zero1; }
 
@@ -298,18 +310,24 @@ std::string Trainer::run(std::optional<int64_t> stop_at_step) {
   int64_t nonfinite_in_a_row = 0;
   int64_t last_update = steps_done_;  // the last step that updated the weights
   const nn::Recompute recompute = *nn::recompute_from_name(t.recompute);  // validated with the config
+  const int64_t profile_step = resolved_profile_step(options_, steps_done_, last);
   for (int64_t step = steps_done_; step < last; ++step) {
+    std::optional<StepProfiler> profiler;
+    if (step + 1 == profile_step) profiler.emplace(device);
     CounterSnapshot counters = CounterSnapshot::take(device);
     Stopwatch clock;
     double lr = data_->schedule->lr(step), loss_sum = 0, forward_s = 0, backward_s = 0;
     // A power of two: the scaled backward's values are exact multiples of the unscaled ones.
     const double loss_scale = data_->scaler ? data_->scaler->scale() : 1.0;
+    // Each micro-batch's loss stays on the device until every backward is queued: reading it waits for the
+    // device, and a read here would stop the host from queuing backward while the forward runs.
+    std::vector<Tensor> micro_losses;
     for (int64_t micro = 0; micro < t.grad_accum; ++micro) {
       Stopwatch phase;
       data::Batch batch = data_->train->next();
       nn::ForwardOptions fo{true, uint64_t(step), uint64_t(micro), recompute};
       autograd::Variable loss = model_->forward(batch.inputs, batch.targets, fo).loss;
-      loss_sum += loss.value().item();
+      micro_losses.push_back(loss.value());
       if (t.grad_accum > 1 || loss_scale != 1.0) loss = autograd::scale(loss, loss_scale / double(t.grad_accum));
       forward_s += phase.seconds();
       phase.restart();
@@ -318,10 +336,9 @@ std::string Trainer::run(std::optional<int64_t> stop_at_step) {
       autograd::backward(loss, {}, data_->parallel && last_micro ? data_->parallel->gradient_ready_hook() : nullptr);
       backward_s += phase.seconds();
     }
-    if (data_->parallel) {
-      data_->parallel->reduce_gradients();  // once per step, after the last micro-step
-      loss_sum = data_->parallel->average(loss_sum);  // every rank then skips (or not) together
-    }
+    if (data_->parallel) data_->parallel->reduce_gradients();  // once per step, after the last micro-step
+    for (const Tensor& micro_loss : micro_losses) loss_sum += micro_loss.item();  // in micro-step order
+    if (data_->parallel) loss_sum = data_->parallel->average(loss_sum);  // every rank then skips (or not) together
     inject_gradient_fault(*model_, step + 1);  // test-only, off unless ALPHA_FAULT_* is set
     Stopwatch phase;
     // A NaN or Inf in the loss or the gradients skips the step: no parameter or optimizer-state update.
@@ -345,6 +362,17 @@ std::string Trainer::run(std::optional<int64_t> stop_at_step) {
     double step_s = clock.seconds();
     StepCounters used = StepCounters::since(counters, device);
     steps_done_ = step + 1;
+    if (profiler) {
+      nlohmann::json report = profiler->finish({steps_done_, forward_s, backward_s, optimizer_s});
+      profiler.reset();
+      write_file_atomic(options_.run_dir / "profile.json", report.dump(2) + "\n", kOp);
+      if (options_.echo) {
+        progress.finish();
+        std::printf("%s(all of it in %s)\n", profile_table(report).c_str(),
+                    (options_.run_dir / "profile.json").string().c_str());
+        std::fflush(stdout);
+      }
+    }
 
     double loss = loss_sum / double(t.grad_accum);
     bool run_complete = steps_done_ == t.steps;
@@ -362,6 +390,7 @@ std::string Trainer::run(std::optional<int64_t> stop_at_step) {
     record["val_loss"] = std::isnan(val_loss) ? nlohmann::json(nullptr) : nlohmann::json(val_loss);
     record["skipped"] = skipped;
     if (data_->scaler) record["loss_scale"] = loss_scale;
+    if (steps_done_ == profile_step) record["profiled"] = true;  // synchronised and traced: not a typical step
     if (!skipped) last_update = steps_done_;
     if (data_->metrics) data_->metrics->write(std::move(record));
     if (options_.echo) progress.update(steps_done_, loss, tokens_per_second);

@@ -33,6 +33,11 @@ struct TrainerOptions {
   std::vector<std::string> data;
   bool resume = false;  // continue from RUN_DIR's latest checkpoint (its configs come from the caller)
   bool echo = true;     // print progress lines, validation and the sample on stdout
+  // Profile one step (train/profiler.h): RUN_DIR/profile.json, and a table on stdout when echoing. The step
+  // counts over the whole run like metrics.jsonl's; 0: this run's third (its last when it runs fewer), so the
+  // allocator's pool and cuBLASLt's choices are settled. Only rank 0 profiles.
+  bool profile = false;
+  int64_t profile_step = 0;
   // Data parallel (docs/DISTRIBUTED.md): this process is one rank of the communicator's group; null: a single
   // process. batch_size is per rank; only rank 0 prints, logs and writes the weights.
   std::shared_ptr<distributed::Communicator> communicator;

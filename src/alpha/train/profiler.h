@@ -1,0 +1,80 @@
+// `alpha train --profile`: where the time of one training step goes, per op and, on a GPU, per kernel.
+//
+// The profiler watches the ops' kernel launches (ops::LaunchObserver) for the step. On the CPU it times each
+// launch on the host, exclusive of launches nested in it. On a CUDA device the host only queues work, so
+// the times come from the GPU: a CUPTI trace (runtime/kernel_trace.h) of every kernel, copy and memset, each
+// tagged with the op whose launch queued it; cuBLASLt's kernels carry the matmul's tag, and work queued outside
+// any op (copies of batches to the device, NCCL) is listed as "(outside ops)". The device is synchronised
+// before and after the step, so the profiled step is slower than the others: its metrics line says
+// "profiled": true.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "alpha/core/device.h"
+#include "alpha/ops/check.h"
+#include "alpha/train/telemetry.h"
+
+namespace alpha::train {
+
+// The host's phase times of the profiled step (seconds), as metrics.jsonl has them.
+struct StepPhases {
+  int64_t step = 0;
+  double forward_s = 0, backward_s = 0, optimizer_s = 0;
+};
+
+class StepProfiler : public ops::LaunchObserver {
+ public:
+  // Synchronises `device`, starts its trace (CUDA) and observes this thread's launches until finish().
+  // Raises BackendError when the device's trace cannot start (CUPTI missing: the message says where it looked).
+  explicit StepProfiler(Device device);
+  ~StepProfiler() override;
+  StepProfiler(const StepProfiler&) = delete;
+  StepProfiler& operator=(const StepProfiler&) = delete;
+
+  void launch_begin(std::string_view op, Device device) override;
+  void launch_end() override;
+
+  // Ends the profile (waiting for the device) and returns the report: the step, its wall time from the
+  // profiler's start to the device's last work, the phases, and per op (calls, kernels, time) and per kernel
+  // (calls, time, mean), each list by time, largest first. Shares are of the summed time ("busy_s").
+  nlohmann::json finish(const StepPhases& phases);
+
+ private:
+  struct OpTotals {
+    std::string device;
+    int64_t calls = 0;
+    int64_t kernels = 0;
+    double seconds = 0;
+  };
+  struct Open {  // a launch in progress
+    size_t op;
+    bool on_cpu;       // timed on the host; else tagged in the CUDA trace
+    Stopwatch clock;
+    double nested_s = 0;  // of launches begun inside it
+  };
+
+  size_t op_index(std::string_view op, Device device);
+
+  Device device_;
+  Stopwatch wall_;
+  ops::LaunchObserver* previous_;
+  std::vector<std::string> op_names_;
+  std::unordered_map<std::string, size_t> op_ids_;
+  std::vector<OpTotals> ops_;
+  std::vector<Open> open_;  // innermost last
+  struct Trace;
+  std::unique_ptr<Trace> trace_;  // CUDA devices: the kernel trace
+  bool finished_ = false;
+};
+
+// The report as a table for a terminal: the step's totals, then the `rows` largest kernels (CUDA) or ops (CPU).
+std::string profile_table(const nlohmann::json& report, size_t rows = 20);
+
+}  // namespace alpha::train

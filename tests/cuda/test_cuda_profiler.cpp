@@ -1,0 +1,60 @@
+// `alpha train --profile` on a GPU: the CUPTI trace of the profiled step holds the kernels of the step's ops,
+// each tagged with the op that queued it (cuBLASLt's GEMMs with the linear op that called cuBLASLt, which launches
+// through the driver API), and almost none of the GPU time falls outside the ops. Skipped without a GPU.
+#include <gtest/gtest.h>
+
+#include <map>
+#include <string>
+
+#include "support/gpu.h"
+#include "train/golden_run_util.h"
+
+namespace alpha::train {
+namespace {
+
+class CudaProfiler : public test::GpuTest<> {};
+
+TEST_F(CudaProfiler, TraceTagsEveryKernelWithTheOpThatQueuedIt) {
+  test::TempDir dir;
+  TrainerOptions options = tiny_options(dir.path(), 3);
+  options.train.device = "cuda:0";
+  options.train.precision = "bf16";
+  options.profile = true;
+  Trainer(options).run();
+  std::vector<nlohmann::json> m = metrics_of(dir.path());
+  ASSERT_EQ(m.size(), 3u);
+  EXPECT_TRUE(m[2].contains("profiled"));
+
+  nlohmann::json report = nlohmann::json::parse(test::read_raw(dir / "profile.json"));
+  EXPECT_EQ(report["step"], 3);
+  EXPECT_EQ(report["device"], "cuda:0");
+  ASSERT_TRUE(report.contains("kernels")) << report.dump(1);
+  int64_t calls = 0, traced = 0;
+  std::map<std::string, double> op_time;
+  for (const auto& op : report["ops"]) {
+    calls += op["calls"].get<int64_t>();
+    traced += op["kernels"].get<int64_t>();
+    op_time[op["op"].get<std::string>()] += op["time_s"].get<double>();
+  }
+  EXPECT_EQ(calls, m[2]["ops"].get<int64_t>()) << "every launch the metrics count, once";
+  EXPECT_EQ(traced, report["traced"].get<int64_t>()) << "each traced activity in one op";
+  EXPECT_GE(traced, calls / 2) << "most launches reach the GPU: " << report["ops"].dump(1);
+  double kernel_sum = 0, busy = report["busy_s"];
+  bool linear_kernel = false, flash_kernel = false;
+  for (const auto& k : report["kernels"]) {
+    const double t = k["time_s"];
+    EXPECT_GT(t, 0.0) << k.dump();
+    EXPECT_NEAR(k["mean_us"].get<double>(), t * 1e6 / k["calls"].get<double>(), 1e-6) << k.dump();
+    kernel_sum += t;
+    linear_kernel |= k["op"] == "linear";
+    flash_kernel |= k["op"].get<std::string>().rfind("flash_attention", 0) == 0;
+  }
+  EXPECT_TRUE(linear_kernel) << "cuBLASLt's kernels carry the linear op's tag: " << report["kernels"].dump(1);
+  EXPECT_TRUE(flash_kernel) << "the flash attention ops' kernels: " << report["kernels"].dump(1);
+  EXPECT_NEAR(kernel_sum, busy, 1e-9 * double(traced) + 1e-12);
+  EXPECT_LE(busy, report["wall_s"].get<double>());
+  EXPECT_LT(op_time["(outside ops)"], 0.1 * busy) << "GPU time outside the ops: " << report["ops"].dump(1);
+}
+
+}  // namespace
+}  // namespace alpha::train
