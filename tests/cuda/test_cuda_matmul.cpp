@@ -65,9 +65,9 @@ TEST_F(CudaMatmul, MatmulDispatchesToTheTensorsDevice) {
         const int64_t m = 37, k = 65, n = 24;
         test::GpuInput a = test::gpu_input(trans_a ? Shape{2, 3, k, m} : Shape{2, 3, m, k}, dtype);
         test::GpuInput b = test::gpu_input(trans_b ? Shape{2, 3, n, k} : Shape{2, 3, k, n}, dtype);
-        uint64_t launches = ops::kernel_launches();
+        uint64_t launches = kernel_launches();
         Tensor c = ops::matmul(a.gpu, b.gpu, trans_a, trans_b);
-        EXPECT_EQ(ops::kernel_launches(), launches + 1);
+        EXPECT_EQ(kernel_launches(), launches + 1);
         EXPECT_EQ(c.dtype(), dtype);
         EXPECT_EQ(c.shape(), (Shape{2, 3, m, n}));
         EXPECT_TRUE(close_to_cpu("matmul", c, ops::matmul(a.cpu, b.cpu, trans_a, trans_b), k));

@@ -41,9 +41,9 @@ TEST_F(CudaRows, LayerNormMatchesCpu) {
     for (Shape shape : {Shape{4, 33, 768}, Shape{5, 1025}, Shape{7, 3}}) {
       const int64_t C = shape.back();
       test::GpuInput x = test::gpu_input(shape, dtype), w = test::gpu_input({C}, dtype), b = test::gpu_input({C}, dtype), dy = test::gpu_input(shape, dtype);
-      uint64_t launches = ops::kernel_launches();
+      uint64_t launches = kernel_launches();
       ops::LayerNormOutput got = ops::layernorm(x.gpu, w.gpu, b.gpu, 1e-5);
-      EXPECT_EQ(ops::kernel_launches(), launches + 1);
+      EXPECT_EQ(kernel_launches(), launches + 1);
       ops::LayerNormOutput want = ops::layernorm(x.cpu, w.cpu, b.cpu, 1e-5);
       EXPECT_TRUE(gpu_close(got.y, want.y, "cuda.layernorm"));
       EXPECT_TRUE(gpu_close(got.mean, want.mean, "cuda.layernorm"));

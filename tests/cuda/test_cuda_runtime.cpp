@@ -109,9 +109,9 @@ TEST_F(CudaRuntime, OpsDispatchToTheTensorsDevice) {
     Tensor a = test::random({33, 65}, dtype), bt = test::random({65, 33}, dtype);
     Tensor ga = a.to(kGpu), gb = bt.to(kGpu).transpose(0, 1);  // gb: a strided device input
     Tensor a32 = a.to(DType::f32), b32 = bt.transpose(0, 1).to(DType::f32);
-    uint64_t launches = ops::kernel_launches();
+    uint64_t launches = kernel_launches();
     Tensor sum_ab = ops::add(ga, gb);
-    EXPECT_EQ(ops::kernel_launches(), launches + 1);
+    EXPECT_EQ(kernel_launches(), launches + 1);
     EXPECT_EQ(sum_ab.device(), kGpu);
     EXPECT_EQ(sum_ab.dtype(), dtype);
     EXPECT_TRUE(matches("add", sum_ab, ops::add(a32, b32).to(dtype), "elementwise"));

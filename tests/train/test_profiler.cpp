@@ -35,7 +35,8 @@ TEST(Profiler, CpuStepReportsEveryLaunchOfTheStepByOp) {
   double summed = 0, previous = 1e300;
   std::set<std::string> names;
   for (const auto& op : report["ops"]) {
-    calls += op["calls"].get<int64_t>();
+    EXPECT_EQ(op["layer"], op["op"].get<std::string>().starts_with("Tensor::") ? "tensor" : "op") << op.dump();
+    if (op["layer"] == "op") calls += op["calls"].get<int64_t>();
     EXPECT_EQ(op["kernels"], op["calls"]) << op.dump();
     const double t = op["time_s"];
     EXPECT_GE(t, 0.0) << op.dump();
@@ -44,9 +45,10 @@ TEST(Profiler, CpuStepReportsEveryLaunchOfTheStepByOp) {
     summed += t;
     names.insert(op["op"].get<std::string>());
   }
-  EXPECT_EQ(calls, m[2]["ops"].get<int64_t>()) << "every launch the metrics count, once";
+  EXPECT_EQ(calls, m[2]["ops"].get<int64_t>()) << "every op launch the metrics count, once";
   EXPECT_EQ(report["launches"], calls);
-  EXPECT_TRUE(names.count("linear") && names.count("cross_entropy")) << report["ops"].dump();
+  EXPECT_TRUE(names.count("linear") && names.count("cross_entropy") && names.count("Tensor::copy_from"))
+      << report["ops"].dump();
   EXPECT_DOUBLE_EQ(report["busy_s"].get<double>(), summed);
   EXPECT_GT(summed, 0.0);
   EXPECT_LE(summed, report["wall_s"].get<double>()) << "exclusive times: no launch counted twice";
@@ -56,13 +58,14 @@ TEST(Profiler, NestedLaunchesKeepTheirTimeOutOfTheOuterOne) {
   using namespace std::chrono_literals;
   StepProfiler profiler(Device::cpu());
   {
-    ops::LaunchScope outer("outer", Device::cpu());
+    LaunchScope outer("outer", Device::cpu());
     std::this_thread::sleep_for(20ms);
-    ops::LaunchScope inner("inner", Device::cpu());
+    LaunchScope inner("inner", Device::cpu(), LaunchLayer::tensor);
     std::this_thread::sleep_for(20ms);
   }
   nlohmann::json report = profiler.finish({7, 0, 0, 0});
   ASSERT_EQ(report["ops"].size(), 2u);
+  EXPECT_EQ(report["launches"], 1) << "only op launches count";
   double outer = 0, inner = 0;
   for (const auto& op : report["ops"]) (op["op"] == "outer" ? outer : inner) = op["time_s"];
   EXPECT_GE(outer, 0.019);
@@ -74,13 +77,13 @@ TEST(Profiler, NestedLaunchesKeepTheirTimeOutOfTheOuterOne) {
 TEST(Profiler, ObserverIsRemovedAfterTheProfile) {
   {
     StepProfiler profiler(Device::cpu());
-    ops::LaunchScope seen("seen", Device::cpu());
+    LaunchScope seen("seen", Device::cpu());
   }
   StepProfiler outer(Device::cpu());
   {
     StepProfiler inner(Device::cpu());
   }  // restores `outer` as the observer
-  { ops::LaunchScope seen("after", Device::cpu()); }
+  { LaunchScope seen("after", Device::cpu()); }
   nlohmann::json report = outer.finish({1, 0, 0, 0});
   ASSERT_EQ(report["ops"].size(), 1u);
   EXPECT_EQ(report["ops"][0]["op"], "after");

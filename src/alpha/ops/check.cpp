@@ -1,27 +1,8 @@
 #include "alpha/ops/check.h"
 
 #include <string>
-#include <utility>
 
 namespace alpha::ops {
-
-namespace {
-thread_local uint64_t launches = 0;
-thread_local LaunchObserver* launch_observer = nullptr;
-}  // namespace
-
-uint64_t kernel_launches() { return launches; }
-
-LaunchObserver* set_launch_observer(LaunchObserver* observer) { return std::exchange(launch_observer, observer); }
-
-LaunchScope::LaunchScope(std::string_view op, Device device) : observer_(launch_observer) {
-  ++launches;
-  if (observer_) observer_->launch_begin(op, device);
-}
-
-LaunchScope::~LaunchScope() {
-  if (observer_) observer_->launch_end();
-}
 
 void check_defined(std::string_view op, std::string_view arg, const Tensor& t) {
   if (!t.defined()) raise<ValueError>(op, arg, "a defined tensor", "an undefined tensor");

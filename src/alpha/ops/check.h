@@ -5,6 +5,7 @@
 #include <string_view>
 #include <type_traits>
 
+#include "alpha/core/launch.h"
 #include "alpha/core/stream.h"
 #include "alpha/tensor/tensor.h"
 #if ALPHA_WITH_CUDA
@@ -28,33 +29,6 @@ void check_cpu_float(std::string_view op, std::string_view arg, const Tensor& t)
 // The float dtypes the tensor's backend computes in: f32 and f64 (the reference precision) on the CPU;
 // f32, bf16 and f16 (storage, computing in f32) on a CUDA device.
 void check_backend_float(std::string_view op, std::string_view arg, const Tensor& t);
-
-// Kernel launches since the process started (this thread), for the trainer's ops-per-step telemetry.
-uint64_t kernel_launches();
-
-// Told of every kernel launch the ops make on this thread, for the trainer's --profile (train/profiler.h):
-// launch_begin before the kernel is called (or queued, on a CUDA device), launch_end after. A launch may
-// begin inside another's callback; ends come in reverse order of begins.
-class LaunchObserver {
- public:
-  virtual ~LaunchObserver() = default;
-  virtual void launch_begin(std::string_view op, Device device) = 0;
-  virtual void launch_end() = 0;
-};
-// Installs the observer of this thread's launches (nullptr: none, the default); returns the previous one.
-LaunchObserver* set_launch_observer(LaunchObserver* observer);
-
-// One kernel launch of `op` on `device`, for the scope's life: counted, and shown to the observer.
-class LaunchScope {
- public:
-  LaunchScope(std::string_view op, Device device);
-  ~LaunchScope();
-  LaunchScope(const LaunchScope&) = delete;
-  LaunchScope& operator=(const LaunchScope&) = delete;
-
- private:
-  LaunchObserver* observer_;
-};
 
 // Calls fn.template operator()<T>() with T = float or double for a CPU float tensor, raising DeviceError
 // for a device whose backend has no kernel for this op. Counts one kernel launch.

@@ -6,6 +6,7 @@
 #include <numeric>
 #include <optional>
 
+#include "alpha/core/launch.h"
 #include "alpha/core/philox.h"
 
 #include "alpha/tensor/allocator.h"
@@ -488,6 +489,8 @@ void Tensor::copy_from(const Tensor& src) {
   require_defined(src, "Tensor::copy_from");
   if (src.shape_ != shape_)
     raise<ShapeError>("Tensor::copy_from", "src", "shape " + shape_str(shape_), shape_str(src.shape_));
+  // One scope for the whole copy, however many transfers it takes; on the GPU's side when there is one.
+  LaunchScope launch("Tensor::copy_from", device().is_cpu() ? src.device() : device(), LaunchLayer::tensor);
   if (device().is_cpu() && src.device().is_cpu()) return copy_on_host(*this, src);
   if (numel() == 0) return;
   // Whole contiguous ranges in different storages move as bytes (cudaMemcpy forbids overlapping ranges).
@@ -563,6 +566,7 @@ void Tensor::fill_(double value) {
 
 void Tensor::zero_() {
   require_defined(*this, "Tensor::zero_");
+  LaunchScope launch("Tensor::zero_", device(), LaunchLayer::tensor);
   if (!is_contiguous()) fill_(0.0);
   else if (device().is_cpu()) std::memset(raw_data(), 0, nbytes());
   else zero_device_bytes(raw_data(), device(), nbytes());

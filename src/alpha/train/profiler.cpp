@@ -15,7 +15,7 @@ namespace alpha::train {
 namespace {
 
 constexpr const char* kOp = "train --profile";
-constexpr const char* kOutsideOps = "(outside ops)";
+constexpr const char* kOutside = "(outside launches)";
 
 // Entries of `totals` (name -> json with "time_s") as a list by time, largest first, each with its share.
 nlohmann::json by_time(std::map<std::string, nlohmann::json> totals, double busy_s) {
@@ -47,23 +47,23 @@ StepProfiler::StepProfiler(Device device) : device_(device) {
   }
 #endif
   wall_.restart();
-  previous_ = ops::set_launch_observer(this);
+  previous_ = set_launch_observer(this);
 }
 
-StepProfiler::~StepProfiler() { ops::set_launch_observer(previous_); }
+StepProfiler::~StepProfiler() { set_launch_observer(previous_); }
 
-size_t StepProfiler::op_index(std::string_view op, Device device) {
-  std::string key = std::string(op) + '@' + device.str();
+size_t StepProfiler::op_index(std::string_view name, Device device, LaunchLayer layer) {
+  std::string key = std::string(name) + '@' + device.str();
   auto [it, added] = op_ids_.try_emplace(key, ops_.size());
   if (added) {
-    op_names_.emplace_back(op);
-    ops_.push_back({device.str()});
+    op_names_.emplace_back(name);
+    ops_.push_back({device.str(), layer});
   }
   return it->second;
 }
 
-void StepProfiler::launch_begin(std::string_view op, Device device) {
-  size_t index = op_index(op, device);
+void StepProfiler::launch_begin(std::string_view name, Device device, LaunchLayer layer) {
+  size_t index = op_index(name, device, layer);
   ++ops_[index].calls;
   const bool on_cpu = !device.is_cuda();
 #if ALPHA_WITH_CUDA
@@ -88,7 +88,7 @@ void StepProfiler::launch_end() {
 nlohmann::json StepProfiler::finish(const StepPhases& phases) {
   if (finished_) raise<ValueError>(kOp, "finish", "one call per profile", "a second call");
   finished_ = true;
-  ops::set_launch_observer(previous_);
+  set_launch_observer(previous_);
   std::map<std::string, nlohmann::json> kernels;
   double traced_s = 0;
   int64_t traced = 0;
@@ -100,7 +100,7 @@ nlohmann::json StepProfiler::finish(const StepPhases& phases) {
       const double seconds = double(a.end_ns - a.start_ns) * 1e-9;
       size_t op = a.tag > 0 && a.tag <= ops_.size() ? size_t(a.tag - 1) : SIZE_MAX;
       if (op == SIZE_MAX) {
-        if (outside == 0) outside = op_index(kOutsideOps, device_) + 1;
+        if (outside == 0) outside = op_index(kOutside, device_, LaunchLayer::tensor) + 1;
         op = outside - 1;
       }
       ops_[op].seconds += seconds;
@@ -121,9 +121,15 @@ nlohmann::json StepProfiler::finish(const StepPhases& phases) {
   for (size_t i = 0; i < ops_.size(); ++i) {
     const OpTotals& t = ops_[i];
     if (t.device == "cpu") busy_s += t.seconds;
-    launches += t.calls;
-    op_rows[op_names_[i] + '@' + t.device] = {{"op", op_names_[i]}, {"device", t.device}, {"calls", t.calls},
-                                              {"kernels", t.kernels}, {"time_s", t.seconds}};
+    if (t.layer == LaunchLayer::op) launches += t.calls;
+    op_rows[op_names_[i] + '@' + t.device] = {{"op", op_names_[i]},
+                                              {"layer", op_names_[i] == kOutside          ? "none"
+                                                        : t.layer == LaunchLayer::op ? "op"
+                                                                                     : "tensor"},
+                                              {"device", t.device},
+                                              {"calls", t.calls},
+                                              {"kernels", t.kernels},
+                                              {"time_s", t.seconds}};
   }
   for (auto& [key, row] : kernels)
     row["mean_us"] = row["time_s"].get<double>() * 1e6 / double(row["calls"].get<int64_t>());
@@ -151,7 +157,7 @@ std::string profile_table(const nlohmann::json& report, size_t rows) {
   std::string out;
   char line[512];
   std::snprintf(line, sizeof line,
-                "profile of step %lld on %s: wall %.3f ms, busy %.3f ms (%.0f%%), %lld launches%s\n",
+                "profile of step %lld on %s: wall %.3f ms, busy %.3f ms (%.0f%%), %lld op launches%s\n",
                 static_cast<long long>(report["step"].get<int64_t>()), report["device"].get<std::string>().c_str(),
                 report["wall_s"].get<double>() * 1e3, report["busy_s"].get<double>() * 1e3,
                 100.0 * report["busy_s"].get<double>() / std::max(report["wall_s"].get<double>(), 1e-12),

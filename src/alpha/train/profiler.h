@@ -1,10 +1,11 @@
 // `alpha train --profile`: where the time of one training step goes, per op and, on a GPU, per kernel.
 //
-// The profiler watches the ops' kernel launches (ops::LaunchObserver) for the step. On the CPU it times each
-// launch on the host, exclusive of launches nested in it. On a CUDA device the host only queues work, so
-// the times come from the GPU: a CUPTI trace (runtime/kernel_trace.h) of every kernel, copy and memset, each
-// tagged with the op whose launch queued it; cuBLASLt's kernels carry the matmul's tag, and work queued outside
-// any op (copies of batches to the device, NCCL) is listed as "(outside ops)". The device is synchronised
+// The profiler watches the step's launches (core/launch.h): the ops' kernels, and the tensor layer's copies,
+// casts and zeroings (listed as Tensor::copy_from and Tensor::zero_). On the CPU it times each launch on the
+// host, exclusive of launches nested in it. On a CUDA device the host only queues work, so the times come
+// from the GPU: a CUPTI trace (runtime/kernel_trace.h) of every kernel, copy and memset, each tagged with the
+// launch that queued it (cuBLASLt's kernels with the op that called cuBLASLt); work queued outside any launch
+// (NCCL's collectives) is listed as "(outside launches)". The device is synchronised
 // before and after the step, so the profiled step is slower than the others: its metrics line says
 // "profiled": true.
 #pragma once
@@ -18,7 +19,7 @@
 #include <nlohmann/json.hpp>
 
 #include "alpha/core/device.h"
-#include "alpha/ops/check.h"
+#include "alpha/core/launch.h"
 #include "alpha/train/telemetry.h"
 
 namespace alpha::train {
@@ -29,7 +30,7 @@ struct StepPhases {
   double forward_s = 0, backward_s = 0, optimizer_s = 0;
 };
 
-class StepProfiler : public ops::LaunchObserver {
+class StepProfiler : public LaunchObserver {
  public:
   // Synchronises `device`, starts its trace (CUDA) and observes this thread's launches until finish().
   // Raises BackendError when the device's trace cannot start (CUPTI missing: the message says where it looked).
@@ -38,17 +39,19 @@ class StepProfiler : public ops::LaunchObserver {
   StepProfiler(const StepProfiler&) = delete;
   StepProfiler& operator=(const StepProfiler&) = delete;
 
-  void launch_begin(std::string_view op, Device device) override;
+  void launch_begin(std::string_view name, Device device, LaunchLayer layer) override;
   void launch_end() override;
 
   // Ends the profile (waiting for the device) and returns the report: the step, its wall time from the
-  // profiler's start to the device's last work, the phases, and per op (calls, kernels, time) and per kernel
-  // (calls, time, mean), each list by time, largest first. Shares are of the summed time ("busy_s").
+  // profiler's start to the device's last work, the phases, the op launches (as metrics.jsonl counts them),
+  // and per launch name (layer, calls, kernels, time) and per kernel (calls, time, mean), each list by time,
+  // largest first. Shares are of the summed time ("busy_s").
   nlohmann::json finish(const StepPhases& phases);
 
  private:
   struct OpTotals {
     std::string device;
+    LaunchLayer layer = LaunchLayer::op;
     int64_t calls = 0;
     int64_t kernels = 0;
     double seconds = 0;
@@ -60,11 +63,11 @@ class StepProfiler : public ops::LaunchObserver {
     double nested_s = 0;  // of launches begun inside it
   };
 
-  size_t op_index(std::string_view op, Device device);
+  size_t op_index(std::string_view name, Device device, LaunchLayer layer);
 
   Device device_;
   Stopwatch wall_;
-  ops::LaunchObserver* previous_;
+  LaunchObserver* previous_;
   std::vector<std::string> op_names_;
   std::unordered_map<std::string, size_t> op_ids_;
   std::vector<OpTotals> ops_;

@@ -5,7 +5,7 @@
 #include <cstdio>
 
 #include "alpha/core/error.h"
-#include "alpha/ops/check.h"
+#include "alpha/core/launch.h"
 #include "alpha/tensor/allocator.h"
 
 namespace alpha::train {
@@ -13,12 +13,12 @@ namespace alpha::train {
 CounterSnapshot CounterSnapshot::take(Device device) {
   AllocatorStats s = allocator_for(device).stats();
   allocator_for(device).reset_peak();
-  return {ops::kernel_launches(), s.allocations, s.pool_misses};
+  return {alpha::kernel_launches(), s.allocations, s.pool_misses};
 }
 
 StepCounters StepCounters::since(const CounterSnapshot& start, Device device) {
   AllocatorStats s = allocator_for(device).stats();
-  return {ops::kernel_launches() - start.kernel_launches, s.allocations - start.allocations,
+  return {alpha::kernel_launches() - start.kernel_launches, s.allocations - start.allocations,
           s.pool_misses - start.pool_misses, s.peak_bytes_in_use};
 }
 
