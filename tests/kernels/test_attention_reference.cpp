@@ -364,6 +364,35 @@ TEST(AttentionReferenceAutograd, GradientsFlowIntoAFusedQkv) {
       {random({1, 4, Hq + 2 * Hkv, 3}, DType::f64)}));
 }
 
+TEST(AttentionReferenceAutograd, SelfAttentionOverAFusedQkvMatchesThreeSlices) {
+  // autograd::self_attention writes dq, dk and dv into one gradient; the slice path sums three zero-padded ones.
+  const int64_t Hq = 4, Hkv = 2, D = 3;
+  ops::AttentionConfig config = config_of({"fused", 1, 5, 5, Hq, Hkv, D, D, true, 0.5, 0.25});
+  EXPECT_TRUE(test::gradcheck(
+      [&](const auto& x) {
+        return autograd::self_attention(x[0], Hq, Hkv, config, autograd::AttentionKernel::materialized);
+      },
+      {random({2, 5, (Hq + 2 * Hkv) * D}, DType::f64)}));
+
+  Tensor qkv = random({2, 7, (Hq + 2 * Hkv) * D}, DType::f32), dy = random({2, 7, Hq, D}, DType::f32);
+  autograd::Variable fused(qkv, true), sliced(qkv, true);
+  autograd::Variable y_fused = autograd::self_attention(fused, Hq, Hkv, config, autograd::AttentionKernel::materialized);
+  autograd::backward(y_fused, dy);
+  auto view = [&](int64_t begin, int64_t heads) {
+    return autograd::reshape(autograd::slice(sliced, 2, begin * D, (begin + heads) * D), {2, 7, heads, D});
+  };
+  autograd::Variable y_sliced = autograd::attention_materialized(view(0, Hq), view(Hq, Hkv), view(Hq + Hkv, Hkv), config);
+  EXPECT_TRUE(test::bit_equal(y_fused.value(), y_sliced.value()));
+  autograd::backward(y_sliced, dy);
+  const Tensor a = fused.grad(), b = sliced.grad();
+  ASSERT_EQ(a.shape(), b.shape());
+  std::vector<double> va = a.to_vector<double>(), vb = b.to_vector<double>();
+  for (size_t i = 0; i < va.size(); ++i) ASSERT_EQ(va[i], vb[i]) << "element " << i;  // equal, up to the sign of 0
+
+  EXPECT_THROW(autograd::self_attention(fused, 3, 2, config, autograd::AttentionKernel::materialized), ValueError);
+  EXPECT_THROW(autograd::self_attention(fused, 5, 1, config, autograd::AttentionKernel::materialized), ShapeError);
+}
+
 TEST(AttentionReferenceOps, BadInputsRaise) {
   constexpr const char* kOp = "[attention_materialized]";
   Tensor q = random({2, 4, 4, 8}), k = random({2, 6, 2, 8}), v = random({2, 6, 2, 5});

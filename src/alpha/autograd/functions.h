@@ -87,6 +87,14 @@ Variable attention_materialized(const Variable& q, const Variable& k, const Vari
 // Flash attention (ops::flash_attention: CUDA tensors only), same contract and gradients.
 Variable flash_attention(const Variable& q, const Variable& k, const Variable& v, const ops::AttentionConfig& config);
 
+// Self-attention over one fused projection qkv [B, T, (Hq + 2·Hkv)·D] (all q heads, then all k heads, then all v
+// heads), read in place as strided views, by the materialising or the flash kernels; returns [B, T, Hq, D]. The
+// same values and gradients as attention over three slice()s of qkv, but the backward writes dq, dk and dv into
+// one gradient of qkv's shape: no zero-filled qkv-sized gradient per slice, and no sums of them.
+enum class AttentionKernel { materialized, flash };
+Variable self_attention(const Variable& qkv, int64_t n_head, int64_t n_kv_head, const ops::AttentionConfig& config,
+                        AttentionKernel kernel);
+
 // Attention's forward-mode derivative and Hessian-vector product (functions_attention_derivatives.cpp; what
 // they compute: ops/attention_jvp.h, ops/attention_hvp.h, docs/ATTENTION_DERIVATIVES.md). Shapes as above;
 // no dropout (ValueError naming config.dropout_p).

@@ -1,35 +1,95 @@
 #include "alpha/autograd/functions.h"
 
+#include <array>
+#include <string>
+
+#include "alpha/core/error.h"
+
 namespace alpha::autograd {
 
 namespace {
 
-// One attention implementation's forward and backward ops (ops/attention.h) as a differentiable function.
-// The backward reuses the forward's output and row statistics instead of recomputing the softmax; the
-// kernels compute dq, dk and dv in one pass, so all three are returned whichever inputs need them.
-template <class Forward, class Backward>
-Variable attention_with(const char* name, Forward forward_op, Backward backward_op, const Variable& q,
-                        const Variable& k, const Variable& v, const ops::AttentionConfig& config) {
-  ops::AttentionOutput forward = forward_op(q.value(), k.value(), v.value(), config);
-  return record(name, forward.out, {q, k, v}, [&] {
-    Tensor qv = q.value(), kv = k.value(), vv = v.value();
-    return BackwardFn([qv, kv, vv, forward, config, backward_op](const Tensor& g, const std::vector<bool>&) {
-      ops::AttentionGrads grads = backward_op(g, qv, kv, vv, forward.out, forward.row_max, forward.row_sum, config);
-      return std::vector<Tensor>{grads.dq, grads.dk, grads.dv};
+using ForwardOp = ops::AttentionOutput (*)(const Tensor&, const Tensor&, const Tensor&, const ops::AttentionConfig&);
+using BackwardOp = ops::AttentionGrads (*)(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&,
+                                           const Tensor&, const Tensor&, const ops::AttentionConfig&);
+
+// One attention implementation's forward and backward ops (ops/attention.h) as a differentiable function of
+// `inputs`, whose values `split` turns into q, k and v; `join` turns the backward's dq, dk and dv into the
+// inputs' gradients. The backward reuses the forward's output and row statistics instead of recomputing the
+// softmax; the kernels compute dq, dk and dv in one pass, so all are returned whichever inputs need them.
+template <class Split, class Join>
+Variable attention_with(const char* name, ForwardOp forward_op, BackwardOp backward_op,
+                        const std::vector<Variable>& inputs, Split split, Join join,
+                        const ops::AttentionConfig& config) {
+  std::vector<Tensor> values;
+  for (const Variable& input : inputs) values.push_back(input.value());
+  const auto [q, k, v] = split(values);
+  ops::AttentionOutput forward = forward_op(q, k, v, config);
+  return record(name, forward.out, inputs, [&] {
+    return BackwardFn([values, split, join, forward, config, backward_op](const Tensor& g, const std::vector<bool>&) {
+      const auto [q, k, v] = split(values);
+      return join(backward_op(g, q, k, v, forward.out, forward.row_max, forward.row_sum, config), values);
     });
   });
+}
+
+Variable separate_attention(const char* name, ForwardOp forward_op, BackwardOp backward_op, const Variable& q,
+                            const Variable& k, const Variable& v, const ops::AttentionConfig& config) {
+  return attention_with(
+      name, forward_op, backward_op, {q, k, v},
+      [](const std::vector<Tensor>& x) { return std::array<Tensor, 3>{x[0], x[1], x[2]}; },
+      [](const ops::AttentionGrads& g, const std::vector<Tensor>&) { return std::vector<Tensor>{g.dq, g.dk, g.dv}; },
+      config);
 }
 
 }  // namespace
 
 Variable attention_materialized(const Variable& q, const Variable& k, const Variable& v,
                                 const ops::AttentionConfig& config) {
-  return attention_with("attention_materialized", &ops::attention_materialized, &ops::attention_materialized_backward,
-                        q, k, v, config);
+  return separate_attention("attention_materialized", &ops::attention_materialized,
+                            &ops::attention_materialized_backward, q, k, v, config);
 }
 
 Variable flash_attention(const Variable& q, const Variable& k, const Variable& v, const ops::AttentionConfig& config) {
-  return attention_with("flash_attention", &ops::flash_attention, &ops::flash_attention_backward, q, k, v, config);
+  return separate_attention("flash_attention", &ops::flash_attention, &ops::flash_attention_backward, q, k, v, config);
+}
+
+Variable self_attention(const Variable& qkv, int64_t n_head, int64_t n_kv_head, const ops::AttentionConfig& config,
+                        AttentionKernel kernel) {
+  constexpr const char* kOp = "self_attention";
+  if (qkv.shape().size() != 3)
+    raise<ShapeError>(kOp, "qkv", "3 dimensions [B, T, (Hq + 2·Hkv)·D]", shape_str(qkv.shape()));
+  if (n_head < 1 || n_kv_head < 1 || n_head % n_kv_head != 0)
+    raise<ValueError>(kOp, "n_head", "a multiple of n_kv_head >= 1",
+                      std::to_string(n_head) + " heads over " + std::to_string(n_kv_head));
+  const int64_t heads = n_head + 2 * n_kv_head, width = qkv.size(2);
+  if (width % heads != 0)
+    raise<ShapeError>(kOp, "qkv", "a last dimension that is a multiple of Hq + 2·Hkv = " + std::to_string(heads),
+                      shape_str(qkv.shape()));
+  const int64_t D = width / heads;
+  // The three head groups of a [B, T, (Hq + 2·Hkv)·D] tensor as [B, T, H, D] views (view, not reshape, which
+  // would copy a strided slice).
+  auto split = [=](const std::vector<Tensor>& x) {
+    const Tensor& fused = x[0];
+    const int64_t B = fused.size(0), T = fused.size(1), q_end = n_head * D, k_end = q_end + n_kv_head * D;
+    return std::array<Tensor, 3>{fused.slice(2, 0, q_end).view({B, T, n_head, D}),
+                                 fused.slice(2, q_end, k_end).view({B, T, n_kv_head, D}),
+                                 fused.slice(2, k_end, width).view({B, T, n_kv_head, D})};
+  };
+  // The views of a fresh gradient cover it whole: each is written once, nothing is zeroed or summed.
+  auto join = [split](const ops::AttentionGrads& g, const std::vector<Tensor>& x) {
+    Tensor dqkv = Tensor::empty(x[0].shape(), x[0].dtype(), x[0].device());
+    auto [dq, dk, dv] = split({dqkv});
+    dq.copy_from(g.dq);
+    dk.copy_from(g.dk);
+    dv.copy_from(g.dv);
+    return std::vector<Tensor>{dqkv};
+  };
+  if (kernel == AttentionKernel::flash)
+    return attention_with("flash_attention", &ops::flash_attention, &ops::flash_attention_backward, {qkv}, split, join,
+                          config);
+  return attention_with("attention_materialized", &ops::attention_materialized, &ops::attention_materialized_backward,
+                        {qkv}, split, join, config);
 }
 
 }  // namespace alpha::autograd

@@ -80,20 +80,24 @@ class CausalSelfAttention : public Module {
     Variable qkv = keep_normed  // (B, T, (Hq + 2·Hkv)·D)
                        ? qkv_.forward(normed)
                        : autograd::layernorm_linear(x, params_of(norm), qkv_.compute_weight(), qkv_.compute_bias());
-    // Strided views of qkv: the attention reads them in place (unit stride along D).
-    Variable q = autograd::reshape(autograd::slice(qkv, 2, 0, q_width), {B, T, config_.n_head, D});
-    Variable k = autograd::reshape(autograd::slice(qkv, 2, q_width, q_width + kv_width), {B, T, config_.n_kv_head, D});
-    Variable v = autograd::reshape(autograd::slice(qkv, 2, q_width + kv_width, q_width + 2 * kv_width),
-                                   {B, T, config_.n_kv_head, D});
     ops::AttentionConfig attention;
     attention.causal = true;
     attention.softcap = config_.attn_softcap;
     attention.dropout_p = probs.p;
     attention.dropout_seed = probs.seed;
     attention.dropout_offset = probs.offset;
-    Variable y = nsa_gate_ ? nsa(normed, q, k, v)
-                 : flash_  ? autograd::flash_attention(q, k, v, attention)
-                           : autograd::attention_materialized(q, k, v, attention);  // (B, T, Hq, D)
+    Variable y;  // (B, T, Hq, D)
+    if (nsa_gate_) {
+      // Strided views of qkv: the kernels read them in place (unit stride along D).
+      Variable q = autograd::reshape(autograd::slice(qkv, 2, 0, q_width), {B, T, config_.n_head, D});
+      Variable k = autograd::reshape(autograd::slice(qkv, 2, q_width, q_width + kv_width), {B, T, config_.n_kv_head, D});
+      Variable v = autograd::reshape(autograd::slice(qkv, 2, q_width + kv_width, q_width + 2 * kv_width),
+                                     {B, T, config_.n_kv_head, D});
+      y = nsa(normed, q, k, v);
+    } else {
+      y = autograd::self_attention(qkv, config_.n_head, config_.n_kv_head, attention,
+                                   flash_ ? autograd::AttentionKernel::flash : autograd::AttentionKernel::materialized);
+    }
     return proj_.forward(autograd::reshape(y, {B, T, config_.n_embd}));
   }
 
