@@ -185,8 +185,7 @@ TEST(DataParallel, Zero1StepMatchesAdamWOnTheAveragedGradients) {
             autograd::backward(mine.parameters[p].variable, Replica(rank).parameters[p].variable.grad());
         dp.reduce_gradients();
         for (const auto& p : mine.parameters)
-          EXPECT_EQ(p.variable.grad().to_vector<float>(), std::vector<float>(size_t(p.variable.value().numel()), 0.0f))
-              << "ZeRO-1 consumes the local gradients";
+          EXPECT_FALSE(p.variable.grad().defined()) << "ZeRO-1 consumes the local gradients";
         double n = dp.grad_norm();
         norms[size_t(rank)] = n;
         dp.sharded_step(lr, clip, n, adamw);

@@ -73,7 +73,7 @@ inline std::pair<double, double> overfit_one_batch(nn::GPT& model, const Tensor&
     nn::GPTOutput out = model.forward(ids, targets, {.training = true, .step = uint64_t(step)});
     last = out.loss.value().item();
     if (step == 0) first = last;
-    optimizer.zero_grad();
+    optimizer.clear_grads();
     autograd::backward(out.loss);
     optimizer.clip_grad_norm(1.0);
     optimizer.step(lr);

@@ -138,7 +138,7 @@ void DataParallel::reduce_gradients() {
   launched_ = 0;
   for (size_t b = 0; b < buckets_.size(); ++b) not_ready_[b] = buckets_[b].entries.size();
   if (options_.zero1) {
-    for (auto& p : parameters_) p.variable.zero_grad();
+    for (auto& p : parameters_) p.variable.clear_grad();  // the shards hold what the step needs
     return;
   }
   for (size_t b = 0; b < buckets_.size(); ++b)

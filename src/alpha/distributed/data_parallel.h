@@ -73,7 +73,7 @@ class DataParallel {
 
   // After the last micro-step's backward. Without ZeRO-1: every rank's gradients become the average over
   // the ranks. With ZeRO-1: this rank's shards of the buckets hold the averaged gradient, and the model's
-  // gradient buffers are zeroed (consumed: the next step accumulates into them afresh).
+  // gradients are released (consumed: the next backward's gradients become them afresh).
   void reduce_gradients();
   // For autograd::backward in the last micro-step: launches each bucket's collective as soon as its
   // gradients are complete (buckets in order, the same on every rank). reduce_gradients() then finishes.

@@ -87,8 +87,8 @@ ClipResult AdamW::unscale_and_clip(double loss_scale, double max_norm, double sc
   return {norm, coef};
 }
 
-void AdamW::zero_grad() {
-  for (auto& p : parameters_) p.variable.zero_grad();
+void AdamW::clear_grads() {
+  for (auto& p : parameters_) p.variable.clear_grad();
 }
 
 std::vector<NamedTensor> AdamW::state_tensors() const {

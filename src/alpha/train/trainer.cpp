@@ -357,7 +357,7 @@ std::string Trainer::run(std::optional<int64_t> stop_at_step) {
       clip = data_->optimizer->unscale_and_clip(loss_scale, t.grad_clip, scaled_norm);
       data_->optimizer->step(lr);
     }
-    data_->optimizer->zero_grad();
+    data_->optimizer->clear_grads();
     double optimizer_s = phase.seconds();
     double step_s = clock.seconds();
     StepCounters used = StepCounters::since(counters, device);
