@@ -320,7 +320,12 @@ def config_seeds():
                          ("train_precision_bf16_cpu", {"precision": "bf16"}), ("train_steps_zero", {"steps": 0}),
                          ("train_lr_negative", {"lr": -1}), ("train_min_lr_above_lr", {"min_lr": 1}),
                          ("train_steps_string", {"steps": "10"}), ("train_seed_negative", {"data_seed": -1}),
-                         ("train_unknown", {"learning_rate": 1})]:
+                         ("train_unknown", {"learning_rate": 1}),
+                         ("train_recompute_unknown", {"recompute": "all"}),
+                         ("train_loss_scale_not_power_of_two", {"loss_scale": 1000}),
+                         ("train_loss_scale_past_2_24", {"loss_scale": 33554432}),
+                         ("train_loss_scaling_unknown", {"loss_scaling": "static"}),
+                         ("train_loss_scale_growth_zero", {"loss_scale_growth_interval": 0})]:
         put(t, name, json.dumps(dict({"steps": 10, "lr": 0.01}, **change)))
     put(t, "array", "[]")
     put(t, "number", "42")

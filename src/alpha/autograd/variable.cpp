@@ -62,17 +62,25 @@ std::shared_ptr<VariableState> edge_leaf(const Variable& leaf, const char* op) {
   return it->second;
 }
 
-// Adds g into a gradient slot, allocating the slot on first use.
-void accumulate(Tensor& slot, const Shape& shape, const Tensor& g, const char* op) {
+// Whose a gradient slot is. A leaf's gradient is the caller's, clipped and stepped in place, so it never aliases
+// anything. A node's output gradient and a leaf's sum over one pass are backward's own, never written in place
+// by anyone but accumulate, so they may share storage (a residual add hands its two inputs the same tensor).
+enum class Slot { leaf, backward_owned };
+
+// Adds g into a gradient slot, allocating the slot on first use; every slot is contiguous. A leaf's slot
+// copies a shared or strided g and adds later contributions in place (the buffer stays the caller's). A
+// backward-owned slot takes g as it is (a strided g made contiguous), and a later contribution replaces a slot
+// that is still shared by a fresh sum instead of adding into it.
+void accumulate(Tensor& slot, const Shape& shape, const Tensor& g, const char* op, Slot kind) {
   if (g.shape() != shape)
     raise<ShapeError>(op, "gradient", "shape " + shape_str(shape) + " (the input's)", shape_str(g.shape()));
+  const bool unshared = g.storage().use_count() == 1;
   if (!slot.defined()) {
-    // A fresh contiguous gradient becomes the slot; anything shared is copied, so no slot ever
-    // aliases another variable's value or gradient.
-    slot = (g.is_contiguous() && g.storage().use_count() == 1) ? g : g.clone();
+    slot = g.is_contiguous() && (unshared || kind == Slot::backward_owned) ? g : g.clone();
     return;
   }
-  ops::add_(slot, g);
+  if (kind == Slot::leaf || slot.storage().use_count() == 1) ops::add_(slot, g);
+  else slot = ops::add(slot, g);
 }
 
 int64_t live_producer(const VariableState& state, const char* op) {
@@ -161,13 +169,13 @@ void backward(const Variable& root, const Tensor& grad_output, const LeafReadyFn
     seed = Tensor::full(root.shape(), 1.0, root.dtype(), root.value().device());
   }
   if (root.is_leaf()) {
-    accumulate(root.state()->grad, root.shape(), seed, "backward");
+    accumulate(root.state()->grad, root.shape(), seed, "backward", Slot::leaf);
     if (on_leaf_ready) on_leaf_ready(*root.state());
     return;
   }
   auto& nodes = tape().nodes;
   int64_t start = live_producer(*root.state(), "backward");
-  accumulate(nodes[size_t(start)].grad_out, root.shape(), seed, "backward");
+  accumulate(nodes[size_t(start)].grad_out, root.shape(), seed, "backward", Slot::backward_owned);
   // Per leaf: the lowest node index feeding it (backward runs from high to low indices) and how many edges
   // feed it. A leaf fed more than once (a tied embedding) sums this pass's contributions apart and adds
   // them to its gradient once, complete, as PyTorch's AccumulateGrad does: accumulating micro-batches then
@@ -180,7 +188,7 @@ void backward(const Variable& root, const Tensor& grad_output, const LeafReadyFn
   std::unordered_map<const VariableState*, LeafFeed> feeds;
   for (int64_t i = 0; i <= start; ++i)
     for (const Edge& e : nodes[size_t(i)].inputs)
-      if (e.leaf && e.needs_grad()) ++feeds.try_emplace(e.leaf.get(), LeafFeed{i}).first->second.edges;
+      if (e.leaf && e.needs_grad()) ++feeds.try_emplace(e.leaf.get(), LeafFeed{i, 0, Tensor()}).first->second.edges;
 
   NoGradGuard no_grad;  // backward functions run ops; they must not record
   for (int64_t i = start; i >= 0; --i) {
@@ -193,18 +201,20 @@ void backward(const Variable& root, const Tensor& grad_output, const LeafReadyFn
         if (!needs[j] || !grads[j].defined()) continue;
         const Edge& e = node.inputs[j];
         if (!e.leaf) {
-          accumulate(nodes[size_t(e.node)].grad_out, nodes[size_t(e.node)].output_shape, grads[j], node.op);
+          accumulate(nodes[size_t(e.node)].grad_out, nodes[size_t(e.node)].output_shape, grads[j], node.op,
+                     Slot::backward_owned);
           continue;
         }
         LeafFeed& feed = feeds.at(e.leaf.get());
-        accumulate(feed.edges > 1 ? feed.pass_grad : e.leaf->grad, e.leaf->value.shape(), grads[j], node.op);
+        if (feed.edges > 1) accumulate(feed.pass_grad, e.leaf->value.shape(), grads[j], node.op, Slot::backward_owned);
+        else accumulate(e.leaf->grad, e.leaf->value.shape(), grads[j], node.op, Slot::leaf);
       }
     }
     for (const Edge& e : node.inputs) {
       auto feed = e.leaf ? feeds.find(e.leaf.get()) : feeds.end();
       if (feed == feeds.end() || feed->second.last_feeder != i) continue;
       if (feed->second.pass_grad.defined())
-        accumulate(e.leaf->grad, e.leaf->value.shape(), feed->second.pass_grad, node.op);
+        accumulate(e.leaf->grad, e.leaf->value.shape(), feed->second.pass_grad, node.op, Slot::leaf);
       feeds.erase(feed);  // a leaf fed twice by this node is completed once
       if (on_leaf_ready) on_leaf_ready(*e.leaf);
     }
