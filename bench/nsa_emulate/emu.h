@@ -1,12 +1,14 @@
 // A CPU emulation of the CUDA subset kernels/cuda/nsa.cu uses, for bench/nsa_emulate.sh: every CUDA thread of a
 // block is a std::thread, blocks run one after another; __syncthreads is a barrier of the block, __syncwarp, the
 // shuffles and the ballot barriers of the warp (so a barrier not reached by every thread deadlocks); dynamic shared
-// memory and the scratch start as NaN; static __shared__ arrays are function statics (one block at a time). f32,
-// bf16 and f16 (the host's conversions, round to nearest even as cuda_bf16.h and cuda_fp16.h). Not a model of the
-// hardware: memory ordering, occupancy and the device's limits are not checked here.
+// memory and the scratch start as NaN; static __shared__ arrays are function statics (one block at a time);
+// atomicAdd on an int is a std::atomic_ref add. f32, bf16 and f16 (the host's conversions, round to nearest even
+// as cuda_bf16.h and cuda_fp16.h). Not a model of the hardware: memory ordering, occupancy and the device's limits
+// are not checked here.
 #pragma once
 #include <math.h>
 
+#include <atomic>
 #include <barrier>
 #include <bit>
 #include <cmath>
@@ -98,6 +100,7 @@ void launch(void (*kernel)(P...), dim3 grid, int threads, size_t bytes, const A&
 #define __shfl_xor_sync(m, v, o) emu_rt::shfl_xor(v, o)
 #define __ballot_sync(m, p) emu_rt::ballot(p)
 inline int __popc(unsigned v) { return std::popcount(v); }
+inline int atomicAdd(int* address, int value) { return std::atomic_ref<int>(*address).fetch_add(value); }
 inline int __float_as_int(float f) { return std::bit_cast<int>(f); }
 inline float __int_as_float(int i) { return std::bit_cast<float>(i); }
 enum { cudaDevAttrMaxSharedMemoryPerBlockOptin = 0, cudaFuncAttributeMaxDynamicSharedMemorySize = 0 };

@@ -20,12 +20,14 @@
 // 2. key_grads_kernel over the compressed keys: one block per (32 compressed keys, b, g) walks the queries
 //    that see them (t >= i·d + l − 1) in chunks of 32 (token, head) rows: dK̃, dṼ into an f32 workspace.
 // 3. The compressor's token gradients dX = dK̃·W (GEMM into a workspace [rows, l·D]).
-// 4. key_grads_kernel over the tokens: one block per (32 tokens, b, g) runs the window branch's queries
-//    ([j, j + w − 1]), then the selected branch's: instead of atomics or a global CSR it scans the kept
-//    lists of the queries at or after its tile and compacts, in ascending t, those that kept a block
-//    overlapping it (the inverse of `selected` per key tile, built in shared memory); then adds the
-//    compressor's token gradients of the blocks covering each token, and writes dk, dv once.
-// 5. dW = dK̃ᵀ·X (GEMM over all rows in order) and dpos = Wᵀ·Σ_rows dK̃.
+// 4. The inverse of `selected`, once per step: per (b, g) and selection block j, the queries that kept j in
+//    ascending t, as a CSR built without ordering atomics (selection_csr: counts per chunk of queries, a scan,
+//    then each chunk writes its queries at the positions the scan gave it, in order).
+// 5. key_grads_kernel over the tokens: one block per (32 tokens, b, g) runs the window branch's queries
+//    ([j, j + w − 1]), then the selected branch's: the CSR lists of the selection blocks overlapping its tile,
+//    block by block; then adds the compressor's token gradients of the blocks covering each token, and
+//    writes dk, dv once.
+// 6. dW = dK̃ᵀ·X (GEMM over all rows in order) and dpos = Wᵀ·Σ_rows dK̃.
 // The selection is not differentiated (as the reference). Top-k ties: the scores are f32 sums in another
 // order than the CPU's, so a near-tie can choose another block than the f64 reference (docs/NSA.md; the
 // tests compare the choices and then feed the GPU's choice to the reference through given_selected).
@@ -631,7 +633,7 @@ __global__ void query_grads_kernel(NsaBackwardArgs<T> args, float* delta) {
 // ---------------------------------------------------------------------------------------------------------
 // Backward, key side: one block per (32 keys, b, g). Thread (lane, warp) owns key lane's features
 // e = warp + 8·u of dk and dv (u < kMaxDim/8) and adds every term in a fixed order: pass by pass, query
-// token ascending, head ascending.
+// token ascending (the selected pass: selection block ascending, then query token), head ascending.
 struct KeyLayout {
   int64_t k, v, q, o, p, ds, rows, list, total;
 };
@@ -665,23 +667,99 @@ __device__ unsigned visible_mask(const NsaParams<T>& p, int c, int64_t t, int64_
     const int64_t lo = t - p.window + 1 > key0 ? t - p.window + 1 : key0;
     return lane_bits(lo, t < last ? t : last, key0);
   }
-  return 0u;  // selected: see selected_mask
+  return 0u;  // selected: from the selection CSR
 }
-__device__ inline unsigned selected_mask(const int32_t* kept, int64_t n, int64_t select_len, int64_t t, int64_t key0,
-                                         int64_t nk) {
-  unsigned mask = 0u;
-  const int64_t last = key0 + nk - 1 < t ? key0 + nk - 1 : t;
-  for (int64_t s = 0; s < n && kept[s] >= 0; ++s) {
-    const int64_t lo = int64_t(kept[s]) * select_len, hi = lo + select_len - 1;
-    mask |= lane_bits(lo > key0 ? lo : key0, hi < last ? hi : last, key0);
+// ---------------------------------------------------------------------------------------------------------
+// The selected branch's inverse (step 4): per (b, g), `offsets` [NB + 1] and `queries` [T·n] list, for each
+// selection block j, the queries t that kept j, ascending. Three launches over chunks of kCsrChunk queries, so
+// that no list's order depends on scheduling: count each chunk's entries per block, turn the counts into each
+// chunk's first position in each list (a scan over chunks, then over blocks), and let each chunk write its
+// queries there in t order.
+constexpr int kCsrChunk = 256;
+
+struct SelectionCsr {
+  int32_t* chunk_first;  // [B·Hkv, chunks, NB]: the chunk's count per block, then its first position in the list
+  int32_t* offsets;      // [B·Hkv, NB + 1]
+  int32_t* queries;      // [B·Hkv, T·n]
+};
+
+template <class T>
+__host__ __device__ int64_t selection_blocks(const NsaParams<T>& p) {
+  return (p.seq_len + p.select_len - 1) / p.select_len;
+}
+template <class T>
+__host__ __device__ int64_t csr_chunks(const NsaParams<T>& p) {
+  return (p.seq_len + kCsrChunk - 1) / kCsrChunk;
+}
+
+// grid (chunks, B·Hkv), kCsrChunk threads, NB ints of shared memory: chunk_first[bg, chunk, j] = how many
+// queries of the chunk kept j (shared atomics: the counts, not their order, come out of them).
+template <class T>
+__global__ void csr_count_kernel(NsaParams<T> p, const int32_t* selected, SelectionCsr csr) {
+  extern __shared__ float smem[];
+  int* counts = reinterpret_cast<int*>(smem);
+  const int64_t NB = selection_blocks(p), bg = blockIdx.y, b = bg / p.kv_heads, g = bg % p.kv_heads;
+  for (int64_t j = threadIdx.x; j < NB; j += blockDim.x) counts[j] = 0;
+  __syncthreads();
+  const int64_t t = int64_t(blockIdx.x) * kCsrChunk + threadIdx.x;
+  if (t < p.seq_len) {
+    const int32_t* kept = selected + ((b * p.seq_len + t) * p.kv_heads + g) * p.select_count;
+    for (int64_t s = 0; s < p.select_count && kept[s] >= 0; ++s) atomicAdd(&counts[kept[s]], 1);
   }
-  return mask;
+  __syncthreads();
+  int32_t* out = csr.chunk_first + (bg * csr_chunks(p) + blockIdx.x) * NB;
+  for (int64_t j = threadIdx.x; j < NB; j += blockDim.x) out[j] = counts[j];
+}
+
+// grid (B·Hkv), 256 threads: per block j, the counts of the chunks become their running sums (each chunk's
+// first position within j's list), and offsets the running sum over blocks of the lists' lengths.
+template <class T>
+__global__ void csr_offsets_kernel(NsaParams<T> p, SelectionCsr csr) {
+  const int64_t NB = selection_blocks(p), chunks = csr_chunks(p), bg = blockIdx.x;
+  int32_t* first = csr.chunk_first + bg * chunks * NB;
+  int32_t* offsets = csr.offsets + bg * (NB + 1);
+  for (int64_t j = threadIdx.x; j < NB; j += blockDim.x) {
+    int32_t running = 0;
+    for (int64_t c = 0; c < chunks; ++c) {
+      const int32_t count = first[c * NB + j];
+      first[c * NB + j] = running;
+      running += count;
+    }
+    offsets[j + 1] = running;  // the list's length, until the scan below
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    offsets[0] = 0;
+    for (int64_t j = 0; j < NB; ++j) offsets[j + 1] += offsets[j];
+  }
+}
+
+// grid (chunks, B·Hkv), kCsrChunk threads, NB + kCsrChunk·n ints of shared memory: the chunk's kept lists are
+// staged, then one thread walks its queries in ascending t and appends each to the lists of the blocks it kept.
+template <class T>
+__global__ void csr_fill_kernel(NsaParams<T> p, const int32_t* selected, SelectionCsr csr) {
+  extern __shared__ float smem[];
+  const int64_t NB = selection_blocks(p), n = p.select_count, bg = blockIdx.y, b = bg / p.kv_heads,
+                g = bg % p.kv_heads;
+  int* next = reinterpret_cast<int*>(smem);
+  int* kept = next + NB;
+  const int64_t t0 = int64_t(blockIdx.x) * kCsrChunk, count = p.seq_len - t0 < kCsrChunk ? p.seq_len - t0 : kCsrChunk;
+  const int32_t* first = csr.chunk_first + (bg * csr_chunks(p) + blockIdx.x) * NB;
+  const int32_t* offsets = csr.offsets + bg * (NB + 1);
+  for (int64_t j = threadIdx.x; j < NB; j += blockDim.x) next[j] = offsets[j] + first[j];
+  for (int64_t i = threadIdx.x; i < count * n; i += blockDim.x)
+    kept[i] = selected[((b * p.seq_len + t0 + i / n) * p.kv_heads + g) * n + i % n];
+  __syncthreads();
+  if (threadIdx.x != 0) return;
+  int32_t* queries = csr.queries + bg * p.seq_len * n;
+  for (int64_t i = 0; i < count; ++i)
+    for (int64_t s = 0; s < n && kept[i * n + s] >= 0; ++s) queries[next[kept[i * n + s]]++] = int32_t(t0 + i);
 }
 
 template <class T, int kMaxDim>
 __global__ void __launch_bounds__(kKeyThreads)
     key_grads_kernel(NsaBackwardArgs<T> args, const float* delta, bool compressed_keys, const float* dx_k,
-                     const float* dx_v, float* dck, float* dcv) {
+                     const float* dx_v, float* dck, float* dcv, SelectionCsr csr) {
   extern __shared__ float smem[];
   constexpr int kPer = kMaxDim / kKeyWarps;
   const NsaParams<T>& p = args.params;
@@ -715,81 +793,95 @@ __global__ void __launch_bounds__(kKeyThreads)
   float dk[kPer], dv[kPer];
   for (int u = 0; u < kPer; ++u) dk[u] = dv[u] = 0.0f;
 
-  const int passes[2] = {compressed_keys ? int(kNsaCompressed) : int(kNsaWindow), int(kNsaSelected)};
-  for (int pass = 0; pass < (compressed_keys ? 1 : 2); ++pass) {
-    const int c = passes[pass];
-    int64_t t_begin = key0, t_end = T_;
-    if (c == kNsaCompressed) t_begin = key0 * p.block_stride + p.block_len - 1;
-    if (c == kNsaWindow && key0 + nk - 1 + p.window < T_) t_end = key0 + nk - 1 + p.window;
-    for (int64_t t0 = t_begin; t0 < t_end; t0 += kKeyThreads) {
-      // The queries of this window of tokens that see a key of the tile, compacted in ascending t.
-      const int64_t t = t0 + threadIdx.x;
-      unsigned mask = 0u;
-      if (t < t_end)
-        mask = c == kNsaSelected ? selected_mask(args.selected + ((b * T_ + t) * p.kv_heads + g) * p.select_count,
-                                                 p.select_count, p.select_len, t, key0, nk)
-                                 : visible_mask(p, c, t, key0, nk);
-      const unsigned ballot = __ballot_sync(kFullWarp, mask != 0u);
-      __syncthreads();  // the previous list is consumed
-      if (lane == 0) warp_count[warp] = __popc(ballot);
-      __syncthreads();
-      int base = 0, count = 0;
-      for (int w = 0; w < kKeyWarps; ++w) {
-        if (w < warp) base += warp_count[w];
-        count += warp_count[w];
+  // One window of up to kKeyThreads candidate queries of pass c, thread i's query t seeing the tile's keys
+  // `mask` (0: none): those that see a key are compacted in thread order, and their rows add to dk and dv.
+  // Every thread of the block calls it together.
+  auto add_window = [&](int c, int64_t t, unsigned mask) {
+    const unsigned ballot = __ballot_sync(kFullWarp, mask != 0u);
+    __syncthreads();  // the previous list is consumed
+    if (lane == 0) warp_count[warp] = __popc(ballot);
+    __syncthreads();
+    int base = 0, count = 0;
+    for (int w = 0; w < kKeyWarps; ++w) {
+      if (w < warp) base += warp_count[w];
+      count += warp_count[w];
+    }
+    if (mask != 0u) {
+      const int at = base + __popc(ballot & ((1u << lane) - 1u));
+      list_t[at] = int(t), list_mask[at] = mask;
+    }
+    __syncthreads();
+    const int64_t rows = int64_t(count) * G;
+    for (int64_t r0 = 0; r0 < rows; r0 += kRowChunk) {
+      const int64_t nrows = rows - r0 < kRowChunk ? rows - r0 : kRowChunk;
+      if (threadIdx.x < kRowChunk) {
+        const int r = threadIdx.x;
+        row_mask[r] = 0u;
+        if (r < nrows) {
+          const int64_t entry = (r0 + r) / G, head = g * G + (r0 + r) % G, tt = list_t[entry];
+          const int64_t si = stat_index(p, c, b, head, tt);
+          row_t[r] = int(tt), row_h[r] = int(head);
+          row_m[r] = args.row_max[si], row_l[r] = args.row_sum[si], row_d[r] = delta[si];
+          row_sig[r] = sigmoid(ld(args.in.gates, ((b * T_ + tt) * p.q_heads + head) * kNsaBranches + c));
+          row_mask[r] = row_l[r] > 0.0f ? list_mask[entry] : 0u;
+        }
       }
-      if (mask != 0u) {
-        const int at = base + __popc(ballot & ((1u << lane) - 1u));
-        list_t[at] = int(t), list_mask[at] = mask;
+      __syncthreads();
+      for (int64_t idx = threadIdx.x; idx < kRowChunk * D; idx += blockDim.x) {
+        const int64_t r = idx / D, e = idx % D;
+        qs[idx] = r < nrows ? ld(args.in.q, offset(p.q_strides, b, row_t[r], row_h[r]) + e) : 0.0f;
+      }
+      for (int64_t idx = threadIdx.x; idx < kRowChunk * Dv; idx += blockDim.x) {
+        const int64_t r = idx / Dv, e = idx % Dv;
+        dos[idx] =
+            r < nrows ? row_sig[r] * ld(args.dout, ((b * T_ + row_t[r]) * p.q_heads + row_h[r]) * Dv + e) : 0.0f;
       }
       __syncthreads();
-      const int64_t rows = int64_t(count) * G;
-      for (int64_t r0 = 0; r0 < rows; r0 += kRowChunk) {
-        const int64_t nrows = rows - r0 < kRowChunk ? rows - r0 : kRowChunk;
-        if (threadIdx.x < kRowChunk) {
-          const int r = threadIdx.x;
-          row_mask[r] = 0u;
-          if (r < nrows) {
-            const int64_t entry = (r0 + r) / G, head = g * G + (r0 + r) % G, tt = list_t[entry];
-            const int64_t si = stat_index(p, c, b, head, tt);
-            row_t[r] = int(tt), row_h[r] = int(head);
-            row_m[r] = args.row_max[si], row_l[r] = args.row_sum[si], row_d[r] = delta[si];
-            row_sig[r] = sigmoid(ld(args.in.gates, ((b * T_ + tt) * p.q_heads + head) * kNsaBranches + c));
-            row_mask[r] = row_l[r] > 0.0f ? list_mask[entry] : 0u;
-          }
+      for (int r = warp; r < kRowChunk; r += kKeyWarps) {
+        float prob = 0.0f, ds = 0.0f;
+        if ((row_mask[r] >> lane) & 1u) {
+          prob = expf(dot(qs + r * D, ks + lane * (D + 1), D) * float(p.scale) - row_m[r]) / row_l[r];
+          const float dprob = dot(dos + r * Dv, vs + lane * (Dv + 1), Dv);
+          ds = prob * (dprob - row_d[r]) * float(p.scale);
         }
-        __syncthreads();
-        for (int64_t idx = threadIdx.x; idx < kRowChunk * D; idx += blockDim.x) {
-          const int64_t r = idx / D, e = idx % D;
-          qs[idx] = r < nrows ? ld(args.in.q, offset(p.q_strides, b, row_t[r], row_h[r]) + e) : 0.0f;
-        }
-        for (int64_t idx = threadIdx.x; idx < kRowChunk * Dv; idx += blockDim.x) {
-          const int64_t r = idx / Dv, e = idx % Dv;
-          dos[idx] =
-              r < nrows ? row_sig[r] * ld(args.dout, ((b * T_ + row_t[r]) * p.q_heads + row_h[r]) * Dv + e) : 0.0f;
-        }
-        __syncthreads();
-        for (int r = warp; r < kRowChunk; r += kKeyWarps) {
-          float prob = 0.0f, ds = 0.0f;
-          if ((row_mask[r] >> lane) & 1u) {
-            prob = expf(dot(qs + r * D, ks + lane * (D + 1), D) * float(p.scale) - row_m[r]) / row_l[r];
-            const float dprob = dot(dos + r * Dv, vs + lane * (Dv + 1), Dv);
-            ds = prob * (dprob - row_d[r]) * float(p.scale);
-          }
-          ps[r * (kChunk + 1) + lane] = prob;
-          dss[r * (kChunk + 1) + lane] = ds;
-        }
-        __syncthreads();
-        for (int64_t r = 0; r < nrows; ++r) {
-          const float prob = ps[r * (kChunk + 1) + lane], ds = dss[r * (kChunk + 1) + lane];
+        ps[r * (kChunk + 1) + lane] = prob;
+        dss[r * (kChunk + 1) + lane] = ds;
+      }
+      __syncthreads();
+      for (int64_t r = 0; r < nrows; ++r) {
+        const float prob = ps[r * (kChunk + 1) + lane], ds = dss[r * (kChunk + 1) + lane];
 #pragma unroll
-          for (int u = 0; u < kPer; ++u) {
-            const int64_t e = warp + kKeyWarps * u;
-            if (e < Dv) dv[u] = fmaf(prob, dos[r * Dv + e], dv[u]);
-            if (e < D) dk[u] = fmaf(ds, qs[r * D + e], dk[u]);
-          }
+        for (int u = 0; u < kPer; ++u) {
+          const int64_t e = warp + kKeyWarps * u;
+          if (e < Dv) dv[u] = fmaf(prob, dos[r * Dv + e], dv[u]);
+          if (e < D) dk[u] = fmaf(ds, qs[r * D + e], dk[u]);
         }
-        __syncthreads();
+      }
+      __syncthreads();
+    }
+  };
+  if (compressed_keys) {
+    for (int64_t t0 = key0 * p.block_stride + p.block_len - 1; t0 < T_; t0 += kKeyThreads) {
+      const int64_t t = t0 + threadIdx.x;
+      add_window(kNsaCompressed, t, t < T_ ? visible_mask(p, kNsaCompressed, t, key0, nk) : 0u);
+    }
+  } else {
+    const int64_t t_end = key0 + nk - 1 + p.window < T_ ? key0 + nk - 1 + p.window : T_;
+    for (int64_t t0 = key0; t0 < t_end; t0 += kKeyThreads) {
+      const int64_t t = t0 + threadIdx.x;
+      add_window(kNsaWindow, t, t < t_end ? visible_mask(p, kNsaWindow, t, key0, nk) : 0u);
+    }
+    // The selection blocks overlapping the tile, each with the queries that kept it in ascending t.
+    const int64_t NB = selection_blocks(p), bg = blockIdx.y, key_last = key0 + nk - 1;
+    const int32_t* offsets = csr.offsets + bg * (NB + 1);
+    const int32_t* queries = csr.queries + bg * T_ * p.select_count;
+    for (int64_t sb = key0 / p.select_len; sb <= key_last / p.select_len; ++sb) {
+      const int64_t lo = sb * p.select_len > key0 ? sb * p.select_len : key0;
+      const int64_t hi = sb * p.select_len + p.select_len - 1 < key_last ? sb * p.select_len + p.select_len - 1 : key_last;
+      const int64_t begin = offsets[sb], count = offsets[sb + 1] - begin;
+      for (int64_t i0 = 0; i0 < count; i0 += kKeyThreads) {
+        const int64_t i = i0 + threadIdx.x, t = i < count ? queries[begin + i] : -1;
+        add_window(kNsaSelected, t, t >= 0 ? lane_bits(lo, hi < t ? hi : t, key0) : 0u);
       }
     }
   }
@@ -872,7 +964,7 @@ void check_head_dims(const char* op, const NsaParams<T>& p) {
 // key_grads_kernel for the bucket of max(D, Dv).
 template <class T>
 void launch_key_grads(const NsaBackwardArgs<T>& args, const float* delta, bool compressed_keys, const float* dx_k,
-                      const float* dx_v, float* dck, float* dcv, cudaStream_t stream) {
+                      const float* dx_v, float* dck, float* dcv, const SelectionCsr& csr, cudaStream_t stream) {
   const NsaParams<T>& p = args.params;
   const int64_t keys = compressed_keys ? compressed_blocks(p) : p.seq_len;
   const dim3 grid{unsigned((keys + kChunk - 1) / kChunk), unsigned(p.batch * p.kv_heads)};
@@ -880,13 +972,13 @@ void launch_key_grads(const NsaBackwardArgs<T>& args, const float* delta, bool c
   const int64_t widest = p.head_dim > p.value_dim ? p.head_dim : p.value_dim;
   if (widest <= 64)
     launch_shared(key_grads_kernel<T, 64>, "nsa_backward", grid, kKeyThreads, bytes, stream, args, delta,
-                  compressed_keys, dx_k, dx_v, dck, dcv);
+                  compressed_keys, dx_k, dx_v, dck, dcv, csr);
   else if (widest <= 128)
     launch_shared(key_grads_kernel<T, 128>, "nsa_backward", grid, kKeyThreads, bytes, stream, args, delta,
-                  compressed_keys, dx_k, dx_v, dck, dcv);
+                  compressed_keys, dx_k, dx_v, dck, dcv, csr);
   else
     launch_shared(key_grads_kernel<T, 256>, "nsa_backward", grid, kKeyThreads, bytes, stream, args, delta,
-                  compressed_keys, dx_k, dx_v, dck, dcv);
+                  compressed_keys, dx_k, dx_v, dck, dcv, csr);
 }
 
 }  // namespace
@@ -919,23 +1011,35 @@ void nsa_backward(const NsaBackwardArgs<T>& args, Stream stream) {
   if (p.batch * p.kv_heads > 65535)
     raise<ShapeError>("nsa_backward", "batch·kv_heads", "at most 65535", std::to_string(p.batch * p.kv_heads));
   // f32 workspace: D_c per row [3, B, Hq, T]; dK̃ [rows, D], dṼ [rows, Dv]; dX_k [rows, l·D], dX_v [rows, l·Dv];
-  // the column sums of dK̃, dṼ [D + Dv].
+  // the column sums of dK̃, dṼ [D + Dv]; then the selection CSR's int32s (SelectionCsr).
   const int64_t n_delta = kNsaBranches * p.batch * p.q_heads * p.seq_len;
   const int64_t floats = n_delta + rows * (D + Dv) + rows * l * (D + Dv) + D + Dv;
-  StreamScratch scratch(size_t(floats) * sizeof(float), s);
+  const int64_t groups = p.batch * p.kv_heads, NB = selection_blocks(p), chunks = csr_chunks(p);
+  const int64_t csr_ints = groups * (chunks * NB + NB + 1 + p.seq_len * p.select_count);
+  StreamScratch scratch(size_t(floats + csr_ints) * sizeof(float), s);
   float* delta = scratch.as<float>();
   float *dck = delta + n_delta, *dcv = dck + rows * D, *dx_k = dcv + rows * Dv, *dx_v = dx_k + rows * l * D;
   float *total_k = dx_v + rows * l * Dv, *total_v = total_k + D;
+  SelectionCsr csr;
+  csr.chunk_first = reinterpret_cast<int32_t*>(total_v + Dv);
+  csr.offsets = csr.chunk_first + groups * chunks * NB;
+  csr.queries = csr.offsets + groups * (NB + 1);
   if (p.batch * p.seq_len * p.q_heads > 0) {
     launch_shared(query_grads_kernel<T>, "nsa_backward", dim3(query_grid(p)), query_threads(p),
                   size_t(query_layout(p, true).total) * sizeof(float), s, args, delta);
-    launch_key_grads(args, delta, true, nullptr, nullptr, dck, dcv, s);
+    launch_key_grads(args, delta, true, nullptr, nullptr, dck, dcv, csr, s);
+    const dim3 chunk_grid{unsigned(chunks), unsigned(groups)};
+    launch_shared(csr_count_kernel<T>, "nsa_backward", chunk_grid, kCsrChunk, size_t(NB) * sizeof(int32_t), s, p,
+                  args.selected, csr);
+    launch_shared(csr_offsets_kernel<T>, "nsa_backward", dim3(unsigned(groups)), 256, 0, s, p, csr);
+    launch_shared(csr_fill_kernel<T>, "nsa_backward", chunk_grid, kCsrChunk,
+                  size_t(NB + kCsrChunk * p.select_count) * sizeof(int32_t), s, p, args.selected, csr);
   }
   // dX = dK̃·W: [rows, l·D] = [rows, D]·[D, l·D].
   gemm(rows, l * D, D, RowMajor<float>{dck, D}, ColMajor<T>{args.in.k_weight, l * D}, Store<float>{dx_k, l * D}, s);
   gemm(rows, l * Dv, Dv, RowMajor<float>{dcv, Dv}, ColMajor<T>{args.in.v_weight, l * Dv}, Store<float>{dx_v, l * Dv},
        s);
-  if (p.batch * p.seq_len * p.q_heads > 0) launch_key_grads(args, delta, false, dx_k, dx_v, nullptr, nullptr, s);
+  if (p.batch * p.seq_len * p.q_heads > 0) launch_key_grads(args, delta, false, dx_k, dx_v, nullptr, nullptr, csr, s);
   // dW[e, f] = Σ_rows dK̃[row, e]·X[row, f]; dpos[f] = Σ_e W[e, f]·Σ_rows dK̃[row, e].
   using InputK = Transposed<CompressorInput<T>>;
   gemm(D, l * D, rows, ColMajor<float>{dck, D}, InputK{compressor_input(p, args.in.k, p.k_strides, args.in.k_pos, D)},
