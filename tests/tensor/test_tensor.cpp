@@ -83,6 +83,12 @@ TEST(Tensor, ViewAndReshape) {
   Tensor sl = test::random({3, 8}, DType::f32).slice(1, 0, 4);
   Tensor sv = sl.view({3, 2, 2});
   EXPECT_EQ(sv.at({2, 1, 0}), sl.at({2, 2}));
+  // reshape views such a tensor too, rather than copying it (q, k, v as slices of a fused qkv).
+  Tensor sr = sl.reshape({3, 2, -1});
+  EXPECT_TRUE(sr.shares_storage(sl));
+  EXPECT_EQ(sr.strides(), sv.strides());
+  EXPECT_EQ(sr.at({2, 1, 1}), sl.at({2, 3}));
+  EXPECT_ALPHA_ERROR(sl.reshape({5, -1}), ShapeError, "Tensor::reshape", "12 elements");
   EXPECT_ALPHA_ERROR(t.view({5, 5}), ShapeError, "Tensor::view", "24 elements");
   EXPECT_EQ(t.unsqueeze(0).shape(), (Shape{1, 4, 6}));
   EXPECT_EQ(t.unsqueeze(2).squeeze(2).shape(), (Shape{4, 6}));

@@ -400,45 +400,50 @@ Shape infer_shape(Shape shape, int64_t numel, const Shape& from, const char* op)
 }
 }  // namespace
 
+namespace {
+// The strides that lay `shape` over a tensor of shape `from` and strides `strides` without moving data, or
+// nullopt when there are none. Groups the source dimensions into runs that are contiguous among themselves;
+// each run can be re-split into any new dimensions whose sizes multiply to the run's size (PyTorch's rule).
+std::optional<Shape> view_strides(const Shape& shape, const Shape& from, const Shape& strides, int64_t numel) {
+  if (numel == 0 || from.empty()) return contiguous_strides(shape);
+  Shape new_strides(shape.size(), 1);
+  int64_t view_d = int64_t(shape.size()) - 1;
+  int64_t base_stride = strides.back(), run_numel = 1, view_numel = 1;
+  for (int64_t d = int64_t(from.size()) - 1; d >= 0; --d) {
+    run_numel *= from[d];
+    bool run_ends = d == 0 || (from[d - 1] != 1 && strides[d - 1] != run_numel * base_stride);
+    if (!run_ends) continue;
+    while (view_d >= 0 && (view_numel < run_numel || shape[view_d] == 1)) {
+      new_strides[view_d] = view_numel * base_stride;
+      view_numel *= shape[view_d];
+      --view_d;
+    }
+    if (view_numel != run_numel) return std::nullopt;
+    if (d > 0) base_stride = strides[d - 1], run_numel = 1, view_numel = 1;
+  }
+  if (view_d != -1) return std::nullopt;
+  return new_strides;
+}
+}  // namespace
+
 Tensor Tensor::view(Shape shape) const {
   require_defined(*this, "Tensor::view");
   shape = infer_shape(std::move(shape), numel(), shape_, "Tensor::view");
-  // Groups the source dimensions into runs that are contiguous among themselves; each run can be
-  // re-split into any new dimensions whose sizes multiply to the run's size (PyTorch's rule).
-  Shape new_strides(shape.size(), 1);
-  bool ok = true;
-  if (numel() == 0 || shape_.empty()) {
-    new_strides = contiguous_strides(shape);
-  } else {
-    int64_t view_d = int64_t(shape.size()) - 1;
-    int64_t base_stride = strides_.back(), run_numel = 1, view_numel = 1;
-    for (int64_t d = int64_t(shape_.size()) - 1; d >= 0; --d) {
-      run_numel *= shape_[d];
-      bool run_ends = d == 0 || (shape_[d - 1] != 1 && strides_[d - 1] != run_numel * base_stride);
-      if (!run_ends) continue;
-      while (view_d >= 0 && (view_numel < run_numel || shape[view_d] == 1)) {
-        new_strides[view_d] = view_numel * base_stride;
-        view_numel *= shape[view_d];
-        --view_d;
-      }
-      if (view_numel != run_numel) ok = false;
-      if (d > 0) base_stride = strides_[d - 1], run_numel = 1, view_numel = 1;
-    }
-    if (view_d != -1) ok = false;
-  }
-  if (!ok)
+  std::optional<Shape> strides = view_strides(shape, shape_, strides_, numel());
+  if (!strides)
     raise<LayoutError>("Tensor::view", "shape", "a shape compatible with the strides " + shape_str(strides_) +
                        " of shape " + shape_str(shape_) + " (use reshape or contiguous)", shape_str(shape));
   Tensor r = *this;
   r.shape_ = std::move(shape);
-  r.strides_ = std::move(new_strides);
+  r.strides_ = std::move(*strides);
   return r;
 }
 
 Tensor Tensor::reshape(Shape shape) const {
   require_defined(*this, "Tensor::reshape");
-  if (is_contiguous()) return view(std::move(shape));
-  return contiguous().view(std::move(shape));
+  Shape inferred = infer_shape(std::move(shape), numel(), shape_, "Tensor::reshape");
+  if (view_strides(inferred, shape_, strides_, numel())) return view(std::move(inferred));
+  return contiguous().view(std::move(inferred));
 }
 
 Tensor Tensor::transpose(int64_t d0, int64_t d1) const {
