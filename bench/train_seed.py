@@ -10,8 +10,11 @@ embeddings), bf16 autocast with f32 master weights, F.scaled_dot_product_attenti
 grad clipping at 1.0, the same batch and sequence length; once eager and once under torch.compile.
 tokens/s over --steps timed steps after --warmup, peak memory torch.cuda.max_memory_allocated over them.
 
-Usage: python3 bench/train_seed.py --alpha build/cuda/alpha [--steps 30] [--out DIR]
-Prints a table and writes DIR/train_seed.json.
+Usage: python3 bench/train_seed.py --alpha build/cuda/alpha [--steps 30] [--out DIR] [--profile]
+Prints a table and writes DIR/train_seed.json. With --profile, also one step of each side kernel by kernel:
+Alpha's `alpha train --profile` (DIR/alpha_profile.json) and the torch.compile peer's under torch.profiler
+(DIR/torch_profile.json, the same fields: kernels with calls, time_s, mean_us, share; busy_s, wall_s), and the
+largest of each are printed.
 """
 import argparse
 import json
@@ -30,14 +33,16 @@ import torch.nn.functional as F
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-def alpha_run(binary, precision, batch, seq, steps, warmup, run_dir):
+def alpha_run(binary, precision, batch, seq, steps, warmup, run_dir, profile_step=0):
     cmd = [binary, "train", "--config", "seed", "--device", "cuda", "--precision", precision,
            "--batch-size", str(batch), "--seq-len", str(seq), "--steps", str(steps), "--eval-every", "0",
            "--save-every", "0", "--sample-tokens", "0", "--out", run_dir]
+    if profile_step:
+        cmd += ["--profile-step", str(profile_step)]
     subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
     with open(os.path.join(run_dir, "metrics.jsonl")) as f:
         records = [json.loads(line) for line in f if line.strip()]
-    timed = records[warmup:]
+    timed = [r for r in records[warmup:] if not r.get("profiled")]  # the profiled step is synchronised
     return {
         "tokens_per_second": statistics.median(r["tokens_per_second"] for r in timed),
         "peak_bytes": max(r["peak_bytes"] for r in timed),
@@ -95,7 +100,41 @@ class GPT(nn.Module):
         return F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), targets.reshape(-1))
 
 
-def torch_run(cfg, batch, seq, steps, warmup, compile_model):
+def profile_report(step, device_type):
+    """One call of `step` under torch.profiler: its kernels (or CPU ops, without a GPU) by total time, largest
+    first, in the fields of Alpha's profile.json."""
+    from torch.profiler import ProfilerActivity, profile
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device_type == "cuda" else [])
+    sync = torch.cuda.synchronize if device_type == "cuda" else (lambda: None)
+    sync()
+    start = time.perf_counter()
+    with profile(activities=activities) as prof:
+        step()
+        sync()
+    wall = time.perf_counter() - start
+    totals = {}
+    for event in prof.events():
+        on_gpu = event.device_type == torch.autograd.DeviceType.CUDA
+        if on_gpu != (device_type == "cuda") or (not on_gpu and event.cpu_parent is not None):
+            continue  # kernels on a GPU; the outermost ops on the CPU
+        duration_us = event.time_range.elapsed_us()
+        calls, total = totals.get(event.name, (0, 0.0))
+        totals[event.name] = (calls + 1, total + duration_us)
+    busy = sum(total for _, total in totals.values()) * 1e-6
+    kernels = [{"name": name, "calls": calls, "time_s": total * 1e-6, "mean_us": total / calls,
+                "share": total * 1e-6 / busy if busy > 0 else 0.0}
+               for name, (calls, total) in sorted(totals.items(), key=lambda kv: -kv[1][1])]
+    return {"wall_s": wall, "busy_s": busy, "kernels": kernels}
+
+
+def print_profile(title, report, rows=12):
+    print(f"{title}: wall {report['wall_s'] * 1e3:.3f} ms, busy {report['busy_s'] * 1e3:.3f} ms, "
+          f"{sum(k['calls'] for k in report['kernels'])} kernels")
+    for k in report["kernels"][:rows]:
+        print(f"  {k['time_s'] * 1e3:8.3f} ms {100 * k['share']:5.1f}% {k['calls']:5d}  {k['name'][:100]}")
+
+
+def torch_run(cfg, batch, seq, steps, warmup, compile_model, profile=False):
     torch.manual_seed(0)
     model = GPT(cfg).cuda()
     step_model = torch.compile(model) if compile_model else model
@@ -120,8 +159,11 @@ def torch_run(cfg, batch, seq, steps, warmup, compile_model):
         loss = step()
     torch.cuda.synchronize()
     seconds = time.perf_counter() - start
-    return {"tokens_per_second": batch * seq * steps / seconds, "peak_bytes": torch.cuda.max_memory_allocated(),
-            "final_loss": loss.item()}
+    result = {"tokens_per_second": batch * seq * steps / seconds, "peak_bytes": torch.cuda.max_memory_allocated(),
+              "final_loss": loss.item()}
+    if profile:
+        result["profile"] = profile_report(step, "cuda")
+    return result
 
 
 def main():
@@ -131,19 +173,34 @@ def main():
     parser.add_argument("--warmup", type=int, default=5)
     parser.add_argument("--batch-size", type=int, default=16)
     parser.add_argument("--out", default=".")
+    parser.add_argument("--profile", action="store_true",
+                        help="also profile one step of Alpha bf16 and of the torch.compile peer, kernel by kernel")
     args = parser.parse_args()
     with open(os.path.join(ROOT, "configs", "seed.json")) as f:
         cfg = json.load(f)
     seq = cfg["block_size"]
     results = {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__, "batch_size": args.batch_size,
                "seq_len": seq, "config": "seed", "runs": {}}
+    os.makedirs(args.out, exist_ok=True)
+    profiles = {}
     with tempfile.TemporaryDirectory() as tmp:
         for precision in ("bf16", "f32"):
+            # The profiled step is the last one; the metrics of the others give the tokens/s.
+            profile_step = args.warmup + args.steps + 1 if args.profile and precision == "bf16" else 0
             results["runs"][f"alpha {precision}"] = alpha_run(args.alpha, precision, args.batch_size, seq,
-                                                             args.warmup + args.steps, args.warmup,
-                                                             os.path.join(tmp, precision))
+                                                             args.warmup + args.steps + (profile_step > 0),
+                                                             args.warmup, os.path.join(tmp, precision), profile_step)
+            if profile_step:
+                with open(os.path.join(tmp, precision, "profile.json")) as f:
+                    profiles["alpha"] = json.load(f)
     results["runs"]["pytorch eager bf16"] = torch_run(cfg, args.batch_size, seq, args.steps, args.warmup, False)
-    results["runs"]["pytorch compile bf16"] = torch_run(cfg, args.batch_size, seq, args.steps, args.warmup, True)
+    results["runs"]["pytorch compile bf16"] = torch_run(cfg, args.batch_size, seq, args.steps, args.warmup, True,
+                                                        args.profile)
+    if args.profile:
+        profiles["torch"] = results["runs"]["pytorch compile bf16"].pop("profile")
+        for side, report in profiles.items():
+            with open(os.path.join(args.out, f"{side}_profile.json"), "w") as f:
+                json.dump(report, f, indent=2)
 
     peer = results["runs"]["pytorch compile bf16"]
     print(f"seed config, batch {args.batch_size} x {seq} tokens, {results['gpu']}, torch {results['torch']}")
@@ -151,9 +208,11 @@ def main():
     for name, r in results["runs"].items():
         print(f"{name:24s} {r['tokens_per_second']:12.0f} {r['peak_bytes'] / 2**20:10.1f} "
               f"{r['tokens_per_second'] / peer['tokens_per_second']:11.3f} {r['peak_bytes'] / peer['peak_bytes']:15.2f}")
-    os.makedirs(args.out, exist_ok=True)
     with open(os.path.join(args.out, "train_seed.json"), "w") as f:
         json.dump(results, f, indent=2)
+    if args.profile:
+        print_profile("alpha bf16, one step", profiles["alpha"])
+        print_profile("pytorch compile bf16, one step", profiles["torch"])
 
 
 if __name__ == "__main__":

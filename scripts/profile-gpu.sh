@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # On a GPU machine: the profiler's GPU test and the mixed-precision training tests, then `alpha train --profile`
 # of one bf16 step of `seed` (batch 16 x 512) and of `gpt2-124m` (batch 16 x 1024), each step's per-kernel table
-# and profile.json into $OUT (or ./gpu-logs); with --bench, bench/train_seed.py (Alpha against PyTorch eager
-# and torch.compile, same run) after them. BUILD is a CUDA build folder holding alpha and tests/alpha_tests.
+# and profile.json into $OUT (or ./gpu-logs); with --bench, bench/train_seed.py --profile after them (Alpha
+# against PyTorch eager and torch.compile, same run, and one step of Alpha and of torch.compile kernel by
+# kernel). BUILD is a CUDA build folder holding alpha and tests/alpha_tests.
 # Usage: scripts/profile-gpu.sh [BUILD (default build/cuda)] [--bench]
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 2
@@ -37,8 +38,9 @@ for config in seed gpt2-124m; do
   fi
 done
 if [ "$bench" = 1 ]; then
-  PYTHONUNBUFFERED=1 timeout "${BENCH_TIMEOUT_S:-600}" python3 bench/train_seed.py --alpha "$build/alpha" --out "$out" > "$out/bench.log" 2>&1 || rc=1
-  tail -8 "$out/bench.log"
+  PYTHONUNBUFFERED=1 timeout "${BENCH_TIMEOUT_S:-600}" python3 bench/train_seed.py --alpha "$build/alpha" \
+    --out "$out" --profile > "$out/bench.log" 2>&1 || rc=1
+  tail -36 "$out/bench.log"
 fi
 rm -rf "$runs"
 exit $rc
