@@ -54,6 +54,8 @@ TEST_F(CudaProfiler, TraceTagsEveryKernelWithTheOpThatQueuedIt) {
   EXPECT_TRUE(flash_kernel) << "the flash attention ops' kernels: " << report["kernels"].dump(1);
   EXPECT_NEAR(kernel_sum, busy, 1e-9 * double(traced) + 1e-12);
   EXPECT_LE(busy, report["wall_s"].get<double>());
+  EXPECT_GT(report["host_s"].get<double>(), 0.0);
+  EXPECT_LE(report["host_s"].get<double>(), report["wall_s"].get<double>()) << "host times counted once";
   EXPECT_EQ(op_time.count("(outside launches)"), 0u) << "GPU work no launch queued: " << report["ops"].dump(1);
   EXPECT_GT(op_time["Tensor::copy_from"], 0.0) << "the casts of the f32 weights to bf16: " << report["ops"].dump(1);
 }

@@ -38,6 +38,7 @@ TEST(Profiler, CpuStepReportsEveryLaunchOfTheStepByOp) {
     EXPECT_EQ(op["layer"], op["op"].get<std::string>().starts_with("Tensor::") ? "tensor" : "op") << op.dump();
     if (op["layer"] == "op") calls += op["calls"].get<int64_t>();
     EXPECT_EQ(op["kernels"], op["calls"]) << op.dump();
+    EXPECT_EQ(op["host_s"], op["time_s"]) << "on the CPU the op's time is the host's: " << op.dump();
     const double t = op["time_s"];
     EXPECT_GE(t, 0.0) << op.dump();
     EXPECT_LE(t, previous) << "ops listed by time, largest first";
@@ -50,6 +51,7 @@ TEST(Profiler, CpuStepReportsEveryLaunchOfTheStepByOp) {
   EXPECT_TRUE(names.count("linear") && names.count("cross_entropy") && names.count("Tensor::copy_from"))
       << report["ops"].dump();
   EXPECT_DOUBLE_EQ(report["busy_s"].get<double>(), summed);
+  EXPECT_DOUBLE_EQ(report["host_s"].get<double>(), summed);
   EXPECT_GT(summed, 0.0);
   EXPECT_LE(summed, report["wall_s"].get<double>()) << "exclusive times: no launch counted twice";
 }

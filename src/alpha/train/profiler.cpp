@@ -78,11 +78,12 @@ void StepProfiler::launch_end() {
 #if ALPHA_WITH_CUDA
   if (!done.on_cpu && trace_) trace_->trace.pop_tag();
 #endif
-  if (!done.on_cpu) return;
   const double inclusive = done.clock.seconds();
+  ops_[done.op].host_seconds += inclusive - done.nested_s;
+  if (!open_.empty()) open_.back().nested_s += inclusive;
+  if (!done.on_cpu) return;
   ops_[done.op].seconds += inclusive - done.nested_s;
   ++ops_[done.op].kernels;
-  if (!open_.empty()) open_.back().nested_s += inclusive;
 }
 
 nlohmann::json StepProfiler::finish(const StepPhases& phases) {
@@ -115,12 +116,13 @@ nlohmann::json StepProfiler::finish(const StepPhases& phases) {
   }
 #endif
   const double wall_s = wall_.seconds();
-  double busy_s = traced_s;
+  double busy_s = traced_s, host_s = 0;
   int64_t launches = 0;
   std::map<std::string, nlohmann::json> op_rows;
   for (size_t i = 0; i < ops_.size(); ++i) {
     const OpTotals& t = ops_[i];
     if (t.device == "cpu") busy_s += t.seconds;
+    host_s += t.host_seconds;
     if (t.layer == LaunchLayer::op) launches += t.calls;
     op_rows[op_names_[i] + '@' + t.device] = {{"op", op_names_[i]},
                                               {"layer", op_names_[i] == kOutside          ? "none"
@@ -129,7 +131,8 @@ nlohmann::json StepProfiler::finish(const StepPhases& phases) {
                                               {"device", t.device},
                                               {"calls", t.calls},
                                               {"kernels", t.kernels},
-                                              {"time_s", t.seconds}};
+                                              {"time_s", t.seconds},
+                                              {"host_s", t.host_seconds}};
   }
   for (auto& [key, row] : kernels)
     row["mean_us"] = row["time_s"].get<double>() * 1e6 / double(row["calls"].get<int64_t>());
@@ -143,6 +146,7 @@ nlohmann::json StepProfiler::finish(const StepPhases& phases) {
                            {"optimizer_s", phases.optimizer_s},
                            {"launches", launches},
                            {"busy_s", busy_s},
+                           {"host_s", host_s},
                            {"ops", by_time(std::move(op_rows), busy_s)}};
   if (trace_) {
     report["traced"] = traced;
@@ -157,10 +161,12 @@ std::string profile_table(const nlohmann::json& report, size_t rows) {
   std::string out;
   char line[512];
   std::snprintf(line, sizeof line,
-                "profile of step %lld on %s: wall %.3f ms, busy %.3f ms (%.0f%%), %lld op launches%s\n",
+                "profile of step %lld on %s: wall %.3f ms, busy %.3f ms (%.0f%%), host in launches %.3f ms, "
+                "%lld op launches%s\n",
                 static_cast<long long>(report["step"].get<int64_t>()), report["device"].get<std::string>().c_str(),
                 report["wall_s"].get<double>() * 1e3, report["busy_s"].get<double>() * 1e3,
                 100.0 * report["busy_s"].get<double>() / std::max(report["wall_s"].get<double>(), 1e-12),
+                report["host_s"].get<double>() * 1e3,
                 static_cast<long long>(report["launches"].get<int64_t>()),
                 gpu ? (", " + std::to_string(report["traced"].get<int64_t>()) + " GPU activities").c_str() : "");
   out += line;

@@ -44,8 +44,9 @@ class StepProfiler : public LaunchObserver {
 
   // Ends the profile (waiting for the device) and returns the report: the step, its wall time from the
   // profiler's start to the device's last work, the phases, the op launches (as metrics.jsonl counts them),
-  // and per launch name (layer, calls, kernels, time) and per kernel (calls, time, mean), each list by time,
-  // largest first. Shares are of the summed time ("busy_s").
+  // and per launch name (layer, calls, kernels, time, and the host's time inside its launches: on a GPU the
+  // cost of queuing, which bounds the step when it exceeds the GPU's) and per kernel (calls, time, mean), each
+  // list by time, largest first. Shares are of the summed time ("busy_s"); "host_s" sums the host's.
   nlohmann::json finish(const StepPhases& phases);
 
  private:
@@ -54,11 +55,12 @@ class StepProfiler : public LaunchObserver {
     LaunchLayer layer = LaunchLayer::op;
     int64_t calls = 0;
     int64_t kernels = 0;
-    double seconds = 0;
+    double seconds = 0;       // the op's time: the host's on the CPU, the GPU's on a CUDA device
+    double host_seconds = 0;  // the host's time inside its launches, exclusive of nested ones
   };
   struct Open {  // a launch in progress
     size_t op;
-    bool on_cpu;       // timed on the host; else tagged in the CUDA trace
+    bool on_cpu;       // its time is the host's; else the GPU's, from the trace
     Stopwatch clock;
     double nested_s = 0;  // of launches begun inside it
   };
