@@ -21,8 +21,8 @@
 //    that see them (t >= i·d + l − 1) in chunks of 32 (token, head) rows: dK̃, dṼ into an f32 workspace.
 // 3. The compressor's token gradients dX = dK̃·W (GEMM into a workspace [rows, l·D]).
 // 4. The inverse of `selected`, once per step: per (b, g) and selection block j, the queries that kept j in
-//    ascending t, as a CSR built without ordering atomics (selection_csr: counts per chunk of queries, a scan,
-//    then each chunk writes its queries at the positions the scan gave it, in order).
+//    ascending t, as a CSR built without ordering atomics (csr_count_kernel: counts per chunk of queries;
+//    csr_offsets_kernel: a scan; csr_fill_kernel: each chunk writes its queries where the scan says, in order).
 // 5. key_grads_kernel over the tokens: one block per (32 tokens, b, g) runs the window branch's queries
 //    ([j, j + w − 1]), then the selected branch's: the CSR lists of the selection blocks overlapping its tile,
 //    block by block; then adds the compressor's token gradients of the blocks covering each token, and
