@@ -442,8 +442,12 @@ Tensor Tensor::view(Shape shape) const {
 Tensor Tensor::reshape(Shape shape) const {
   require_defined(*this, "Tensor::reshape");
   Shape inferred = infer_shape(std::move(shape), numel(), shape_, "Tensor::reshape");
-  if (view_strides(inferred, shape_, strides_, numel())) return view(std::move(inferred));
-  return contiguous().view(std::move(inferred));
+  std::optional<Shape> strides = view_strides(inferred, shape_, strides_, numel());
+  if (!strides) return contiguous().view(std::move(inferred));
+  Tensor r = *this;
+  r.shape_ = std::move(inferred);
+  r.strides_ = std::move(*strides);
+  return r;
 }
 
 Tensor Tensor::transpose(int64_t d0, int64_t d1) const {

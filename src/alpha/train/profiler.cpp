@@ -52,9 +52,12 @@ StepProfiler::StepProfiler(Device device) : device_(device) {
 
 StepProfiler::~StepProfiler() { set_launch_observer(previous_); }
 
-size_t StepProfiler::op_index(std::string_view name, Device device, LaunchLayer layer) {
-  std::string key = std::string(name) + '@' + device.str();
-  auto [it, added] = op_ids_.try_emplace(key, ops_.size());
+size_t StepProfiler::op_index(std::string_view name, Device device, const char* layer) {
+  // Called on every launch of the profiled step: the key is built in a kept buffer, with no device string.
+  key_.assign(name);
+  key_ += device.is_cuda() ? '@' : '#';
+  key_ += std::to_string(device.index);
+  auto [it, added] = op_ids_.try_emplace(key_, ops_.size());
   if (added) {
     op_names_.emplace_back(name);
     ops_.push_back({device.str(), layer});
@@ -63,7 +66,7 @@ size_t StepProfiler::op_index(std::string_view name, Device device, LaunchLayer 
 }
 
 void StepProfiler::launch_begin(std::string_view name, Device device, LaunchLayer layer) {
-  size_t index = op_index(name, device, layer);
+  size_t index = op_index(name, device, layer == LaunchLayer::op ? "op" : "tensor");
   ++ops_[index].calls;
   const bool on_cpu = !device.is_cuda();
 #if ALPHA_WITH_CUDA
@@ -101,7 +104,7 @@ nlohmann::json StepProfiler::finish(const StepPhases& phases) {
       const double seconds = double(a.end_ns - a.start_ns) * 1e-9;
       size_t op = a.tag > 0 && a.tag <= ops_.size() ? size_t(a.tag - 1) : SIZE_MAX;
       if (op == SIZE_MAX) {
-        if (outside == 0) outside = op_index(kOutside, device_, LaunchLayer::tensor) + 1;
+        if (outside == 0) outside = op_index(kOutside, device_, "none") + 1;
         op = outside - 1;
       }
       ops_[op].seconds += seconds;
@@ -123,11 +126,9 @@ nlohmann::json StepProfiler::finish(const StepPhases& phases) {
     const OpTotals& t = ops_[i];
     if (t.device == "cpu") busy_s += t.seconds;
     host_s += t.host_seconds;
-    if (t.layer == LaunchLayer::op) launches += t.calls;
+    if (std::string_view(t.layer) == "op") launches += t.calls;
     op_rows[op_names_[i] + '@' + t.device] = {{"op", op_names_[i]},
-                                              {"layer", op_names_[i] == kOutside          ? "none"
-                                                        : t.layer == LaunchLayer::op ? "op"
-                                                                                     : "tensor"},
+                                              {"layer", t.layer},
                                               {"device", t.device},
                                               {"calls", t.calls},
                                               {"kernels", t.kernels},

@@ -52,7 +52,7 @@ class StepProfiler : public LaunchObserver {
  private:
   struct OpTotals {
     std::string device;
-    LaunchLayer layer = LaunchLayer::op;
+    const char* layer = "op";  // "op", "tensor", or "none" for work no launch queued
     int64_t calls = 0;
     int64_t kernels = 0;
     double seconds = 0;       // the op's time: the host's on the CPU, the GPU's on a CUDA device
@@ -65,13 +65,14 @@ class StepProfiler : public LaunchObserver {
     double nested_s = 0;  // of launches begun inside it
   };
 
-  size_t op_index(std::string_view name, Device device, LaunchLayer layer);
+  size_t op_index(std::string_view name, Device device, const char* layer);
 
   Device device_;
   Stopwatch wall_;
   LaunchObserver* previous_;
   std::vector<std::string> op_names_;
-  std::unordered_map<std::string, size_t> op_ids_;
+  std::unordered_map<std::string, size_t> op_ids_;  // name and device -> index into ops_
+  std::string key_;                                   // op_index's buffer
   std::vector<OpTotals> ops_;
   std::vector<Open> open_;  // innermost last
   struct Trace;
