@@ -4,6 +4,7 @@
 // bit.
 #if ALPHA_WITH_CUDA
 #include <string>
+#include <utility>
 
 #include "alpha/check/families.h"
 
@@ -44,6 +45,32 @@ void check_copy(Context& ctx) {
         host_dst.transpose(-1, -2).copy_from(host.transpose(-1, -2).contiguous());
         ctx.compare_bits("copy.into_view." + pair_name(src_dtype, DType::f32), gpu_dst, host_dst);
       }
+    }
+  }
+  // Row-wise copies (unit-stride rows once neighbouring dimensions merge): a window of each row's last
+  // dimension at a 16-byte-aligned start (moved in vectors) and at an unaligned one (element by element),
+  // and whole contiguous tensors converted (one merged row).
+  const Shape row_shapes[] = {{37, 3, 72}, {64, 64}, {5, 7, 9, 40}, {2, 4099}};
+  for (const Shape& shape : row_shapes) {
+    if (!ctx.includes(shape_numel(shape))) continue;
+    const int64_t last = shape.back();
+    for (DType src_dtype : floats) {
+      Tensor host = ctx.random(shape, src_dtype).to(src_dtype);
+      Tensor gpu = host.to(ctx.gpu());
+      const std::pair<int64_t, int64_t> windows[] = {{8, last}, {1, last - 1}};
+      for (const auto& [begin, end] : windows) {
+        const std::string window = "[" + std::to_string(begin) + ":" + std::to_string(end) + "]";
+        Tensor host_rows = host.slice(-1, begin, end), gpu_rows = gpu.slice(-1, begin, end);
+        ctx.compare_bits("copy.rows" + window + "." + std::string(dtype_name(src_dtype)), gpu_rows.contiguous(),
+                         host_rows.contiguous());
+        for (DType dst_dtype : floats)
+          if (dst_dtype != src_dtype)
+            ctx.compare_bits("copy.rows" + window + "." + pair_name(src_dtype, dst_dtype), gpu_rows.to(dst_dtype),
+                             host_rows.to(dst_dtype));
+      }
+      for (DType dst_dtype : floats)
+        if (dst_dtype != src_dtype)
+          ctx.compare_bits("copy.whole." + pair_name(src_dtype, dst_dtype), gpu.to(dst_dtype), host.to(dst_dtype));
     }
   }
   // Overlapping views of one storage (staged through a temporary): a shift by one element.
