@@ -16,7 +16,8 @@
 // of kernels/activation.h (PyTorch falls back to gelu(approximate="tanh") where it cannot use them), so one
 // semantics serves both backends; the CPU kernel applies the same formula in loops after its BLAS call.
 //
-// Epilogue paths. Fused: one cublasLtMatmul with the epilogue (BIAS, GELU[_AUX][_BIAS], DGELU[_BGRAD],
+// Epilogue paths. bf16/f16 DGELU: a plain product into c, then our element-wise pass and column_sum
+// (gemm_dgelu says why). Fused: one cublasLtMatmul with the epilogue (BIAS, GELU[_AUX][_BIAS], f32 DGELU[_BGRAD],
 // BGRADB), when cuBLASLt documents the configuration (the aux matrix's ld a multiple of 8; we also ask the
 // bias, bias-gradient and aux pointers to be 16-byte aligned), its heuristic
 // has an algorithm for it, and, for GELU and DGELU in f32 without TF32, never: cuBLASLt's f32 GELU uses an
@@ -267,12 +268,21 @@ __device__ float gelu(float x) {
   return 0.5f * x * (1.0f + t);
 }
 
-// d/dx [½x(1 + tanh u)] with u = √(2/π)(x + 0.044715x³): ½(1 + t) + ½x(1 − t²)·√(2/π)(1 + 3·0.044715x²).
-__device__ float gelu_grad(float x) {
-  const float t = tanhf(kSqrt2OverPi * (x + kGeluCubic * x * x * x));
+// d/dx [½x(1 + tanh u)] with u = √(2/π)(x + 0.044715x³): ½(1 + t) + ½x(1 − t²)·√(2/π)(1 + 3·0.044715x²),
+// t = tanh_of(u).
+template <class Tanh>
+__device__ float gelu_grad(float x, Tanh tanh_of) {
+  const float t = tanh_of(kSqrt2OverPi * (x + kGeluCubic * x * x * x));
   const float du = kSqrt2OverPi * (1.0f + 3.0f * kGeluCubic * x * x);
   return 0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * du;
 }
+__device__ float gelu_grad(float x) {
+  return gelu_grad(x, [](float u) { return tanhf(u); });
+}
+// tanh u = 1 − 2/(e^{2u} + 1) from the special-function unit's exp and a fast division: absolute error about
+// 1e-6, far below a bf16/f16 result's rounding, at a fraction of tanhf's instructions (±1 where e^{2u}
+// overflows or vanishes).
+__device__ float fast_tanh(float u) { return 1.0f - __fdividef(2.0f, __expf(2.0f * u) + 1.0f); }
 
 template <class T>
 struct EpilogueArgs {
@@ -311,8 +321,34 @@ __global__ void epilogue_kernel(EpilogueArgs<T> e) {
 
 constexpr int kThreads = 256;
 constexpr int64_t kMaxBlocks = 1 << 16;  // grid-stride beyond this
+constexpr int64_t kMaxGridY = 65535;
 
 unsigned blocks_for(int64_t work) { return unsigned(std::min((work + kThreads - 1) / kThreads, kMaxBlocks)); }
+
+// c = c ⊙ gelu'(aux) in place (f32 arithmetic, tanh from fast_tanh, one rounding to T): the bf16/f16 DGELU
+// after a plain product into c. Rows over y, runs of V columns (V = 1, or kLanes<T>: one 16-byte vector)
+// over x: no index division per element.
+template <class T, int V>
+__global__ void dgelu_in_place_kernel(Bits<T>* c, int64_t ldc, const Bits<T>* aux, int64_t ld_aux, int64_t m,
+                                      int64_t n) {
+  for (int64_t i = blockIdx.y; i < m; i += gridDim.y)
+    for (int64_t j = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) * V; j < n; j += int64_t(gridDim.x) * blockDim.x * V) {
+      Bits<T>* out = c + i * ldc + j;
+      const Bits<T>* pre = aux + i * ld_aux + j;
+      float product[V], x[V];
+      if constexpr (V == 1) {
+        product[0] = Elem<T>::load(*out);
+        x[0] = Elem<T>::load(*pre);
+      } else {
+        unpack<T>(*reinterpret_cast<const uint4*>(out), product);
+        unpack<T>(*reinterpret_cast<const uint4*>(pre), x);
+      }
+#pragma unroll
+      for (int e = 0; e < V; ++e) product[e] = __fmul_rn(product[e], gelu_grad(x[e], fast_tanh));
+      if constexpr (V == 1) *out = Elem<T>::store(product[0]);
+      else *reinterpret_cast<uint4*>(out) = pack<T>(product);
+    }
+}
 
 // The unfused path: plain product into f32 scratch, the epilogue kernel, the bias gradients.
 template <class T>
@@ -351,6 +387,38 @@ void gemm_unfused(const GemmArgs<T>& args, cudaStream_t stream) {
     column_sum(ColumnSumArgs<T>{args.c, args.bias_grad, args.m, args.n, args.ldc}, s);
 }
 
+// The bf16/f16 DGELU as a plain cuBLASLt product into c, dgelu_in_place_kernel, and column_sum for the bias
+// gradient. cuBLASLt's own DGELU[_BGRAD] epilogue ran as a separate element-wise kernel of its own that cost
+// several times this pass (H200, the seed config's MLP, 2026-11-26: 92 µs a call, 10% of a training step's
+// GPU time). The product is rounded to T before gelu' multiplies it, as under PyTorch's autocast, where the
+// unfused path keeps it in f32; both are within the bf16/f16 tolerances of the f64 reference.
+template <class T>
+void gemm_dgelu(const GemmArgs<T>& args, cudaStream_t stream) {
+  GemmArgs<T> plain = args;
+  plain.epilogue = GemmEpilogue::none;
+  plain.aux = nullptr;
+  plain.bias_grad_of = GemmBiasGrad::none;
+  plain.bias_grad = nullptr;
+  lt_matmul(plain, CUBLASLT_EPILOGUE_DEFAULT, args.c, kCudaType<T>, args.ldc, 0.0f, stream);
+  auto launch = [&]<int V>() {
+    const int64_t columns = (args.n + V - 1) / V;
+    const int threads = int(std::min<int64_t>(kThreads, (columns + 31) / 32 * 32));
+    const dim3 grid(unsigned(std::min((columns + threads - 1) / threads, kMaxBlocks)),
+                    unsigned(std::min(args.m, kMaxGridY)));
+    constexpr auto kernel = dgelu_in_place_kernel<T, V>;
+    ALPHA_CUDA_LAUNCH(kernel, grid, threads, stream, bits(args.c), args.ldc, bits(args.aux), args.ld_aux, args.m,
+                      args.n);
+  };
+  constexpr int kVec = kLanes<T>;
+  if (args.n % kVec == 0 && args.ldc % kVec == 0 && args.ld_aux % kVec == 0 && misalignment(args.c) == 0 &&
+      misalignment(args.aux) == 0)
+    launch.template operator()<kVec>();
+  else
+    launch.template operator()<1>();
+  if (args.bias_grad_of == GemmBiasGrad::c_columns)
+    column_sum(ColumnSumArgs<T>{args.c, args.bias_grad, args.m, args.n, args.ldc}, Stream{stream});
+}
+
 template <class T>
 __global__ void broadcast_rows_kernel(const Bits<T>* row, Bits<T>* out, int64_t rows, int64_t cols) {
   const int64_t total = rows * cols;
@@ -365,7 +433,6 @@ __global__ void broadcast_rows_kernel(const Bits<T>* row, Bits<T>* out, int64_t 
 constexpr int kSumCols = 32;
 constexpr int kSumRowThreads = 8;
 constexpr int64_t kSumRowChunk = 1024;
-constexpr int64_t kMaxGridY = 65535;
 
 template <class In, class Out>
 __global__ void column_sum_kernel(const Bits<In>* x, int64_t rows, int64_t cols, int64_t ld, int64_t chunk,
@@ -403,6 +470,8 @@ void gemm(const GemmArgs<T>& args, Stream s) {
       column_sum(ColumnSumArgs<T>{args.c, args.bias_grad, args.m, args.n, args.ldc}, s);
     return;
   }
+  if constexpr (!std::is_same_v<T, float>)
+    if (args.epilogue == GemmEpilogue::dgelu && args.k > 0 && gemm_fused_epilogues()) return gemm_dgelu(args, stream);
   const cublasLtEpilogue_t epilogue = epilogue_of(args);
   const bool plain = epilogue == CUBLASLT_EPILOGUE_DEFAULT;
   // cuBLASLt documents the GELU aux matrix's leading dimension as a multiple of 8; its epilogue vectors and
