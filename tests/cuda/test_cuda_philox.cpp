@@ -1,7 +1,8 @@
 // The dropout, optimiser and attention ops on a GPU against the same ops on the CPU: dispatch by the
 // tensors' device, the claims of exact agreement (dropout masks and values, AdamW, clipping by a host or a
 // device norm), the materialising attention within tolerance, determinism of the grad norm and of the
-// attention backward, and the errors. The kernels themselves are checked in depth by the harness
+// attention backward, the multi-tensor optimiser kernels (one launch for a list) against the single-tensor
+// ones bit for bit, and the errors. The kernels themselves are checked in depth by the harness
 // (alpha/check/checks_{dropout,optim,attention}.cpp).
 //
 // Every test skips itself (GTEST_SKIP, which CTest reports as skipped) in a build without CUDA or on a
@@ -10,13 +11,17 @@
 
 #include <cmath>
 #include <cstring>
+#include <iterator>
+#include <span>
 #include <string>
 #include <vector>
 
+#include "alpha/kernels/optim.h"
 #include "alpha/ops/attention.h"
 #include "alpha/ops/check.h"
 #include "alpha/ops/dropout.h"
 #include "alpha/ops/optim.h"
+#include "support/adamw_configs.h"
 #include "support/checks.h"
 #include "support/gpu.h"
 
@@ -27,6 +32,99 @@ class CudaPhilox : public test::GpuTest<> {};
 
 #if ALPHA_WITH_CUDA
 const Device kGpu = Device::cuda(0);
+
+const std::vector<DType> kAllGpuDtypes(std::begin(test::kGpuDtypes), std::end(test::kGpuDtypes));
+
+// Sizes of a list: one element, odd sizes, and one of ~490 chunks of 2048 (kernels/cuda/optim.cu).
+const std::vector<int64_t> kListSizes = {1, 17, 1000, 4099, 1000003};
+
+// More tensors than one launch takes, of sizes around a chunk.
+std::vector<int64_t> many_sizes() {
+  std::vector<int64_t> sizes;
+  const int64_t cycle[] = {1, 17, 2047, 2048, 2049, 4099};
+  for (int k = 0; k < 2 * kernels::cuda::kTensorsPerLaunch + 7; ++k) sizes.push_back(cycle[k % 6]);
+  return sizes;
+}
+
+// Fresh random GPU tensors of the sizes (a dtype per tensor, cycling).
+std::vector<Tensor> gpu_list(const std::vector<int64_t>& sizes, const std::vector<DType>& dtypes, double lo = -1.0,
+                             double hi = 1.0) {
+  std::vector<Tensor> list;
+  for (size_t k = 0; k < sizes.size(); ++k)
+    list.push_back(test::random({sizes[k]}, dtypes[k % dtypes.size()], lo, hi).to(kGpu));
+  return list;
+}
+
+std::vector<Tensor> clones(const std::vector<Tensor>& list) {
+  std::vector<Tensor> out;
+  for (const Tensor& t : list) out.push_back(t.clone());
+  return out;
+}
+
+// The list op (one launch per dtype pair) against the single-tensor op on each tensor in turn, bit for bit;
+// params and grads in the dtypes given per tensor, compute copies (in the grad's dtype) poisoned.
+void expect_list_step_matches(const std::vector<int64_t>& sizes, const std::vector<DType>& param_dtypes,
+                              const std::vector<DType>& grad_dtypes, bool with_copies) {
+  std::vector<Tensor> params = gpu_list(sizes, param_dtypes), grads = gpu_list(sizes, grad_dtypes);
+  std::vector<Tensor> ms = gpu_list(sizes, param_dtypes, -0.1, 0.1), vs = gpu_list(sizes, param_dtypes, 0.01, 1.0);
+  std::vector<Tensor> copies;
+  for (size_t k = 0; k < sizes.size(); ++k)
+    copies.push_back(test::poisoned({sizes[k]}, grad_dtypes[k % grad_dtypes.size()]).to(kGpu));
+  std::vector<Tensor> p1 = clones(params), m1 = clones(ms), v1 = clones(vs), c1 = clones(copies);
+  const std::vector<ops::AdamWConfig> configs = test::list_configs(sizes.size());
+  if (with_copies) ops::adamw_step(params, grads, ms, vs, copies, configs, 0.7);
+  else ops::adamw_step(params, grads, ms, vs, configs, 0.7);
+  for (size_t k = 0; k < sizes.size(); ++k) {
+    if (with_copies) ops::adamw_step(p1[k], grads[k], m1[k], v1[k], c1[k], configs[k], 0.7);
+    else ops::adamw_step(p1[k], grads[k], m1[k], v1[k], configs[k], 0.7);
+    SCOPED_TRACE("tensor " + std::to_string(k) + " of " + std::to_string(sizes[k]) + " elements");
+    EXPECT_TRUE(test::bit_equal(params[k], p1[k].to(Device::cpu())));
+    EXPECT_TRUE(test::bit_equal(ms[k], m1[k].to(Device::cpu())));
+    EXPECT_TRUE(test::bit_equal(vs[k], v1[k].to(Device::cpu())));
+    if (with_copies) {
+      EXPECT_TRUE(test::bit_equal(copies[k], c1[k].to(Device::cpu())));
+    }
+  }
+}
+
+// The multi-tensor sum of squares and scalings against the single-tensor kernels, tensor by tensor, into
+// poisoned outputs.
+template <class T>
+void expect_multi_kernels_match(const std::vector<int64_t>& sizes) {
+  const DType dtype = dtype_of<T>;
+  std::vector<Tensor> xs = gpu_list(sizes, {dtype}, -3, 3);
+  const int64_t count = int64_t(sizes.size());
+  Tensor multi_sums = test::poisoned({count}, DType::f64).to(kGpu), single_sums = multi_sums.clone();
+  std::vector<kernels::SumSquaresArgs<T>> squares;
+  for (size_t k = 0; k < sizes.size(); ++k) {
+    squares.push_back({xs[k].data<T>(), multi_sums.data<double>() + k, sizes[k]});
+    kernels::cuda::sum_squares(kernels::SumSquaresArgs<T>{xs[k].data<T>(), single_sums.data<double>() + k, sizes[k]},
+                               Stream{});
+  }
+  kernels::cuda::multi_sum_squares(std::span<const kernels::SumSquaresArgs<T>>(squares), Stream{});
+  EXPECT_TRUE(test::bit_equal(multi_sums, single_sums.to(Device::cpu())));
+  // Scaling by a host factor per tensor (into poisoned outputs), and in place by a factor on the device.
+  Tensor factor = Tensor::full({}, 0.3, DType::f64).to(kGpu);
+  std::vector<Tensor> multi_out, single_out, multi_in_place = clones(xs), single_in_place = clones(xs);
+  std::vector<kernels::ScaleArgs<T>> scales;
+  std::vector<kernels::ScaleByArgs<T>> scale_bys;
+  for (size_t k = 0; k < sizes.size(); ++k) {
+    multi_out.push_back(test::poisoned({sizes[k]}, dtype).to(kGpu));
+    single_out.push_back(test::poisoned({sizes[k]}, dtype).to(kGpu));
+    const float alpha = float(0.3 + 0.01 * double(k % 50));
+    scales.push_back({xs[k].data<T>(), multi_out[k].data<T>(), alpha, sizes[k]});
+    kernels::cuda::scale(kernels::ScaleArgs<T>{xs[k].data<T>(), single_out[k].data<T>(), alpha, sizes[k]}, Stream{});
+    scale_bys.push_back({multi_in_place[k].data<T>(), factor.data<double>(), sizes[k]});
+    kernels::cuda::scale_by(kernels::ScaleByArgs<T>{single_in_place[k].data<T>(), factor.data<double>(), sizes[k]},
+                            Stream{});
+  }
+  kernels::cuda::multi_scale(std::span<const kernels::ScaleArgs<T>>(scales), Stream{});
+  kernels::cuda::multi_scale_by(std::span<const kernels::ScaleByArgs<T>>(scale_bys), Stream{});
+  for (size_t k = 0; k < sizes.size(); ++k) {
+    EXPECT_TRUE(test::bit_equal(multi_out[k], single_out[k].to(Device::cpu()))) << k;
+    EXPECT_TRUE(test::bit_equal(multi_in_place[k], single_in_place[k].to(Device::cpu()))) << k;
+  }
+}
 
 #endif
 
@@ -115,6 +213,43 @@ TEST_F(CudaPhilox, GradNormAndClippingOnTheDevice) {
 #endif
 }
 
+TEST_F(CudaPhilox, ListAdamWMatchesPerTensorStepsBitForBit) {
+#if ALPHA_WITH_CUDA
+  for (DType dtype : test::kGpuDtypes) {
+    SCOPED_TRACE(dtype_name(dtype));
+    expect_list_step_matches(kListSizes, {dtype}, {dtype}, false);
+  }
+  // Mixed precision: f32 masters, bf16 and f16 grads and compute copies in one list (a launch per pair).
+  expect_list_step_matches(kListSizes, {DType::f32}, {DType::bf16, DType::f16}, true);
+  // Every GPU dtype in one list; more tensors than one launch takes.
+  expect_list_step_matches(many_sizes(), kAllGpuDtypes, kAllGpuDtypes, false);
+  expect_list_step_matches(many_sizes(), {DType::f32}, {DType::bf16}, true);
+#endif
+}
+
+TEST_F(CudaPhilox, MultiTensorNormAndScalingKernelsMatchPerTensorKernelsBitForBit) {
+#if ALPHA_WITH_CUDA
+  for (const std::vector<int64_t>& sizes : {kListSizes, many_sizes()}) {
+    SCOPED_TRACE(sizes.size());
+    expect_multi_kernels_match<float>(sizes);
+    expect_multi_kernels_match<bf16>(sizes);
+    expect_multi_kernels_match<f16>(sizes);
+  }
+  // The ops on a list of every dtype: each sum in its tensor's slot, added in list order.
+  std::vector<Tensor> grads = gpu_list(kListSizes, kAllGpuDtypes, -2, 2);
+  Tensor squares = test::poisoned({int64_t(grads.size())}, DType::f64).to(kGpu);
+  for (size_t k = 0; k < grads.size(); ++k)
+    ops::dispatch_float("test", grads[k], [&]<class T>(const auto& where) {
+      ALPHA_KERNEL(sum_squares)(where, kernels::SumSquaresArgs<T>{grads[k].data<T>(), squares.data<double>() + k,
+                                                                  grads[k].numel()});
+    });
+  Tensor want = Tensor::empty({}, DType::f64, kGpu);
+  kernels::cuda::grad_norm(kernels::GradNormArgs{squares.data<double>(), squares.numel(), want.data<double>()},
+                           Stream{});
+  EXPECT_TRUE(test::bit_equal(ops::global_grad_norm_tensor(grads), want.to(Device::cpu())));
+#endif
+}
+
 TEST_F(CudaPhilox, MaterializedAttentionMatchesTheCpuReference) {
 #if ALPHA_WITH_CUDA
   // GQA, causal with Tq < Tk, softcap and dropout; q, k, v slices of one fused tensor on each side.
@@ -183,6 +318,18 @@ TEST_F(CudaPhilox, BadInputsRaise) {
   Tensor copy = Tensor::zeros({4, 4}, DType::bf16);  // on the CPU
   EXPECT_ALPHA_ERROR(ops::adamw_step(p, g.to(DType::bf16), m, v, copy, config), DeviceError, "[adamw_step]",
                      "'compute_copy'");
+  // The list op: every tensor on the first param's device.
+  std::vector<Tensor> ps = {p, p.clone()}, gs = {g, g.clone()}, ms = {m, m.clone()}, vs = {v, v.clone()};
+  const std::vector<ops::AdamWConfig> configs = {config, config};
+  std::vector<Tensor> ps_cpu = {p, test::random({4, 4})};
+  EXPECT_ALPHA_ERROR(ops::adamw_step(ps_cpu, gs, ms, vs, configs), DeviceError, "[adamw_step]", "'params[1]'",
+                     "cuda:0", "cpu");
+  std::vector<Tensor> gs_cpu = {g, test::random({4, 4})};
+  EXPECT_ALPHA_ERROR(ops::adamw_step(ps, gs_cpu, ms, vs, configs), DeviceError, "[adamw_step]", "'grads[1]'");
+  std::vector<Tensor> copies = {g.to(DType::bf16), Tensor::zeros({4, 4}, DType::bf16)};
+  std::vector<Tensor> bf16_grads = {g.to(DType::bf16), g.to(DType::bf16)};
+  EXPECT_ALPHA_ERROR(ops::adamw_step(ps, bf16_grads, ms, vs, copies, configs), DeviceError, "[adamw_step]",
+                     "'compute_copies[1]'");
   // Grad norm: one device for the whole list; a device norm for device grads.
   std::vector<Tensor> mixed = {g, test::random({3})};
   EXPECT_ALPHA_ERROR(ops::global_grad_norm(mixed), DeviceError, "[global_grad_norm]", "'grads[1]'");

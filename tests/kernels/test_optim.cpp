@@ -1,16 +1,19 @@
 // Optimiser kernels against naive f64 loops: three consecutive fused AdamW steps (plain, and mixed
 // precision: f32 master with bf16/f16 grads and compute copy), the global grad norm (and its independence
-// of the thread count), clipping with the norm as a host value or a tensor, and bad arguments.
+// of the thread count), clipping with the norm as a host value or a tensor, and bad arguments; the
+// multi-tensor kernels and the list AdamW op against the single-tensor ones, bit for bit.
 #include <gtest/gtest.h>
 #include <omp.h>
 
 #include <cmath>
 #include <cstring>
+#include <span>
 
 #include "alpha/kernels/optim.h"
 #include "alpha/ops/check.h"
 #include "alpha/ops/optim.h"
 #include "kernels/kernel_helpers.h"
+#include "support/adamw_configs.h"
 #include "support/checks.h"
 
 namespace alpha {
@@ -306,6 +309,198 @@ TEST(Optim, BadInputsRaise) {
   std::vector<float> first = mixed[0].to_vector<float>();
   EXPECT_ALPHA_ERROR(ops::clip_grad_norm(mixed, 1.0, 100.0), LayoutError, "[clip_grad_norm]", "'grads[1]'");
   EXPECT_EQ(mixed[0].to_vector<float>(), first);  // nothing was scaled before the error
+}
+
+// Sizes of a list: one element, odd sizes, and one of many GPU chunks (kernels/cuda/optim.cu: 2048 each).
+const std::vector<int64_t> kListSizes = {1, 17, 1000, 4099, 300001};
+
+// A list of AdamW inputs, the param and grad dtype per tensor, compute copies poisoned (NaN).
+struct AdamWList {
+  std::vector<Tensor> params, grads, ms, vs, copies;
+  AdamWList(const std::vector<int64_t>& sizes, const std::vector<std::pair<DType, DType>>& dtypes) {
+    for (size_t k = 0; k < sizes.size(); ++k) {
+      auto [param, grad] = dtypes[k % dtypes.size()];
+      params.push_back(random({sizes[k]}, param));
+      grads.push_back(random({sizes[k]}, grad));
+      ms.push_back(random({sizes[k]}, param, -0.1, 0.1));
+      vs.push_back(random({sizes[k]}, param, 0.01, 1.0));
+      copies.push_back(test::poisoned({sizes[k]}, grad));
+    }
+  }
+  AdamWList clone() const {
+    AdamWList c = *this;
+    for (auto* list : {&c.params, &c.grads, &c.ms, &c.vs, &c.copies})
+      for (Tensor& t : *list) t = t.clone();
+    return c;
+  }
+};
+
+// The list op against the single-tensor op on each tensor in turn, bit for bit.
+void expect_list_step_matches(const std::vector<int64_t>& sizes, const std::vector<std::pair<DType, DType>>& dtypes,
+                              bool with_copies) {
+  AdamWList list(sizes, dtypes), single = list.clone();
+  const std::vector<ops::AdamWConfig> configs = test::list_configs(sizes.size());
+  if (with_copies) ops::adamw_step(list.params, list.grads, list.ms, list.vs, list.copies, configs, kGradScale);
+  else ops::adamw_step(list.params, list.grads, list.ms, list.vs, configs, kGradScale);
+  for (size_t k = 0; k < sizes.size(); ++k) {
+    if (with_copies)
+      ops::adamw_step(single.params[k], single.grads[k], single.ms[k], single.vs[k], single.copies[k], configs[k],
+                      kGradScale);
+    else ops::adamw_step(single.params[k], single.grads[k], single.ms[k], single.vs[k], configs[k], kGradScale);
+    SCOPED_TRACE("tensor " + std::to_string(k) + " of " + std::to_string(sizes[k]) + " elements");
+    EXPECT_TRUE(test::bit_equal(list.params[k], single.params[k]));
+    EXPECT_TRUE(test::bit_equal(list.ms[k], single.ms[k]));
+    EXPECT_TRUE(test::bit_equal(list.vs[k], single.vs[k]));
+    if (with_copies) {
+      EXPECT_TRUE(test::bit_equal(list.copies[k], single.copies[k]));
+    }
+  }
+}
+
+TEST(Optim, ListAdamWStepMatchesPerTensorStepsBitForBit) {
+  // f32 and f64 in one list: one launch per dtype, each tensor its own config.
+  expect_list_step_matches(kListSizes, {{DType::f32, DType::f32}, {DType::f64, DType::f64}}, false);
+  // Mixed precision: f32 masters with bf16 and f16 grads, the compute copies written.
+  expect_list_step_matches(kListSizes, {{DType::f32, DType::bf16}, {DType::f32, DType::f16}}, true);
+  // More tensors than a GPU launch takes (kernels::cuda::kTensorsPerLaunch).
+  std::vector<int64_t> many;
+  for (int k = 0; k < 300; ++k) many.push_back(kListSizes[size_t(k) % 4]);
+  expect_list_step_matches(many, {{DType::f32, DType::f32}}, false);
+}
+
+TEST(Optim, ListAdamWStepTakesStridedGrads) {
+  AdamWList list({7 * 13}, {{DType::f32, DType::f32}});
+  AdamWList single = list.clone();
+  std::vector<Tensor> grads = {random({13, 7}).transpose(0, 1)};
+  list.params[0] = list.params[0].view({7, 13});
+  list.ms[0] = list.ms[0].view({7, 13});
+  list.vs[0] = list.vs[0].view({7, 13});
+  ops::adamw_step(list.params, grads, list.ms, list.vs, {kConfig});
+  ops::adamw_step(single.params[0], grads[0].contiguous().view({-1}), single.ms[0], single.vs[0], kConfig);
+  EXPECT_TRUE(test::bit_equal(list.params[0].view({-1}), single.params[0]));
+}
+
+// The multi-tensor CPU kernels write each tensor's own output exactly as the single-tensor kernel does.
+template <class T>
+void expect_multi_kernels_match() {
+  const DType dtype = dtype_of<T>;
+  std::vector<Tensor> xs;
+  for (int64_t n : kListSizes) xs.push_back(random({n}, dtype, -3, 3));
+  const size_t count = xs.size();
+  Tensor multi_sums = test::poisoned({int64_t(count)}, DType::f64), single_sums = multi_sums.clone();
+  std::vector<kernels::SumSquaresArgs<T>> squares;
+  for (size_t k = 0; k < count; ++k) {
+    squares.push_back({xs[k].data<T>(), multi_sums.data<double>() + k, xs[k].numel()});
+    double* slot = single_sums.data<double>() + k;
+    kernels::cpu::sum_squares(kernels::SumSquaresArgs<T>{xs[k].data<T>(), slot, xs[k].numel()});
+  }
+  kernels::cpu::multi_sum_squares(std::span<const kernels::SumSquaresArgs<T>>(squares));
+  EXPECT_TRUE(test::bit_equal(multi_sums, single_sums));
+  // Scaling by a host factor (into poisoned outputs) and by a factor in memory (in place), each tensor its own.
+  std::vector<Tensor> multi_out, single_out, multi_in_place, single_in_place;
+  std::vector<double> factors;
+  std::vector<kernels::ScaleArgs<T>> scales;
+  std::vector<kernels::ScaleByArgs<T>> scale_bys;
+  for (size_t k = 0; k < count; ++k) {
+    factors.push_back(0.3 + 0.1 * double(k));
+    multi_out.push_back(test::poisoned(xs[k].shape(), dtype));
+    single_out.push_back(test::poisoned(xs[k].shape(), dtype));
+    multi_in_place.push_back(xs[k].clone());
+    single_in_place.push_back(xs[k].clone());
+  }
+  for (size_t k = 0; k < count; ++k) {
+    const int64_t n = xs[k].numel();
+    scales.push_back({xs[k].data<T>(), multi_out[k].data<T>(), acc_t<T>(factors[k]), n});
+    kernels::cpu::scale(kernels::ScaleArgs<T>{xs[k].data<T>(), single_out[k].data<T>(), acc_t<T>(factors[k]), n});
+    scale_bys.push_back({multi_in_place[k].data<T>(), &factors[k], n});
+    kernels::cpu::scale_by(kernels::ScaleByArgs<T>{single_in_place[k].data<T>(), &factors[k], n});
+  }
+  kernels::cpu::multi_scale(std::span<const kernels::ScaleArgs<T>>(scales));
+  kernels::cpu::multi_scale_by(std::span<const kernels::ScaleByArgs<T>>(scale_bys));
+  for (size_t k = 0; k < count; ++k) {
+    EXPECT_TRUE(test::bit_equal(multi_out[k], single_out[k])) << k;
+    EXPECT_TRUE(test::bit_equal(multi_in_place[k], single_in_place[k])) << k;
+  }
+}
+
+TEST(Optim, MultiTensorKernelsMatchSingleTensorKernelsBitForBit) {
+  expect_multi_kernels_match<float>();
+  expect_multi_kernels_match<double>();
+}
+
+TEST(Optim, GradNormAndScalingOfAMixedDtypeListMatchPerTensorKernels) {
+  // f32 and f64 interleaved: one multi-tensor launch per dtype, each sum in its tensor's slot.
+  std::vector<Tensor> grads;
+  for (size_t k = 0; k < kListSizes.size(); ++k)
+    grads.push_back(random({kListSizes[k]}, k % 2 ? DType::f64 : DType::f32, -3, 3));
+  std::vector<double> squares(grads.size());
+  for (size_t k = 0; k < grads.size(); ++k)
+    ops::dispatch_cpu_float("test", grads[k], [&]<class T>() {
+      kernels::cpu::sum_squares(kernels::SumSquaresArgs<T>{grads[k].data<T>(), &squares[k], grads[k].numel()});
+    });
+  double want = std::nan("");
+  kernels::cpu::grad_norm(kernels::GradNormArgs{squares.data(), int64_t(squares.size()), &want});
+  const double got = ops::global_grad_norm(grads);
+  EXPECT_EQ(std::memcmp(&got, &want, sizeof got), 0) << got << " vs " << want;
+  // Scaling by a host value and by the device-side coefficient: each grad scaled as its own kernel would.
+  std::vector<Tensor> scaled, clipped;
+  for (const Tensor& g : grads) {
+    scaled.push_back(g.clone());
+    clipped.push_back(g.clone());
+  }
+  ops::scale_grads(scaled, 0.37);
+  Tensor coefficient = ops::clip_grad_norm(clipped, 0.5 * got, ops::global_grad_norm_tensor(clipped));
+  const double c = coefficient.item();
+  ASSERT_LT(c, 1.0);
+  for (size_t k = 0; k < grads.size(); ++k) {
+    Tensor want_scaled = grads[k].clone(), want_clipped = grads[k].clone();
+    ops::dispatch_cpu_float("test", grads[k], [&]<class T>() {
+      const int64_t n = grads[k].numel();
+      kernels::cpu::scale(kernels::ScaleArgs<T>{grads[k].data<T>(), want_scaled.data<T>(), acc_t<T>(0.37), n});
+      kernels::cpu::scale_by(kernels::ScaleByArgs<T>{want_clipped.data<T>(), &c, n});
+    });
+    EXPECT_TRUE(test::bit_equal(scaled[k], want_scaled)) << k;
+    EXPECT_TRUE(test::bit_equal(clipped[k], want_clipped)) << k;
+  }
+}
+
+TEST(Optim, ListAdamWBadInputsRaiseBeforeAnyUpdate) {
+  AdamWList list({4, 5, 6}, {{DType::f32, DType::f32}});
+  const std::vector<ops::AdamWConfig> configs = test::list_configs(3);
+  const std::vector<float> first = list.params[0].to_vector<float>();
+  std::vector<Tensor> two_grads = {list.grads[0], list.grads[1]};
+  EXPECT_ALPHA_ERROR(ops::adamw_step(list.params, two_grads, list.ms, list.vs, configs), ValueError, "[adamw_step]",
+                     "'grads'", "3 (one per param)", "got 2");
+  std::vector<Tensor> one_v = {list.vs[0]};
+  EXPECT_ALPHA_ERROR(ops::adamw_step(list.params, list.grads, list.ms, one_v, configs), ValueError, "[adamw_step]",
+                     "'vs'", "got 1");
+  EXPECT_ALPHA_ERROR(ops::adamw_step(list.params, list.grads, list.ms, list.vs, {kConfig}), ValueError,
+                     "[adamw_step]", "'configs'", "got 1");
+  std::vector<Tensor> two_copies = {list.copies[0], list.copies[1]};
+  EXPECT_ALPHA_ERROR(ops::adamw_step(list.params, list.grads, list.ms, list.vs, two_copies, configs), ValueError,
+                     "[adamw_step]", "'compute_copies'", "got 2");
+  std::vector<Tensor> wide = {list.grads[0], random({7}), list.grads[2]};
+  EXPECT_ALPHA_ERROR(ops::adamw_step(list.params, wide, list.ms, list.vs, configs), ShapeError, "[adamw_step]",
+                     "'grads[1]'", "[5]", "[7]");
+  std::vector<Tensor> ms64 = {list.ms[0], list.ms[1], list.ms[2].to(DType::f64)};
+  EXPECT_ALPHA_ERROR(ops::adamw_step(list.params, list.grads, ms64, list.vs, configs), DTypeError, "[adamw_step]",
+                     "'ms[2]'", "f32", "f64");
+  std::vector<Tensor> f64_grads = {list.grads[0], list.grads[1].to(DType::f64), list.grads[2]};
+  EXPECT_ALPHA_ERROR(ops::adamw_step(list.params, f64_grads, list.ms, list.vs, configs), DTypeError, "[adamw_step]",
+                     "'grads[1]'", "mixed precision", "f64");
+  std::vector<Tensor> f32_copies = {list.copies[0], list.copies[1].to(DType::f64), list.copies[2]};
+  EXPECT_ALPHA_ERROR(ops::adamw_step(list.params, list.grads, list.ms, list.vs, f32_copies, configs), DTypeError,
+                     "[adamw_step]", "'compute_copies[1]'", "f32", "f64");
+  std::vector<ops::AdamWConfig> bad = configs;
+  bad[2].lr = -1.0;
+  EXPECT_ALPHA_ERROR(ops::adamw_step(list.params, list.grads, list.ms, list.vs, bad), ValueError, "[adamw_step]",
+                     "'configs[2].lr'", "got -1");
+  EXPECT_ALPHA_ERROR(ops::adamw_step(list.params, list.grads, list.ms, list.vs, configs, -1.0), ValueError,
+                     "[adamw_step]", "'grad_scale'");
+  EXPECT_EQ(list.params[0].to_vector<float>(), first);  // nothing was updated before the errors
+  // An empty list is nothing to do.
+  std::vector<Tensor> none;
+  ops::adamw_step(none, none, none, none, {});
 }
 
 }  // namespace

@@ -1,5 +1,6 @@
-// The AdamW optimiser against a naive f64 loop (decay only where flagged, clipping), its state export and
-// import, argument errors; and the warmup + cosine learning-rate schedule.
+// The AdamW optimiser against a naive f64 loop (decay only where flagged, clipping) and, bit for bit, against
+// the single-tensor op on each parameter (its step is one list op), its state export and import, argument
+// errors; and the warmup + cosine learning-rate schedule.
 #include <cmath>
 #include <numbers>
 #include <string>
@@ -8,6 +9,7 @@
 #include <gtest/gtest.h>
 
 #include "alpha/autograd/functions.h"
+#include "alpha/ops/optim.h"
 #include "alpha/train/optimizer.h"
 #include "alpha/train/schedule.h"
 #include "nn/nn_helpers.h"
@@ -117,6 +119,34 @@ TEST(AdamWOptimizer, ClippingBelowTheLimitLeavesGradientsAlone) {
   optimizer.clear_grads();
   for (const auto& q : params) EXPECT_FALSE(q.variable.grad().defined()) << q.name;
   EXPECT_THROW(optimizer.grad_norm(), ValueError);
+}
+
+// step() updates every parameter in one list op: the same bits as the single-tensor op on each in turn, with
+// the weight decay only where flagged, for f32 and f64 parameters in one optimiser.
+TEST(AdamWOptimizer, StepIsThePerTensorOpBitForBit) {
+  std::vector<nn::NamedParameter> params = make_parameters(DType::f32);
+  params.push_back({"w64", Variable(test::random({4099}, DType::f64), true, "w64"), true});
+  const AdamWOptions options{.beta1 = 0.8, .beta2 = 0.9, .eps = 1e-6, .weight_decay = 0.3};
+  AdamW optimizer(params, options);
+  std::vector<Tensor> values, ms, vs;
+  for (const auto& q : params) {
+    values.push_back(q.variable.value().clone());
+    ms.push_back(Tensor::zeros(q.variable.shape(), q.variable.dtype()));
+    vs.push_back(Tensor::zeros(q.variable.shape(), q.variable.dtype()));
+  }
+  const double lrs[] = {1e-2, 3e-2};
+  for (int64_t step = 1; step <= 2; ++step) {
+    std::vector<Tensor> grads;
+    for (const auto& q : params) grads.push_back(test::random(q.variable.shape(), q.variable.dtype(), -2.0, 2.0));
+    set_gradients(params, grads);
+    optimizer.step(lrs[step - 1]);
+    for (size_t k = 0; k < params.size(); ++k) {
+      const double decay = params[k].decay ? options.weight_decay : 0.0;
+      ops::adamw_step(values[k], grads[k], ms[k], vs[k],
+                      {lrs[step - 1], options.beta1, options.beta2, options.eps, decay, step});
+      EXPECT_TRUE(test::bit_equal(params[k].variable.value(), values[k])) << params[k].name << ", step " << step;
+    }
+  }
 }
 
 // Exporting the state and importing it into a fresh optimiser over copies of the parameters continues

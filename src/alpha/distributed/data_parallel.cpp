@@ -170,17 +170,19 @@ double DataParallel::sharded_step(double lr, double grad_clip, double norm, cons
   const double coef = grad_clip > 0 ? ops::clip_coefficient(grad_clip, norm) : 1.0;
   ops::scale_grads(shards, coef / loss_scale);
   ++step_count_;
-  ops::AdamWConfig config{lr, adamw.beta1, adamw.beta2, adamw.eps, 0.0, step_count_};
+  std::vector<Tensor> params, grads, ms, vs;
+  std::vector<ops::AdamWConfig> configs;
   for (const auto& s : segments_) {
-    config.weight_decay = parameters_[s.parameter].decay ? adamw.weight_decay : 0.0;
-    Tensor param = flat_view(s.parameter, false).slice(0, s.parameter_offset, s.parameter_offset + s.numel);
-    Tensor grad = shards[s.bucket].slice(0, s.shard_offset, s.shard_offset + s.numel);
-    Tensor m = m_[s.bucket].slice(0, s.shard_offset, s.shard_offset + s.numel);
-    Tensor v = v_[s.bucket].slice(0, s.shard_offset, s.shard_offset + s.numel);
-    ops::adamw_step(param, grad, m, v, config);
-    // The updated values go where the gradient was: this rank's part of the all-gather below.
-    grad.copy_from(param);
+    params.push_back(flat_view(s.parameter, false).slice(0, s.parameter_offset, s.parameter_offset + s.numel));
+    grads.push_back(shards[s.bucket].slice(0, s.shard_offset, s.shard_offset + s.numel));
+    ms.push_back(m_[s.bucket].slice(0, s.shard_offset, s.shard_offset + s.numel));
+    vs.push_back(v_[s.bucket].slice(0, s.shard_offset, s.shard_offset + s.numel));
+    configs.push_back({lr, adamw.beta1, adamw.beta2, adamw.eps,
+                       parameters_[s.parameter].decay ? adamw.weight_decay : 0.0, step_count_});
   }
+  ops::adamw_step(params, grads, ms, vs, configs);
+  // The updated values go where the gradient was: this rank's part of the all-gather below.
+  for (size_t k = 0; k < params.size(); ++k) grads[k].copy_from(params[k]);
   for (size_t b = 0; b < buckets_.size(); ++b)
     communicator_.all_gather(shards[b].raw_data(), flat_[b].raw_data(), size_t(buckets_[b].shard_numel), dtype_);
   communicator_.synchronize();

@@ -3,8 +3,10 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <span>
 #include <string>
 #include <type_traits>
+#include <utility>
 
 #include "alpha/kernels/elementwise.h"
 #include "alpha/kernels/optim.h"
@@ -51,43 +53,131 @@ void visit_grad_type(DType grad, Fn&& fn) {
   fn.template operator()<T>();
 }
 
-void adamw(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, const Tensor* compute_copy,
-           const AdamWConfig& config, double grad_scale) {
-  constexpr std::string_view op = "adamw_step";
-  check_backend_float(op, "param", param);
-  check_contiguous(op, "param", param);
-  check_same_device(op, "grad", grad, param);
-  check_grad_dtype(op, "grad", grad, param.dtype());
-  check_shape(op, "grad", grad, param.shape());
-  for (auto [name, state] : {std::pair<const char*, const Tensor*>{"m", &m}, {"v", &v}}) {
-    check_same_device(op, name, *state, param);
-    check_same_dtype(op, name, *state, param);
-    check_shape(op, name, *state, param.shape());
-    check_contiguous(op, name, *state);
+// How errors name the tensors and scalars of one AdamW update: "param", "lr", ... for the single-tensor op;
+// "params[k]", "configs[k].lr", ... for the k-th update of the list op.
+struct AdamWNames {
+  std::string param, grad, m, v, compute_copy, config;  // config: the prefix of the scalars' names
+};
+
+AdamWNames single_names() { return {"param", "grad", "m", "v", "compute_copy", ""}; }
+
+AdamWNames list_names(size_t k) {
+  auto entry = [k](std::string_view list) { return std::string(list) + "[" + std::to_string(k) + "]"; };
+  return {entry("params"), entry("grads"), entry("ms"), entry("vs"), entry("compute_copies"), entry("configs") + "."};
+}
+
+void check_adamw(std::string_view op, const AdamWNames& names, const Tensor& param, const Tensor& grad,
+                 const Tensor& m, const Tensor& v, const Tensor* compute_copy, const AdamWConfig& config,
+                 double grad_scale) {
+  check_backend_float(op, names.param, param);
+  check_contiguous(op, names.param, param);
+  check_same_device(op, names.grad, grad, param);
+  check_grad_dtype(op, names.grad, grad, param.dtype());
+  check_shape(op, names.grad, grad, param.shape());
+  for (auto [name, state] : {std::pair<const std::string*, const Tensor*>{&names.m, &m}, {&names.v, &v}}) {
+    check_same_device(op, *name, *state, param);
+    check_same_dtype(op, *name, *state, param);
+    check_shape(op, *name, *state, param.shape());
+    check_contiguous(op, *name, *state);
   }
   if (compute_copy) {
-    check_same_device(op, "compute_copy", *compute_copy, param);
-    check_same_dtype(op, "compute_copy", *compute_copy, grad);
-    check_shape(op, "compute_copy", *compute_copy, param.shape());
-    check_contiguous(op, "compute_copy", *compute_copy);
+    check_same_device(op, names.compute_copy, *compute_copy, param);
+    check_same_dtype(op, names.compute_copy, *compute_copy, grad);
+    check_shape(op, names.compute_copy, *compute_copy, param.shape());
+    check_contiguous(op, names.compute_copy, *compute_copy);
   }
-  require(op, "lr", config.lr, non_negative(config.lr), "a finite value >= 0");
-  require(op, "beta1", config.beta1, config.beta1 >= 0 && config.beta1 < 1, "a value in [0, 1)");
-  require(op, "beta2", config.beta2, config.beta2 >= 0 && config.beta2 < 1, "a value in [0, 1)");
-  require(op, "eps", config.eps, positive(config.eps), "a finite value > 0");
-  require(op, "weight_decay", config.weight_decay, non_negative(config.weight_decay), "a finite value >= 0");
+  const std::string& c = names.config;
+  require(op, c + "lr", config.lr, non_negative(config.lr), "a finite value >= 0");
+  require(op, c + "beta1", config.beta1, config.beta1 >= 0 && config.beta1 < 1, "a value in [0, 1)");
+  require(op, c + "beta2", config.beta2, config.beta2 >= 0 && config.beta2 < 1, "a value in [0, 1)");
+  require(op, c + "eps", config.eps, positive(config.eps), "a finite value > 0");
+  require(op, c + "weight_decay", config.weight_decay, non_negative(config.weight_decay), "a finite value >= 0");
   require(op, "grad_scale", grad_scale, non_negative(grad_scale), "a finite value >= 0");
-  require(op, "step", double(config.step), config.step >= 1, "a 1-based step (>= 1)");
+  require(op, c + "step", double(config.step), config.step >= 1, "a 1-based step (>= 1)");
+}
+
+// The kernel's arguments for one checked update; grad is contiguous.
+template <class T, class G>
+kernels::AdamWArgs<T, G> adamw_args(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, Tensor* compute_copy,
+                                    const AdamWConfig& config, double grad_scale) {
+  using A = acc_t<T>;
+  return {param.data<T>(), grad.data<G>(), m.data<T>(), v.data<T>(), A(config.lr), A(config.beta1), A(config.beta2),
+          A(config.eps), A(config.weight_decay), A(grad_scale), config.step, param.numel(),
+          compute_copy ? compute_copy->data<G>() : nullptr};
+}
+
+void adamw(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, Tensor* compute_copy, const AdamWConfig& config,
+           double grad_scale) {
+  constexpr std::string_view op = "adamw_step";
+  check_adamw(op, single_names(), param, grad, m, v, compute_copy, config, grad_scale);
   Tensor gc = grad.contiguous();
   dispatch_float(op, param, [&]<class T>(const auto& where) {
-    using A = acc_t<T>;
     visit_grad_type<T>(grad.dtype(), [&]<class G>() {
-      ALPHA_KERNEL(adamw_step)(where, kernels::AdamWArgs<T, G>{
-          param.data<T>(), gc.data<G>(), m.data<T>(), v.data<T>(), A(config.lr), A(config.beta1), A(config.beta2),
-          A(config.eps), A(config.weight_decay), A(grad_scale), config.step, param.numel(),
-          compute_copy ? compute_copy->data<G>() : nullptr});
+      ALPHA_KERNEL(adamw_step)(where, adamw_args<T, G>(param, gc, m, v, compute_copy, config, grad_scale));
     });
   });
+}
+
+// A list argument has one entry per param (ValueError otherwise).
+void check_length(std::string_view op, std::string_view arg, size_t length, size_t params) {
+  if (length != params)
+    raise<ValueError>(op, arg, "a list of " + std::to_string(params) + " (one per param)", std::to_string(length));
+}
+
+// The indices 0 .. count-1 grouped by key(i), groups in order of first appearance and each in list order:
+// the multi-tensor kernels take one element type, so a list takes one launch per group.
+template <class Key>
+std::vector<std::vector<size_t>> group_by(size_t count, Key key) {
+  std::vector<decltype(key(size_t(0)))> keys;
+  std::vector<std::vector<size_t>> groups;
+  for (size_t i = 0; i < count; ++i) {
+    const auto it = std::find(keys.begin(), keys.end(), key(i));
+    const size_t g = size_t(it - keys.begin());
+    if (it == keys.end()) {
+      keys.push_back(key(i));
+      groups.emplace_back();
+    }
+    groups[g].push_back(i);
+  }
+  return groups;
+}
+
+void adamw_list(std::vector<Tensor>& params, const std::vector<Tensor>& grads, std::vector<Tensor>& ms,
+                std::vector<Tensor>& vs, std::vector<Tensor>* compute_copies, const std::vector<AdamWConfig>& configs,
+                double grad_scale) {
+  constexpr std::string_view op = "adamw_step";
+  check_length(op, "grads", grads.size(), params.size());
+  check_length(op, "ms", ms.size(), params.size());
+  check_length(op, "vs", vs.size(), params.size());
+  if (compute_copies) check_length(op, "compute_copies", compute_copies->size(), params.size());
+  check_length(op, "configs", configs.size(), params.size());
+  auto copy_of = [&](size_t k) { return compute_copies ? &(*compute_copies)[k] : nullptr; };
+  for (size_t k = 0; k < params.size(); ++k) {
+    const AdamWNames names = list_names(k);
+    check_same_device(op, names.param, params[k], params[0]);
+    check_adamw(op, names, params[k], grads[k], ms[k], vs[k], copy_of(k), configs[k], grad_scale);
+  }
+  std::vector<Tensor> contiguous_grads;
+  for (const Tensor& g : grads) contiguous_grads.push_back(g.contiguous());
+  auto dtypes = [&](size_t k) { return std::pair(params[k].dtype(), grads[k].dtype()); };
+  for (const std::vector<size_t>& group : group_by(params.size(), dtypes))
+    dispatch_float(op, params[group[0]], [&]<class T>(const auto& where) {
+      visit_grad_type<T>(grads[group[0]].dtype(), [&]<class G>() {
+        std::vector<kernels::AdamWArgs<T, G>> list;
+        for (size_t k : group)
+          list.push_back(adamw_args<T, G>(params[k], contiguous_grads[k], ms[k], vs[k], copy_of(k), configs[k],
+                                          grad_scale));
+        ALPHA_KERNEL(multi_adamw_step)(where, std::span<const kernels::AdamWArgs<T, G>>(list));
+      });
+    });
+}
+
+// Calls fn.template operator()<T>(where, group) once per dtype among `tensors` (checked: float tensors of
+// one device), with the indices of the tensors of that dtype: one multi-tensor launch each.
+template <class Fn>
+void dispatch_dtype_groups(std::string_view op, const std::vector<Tensor>& tensors, Fn&& fn) {
+  for (const std::vector<size_t>& group : group_by(tensors.size(), [&](size_t i) { return tensors[i].dtype(); }))
+    dispatch_float(op, tensors[group[0]], [&]<class T>(const auto& where) { fn.template operator()<T>(where, group); });
 }
 
 // A 0-d f64 tensor of the grads' device holding the norm (checked: on that device, f64, one element).
@@ -119,6 +209,17 @@ void adamw_step(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, Tensor&
   adamw(param, grad, m, v, &compute_copy, config, grad_scale);
 }
 
+void adamw_step(std::vector<Tensor>& params, const std::vector<Tensor>& grads, std::vector<Tensor>& ms,
+                std::vector<Tensor>& vs, const std::vector<AdamWConfig>& configs, double grad_scale) {
+  adamw_list(params, grads, ms, vs, nullptr, configs, grad_scale);
+}
+
+void adamw_step(std::vector<Tensor>& params, const std::vector<Tensor>& grads, std::vector<Tensor>& ms,
+                std::vector<Tensor>& vs, std::vector<Tensor>& compute_copies, const std::vector<AdamWConfig>& configs,
+                double grad_scale) {
+  adamw_list(params, grads, ms, vs, &compute_copies, configs, grad_scale);
+}
+
 Tensor global_grad_norm_tensor(const std::vector<Tensor>& grads) {
   constexpr std::string_view op = "global_grad_norm";
   for (size_t i = 0; i < grads.size(); ++i) {
@@ -126,15 +227,16 @@ Tensor global_grad_norm_tensor(const std::vector<Tensor>& grads) {
     check_same_device(op, grad_name(i), grads[i], grads[0]);
   }
   const Device device = grads.empty() ? Device::cpu() : grads[0].device();
-  // One slot per tensor, written by that tensor's fixed-order kernel, then added in list order: deterministic.
+  // One slot per tensor, written by that tensor's fixed-order sum, then added in list order: deterministic.
   Tensor squares = Tensor::empty({int64_t(grads.size())}, DType::f64, device);
-  for (size_t i = 0; i < grads.size(); ++i) {
-    Tensor gc = grads[i].contiguous();
-    dispatch_float(op, gc, [&]<class T>(const auto& where) {
-      double* slot = squares.data<double>() + i;
-      ALPHA_KERNEL(sum_squares)(where, kernels::SumSquaresArgs<T>{gc.data<T>(), slot, gc.numel()});
-    });
-  }
+  std::vector<Tensor> contiguous;
+  for (const Tensor& g : grads) contiguous.push_back(g.contiguous());
+  dispatch_dtype_groups(op, contiguous, [&]<class T>(const auto& where, const std::vector<size_t>& group) {
+    std::vector<kernels::SumSquaresArgs<T>> list;
+    for (size_t i : group)
+      list.push_back({contiguous[i].data<T>(), squares.data<double>() + i, contiguous[i].numel()});
+    ALPHA_KERNEL(multi_sum_squares)(where, std::span<const kernels::SumSquaresArgs<T>>(list));
+  });
   Tensor norm = Tensor::empty({}, DType::f64, device);
   dispatch_device(op, device, [&](const auto& where) {
     ALPHA_KERNEL(grad_norm)(where, kernels::GradNormArgs{squares.data<double>(), squares.numel(), norm.data<double>()});
@@ -159,10 +261,11 @@ namespace {
 void scale_grads_for(std::string_view op, std::vector<Tensor>& grads, double factor) {
   check_clip_grads(op, grads);
   if (factor == 1.0) return;
-  for (Tensor& g : grads)
-    dispatch_float(op, g, [&]<class T>(const auto& where) {
-      ALPHA_KERNEL(scale)(where, kernels::ScaleArgs<T>{g.data<T>(), g.data<T>(), acc_t<T>(factor), g.numel()});
-    });
+  dispatch_dtype_groups(op, grads, [&]<class T>(const auto& where, const std::vector<size_t>& group) {
+    std::vector<kernels::ScaleArgs<T>> list;
+    for (size_t i : group) list.push_back({grads[i].data<T>(), grads[i].data<T>(), acc_t<T>(factor), grads[i].numel()});
+    ALPHA_KERNEL(multi_scale)(where, std::span<const kernels::ScaleArgs<T>>(list));
+  });
 }
 
 }  // namespace
@@ -188,10 +291,11 @@ Tensor clip_grad_norm(std::vector<Tensor>& grads, double max_norm, const Tensor&
   });
   // Multiplying by a coefficient of 1 leaves every value's bits as they are, so the grads are scaled
   // unconditionally (the host overload skips that pass instead): the results are the same.
-  for (Tensor& g : grads)
-    dispatch_float(op, g, [&]<class T>(const auto& where) {
-      ALPHA_KERNEL(scale_by)(where, kernels::ScaleByArgs<T>{g.data<T>(), coefficient.data<double>(), g.numel()});
-    });
+  dispatch_dtype_groups(op, grads, [&]<class T>(const auto& where, const std::vector<size_t>& group) {
+    std::vector<kernels::ScaleByArgs<T>> list;
+    for (size_t i : group) list.push_back({grads[i].data<T>(), coefficient.data<double>(), grads[i].numel()});
+    ALPHA_KERNEL(multi_scale_by)(where, std::span<const kernels::ScaleByArgs<T>>(list));
+  });
   return coefficient;
 }
 

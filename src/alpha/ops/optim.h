@@ -6,7 +6,8 @@
 // with a compute copy writes the updated weights both into the f32 master and, rounded, into the model's
 // bf16/f16 tensor in the same pass.
 //
-// Grad-norm clipping, deterministic on every device (fixed reduction orders, no atomics):
+// Grad-norm clipping, deterministic on every device (fixed reduction orders, no atomics), each step one
+// multi-tensor launch per dtype among the grads rather than one per grad:
 //   norm = global_grad_norm(grads)        // a host double: one device-to-host read for all the grads
 //   clip_grad_norm(grads, max_norm, norm) // coefficient computed on the host, grads scaled on the device
 // or, with no host round trip at all (the values are the same bits):
@@ -39,6 +40,17 @@ void adamw_step(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, const A
 // bf16/f16 weights in the same pass.
 void adamw_step(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, Tensor& compute_copy,
                 const AdamWConfig& config, double grad_scale = 1.0);
+
+// The step for a list of parameters, all on one device: params[k], grads[k], ms[k], vs[k] (and
+// compute_copies[k]) as the single-tensor op's, stepped with configs[k] (e.g. each with its own weight
+// decay). The same bits as the single-tensor op on each in turn, with one launch per (param dtype, grad
+// dtype) of the list instead of one per tensor. Every list has one entry per param (ValueError otherwise);
+// everything is checked before anything is updated, errors naming the entry ('grads[3]', 'configs[3].lr').
+void adamw_step(std::vector<Tensor>& params, const std::vector<Tensor>& grads, std::vector<Tensor>& ms,
+                std::vector<Tensor>& vs, const std::vector<AdamWConfig>& configs, double grad_scale = 1.0);
+void adamw_step(std::vector<Tensor>& params, const std::vector<Tensor>& grads, std::vector<Tensor>& ms,
+                std::vector<Tensor>& vs, std::vector<Tensor>& compute_copies, const std::vector<AdamWConfig>& configs,
+                double grad_scale = 1.0);
 
 // √(Σ‖g‖²) over all tensors (on one device), in a fixed reduction order (deterministic): each tensor's
 // Σ g² (f64) goes to its own slot of a buffer on that device, the slots are added in list order there, and

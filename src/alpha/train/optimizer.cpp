@@ -56,11 +56,14 @@ void AdamW::step(double lr) {
     raise<ValueError>("AdamW::step", "lr", "a finite value >= 0", std::to_string(lr));
   std::vector<Tensor> grads = gradients("AdamW::step");
   ++step_count_;
-  ops::AdamWConfig config{lr, options_.beta1, options_.beta2, options_.eps, 0.0, step_count_};
-  for (size_t i = 0; i < parameters_.size(); ++i) {
-    config.weight_decay = parameters_[i].decay ? options_.weight_decay : 0.0;
-    ops::adamw_step(parameters_[i].variable.mutable_value(), grads[i], m_[i], v_[i], config);
+  std::vector<Tensor> params;
+  std::vector<ops::AdamWConfig> configs;
+  for (auto& p : parameters_) {
+    params.push_back(p.variable.mutable_value());
+    configs.push_back({lr, options_.beta1, options_.beta2, options_.eps, p.decay ? options_.weight_decay : 0.0,
+                       step_count_});
   }
+  ops::adamw_step(params, grads, m_, v_, configs);
 }
 
 double AdamW::grad_norm() const { return ops::global_grad_norm(gradients("AdamW::grad_norm")); }

@@ -1,5 +1,6 @@
 // CPU optimiser kernels: AdamW is element-parallel (each element's update is independent); the sum of
-// squares uses the fixed-order deterministic_sum in f64; the grad norm's finish is sequential.
+// squares uses the fixed-order deterministic_sum in f64; the grad norm's finish is sequential. The
+// multi-tensor kernels run the single-tensor ones tensor by tensor (a CPU has no launches to save).
 #include "alpha/kernels/optim.h"
 
 #include <cmath>
@@ -49,14 +50,41 @@ void scale_by(const ScaleByArgs<T>& args) {
   for (int64_t i = 0; i < args.n; ++i) args.x[i] = T(factor * A(args.x[i]));
 }
 
-template void adamw_step<float, float>(const AdamWArgs<float, float>&);
-template void adamw_step<double, double>(const AdamWArgs<double, double>&);
-template void adamw_step<float, bf16>(const AdamWArgs<float, bf16>&);
-template void adamw_step<float, f16>(const AdamWArgs<float, f16>&);
+template <class T, class G>
+void multi_adamw_step(std::span<const AdamWArgs<T, G>> tensors) {
+  for (const AdamWArgs<T, G>& args : tensors) adamw_step(args);
+}
 
-#define ALPHA_INSTANTIATE(T)                               \
-  template void sum_squares<T>(const SumSquaresArgs<T>&);  \
-  template void scale_by<T>(const ScaleByArgs<T>&);
+template <class T>
+void multi_sum_squares(std::span<const SumSquaresArgs<T>> tensors) {
+  for (const SumSquaresArgs<T>& args : tensors) sum_squares(args);
+}
+
+template <class T>
+void multi_scale(std::span<const ScaleArgs<T>> tensors) {
+  for (const ScaleArgs<T>& args : tensors) scale(args);
+}
+
+template <class T>
+void multi_scale_by(std::span<const ScaleByArgs<T>> tensors) {
+  for (const ScaleByArgs<T>& args : tensors) scale_by(args);
+}
+
+#define ALPHA_INSTANTIATE_ADAMW(T, G)                                         \
+  template void adamw_step<T, G>(const AdamWArgs<T, G>&);                     \
+  template void multi_adamw_step<T, G>(std::span<const AdamWArgs<T, G>>);
+ALPHA_INSTANTIATE_ADAMW(float, float)
+ALPHA_INSTANTIATE_ADAMW(double, double)
+ALPHA_INSTANTIATE_ADAMW(float, bf16)
+ALPHA_INSTANTIATE_ADAMW(float, f16)
+#undef ALPHA_INSTANTIATE_ADAMW
+
+#define ALPHA_INSTANTIATE(T)                                                \
+  template void sum_squares<T>(const SumSquaresArgs<T>&);                   \
+  template void scale_by<T>(const ScaleByArgs<T>&);                         \
+  template void multi_sum_squares<T>(std::span<const SumSquaresArgs<T>>);   \
+  template void multi_scale<T>(std::span<const ScaleArgs<T>>);              \
+  template void multi_scale_by<T>(std::span<const ScaleByArgs<T>>);
 ALPHA_INSTANTIATE(float)
 ALPHA_INSTANTIATE(double)
 #undef ALPHA_INSTANTIATE

@@ -7,9 +7,16 @@
 // once. Its arithmetic is the CPU kernel's in f32, operation by operation, with __fmul_rn/__fadd_rn/
 // __fdiv_rn/__fsqrt_rn so that nothing is fused or approximated: every output equals the CPU kernel's in
 // f32 rounded to T, bit for bit. The per-step scalars come from adamw_step_terms on the host, as on the CPU.
-// Sum of squares: each block reduces one fixed chunk of kSquaresChunk elements (a fixed stride per thread,
+// Sum of squares: each block reduces one fixed chunk of kChunk elements (a fixed stride per thread,
 // then a shared-memory tree, all in f64) into a partial; one final block reduces the partials the same
 // way. The order depends only on n: the same grads give the same bits on every run; there are no atomics.
+//
+// Multi-tensor kernels (multi_*, PyTorch's multi_tensor_apply): one launch for a list of tensors, each
+// block working on one kChunk-element chunk of one tensor, found in a LaunchTable passed with the launch.
+// Every element goes through the same __device__ function as in the single-tensor kernel (adamw_element,
+// scaled, square), and the sums of squares keep the single-tensor chunks and final order, so each tensor
+// gets the single-tensor kernel's bits. The sums of squares take two launches for the whole list: the
+// partials of every (tensor, chunk), then one block per tensor over its partials.
 #include <algorithm>
 
 #include "alpha/kernels/cuda/common.cuh"
@@ -22,8 +29,9 @@ namespace {
 
 constexpr int kThreads = 256;
 constexpr int64_t kMaxBlocks = 1 << 16;  // grid-stride beyond this: enough blocks to fill any current GPU
-constexpr int64_t kSquaresChunk = 8 * kThreads;
-static_assert(kSquaresChunk % kThreads == 0, "a chunk is whole strides of the block");
+// The elements one block works on: the sum of squares' fixed chunk, and the multi-tensor kernels' unit.
+constexpr int64_t kChunk = 8 * kThreads;
+static_assert(kChunk % kThreads == 0, "a chunk is whole strides of the block");
 
 unsigned blocks_for(int64_t n) { return unsigned(std::clamp<int64_t>((n + kThreads - 1) / kThreads, 1, kMaxBlocks)); }
 
@@ -43,57 +51,197 @@ struct AdamWPointers {
   int64_t n;
 };
 
-// One element's update: the CPU kernel's expression, one rounding per operation.
+// Element i's update: the CPU kernel's expression, one rounding per operation.
+template <class T, class G>
+__device__ void adamw_element(const AdamWPointers<T, G>& x, const AdamWScalars& s, int64_t i) {
+  const float one_minus_beta1 = __fadd_rn(1.0f, -s.beta1), one_minus_beta2 = __fadd_rn(1.0f, -s.beta2);
+  const float g = __fmul_rn(s.grad_scale, Elem<G>::load(x.grad[i]));
+  const float m = __fadd_rn(__fmul_rn(s.beta1, Elem<T>::load(x.m[i])), __fmul_rn(one_minus_beta1, g));
+  const float v = __fadd_rn(__fmul_rn(s.beta2, Elem<T>::load(x.v[i])), __fmul_rn(__fmul_rn(one_minus_beta2, g), g));
+  const float denominator = __fadd_rn(__fmul_rn(__fsqrt_rn(v), s.terms.inv_sqrt_bias_correction2), s.eps);
+  const float update = __fdiv_rn(__fmul_rn(s.terms.step_size, m), denominator);
+  const float param = __fadd_rn(__fmul_rn(Elem<T>::load(x.param[i]), s.terms.decay), -update);
+  x.m[i] = Elem<T>::store(m);
+  x.v[i] = Elem<T>::store(v);
+  const Bits<T> stored = Elem<T>::store(param);
+  x.param[i] = stored;
+  if (x.param_copy) x.param_copy[i] = Elem<G>::store(Elem<T>::load(stored));
+}
+
 template <class T, class G>
 __global__ void adamw_kernel(AdamWPointers<T, G> x, AdamWScalars s) {
   const int64_t stride = int64_t(gridDim.x) * blockDim.x;
-  const float one_minus_beta1 = __fadd_rn(1.0f, -s.beta1), one_minus_beta2 = __fadd_rn(1.0f, -s.beta2);
-  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < x.n; i += stride) {
-    const float g = __fmul_rn(s.grad_scale, Elem<G>::load(x.grad[i]));
-    const float m = __fadd_rn(__fmul_rn(s.beta1, Elem<T>::load(x.m[i])), __fmul_rn(one_minus_beta1, g));
-    const float v = __fadd_rn(__fmul_rn(s.beta2, Elem<T>::load(x.v[i])), __fmul_rn(__fmul_rn(one_minus_beta2, g), g));
-    const float denominator = __fadd_rn(__fmul_rn(__fsqrt_rn(v), s.terms.inv_sqrt_bias_correction2), s.eps);
-    const float update = __fdiv_rn(__fmul_rn(s.terms.step_size, m), denominator);
-    const float param = __fadd_rn(__fmul_rn(Elem<T>::load(x.param[i]), s.terms.decay), -update);
-    x.m[i] = Elem<T>::store(m);
-    x.v[i] = Elem<T>::store(v);
-    const Bits<T> stored = Elem<T>::store(param);
-    x.param[i] = stored;
-    if (x.param_copy) x.param_copy[i] = Elem<G>::store(Elem<T>::load(stored));
-  }
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < x.n; i += stride) adamw_element(x, s, i);
 }
 
-// Block b sums term(i) in f64 for i in [b·chunk, min(n, (b + 1)·chunk)) into out[b]: thread t takes
-// elements t, t + kThreads, ... in order, then a shared-memory tree halves the kThreads sums. The order
-// depends only on n and chunk.
-template <class Term>
-__device__ void chunk_sum(int64_t n, int64_t chunk, Term term, double* out) {
-  __shared__ double partial[kThreads];
-  const int64_t start = int64_t(blockIdx.x) * chunk;
+// factor·x in f32, rounded to T: scale (elementwise.h) and scale_by.
+template <class T>
+__device__ Bits<T> scaled(float factor, Bits<T> x) {
+  return Elem<T>::store(__fmul_rn(factor, Elem<T>::load(x)));
+}
+
+// x² in f64; a T value squared in f64 is exact (at most 2·24 significant bits), only the sums round.
+template <class T>
+__device__ double square(Bits<T> x) {
+  const double value = Elem<T>::load(x);
+  return __dmul_rn(value, value);
+}
+
+// Calls body(i) for i in [index·chunk, min(n, (index + 1)·chunk)), thread t taking elements t, t + kThreads,
+// ... of it in order.
+template <class Body>
+__device__ void for_chunk(int64_t n, int64_t chunk, int64_t index, Body body) {
+  const int64_t start = index * chunk;
   const int64_t end = start + chunk < n ? start + chunk : n;
+  for (int64_t i = start + threadIdx.x; i < end; i += kThreads) body(i);
+}
+
+// The block sums term(i) in f64 over chunk `index` of [0, n) (for_chunk's elements) into *out: each
+// thread in its order, then a shared-memory tree halves the kThreads sums. The order depends only on n and
+// chunk.
+template <class Term>
+__device__ void chunk_sum(int64_t n, int64_t chunk, int64_t index, Term term, double* out) {
+  __shared__ double partial[kThreads];
   double s = 0.0;
-  for (int64_t i = start + threadIdx.x; i < end; i += kThreads) s = __dadd_rn(s, term(i));
+  for_chunk(n, chunk, index, [&](int64_t i) { s = __dadd_rn(s, term(i)); });
   partial[threadIdx.x] = s;
   __syncthreads();
   for (int width = kThreads / 2; width > 0; width /= 2) {
     if (int(threadIdx.x) < width) partial[threadIdx.x] = __dadd_rn(partial[threadIdx.x], partial[threadIdx.x + width]);
     __syncthreads();
   }
-  if (threadIdx.x == 0) out[blockIdx.x] = partial[0];
+  if (threadIdx.x == 0) *out = partial[0];
 }
 
-// Σ x² per chunk; a T value squared in f64 is exact (at most 2·24 significant bits), only the sums round.
+// Σ x² of chunk b into out[b].
 template <class T>
 __global__ void squares_kernel(const Bits<T>* x, int64_t n, int64_t chunk, double* out) {
-  chunk_sum(n, chunk, [x](int64_t i) {
-    const double value = Elem<T>::load(x[i]);
-    return __dmul_rn(value, value);
-  }, out);
+  chunk_sum(n, chunk, blockIdx.x, [x](int64_t i) { return square<T>(x[i]); }, out + blockIdx.x);
 }
 
-// Σ partials per chunk (the final pass, one chunk).
-__global__ void partials_kernel(const double* partials, int64_t n, int64_t chunk, double* out) {
-  chunk_sum(n, chunk, [partials](int64_t i) { return partials[i]; }, out);
+// Σ partials into *out (the final pass, one block).
+__global__ void partials_kernel(const double* partials, int64_t n, double* out) {
+  chunk_sum(n, n, 0, [partials](int64_t i) { return partials[i]; }, out);
+}
+
+// The tensors of one multi-tensor launch and which blocks work on which: tensor k owns blocks
+// [first_block[k], first_block[k + 1]), block first_block[k] + c working on its chunk c (for_chunk with
+// kChunk). The table is a kernel parameter (__grid_constant__: read in place from the parameter bank), so a
+// launch needs no allocation, copy or synchronisation for it: CUDA 12.1+ takes up to 32764 bytes of
+// parameters on sm_70 and later (this build targets sm_90), room for kTensorsPerLaunch tensors of every
+// kernel here, where the 4 KB of older toolkits (PyTorch's multi_tensor_apply) hold ~40 AdamW tensors. A
+// longer list takes several launches. Prefix offsets rather than an entry per block let a launch have any
+// number of blocks, so the chunks can stay the single-tensor sum of squares' (and with them its bits).
+template <class Entry>
+struct LaunchTable {
+  Entry tensors[kTensorsPerLaunch];
+  int first_block[kTensorsPerLaunch + 1];
+  int count;
+};
+constexpr size_t kMaxParameterBytes = 32764;
+constexpr int64_t kMaxGridBlocks = (int64_t(1) << 31) - 1;  // gridDim.x; also keeps first_block in an int
+
+// This block's tensor (the last k with first_block[k] <= blockIdx.x, by binary search) and its chunk of it.
+struct BlockWork {
+  int tensor;
+  int64_t chunk;
+};
+template <class Entry>
+__device__ BlockWork block_work(const LaunchTable<Entry>& table) {
+  const int block = int(blockIdx.x);
+  int lo = 0, hi = table.count - 1;
+  while (lo < hi) {
+    const int mid = (lo + hi + 1) / 2;
+    if (table.first_block[mid] <= block) lo = mid;
+    else hi = mid - 1;
+  }
+  return {lo, block - table.first_block[lo]};
+}
+
+// Fills launch tables with the tensors in list order, entry(args) giving a tensor's table entry and
+// blocks_of(args) its number of blocks (0: nothing to do, left out), and calls launch(table, blocks) for
+// each full table and the last one.
+template <class Entry, class Args, class MakeEntry, class BlocksOf, class Launch>
+void for_each_launch(std::span<const Args> tensors, MakeEntry entry, BlocksOf blocks_of, Launch launch) {
+  static_assert(sizeof(LaunchTable<Entry>) <= kMaxParameterBytes, "a launch table fits the kernel parameters");
+  LaunchTable<Entry> table{};
+  int64_t blocks = 0;
+  auto flush = [&] {
+    if (table.count == 0) return;
+    table.first_block[table.count] = int(blocks);
+    launch(table, blocks);
+    table.count = 0;
+    blocks = 0;
+  };
+  for (const Args& args : tensors) {
+    const int64_t tensor_blocks = blocks_of(args);
+    if (tensor_blocks == 0) continue;
+    if (table.count == kTensorsPerLaunch || blocks + tensor_blocks > kMaxGridBlocks) flush();
+    table.tensors[table.count] = entry(args);
+    table.first_block[table.count++] = int(blocks);
+    blocks += tensor_blocks;
+  }
+  flush();
+}
+
+int64_t chunks_of(int64_t n) { return (n + kChunk - 1) / kChunk; }
+
+template <class T, class G>
+struct AdamWEntry {
+  AdamWPointers<T, G> x;
+  AdamWScalars s;
+};
+
+template <class T, class G>
+__global__ void multi_adamw_kernel(const __grid_constant__ LaunchTable<AdamWEntry<T, G>> table) {
+  const BlockWork work = block_work(table);
+  const AdamWEntry<T, G>& e = table.tensors[work.tensor];
+  for_chunk(e.x.n, kChunk, work.chunk, [&](int64_t i) { adamw_element(e.x, e.s, i); });
+}
+
+// out = factor·x, the factor read from *device_factor where that is set.
+template <class T>
+struct ScaleEntry {
+  const Bits<T>* x;
+  Bits<T>* out;
+  int64_t n;
+  float factor;
+  const double* device_factor;
+};
+
+template <class T>
+__global__ void multi_scale_kernel(const __grid_constant__ LaunchTable<ScaleEntry<T>> table) {
+  const BlockWork work = block_work(table);
+  const ScaleEntry<T>& e = table.tensors[work.tensor];
+  const float factor = e.device_factor ? float(*e.device_factor) : e.factor;
+  for_chunk(e.n, kChunk, work.chunk, [&](int64_t i) { e.out[i] = scaled<T>(factor, e.x[i]); });
+}
+
+template <class T>
+struct SquaresEntry {
+  const Bits<T>* x;
+  int64_t n;
+  double* out;
+};
+
+// Σ x² of each (tensor, chunk) into partials[block], or, for a tensor of one chunk, straight into its out
+// (as sum_squares writes it).
+template <class T>
+__global__ void multi_squares_kernel(const __grid_constant__ LaunchTable<SquaresEntry<T>> table, double* partials) {
+  const BlockWork work = block_work(table);
+  const SquaresEntry<T>& e = table.tensors[work.tensor];
+  const bool one_chunk = table.first_block[work.tensor + 1] - table.first_block[work.tensor] == 1;
+  chunk_sum(e.n, kChunk, work.chunk, [x = e.x](int64_t i) { return square<T>(x[i]); },
+            one_chunk ? e.out : partials + blockIdx.x);
+}
+
+// Block k: Σ of tensor k's partials into its out, as partials_kernel (tensors of one chunk have theirs).
+template <class T>
+__global__ void multi_partials_kernel(const __grid_constant__ LaunchTable<SquaresEntry<T>> table,
+                                      const double* partials) {
+  const int first = table.first_block[blockIdx.x], chunks = table.first_block[blockIdx.x + 1] - first;
+  if (chunks == 1) return;
+  chunk_sum(chunks, chunks, 0, [p = partials + first](int64_t i) { return p[i]; }, table.tensors[blockIdx.x].out);
 }
 
 __global__ void grad_norm_kernel(GradNormArgs args) {
@@ -111,37 +259,45 @@ template <class T>
 __global__ void scale_by_kernel(Bits<T>* x, const double* factor, int64_t n) {
   const float f = float(*factor);
   const int64_t stride = int64_t(gridDim.x) * blockDim.x;
-  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride)
-    x[i] = Elem<T>::store(__fmul_rn(f, Elem<T>::load(x[i])));
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) x[i] = scaled<T>(f, x[i]);
 }
+
+template <class T, class G>
+AdamWScalars adamw_scalars(const AdamWArgs<T, G>& args) {
+  return {args.lr, args.beta1, args.beta2, args.eps, args.grad_scale, adamw_step_terms(args)};
+}
+
+template <class T, class G>
+AdamWPointers<T, G> adamw_pointers(const AdamWArgs<T, G>& args) {
+  return {bits(args.param), bits(args.grad), bits(args.m), bits(args.v),
+          args.param_copy ? bits(args.param_copy) : nullptr, args.n};
+}
+
+// The sums of squares' chunks of a tensor: at least one, which writes 0 for an empty tensor.
+int64_t squares_chunks(int64_t n) { return std::max<int64_t>(chunks_of(n), 1); }
 
 }  // namespace
 
 template <class T, class G>
 void adamw_step(const AdamWArgs<T, G>& args, Stream stream) {
   if (args.n == 0) return;
-  const AdamWScalars s{args.lr, args.beta1, args.beta2, args.eps, args.grad_scale, adamw_step_terms(args)};
-  const AdamWPointers<T, G> x{bits(args.param), bits(args.grad), bits(args.m), bits(args.v),
-                              args.param_copy ? bits(args.param_copy) : nullptr, args.n};
   constexpr auto kernel = adamw_kernel<T, G>;
-  ALPHA_CUDA_LAUNCH(kernel, blocks_for(args.n), kThreads, alpha::cuda::stream_handle(stream), x, s);
+  ALPHA_CUDA_LAUNCH(kernel, blocks_for(args.n), kThreads, alpha::cuda::stream_handle(stream), adamw_pointers(args),
+                    adamw_scalars(args));
 }
 
 template <class T>
 void sum_squares(const SumSquaresArgs<T>& args, Stream stream) {
   cudaStream_t s = alpha::cuda::stream_handle(stream);
-  const int64_t chunks = std::max<int64_t>((args.n + kSquaresChunk - 1) / kSquaresChunk, 1);
+  const int64_t chunks = squares_chunks(args.n);
   constexpr auto chunk_kernel = squares_kernel<T>;
   if (chunks == 1) {
-    ALPHA_CUDA_LAUNCH(chunk_kernel, 1, kThreads, s, bits(args.x), args.n, kSquaresChunk, args.out);
+    ALPHA_CUDA_LAUNCH(chunk_kernel, 1, kThreads, s, bits(args.x), args.n, kChunk, args.out);
     return;
   }
-  // Partials in stream-ordered scratch from the driver's pool, released on the same stream.
-  double* partials = nullptr;
-  ALPHA_CUDA_CHECK(cudaMallocAsync(reinterpret_cast<void**>(&partials), size_t(chunks) * sizeof(double), s));
-  ALPHA_CUDA_LAUNCH(chunk_kernel, unsigned(chunks), kThreads, s, bits(args.x), args.n, kSquaresChunk, partials);
-  ALPHA_CUDA_LAUNCH(partials_kernel, 1, kThreads, s, partials, chunks, chunks, args.out);
-  ALPHA_CUDA_CHECK(cudaFreeAsync(partials, s));
+  StreamScratch partials(size_t(chunks) * sizeof(double), s);
+  ALPHA_CUDA_LAUNCH(chunk_kernel, unsigned(chunks), kThreads, s, bits(args.x), args.n, kChunk, partials.as<double>());
+  ALPHA_CUDA_LAUNCH(partials_kernel, 1, kThreads, s, partials.as<double>(), chunks, args.out);
 }
 
 void grad_norm(const GradNormArgs& args, Stream stream) {
@@ -160,15 +316,72 @@ void scale_by(const ScaleByArgs<T>& args, Stream stream) {
                     args.factor, args.n);
 }
 
-template void adamw_step<float, float>(const AdamWArgs<float, float>&, Stream);
-template void adamw_step<bf16, bf16>(const AdamWArgs<bf16, bf16>&, Stream);
-template void adamw_step<f16, f16>(const AdamWArgs<f16, f16>&, Stream);
-template void adamw_step<float, bf16>(const AdamWArgs<float, bf16>&, Stream);
-template void adamw_step<float, f16>(const AdamWArgs<float, f16>&, Stream);
+template <class T, class G>
+void multi_adamw_step(std::span<const AdamWArgs<T, G>> tensors, Stream stream) {
+  constexpr auto kernel = multi_adamw_kernel<T, G>;
+  for_each_launch<AdamWEntry<T, G>>(
+      tensors, [](const AdamWArgs<T, G>& a) { return AdamWEntry<T, G>{adamw_pointers(a), adamw_scalars(a)}; },
+      [](const AdamWArgs<T, G>& a) { return chunks_of(a.n); },
+      [&](const LaunchTable<AdamWEntry<T, G>>& table, int64_t blocks) {
+        ALPHA_CUDA_LAUNCH(kernel, unsigned(blocks), kThreads, alpha::cuda::stream_handle(stream), table);
+      });
+}
 
-#define ALPHA_INSTANTIATE(T)                                        \
-  template void sum_squares<T>(const SumSquaresArgs<T>&, Stream);   \
-  template void scale_by<T>(const ScaleByArgs<T>&, Stream);
+template <class T>
+void multi_sum_squares(std::span<const SumSquaresArgs<T>> tensors, Stream stream) {
+  cudaStream_t s = alpha::cuda::stream_handle(stream);
+  constexpr auto chunk_kernel = multi_squares_kernel<T>;
+  constexpr auto final_kernel = multi_partials_kernel<T>;
+  for_each_launch<SquaresEntry<T>>(
+      tensors, [](const SumSquaresArgs<T>& a) { return SquaresEntry<T>{bits(a.x), a.n, a.out}; },
+      [](const SumSquaresArgs<T>& a) { return squares_chunks(a.n); },
+      [&](const LaunchTable<SquaresEntry<T>>& table, int64_t blocks) {
+        const bool one_chunk_each = blocks == table.count;
+        StreamScratch partials(one_chunk_each ? 0 : size_t(blocks) * sizeof(double), s);
+        ALPHA_CUDA_LAUNCH(chunk_kernel, unsigned(blocks), kThreads, s, table, partials.as<double>());
+        if (!one_chunk_each)
+          ALPHA_CUDA_LAUNCH(final_kernel, unsigned(table.count), kThreads, s, table, partials.as<double>());
+      });
+}
+
+template <class T>
+void multi_scale(std::span<const ScaleArgs<T>> tensors, Stream stream) {
+  constexpr auto kernel = multi_scale_kernel<T>;
+  for_each_launch<ScaleEntry<T>>(
+      tensors, [](const ScaleArgs<T>& a) { return ScaleEntry<T>{bits(a.x), bits(a.out), a.n, a.alpha, nullptr}; },
+      [](const ScaleArgs<T>& a) { return chunks_of(a.n); },
+      [&](const LaunchTable<ScaleEntry<T>>& table, int64_t blocks) {
+        ALPHA_CUDA_LAUNCH(kernel, unsigned(blocks), kThreads, alpha::cuda::stream_handle(stream), table);
+      });
+}
+
+template <class T>
+void multi_scale_by(std::span<const ScaleByArgs<T>> tensors, Stream stream) {
+  constexpr auto kernel = multi_scale_kernel<T>;
+  for_each_launch<ScaleEntry<T>>(
+      tensors, [](const ScaleByArgs<T>& a) { return ScaleEntry<T>{bits(a.x), bits(a.x), a.n, 0.0f, a.factor}; },
+      [](const ScaleByArgs<T>& a) { return chunks_of(a.n); },
+      [&](const LaunchTable<ScaleEntry<T>>& table, int64_t blocks) {
+        ALPHA_CUDA_LAUNCH(kernel, unsigned(blocks), kThreads, alpha::cuda::stream_handle(stream), table);
+      });
+}
+
+#define ALPHA_INSTANTIATE_ADAMW(T, G)                                               \
+  template void adamw_step<T, G>(const AdamWArgs<T, G>&, Stream);                   \
+  template void multi_adamw_step<T, G>(std::span<const AdamWArgs<T, G>>, Stream);
+ALPHA_INSTANTIATE_ADAMW(float, float)
+ALPHA_INSTANTIATE_ADAMW(bf16, bf16)
+ALPHA_INSTANTIATE_ADAMW(f16, f16)
+ALPHA_INSTANTIATE_ADAMW(float, bf16)
+ALPHA_INSTANTIATE_ADAMW(float, f16)
+#undef ALPHA_INSTANTIATE_ADAMW
+
+#define ALPHA_INSTANTIATE(T)                                                        \
+  template void sum_squares<T>(const SumSquaresArgs<T>&, Stream);                   \
+  template void scale_by<T>(const ScaleByArgs<T>&, Stream);                         \
+  template void multi_sum_squares<T>(std::span<const SumSquaresArgs<T>>, Stream);   \
+  template void multi_scale<T>(std::span<const ScaleArgs<T>>, Stream);              \
+  template void multi_scale_by<T>(std::span<const ScaleByArgs<T>>, Stream);
 ALPHA_INSTANTIATE(float)
 ALPHA_INSTANTIATE(bf16)
 ALPHA_INSTANTIATE(f16)
