@@ -96,5 +96,32 @@ TEST(Tape, BackwardOnANonScalarNeedsASeed) {
   EXPECT_ALPHA_ERROR(backward(Variable(test::random({1}))), ValueError, "[backward]", "root");
 }
 
+// Mixed precision: a parameter's bf16 conversion is made once and held until its value may change.
+TEST(Tape, ACastParameterHoldsItsComputeCopyUntilItsValueMayChange) {
+  Variable w(test::random({5, 3}), true);
+  Variable first = cast(w, DType::bf16), second = cast(w, DType::bf16);
+  EXPECT_EQ(first.value().raw_data(), second.value().raw_data());  // the held copy, not a second conversion
+  EXPECT_TRUE(test::bit_equal(first.value(), w.value().to(DType::bf16)));
+  EXPECT_NE(cast(w, DType::f16).value().dtype(), first.value().dtype());  // another dtype converts anew
+  clear_tape();
+
+  w.mutable_value().fill_(0.25);  // any write through mutable_value drops the copy
+  EXPECT_FALSE(w.compute_copy().defined());
+  Variable third = cast(w, DType::bf16);
+  EXPECT_NE(third.value().raw_data(), first.value().raw_data());
+  EXPECT_TRUE(test::bit_equal(third.value(), Tensor::full({5, 3}, 0.25, DType::bf16)));
+  clear_tape();
+
+  Variable input(test::random({4}));  // not a parameter: its tensor may be refilled, so nothing is held
+  cast(input, DType::bf16);
+  EXPECT_FALSE(input.compute_copy().defined());
+
+  EXPECT_ALPHA_ERROR(w.keep_compute_copy(Tensor::zeros({3, 5}, DType::bf16)), ShapeError, "[Variable::keep_compute_copy]",
+                     "copy");
+  EXPECT_ALPHA_ERROR(third.keep_compute_copy(Tensor::zeros({5, 3}, DType::bf16)), ValueError,
+                     "[Variable::keep_compute_copy]", "self");
+  clear_tape();
+}
+
 }  // namespace
 }  // namespace alpha::autograd

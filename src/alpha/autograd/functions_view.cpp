@@ -26,7 +26,15 @@ Variable slice(const Variable& x, int64_t dim, int64_t start, int64_t end) {
 
 Variable cast(const Variable& x, DType dtype) {
   if (x.dtype() == dtype) return x;
-  return record("cast", x.value().to(dtype), {x}, [&] {
+  Tensor converted;
+  if (x.is_leaf() && x.requires_grad()) {  // a parameter: its held compute copy, or a conversion it then holds
+    if (!x.compute_copy().defined() || x.compute_copy().dtype() != dtype)
+      x.state()->compute_copy = x.value().to(dtype);
+    converted = x.compute_copy();
+  } else {
+    converted = x.value().to(dtype);
+  }
+  return record("cast", std::move(converted), {x}, [&] {
     DType in_dtype = x.dtype();
     return BackwardFn([in_dtype](const Tensor& g, const std::vector<bool>&) { return std::vector<Tensor>{g.to(in_dtype)}; });
   });

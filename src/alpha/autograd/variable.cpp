@@ -106,7 +106,23 @@ const Tensor& Variable::value() const {
 
 Tensor& Variable::mutable_value() {
   if (!state_) raise<ValueError>("Variable::mutable_value", "self", "a defined variable", "an undefined variable");
+  state_->compute_copy = Tensor();
   return state_->value;
+}
+
+const Tensor& Variable::compute_copy() const {
+  if (!state_) raise<ValueError>("Variable::compute_copy", "self", "a defined variable", "an undefined variable");
+  return state_->compute_copy;
+}
+
+void Variable::keep_compute_copy(Tensor copy) {
+  constexpr const char* op = "Variable::keep_compute_copy";
+  if (!state_) raise<ValueError>(op, "self", "a defined variable", "an undefined variable");
+  if (!state_->is_leaf) raise<ValueError>(op, "self", "a leaf variable", "an op's output");
+  if (copy.shape() != state_->value.shape() || copy.device() != state_->value.device())
+    raise<ShapeError>(op, "copy", "the value's shape " + shape_str(state_->value.shape()) + " on its device",
+                      shape_str(copy.shape()));
+  state_->compute_copy = std::move(copy);
 }
 
 const Tensor& Variable::grad() const {

@@ -25,6 +25,10 @@ struct VariableState {
   int64_t producer = -1;    // non-leaf: index of the node that made it, on the tape of `epoch`
   uint64_t epoch = 0;
   std::string name;
+  // A leaf's value converted to another dtype (mixed precision: the bf16 copy of an f32 parameter), kept
+  // from one step to the next so the forward does not convert every weight again; undefined when none is
+  // held. cast() fills it; mutable_value() drops it, since the value may change through the reference.
+  Tensor compute_copy;
 };
 
 class Variable {
@@ -34,7 +38,12 @@ class Variable {
 
   bool defined() const { return state_ != nullptr; }
   const Tensor& value() const;
-  Tensor& mutable_value();  // for in-place parameter updates by optimisers
+  Tensor& mutable_value();  // for in-place parameter updates by optimisers; drops the compute copy
+  // The leaf's held compute copy (undefined when none), and handing one back: an optimiser that writes
+  // the updated value's conversion in the same pass (ops::adamw_step's compute_copy) keeps it valid. The
+  // copy must be the value converted to the copy's dtype (round to nearest even), bit for bit.
+  const Tensor& compute_copy() const;
+  void keep_compute_copy(Tensor copy);
   const Tensor& grad() const;  // leaves only; undefined until a gradient arrives
   bool requires_grad() const { return state_ && state_->requires_grad; }
   bool is_leaf() const { return !state_ || state_->is_leaf; }
