@@ -1,17 +1,19 @@
 #!/usr/bin/env python3
-"""Training throughput of the `seed` config on one GPU: Alpha next to PyTorch, measured in the same run.
+"""Training throughput of a GPT config on one GPU: Alpha next to PyTorch, measured in the same run.
 
-Alpha: `alpha train --config seed --device cuda --precision bf16` (or f32) for --steps steps on the
-built-in corpus; tokens/s is the median over the steps after --warmup of metrics.jsonl's
+--config seed (default batch 20 x 512) or gpt2-124m (default batch 16 x 1024), issue 9's two benchmarks.
+Alpha: `alpha train --config CONFIG --device cuda --precision bf16` (and f32, for seed) for --steps steps on
+the built-in corpus (gpt2-124m: the same tokens, prepared by a one-step seed run, whose vocabulary fits); tokens/s is the median over the steps after --warmup of metrics.jsonl's
 tokens_per_second (the optimiser step included), peak memory the largest per-step peak of bytes in use
 in Alpha's caching allocator.
-PyTorch peers: the same GPT shape (configs/seed.json: pre-LN blocks, tanh GELU, biases, tied
+PyTorch peers: the same GPT shape (configs/CONFIG.json: pre-LN blocks, tanh GELU, biases, tied
 embeddings), bf16 autocast with f32 master weights, F.scaled_dot_product_attention (causal), fused AdamW,
 grad clipping at 1.0, the same batch and sequence length; once eager and once under torch.compile.
 tokens/s over --steps timed steps after --warmup, peak memory torch.cuda.max_memory_allocated over them.
 
-Usage: python3 bench/train_seed.py --alpha build/cuda/alpha [--steps 30] [--out DIR] [--profile]
-Prints a table and writes DIR/train_seed.json. With --profile, also one step of each side kernel by kernel:
+Usage: python3 bench/train_seed.py --alpha build/cuda/alpha [--config seed|gpt2-124m] [--batch-size N]
+       [--steps 30] [--out DIR] [--profile]
+Prints a table and writes DIR/train_CONFIG.json. With --profile, also one step of each side kernel by kernel:
 Alpha's `alpha train --profile` (DIR/alpha_profile.json) and the torch.compile peer's under torch.profiler
 (DIR/torch_profile.json, the same fields: kernels with calls, time_s, mean_us, share; busy_s, wall_s), and the
 largest of each are printed.
@@ -33,10 +35,12 @@ import torch.nn.functional as F
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-def alpha_run(binary, precision, batch, seq, steps, warmup, run_dir, profile_step=0):
-    cmd = [binary, "train", "--config", "seed", "--device", "cuda", "--precision", precision,
+def alpha_run(binary, config, precision, batch, seq, steps, warmup, run_dir, data_dir=None, profile_step=0):
+    cmd = [binary, "train", "--config", config, "--device", "cuda", "--precision", precision,
            "--batch-size", str(batch), "--seq-len", str(seq), "--steps", str(steps), "--eval-every", "0",
            "--save-every", "0", "--sample-tokens", "0", "--out", run_dir]
+    if data_dir:
+        cmd += ["--data", data_dir]
     if profile_step:
         cmd += ["--profile-step", str(profile_step)]
     subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
@@ -171,31 +175,39 @@ def main():
     parser.add_argument("--alpha", required=True, help="path to the alpha binary (a CUDA build)")
     parser.add_argument("--steps", type=int, default=30)
     parser.add_argument("--warmup", type=int, default=5)
-    parser.add_argument("--batch-size", type=int, default=16)
+    parser.add_argument("--config", default="seed", choices=("seed", "gpt2-124m"))
+    parser.add_argument("--batch-size", type=int, help="default: 20 for seed, 16 for gpt2-124m")
     parser.add_argument("--out", default=".")
     parser.add_argument("--profile", action="store_true",
                         help="also profile one step of Alpha bf16 and of the torch.compile peer, kernel by kernel")
     args = parser.parse_args()
-    with open(os.path.join(ROOT, "configs", "seed.json")) as f:
+    with open(os.path.join(ROOT, "configs", f"{args.config}.json")) as f:
         cfg = json.load(f)
     seq = cfg["block_size"]
-    results = {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__, "batch_size": args.batch_size,
-               "seq_len": seq, "config": "seed", "runs": {}}
+    batch = args.batch_size or (20 if args.config == "seed" else 16)
+    results = {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__, "batch_size": batch,
+               "seq_len": seq, "config": args.config, "runs": {}}
     os.makedirs(args.out, exist_ok=True)
     profiles = {}
     with tempfile.TemporaryDirectory() as tmp:
-        for precision in ("bf16", "f32"):
+        data_dir = None
+        if args.config != "seed":  # the built-in corpus tokenized once by a seed run; its vocabulary fits
+            subprocess.run([args.alpha, "train", "--config", "seed", "--device", "cuda", "--steps", "1",
+                            "--eval-every", "0", "--save-every", "0", "--sample-tokens", "0", "--out",
+                            os.path.join(tmp, "prepare")], check=True, stdout=subprocess.DEVNULL)
+            data_dir = os.path.join(tmp, "prepare", "data")
+        # f32 (no TF32) only for seed: gpt2-124m's f32 run would take most of the benchmark's time.
+        for precision in ("bf16", "f32") if args.config == "seed" else ("bf16",):
             # The profiled step is the last one; the metrics of the others give the tokens/s.
             profile_step = args.warmup + args.steps + 1 if args.profile and precision == "bf16" else 0
-            results["runs"][f"alpha {precision}"] = alpha_run(args.alpha, precision, args.batch_size, seq,
-                                                             args.warmup + args.steps + (profile_step > 0),
-                                                             args.warmup, os.path.join(tmp, precision), profile_step)
+            results["runs"][f"alpha {precision}"] = alpha_run(
+                args.alpha, args.config, precision, batch, seq, args.warmup + args.steps + (profile_step > 0),
+                args.warmup, os.path.join(tmp, precision), data_dir, profile_step)
             if profile_step:
                 with open(os.path.join(tmp, precision, "profile.json")) as f:
                     profiles["alpha"] = json.load(f)
-    results["runs"]["pytorch eager bf16"] = torch_run(cfg, args.batch_size, seq, args.steps, args.warmup, False)
-    results["runs"]["pytorch compile bf16"] = torch_run(cfg, args.batch_size, seq, args.steps, args.warmup, True,
-                                                        args.profile)
+    results["runs"]["pytorch eager bf16"] = torch_run(cfg, batch, seq, args.steps, args.warmup, False)
+    results["runs"]["pytorch compile bf16"] = torch_run(cfg, batch, seq, args.steps, args.warmup, True, args.profile)
     if args.profile:
         profiles["torch"] = results["runs"]["pytorch compile bf16"].pop("profile")
         for side, report in profiles.items():
@@ -203,12 +215,12 @@ def main():
                 json.dump(report, f, indent=2)
 
     peer = results["runs"]["pytorch compile bf16"]
-    print(f"seed config, batch {args.batch_size} x {seq} tokens, {results['gpu']}, torch {results['torch']}")
+    print(f"{args.config} config, batch {batch} x {seq} tokens, {results['gpu']}, torch {results['torch']}")
     print(f"{'run':24s} {'tokens/s':>12s} {'peak MiB':>10s} {'vs compile':>11s} {'mem vs compile':>15s}")
     for name, r in results["runs"].items():
         print(f"{name:24s} {r['tokens_per_second']:12.0f} {r['peak_bytes'] / 2**20:10.1f} "
               f"{r['tokens_per_second'] / peer['tokens_per_second']:11.3f} {r['peak_bytes'] / peer['peak_bytes']:15.2f}")
-    with open(os.path.join(args.out, "train_seed.json"), "w") as f:
+    with open(os.path.join(args.out, f"train_{args.config}.json"), "w") as f:
         json.dump(results, f, indent=2)
     if args.profile:
         print_profile("alpha bf16, one step", profiles["alpha"])
