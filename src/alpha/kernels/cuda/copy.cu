@@ -6,9 +6,9 @@
 // qkv's strides, becomes B·T rows of H·D contiguous elements). Then:
 // - rows: when the innermost dimension is unit-stride on both sides and at least kMinRowElements long, the
 //   grid spans rows and the vectors along them; each thread peels a row's start offsets off the row index
-//   once per row it visits, and the row moves in 16-byte vectors when the row length, both starts and every outer stride allow it (else element by
-//   element). No index arithmetic per element: the per-element division chain was what made these copies
-//   run at a fraction of the memory bandwidth.
+//   once per row it visits, and the row moves in 16-byte vectors when the row length, both starts and every
+//   outer stride allow it (else element by element). No index arithmetic per element: the per-element
+//   division chain was what made these copies run at a fraction of the memory bandwidth.
 // - elements: otherwise one thread per destination element in row-major order, the multi-index peeled off
 //   the flat index dimension by dimension (innermost first).
 #include <algorithm>

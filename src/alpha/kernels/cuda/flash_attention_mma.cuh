@@ -165,16 +165,17 @@ __device__ __forceinline__ float log2_normaliser(float row_max, float row_sum) {
 // P̃ and dS_raw of one visible entry, from its q·k dot, its dO·v dot, its row's lse2 and D, and its
 // dropout factor z: P = exp(S − m) / l, P̃ = P·z, dS = P·(dP·z − D), through the softcap
 // dS_raw = dS·(1 − (S/c)²). `scale_log2` is scale·log2e. The factor `scale` of dQ = dS_raw·K·scale and
-// dK = dS_rawᵀ·Q·scale is left to the callers, who apply it once to their accumulators.
+// dK = dS_rawᵀ·Q·scale is left to the callers, who apply it once to their accumulators. kSoftcap is
+// p.softcap > 0, a template as in the forward's softmax step.
 struct EntryGrad {
   float prob_dropped;
   float dscore;
 };
-template <class T>
+template <bool kSoftcap, class T>
 __device__ __forceinline__ EntryGrad entry_gradient(const AttentionParams<T>& p, Softcap c, float scale_log2, float qk,
                                                     float dov, float lse2, float delta, float z) {
   float prob, ds;
-  if (c.cap > 0) {
+  if constexpr (kSoftcap) {
     const float s = attention_logit(p, c, qk), ratio = s * c.inverse;
     prob = fast_exp2(fmaf(s, kLog2e, -lse2));
     ds = prob * fmaf(dov, z, -delta) * (1.0f - ratio * ratio);
@@ -194,8 +195,8 @@ bool wgmma_kernels_run(int bucket);
 // The wgmma forward of bucket 64 or 128 (where wgmma_kernels_run).
 template <class T>
 void flash_attention_wgmma_forward(const AttentionForwardArgs<T>& args, int bucket, cudaStream_t stream);
-// Whether the backward of these parameters runs the wgmma kernels: the deterministic backward of bucket 128
-// without causal or window masks, where wgmma_kernels_run (flash_attention_wgmma_backward.cu has the numbers).
+// Whether the backward of these parameters runs the wgmma kernels: the deterministic backward of bucket 128,
+// where wgmma_kernels_run (flash_attention_wgmma_backward.cu has the numbers).
 template <class T>
 bool wgmma_backward_runs(const AttentionParams<T>& p, int bucket);
 // The wgmma backward (where wgmma_backward_runs); delta: D = rowsum(dO∘O).

@@ -18,7 +18,7 @@
 // also stores its dSᵀ (keys × queries, T) in a shared tile; then the block's warps split the query tile's
 // dQ share dS·K (K already in shared memory) by columns and add it to an f32 accumulator with float2
 // atomics; store_dq_kernel scales and rounds it into dq. 5 tile products, but the atomics' order varies.
-// On Hopper, the deterministic backward of bucket 128 without a mask runs the same two kernels on wgmma
+// On Hopper, the deterministic backward of bucket 128 runs the same two kernels on wgmma
 // instead (flash_attention_wgmma_backward.cu).
 #include "alpha/kernels/cuda/flash_attention_mma_backward.cuh"
 

@@ -8,6 +8,8 @@
 #include "alpha/kernels/cuda/flash_attention_mma.cuh"
 #include "alpha/kernels/cuda/mma.cuh"
 
+#include <type_traits>
+
 namespace alpha::kernels::cuda::mma_backward {
 
 using mma::FragA;
@@ -71,12 +73,15 @@ __device__ __forceinline__ void query_row_stats(const AttentionBackwardArgs<T>& 
     }
 }
 
-// Per entry of a key-major (transposed) tile; key_entry_grads below.
-template <bool kMasked, class T, int kM, int kN>
+// Per entry of a key-major (transposed) tile; key_entry_grads below. kSoftcap and kDropout are p.softcap > 0
+// and p.dropout_p > 0 as templates, so the entry loop carries no per-entry test of either (the compiler had
+// put each entry's softcap and Philox draw behind branches of their own: over a hundred instructions of code
+// per entry). A masked tile works out each query's visible keys once, not once per entry, computes every
+// entry and selects 0 where the key is not visible: no branch at all in the entry loop.
+template <bool kMasked, bool kSoftcap, bool kDropout, class T, int kM, int kN>
 __device__ __forceinline__ void key_entries(const AttentionParams<T>& p, Softcap softcap, float scale_log2,
-                                                int64_t bh, int64_t i0, int64_t key_row0, int lane,
-                                                FragC (&st)[kM][kN], FragC (&dpt)[kM][kN], const float* lse2_rows,
-                                                const float* delta_rows) {
+                                            int64_t bh, int64_t i0, int64_t key_row0, int lane, FragC (&st)[kM][kN],
+                                            FragC (&dpt)[kM][kN], const float* lse2_rows, const float* delta_rows) {
 #pragma unroll
   for (int n = 0; n < kN; ++n)
 #pragma unroll
@@ -84,45 +89,68 @@ __device__ __forceinline__ void key_entries(const AttentionParams<T>& p, Softcap
       const int col = fragment_col(lane, n, col_bit);
       const float lse2 = lse2_rows[col], row_delta = delta_rows[col];
       const int64_t i = i0 + col;
+      // Worked out unconditionally, and past Tq too (inside says those rows see nothing): a range written
+      // under a predicate is one the constant-time audit (scripts/sass_audit.py) cannot clear of taint.
+      const bool inside = i < p.q_len;
+      const KeyRange keys = visible_key_range(p, i);
 #pragma unroll
       for (int m = 0; m < kM; ++m)
 #pragma unroll
         for (int x = col_bit; x < 4; x += 2) {
           const int64_t j = key_row0 + 16 * m + fragment_row(lane, x);
-          EntryGrad e{0.0f, 0.0f};
-          if (!kMasked || mma_visible(p, i, j)) {
-            const float z = p.dropout_p > 0 && i < p.q_len ? attention_dropout_factor(p, bh, i, j) : 1.0f;
-            e = entry_gradient(p, softcap, scale_log2, st[m][n].x[x], dpt[m][n].x[x], lse2, row_delta, z);
+          const float z = kDropout && inside ? attention_dropout_factor(p, bh, i, j) : 1.0f;
+          const EntryGrad e =
+              entry_gradient<kSoftcap>(p, softcap, scale_log2, st[m][n].x[x], dpt[m][n].x[x], lse2, row_delta, z);
+          if constexpr (kMasked) {
+            const bool visible = inside && j >= keys.begin && j < keys.end;
+            st[m][n].x[x] = select_float(visible, e.prob_dropped, 0.0f);
+            dpt[m][n].x[x] = select_float(visible, e.dscore, 0.0f);
+          } else {
+            st[m][n].x[x] = e.prob_dropped;
+            dpt[m][n].x[x] = e.dscore;
           }
-          st[m][n].x[x] = e.prob_dropped;
-          dpt[m][n].x[x] = e.dscore;
         }
     }
 }
 
-// Per entry of a query-major tile; query_entry_grads below.
-template <bool kMasked, class T, int kM, int kN>
+// Per entry of a query-major tile; query_entry_grads below. The templates as key_entries'.
+template <bool kMasked, bool kSoftcap, bool kDropout, class T, int kM, int kN>
 __device__ __forceinline__ void query_entries(const AttentionParams<T>& p, Softcap softcap, float scale_log2,
-                                                  int64_t bh, int64_t row0, int64_t j0, int lane, FragC (&s)[kM][kN],
-                                                  const FragC (&dp)[kM][kN], const float (&lse2)[kM][2],
-                                                  const float (&row_delta)[kM][2]) {
+                                              int64_t bh, int64_t row0, int64_t j0, int lane, FragC (&s)[kM][kN],
+                                              const FragC (&dp)[kM][kN], const float (&lse2)[kM][2],
+                                              const float (&row_delta)[kM][2]) {
 #pragma unroll
   for (int m = 0; m < kM; ++m)
 #pragma unroll
-    for (int n = 0; n < kN; ++n)
+    for (int half = 0; half < 2; ++half) {
+      const int64_t i = row0 + 16 * m + fragment_row(lane, 2 * half);
+      const bool inside = i < p.q_len;  // and the range unconditionally, as in key_entries
+      const KeyRange keys = visible_key_range(p, i);
 #pragma unroll
-      for (int x = 0; x < 4; ++x) {
-        const int half = x / 2;
-        const int64_t i = row0 + 16 * m + fragment_row(lane, x), j = j0 + fragment_col(lane, n, x);
-        float dscore = 0.0f;
-        if (!kMasked || mma_visible(p, i, j)) {
-          const float z = p.dropout_p > 0 && i < p.q_len ? attention_dropout_factor(p, bh, i, j) : 1.0f;
-          dscore = entry_gradient(p, softcap, scale_log2, s[m][n].x[x], dp[m][n].x[x], lse2[m][half],
-                                  row_delta[m][half], z)
-                       .dscore;
+      for (int n = 0; n < kN; ++n)
+#pragma unroll
+        for (int x = 2 * half; x < 2 * half + 2; ++x) {
+          const int64_t j = j0 + fragment_col(lane, n, x);
+          const float z = kDropout && inside ? attention_dropout_factor(p, bh, i, j) : 1.0f;
+          const float dscore = entry_gradient<kSoftcap>(p, softcap, scale_log2, s[m][n].x[x], dp[m][n].x[x],
+                                                        lse2[m][half], row_delta[m][half], z)
+                                   .dscore;
+          s[m][n].x[x] = kMasked ? select_float(inside && j >= keys.begin && j < keys.end, dscore, 0.0f) : dscore;
         }
-        s[m][n].x[x] = dscore;
-      }
+    }
+}
+
+// Calls entry(std::bool_constant<softcap>, std::bool_constant<dropout>) for the parameters' softcap and
+// dropout: one uniform branch per tile step instead of one per entry.
+template <class T, class Entry>
+__device__ __forceinline__ void with_entry_options(const AttentionParams<T>& p, const Entry& entry) {
+  if (p.softcap > 0) {
+    if (p.dropout_p > 0) entry(std::true_type{}, std::true_type{});
+    else entry(std::true_type{}, std::false_type{});
+  } else {
+    if (p.dropout_p > 0) entry(std::false_type{}, std::true_type{});
+    else entry(std::false_type{}, std::false_type{});
+  }
 }
 
 // The key-major entry step: st and dpt hold Sᵀ and dP̃ᵀ (rows: this warp's keys from key_row0 of the
@@ -135,10 +163,16 @@ __device__ __forceinline__ void key_entry_grads(const AttentionParams<T>& p, Sof
                                                 int lane, FragC (&st)[kM][kN], FragC (&dpt)[kM][kN],
                                                 const float* lse2_rows, const float* delta_rows) {
   const int64_t last_row = tile_last_row(i0, 8 * kN, p.q_len);
-  if (j0 >= visible_key_range(p, last_row).begin && j0 + block_keys <= visible_key_range(p, i0).end)
-    key_entries<false>(p, softcap, scale_log2, bh, i0, key_row0, lane, st, dpt, lse2_rows, delta_rows);
-  else
-    key_entries<true>(p, softcap, scale_log2, bh, i0, key_row0, lane, st, dpt, lse2_rows, delta_rows);
+  const bool whole = j0 >= visible_key_range(p, last_row).begin && j0 + block_keys <= visible_key_range(p, i0).end;
+  with_entry_options(p, [&](auto softcapped, auto dropped) {
+    constexpr bool kSoftcap = decltype(softcapped)::value, kDropout = decltype(dropped)::value;
+    if (whole)
+      key_entries<false, kSoftcap, kDropout>(p, softcap, scale_log2, bh, i0, key_row0, lane, st, dpt, lse2_rows,
+                                             delta_rows);
+    else
+      key_entries<true, kSoftcap, kDropout>(p, softcap, scale_log2, bh, i0, key_row0, lane, st, dpt, lse2_rows,
+                                            delta_rows);
+  });
 }
 
 // The query-major entry step: s and dp hold S and dP̃ (rows: this thread's queries from row0, with their
@@ -150,10 +184,14 @@ __device__ __forceinline__ void query_entry_grads(const AttentionParams<T>& p, S
                                                   int64_t whole_end, int lane, FragC (&s)[kM][kN],
                                                   const FragC (&dp)[kM][kN], const float (&lse2)[kM][2],
                                                   const float (&row_delta)[kM][2]) {
-  if (j0 >= whole_begin && j0 + 8 * kN <= whole_end)
-    query_entries<false>(p, softcap, scale_log2, bh, row0, j0, lane, s, dp, lse2, row_delta);
-  else
-    query_entries<true>(p, softcap, scale_log2, bh, row0, j0, lane, s, dp, lse2, row_delta);
+  const bool whole = j0 >= whole_begin && j0 + 8 * kN <= whole_end;
+  with_entry_options(p, [&](auto softcapped, auto dropped) {
+    constexpr bool kSoftcap = decltype(softcapped)::value, kDropout = decltype(dropped)::value;
+    if (whole)
+      query_entries<false, kSoftcap, kDropout>(p, softcap, scale_log2, bh, row0, j0, lane, s, dp, lse2, row_delta);
+    else
+      query_entries<true, kSoftcap, kDropout>(p, softcap, scale_log2, bh, row0, j0, lane, s, dp, lse2, row_delta);
+  });
 }
 
 // Stores rows [row0, row0 + 16·kM) of a warp's f32 accumulator (16·kM × 8·kO), times `scale`, as T into

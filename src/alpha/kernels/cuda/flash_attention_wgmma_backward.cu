@@ -1,7 +1,7 @@
 // Flash attention backward for bf16/f16 on Hopper's warpgroup tensor-core instructions (wgmma, sm_90a): the
 // deterministic backward of the mma.sync kernels (flash_attention_mma_backward.cu; the walks, statistics,
 // entry steps and stores they share are in flash_attention_mma_backward.cuh) with every tile product on
-// wgmma (wgmma.cuh). Head-dimension bucket 128 without a mask (wgmma_backward_runs says why).
+// wgmma (wgmma.cuh). Head-dimension bucket 128, every mask (wgmma_backward_runs has the numbers).
 //
 // key_grads: one block per (key block of 64·kWarpgroups keys, b·Hkv + kv head); warpgroup w owns keys
 // [64w, 64w + 64) and holds their dK and dV in f32 registers. K and V stay in shared memory; the steps'
@@ -287,12 +287,14 @@ void backward(const AttentionBackwardArgs<T>& args, const float* delta, cudaStre
 //   D 128 without a mask: 134.6 / 161.0 / 171.3 against 114.4 / 128.2 / 133.4 at T 512 / 2048 / 8192;
 //   D 128 causal: 49.4 / 88.0 / 139.6 against 69.1 / 111.8 / 130.0;
 //   D 64 (one warpgroup per block): 78.6 / 90.4 / 95.0 against 99.3 / 112.1 / 117.7, causal 29-83 against 69-111.
-// So they run for bucket 128 without causal or window masks; the masked shapes and the other buckets keep
-// the mma.sync kernels until the masked steps stop costing what they do here.
+// The masked steps' cost was the entry step's: per-entry branches around the softcap, the Philox draw and
+// the visibility test. Once those became templates and selects (flash_attention_mma_backward.cuh), on an
+// H200 (2026-11-26, same script, same run): D 128 causal 135.8 / 197.6 / 257.7 / 303.1 / 333.0 here against
+// 114.7 / 140.5 / 158.9 / 169.4 / 173.4 on mma.sync at T 512 / 1024 / 2048 / 4096 / 8192. So bucket 128 runs
+// here with every mask; the other buckets keep the mma.sync kernels (D 64 has no wgmma backward).
 template <class T>
 bool wgmma_backward_runs(const AttentionParams<T>& p, int bucket) {
-  return bucket == 128 && p.deterministic && !p.causal && p.window_left < 0 && p.window_right < 0 &&
-         wgmma_kernels_run(bucket);
+  return bucket == 128 && p.deterministic && wgmma_kernels_run(bucket);
 }
 
 template <class T>

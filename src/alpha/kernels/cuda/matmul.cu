@@ -332,7 +332,8 @@ template <class T, int V>
 __global__ void dgelu_in_place_kernel(Bits<T>* c, int64_t ldc, const Bits<T>* aux, int64_t ld_aux, int64_t m,
                                       int64_t n) {
   for (int64_t i = blockIdx.y; i < m; i += gridDim.y)
-    for (int64_t j = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) * V; j < n; j += int64_t(gridDim.x) * blockDim.x * V) {
+    for (int64_t j = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) * V; j < n;
+         j += int64_t(gridDim.x) * blockDim.x * V) {
       Bits<T>* out = c + i * ldc + j;
       const Bits<T>* pre = aux + i * ld_aux + j;
       float product[V], x[V];
