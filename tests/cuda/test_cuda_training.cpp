@@ -9,7 +9,9 @@
 #include <cmath>
 #include <cstdio>
 
+#include "alpha/autograd/variable.h"
 #include "alpha/train/checkpoint.h"
+#include "support/checks.h"
 #include "support/gpu.h"
 #include "train/golden_run_util.h"
 
@@ -73,6 +75,15 @@ TEST_F(CudaTraining, Bf16MixedPrecisionLearnsWithF32MasterWeights) {
   // Checkpoints hold the f32 master weights.
   CheckpointData ckpt = load_checkpoint(dir / "bf16");
   EXPECT_EQ(ckpt.weights.front().second.dtype(), DType::f32);
+}
+
+// A parameter's held compute copy (autograd::cast's bf16 weights) must sit on the parameter's device.
+TEST_F(CudaTraining, AHeldComputeCopyMustSitOnItsParametersDevice) {
+  autograd::Variable w(Tensor::zeros({4, 3}, DType::f32, Device::cuda(0)), true, "w");
+  EXPECT_ALPHA_ERROR(w.keep_compute_copy(Tensor::zeros({4, 3}, DType::bf16, Device::cpu())), DeviceError,
+                     "[Variable::keep_compute_copy]", "copy");
+  w.keep_compute_copy(Tensor::zeros({4, 3}, DType::bf16, Device::cuda(0)));
+  EXPECT_TRUE(w.compute_copy().defined());
 }
 
 // f16 compute with dynamic loss scaling (f32 master weights): the run learns, stays close to the f32 run on

@@ -28,8 +28,9 @@ Variable cast(const Variable& x, DType dtype) {
   if (x.dtype() == dtype) return x;
   Tensor converted;
   if (x.is_leaf() && x.requires_grad()) {  // a parameter: its held compute copy, or a conversion it then holds
+    Variable parameter = x;
     if (!x.compute_copy().defined() || x.compute_copy().dtype() != dtype)
-      x.state()->compute_copy = x.value().to(dtype);
+      parameter.keep_compute_copy(x.value().to(dtype));
     converted = x.compute_copy();
   } else {
     converted = x.value().to(dtype);

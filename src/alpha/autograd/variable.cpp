@@ -119,9 +119,11 @@ void Variable::keep_compute_copy(Tensor copy) {
   constexpr const char* op = "Variable::keep_compute_copy";
   if (!state_) raise<ValueError>(op, "self", "a defined variable", "an undefined variable");
   if (!state_->is_leaf) raise<ValueError>(op, "self", "a leaf variable", "an op's output");
-  if (copy.shape() != state_->value.shape() || copy.device() != state_->value.device())
-    raise<ShapeError>(op, "copy", "the value's shape " + shape_str(state_->value.shape()) + " on its device",
-                      shape_str(copy.shape()));
+  if (copy.shape() != state_->value.shape())
+    raise<ShapeError>(op, "copy", "the value's shape " + shape_str(state_->value.shape()), shape_str(copy.shape()));
+  if (copy.device() != state_->value.device())
+    raise<DeviceError>(op, "copy", "a tensor on the value's device " + state_->value.device().str(),
+                       copy.device().str());
   state_->compute_copy = std::move(copy);
 }
 

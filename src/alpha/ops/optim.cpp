@@ -24,6 +24,13 @@ void require(std::string_view op, std::string_view arg, double value, bool ok, s
   raise<ValueError>(op, arg, expected, text);
 }
 
+// The same for a field of a config named by a prefix ("configs[3]." in a list): the name is only put
+// together for the error, so a passing check of a long list allocates nothing.
+void require(std::string_view op, std::string_view prefix, std::string_view field, double value, bool ok,
+             std::string_view expected) {
+  if (!ok) require(op, std::string(prefix) + std::string(field), value, ok, expected);
+}
+
 bool non_negative(double x) { return std::isfinite(x) && x >= 0; }
 bool positive(double x) { return std::isfinite(x) && x > 0; }
 
@@ -61,9 +68,12 @@ struct AdamWNames {
 
 AdamWNames single_names() { return {"param", "grad", "m", "v", "compute_copy", ""}; }
 
-AdamWNames list_names(size_t k) {
+// The names of the k-th update; compute_copies[k] only with copies (its name is past the strings a short
+// string holds without allocating, and the list op builds these for every tensor of every step).
+AdamWNames list_names(size_t k, bool with_copies) {
   auto entry = [k](std::string_view list) { return std::string(list) + "[" + std::to_string(k) + "]"; };
-  return {entry("params"), entry("grads"), entry("ms"), entry("vs"), entry("compute_copies"), entry("configs") + "."};
+  return {entry("params"), entry("grads"), entry("ms"),
+          entry("vs"),     with_copies ? entry("compute_copies") : std::string(), entry("configs") + "."};
 }
 
 void check_adamw(std::string_view op, const AdamWNames& names, const Tensor& param, const Tensor& grad,
@@ -87,13 +97,13 @@ void check_adamw(std::string_view op, const AdamWNames& names, const Tensor& par
     check_contiguous(op, names.compute_copy, *compute_copy);
   }
   const std::string& c = names.config;
-  require(op, c + "lr", config.lr, non_negative(config.lr), "a finite value >= 0");
-  require(op, c + "beta1", config.beta1, config.beta1 >= 0 && config.beta1 < 1, "a value in [0, 1)");
-  require(op, c + "beta2", config.beta2, config.beta2 >= 0 && config.beta2 < 1, "a value in [0, 1)");
-  require(op, c + "eps", config.eps, positive(config.eps), "a finite value > 0");
-  require(op, c + "weight_decay", config.weight_decay, non_negative(config.weight_decay), "a finite value >= 0");
+  require(op, c, "lr", config.lr, non_negative(config.lr), "a finite value >= 0");
+  require(op, c, "beta1", config.beta1, config.beta1 >= 0 && config.beta1 < 1, "a value in [0, 1)");
+  require(op, c, "beta2", config.beta2, config.beta2 >= 0 && config.beta2 < 1, "a value in [0, 1)");
+  require(op, c, "eps", config.eps, positive(config.eps), "a finite value > 0");
+  require(op, c, "weight_decay", config.weight_decay, non_negative(config.weight_decay), "a finite value >= 0");
   require(op, "grad_scale", grad_scale, non_negative(grad_scale), "a finite value >= 0");
-  require(op, c + "step", double(config.step), config.step >= 1, "a 1-based step (>= 1)");
+  require(op, c, "step", double(config.step), config.step >= 1, "a 1-based step (>= 1)");
 }
 
 // The kernel's arguments for one checked update; grad is contiguous.
@@ -153,7 +163,7 @@ void adamw_list(std::vector<Tensor>& params, const std::vector<Tensor>& grads, s
   check_length(op, "configs", configs.size(), params.size());
   auto copy_of = [&](size_t k) { return compute_copies ? &(*compute_copies)[k] : nullptr; };
   for (size_t k = 0; k < params.size(); ++k) {
-    const AdamWNames names = list_names(k);
+    const AdamWNames names = list_names(k, compute_copies != nullptr);
     check_same_device(op, names.param, params[k], params[0]);
     check_adamw(op, names, params[k], grads[k], ms[k], vs[k], copy_of(k), configs[k], grad_scale);
   }

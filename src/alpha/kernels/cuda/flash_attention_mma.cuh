@@ -25,9 +25,6 @@
 
 namespace alpha::kernels::cuda {
 
-inline constexpr float kLog2e = 1.4426950408889634f;
-inline constexpr float kLn2 = 0.6931471805599453f;
-
 // The kernels' bucket for D and Dv (raises ShapeError for what the kernels cannot take).
 template <class T>
 int mma_head_dim_bucket(const AttentionParams<T>& p, const char* op) {
@@ -56,33 +53,6 @@ __device__ __forceinline__ bool mma_visible(const AttentionParams<T>& p, int64_t
   if (i >= p.q_len) return false;
   const KeyRange range = visible_key_range(p, i);
   return j >= range.begin && j < range.end;
-}
-
-// The kernels' transcendental functions, each one special-function-unit instruction with subnormals
-// flushed to zero (.ftz). Besides being fast, they make the kernels constant-time (kernels/flash_attention.h):
-// IEEE division, tanhf and log2f compile to value-dependent slow paths (FCHK and a CALL into a subroutine
-// for some operands), these to a fixed instruction sequence for every input.
-// 2^x: ex2.approx.ftz, relative error ~2⁻²².
-__device__ __forceinline__ float fast_exp2(float x) {
-  float y;
-  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
-  return y;
-}
-// log2 x: lg2.approx.ftz, absolute error ~2⁻²² (−inf for 0).
-__device__ __forceinline__ float fast_log2(float x) {
-  float y;
-  asm("lg2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
-  return y;
-}
-// 1/x: rcp.approx.ftz, within 1 ulp (inf for 0, 0 for inf).
-__device__ __forceinline__ float fast_reciprocal(float x) {
-  float y;
-  asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
-  return y;
-}
-// tanh x = 1 − 2/(e^{2x} + 1): absolute error ~2⁻²², exactly ±1 where e^{2x} overflows or vanishes.
-__device__ __forceinline__ float fast_tanh(float x) {
-  return 1.0f - 2.0f * fast_reciprocal(fast_exp2(x * (2.0f * kLog2e)) + 1.0f);
 }
 
 // condition ? a : b as a select instruction (selp), never a branch: for conditions on data, which a

@@ -279,10 +279,6 @@ __device__ float gelu_grad(float x, Tanh tanh_of) {
 __device__ float gelu_grad(float x) {
   return gelu_grad(x, [](float u) { return tanhf(u); });
 }
-// tanh u = 1 − 2/(e^{2u} + 1) from the special-function unit's exp and a fast division: absolute error about
-// 1e-6, far below a bf16/f16 result's rounding, at a fraction of tanhf's instructions (±1 where e^{2u}
-// overflows or vanishes).
-__device__ float fast_tanh(float u) { return 1.0f - __fdividef(2.0f, __expf(2.0f * u) + 1.0f); }
 
 template <class T>
 struct EpilogueArgs {
@@ -325,7 +321,8 @@ constexpr int64_t kMaxGridY = 65535;
 
 unsigned blocks_for(int64_t work) { return unsigned(std::min((work + kThreads - 1) / kThreads, kMaxBlocks)); }
 
-// c = c ⊙ gelu'(aux) in place (f32 arithmetic, tanh from fast_tanh, one rounding to T): the bf16/f16 DGELU
+// c = c ⊙ gelu'(aux) in place (f32 arithmetic, tanh from common.cuh's fast_tanh, absolute error ~2⁻²², far
+// below a bf16/f16 result's rounding; one rounding to T): the bf16/f16 DGELU
 // after a plain product into c. Rows over y, runs of V columns (V = 1, or kLanes<T>: one 16-byte vector)
 // over x: no index division per element.
 template <class T, int V>
@@ -345,10 +342,24 @@ __global__ void dgelu_in_place_kernel(Bits<T>* c, int64_t ldc, const Bits<T>* au
         unpack<T>(*reinterpret_cast<const uint4*>(pre), x);
       }
 #pragma unroll
-      for (int e = 0; e < V; ++e) product[e] = __fmul_rn(product[e], gelu_grad(x[e], fast_tanh));
+      for (int e = 0; e < V; ++e)
+        product[e] = __fmul_rn(product[e], gelu_grad(x[e], [](float u) { return fast_tanh(u); }));
       if constexpr (V == 1) *out = Elem<T>::store(product[0]);
       else *reinterpret_cast<uint4*>(out) = pack<T>(product);
     }
+}
+
+// The problem's alpha·op(a)·op(b) alone: no bias, epilogue or bias gradient (batch is 1 whenever there is an
+// epilogue), for the paths that apply those themselves.
+template <class T>
+GemmArgs<T> plain_product(const GemmArgs<T>& args) {
+  GemmArgs<T> plain = args;
+  plain.bias = nullptr;
+  plain.epilogue = GemmEpilogue::none;
+  plain.aux = nullptr;
+  plain.bias_grad_of = GemmBiasGrad::none;
+  plain.bias_grad = nullptr;
+  return plain;
 }
 
 // The unfused path: plain product into f32 scratch, the epilogue kernel, the bias gradients.
@@ -358,12 +369,7 @@ void gemm_unfused(const GemmArgs<T>& args, cudaStream_t stream) {
   if (args.k > 0) {
     ALPHA_CUDA_CHECK(cudaMallocAsync(reinterpret_cast<void**>(&product), size_t(args.m * args.n) * sizeof(float),
                                      stream));
-    GemmArgs<T> plain = args;  // alpha·op(a)·op(b) alone; batch is 1 whenever there is an epilogue
-    plain.bias = nullptr;
-    plain.epilogue = GemmEpilogue::none;
-    plain.aux = nullptr;
-    plain.bias_grad_of = GemmBiasGrad::none;
-    plain.bias_grad = nullptr;
+    GemmArgs<T> plain = plain_product(args);
     plain.stride_c = args.m * args.n;
     lt_matmul(plain, CUBLASLT_EPILOGUE_DEFAULT, product, CUDA_R_32F, args.n, 0.0f, stream);
   }
@@ -395,12 +401,7 @@ void gemm_unfused(const GemmArgs<T>& args, cudaStream_t stream) {
 // unfused path keeps it in f32; both are within the bf16/f16 tolerances of the f64 reference.
 template <class T>
 void gemm_dgelu(const GemmArgs<T>& args, cudaStream_t stream) {
-  GemmArgs<T> plain = args;
-  plain.epilogue = GemmEpilogue::none;
-  plain.aux = nullptr;
-  plain.bias_grad_of = GemmBiasGrad::none;
-  plain.bias_grad = nullptr;
-  lt_matmul(plain, CUBLASLT_EPILOGUE_DEFAULT, args.c, kCudaType<T>, args.ldc, 0.0f, stream);
+  lt_matmul(plain_product(args), CUBLASLT_EPILOGUE_DEFAULT, args.c, kCudaType<T>, args.ldc, 0.0f, stream);
   auto launch = [&]<int V>() {
     const int64_t columns = (args.n + V - 1) / V;
     const int threads = int(std::min<int64_t>(kThreads, (columns + 31) / 32 * 32));
