@@ -3,7 +3,7 @@
 
 --config seed (default batch 20 x 512) or gpt2-124m (default batch 16 x 1024), issue 9's two benchmarks.
 Alpha: `alpha train --config CONFIG --device cuda --precision bf16` (and f32, for seed) for --steps steps on
-the built-in corpus (gpt2-124m: the same tokens, prepared by a one-step seed run, whose vocabulary fits); tokens/s is the median over the steps after --warmup of metrics.jsonl's
+the built-in corpus (gpt2-124m: the same tokens, from `alpha prepare --builtin`, whose vocabulary fits); tokens/s is the median over the steps after --warmup of metrics.jsonl's
 tokens_per_second (the optimiser step included), peak memory the largest per-step peak of bytes in use
 in Alpha's caching allocator.
 PyTorch peers: the same GPT shape (configs/CONFIG.json: pre-LN blocks, tanh GELU, biases, tied
@@ -191,11 +191,10 @@ def main():
     profiles = {}
     with tempfile.TemporaryDirectory() as tmp:
         data_dir = None
-        if args.config != "seed":  # the built-in corpus tokenized once by a seed run; its vocabulary fits
-            subprocess.run([args.alpha, "train", "--config", "seed", "--device", "cuda", "--steps", "1",
-                            "--eval-every", "0", "--save-every", "0", "--sample-tokens", "0", "--out",
-                            os.path.join(tmp, "prepare")], check=True, stdout=subprocess.DEVNULL)
-            data_dir = os.path.join(tmp, "prepare", "data")
+        if args.config != "seed":  # the built-in corpus as a seed run tokenizes it; its vocabulary fits
+            data_dir = os.path.join(tmp, "prepare")
+            subprocess.run([args.alpha, "prepare", "--builtin", "--out", data_dir], check=True,
+                           stdout=subprocess.DEVNULL)
         # f32 (no TF32) only for seed: gpt2-124m's f32 run would take most of the benchmark's time.
         for precision in ("bf16", "f32") if args.config == "seed" else ("bf16",):
             # The profiled step is the last one; the metrics of the others give the tokens/s.
