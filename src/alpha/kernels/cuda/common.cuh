@@ -43,6 +43,9 @@ template <class T> __host__ __device__ Bits<T>* bits(T* p) { return reinterpret_
 constexpr int kVectorBytes = 16;
 template <class T> inline constexpr int kLanes = kVectorBytes / int(sizeof(T));
 
+// A grid's largest y (and z) extent; x goes to 2³¹ − 1.
+inline constexpr int64_t kMaxGridY = 65535;
+
 inline constexpr float kLog2e = 1.4426950408889634f;
 inline constexpr float kLn2 = 0.6931471805599453f;
 

@@ -87,7 +87,6 @@ __global__ void copy_rows_kernel(const typename Raw<Src>::type* src, typename Ra
 
 constexpr int kThreads = 256;
 constexpr int64_t kMaxBlocks = 1 << 16;
-constexpr int64_t kMaxGridY = 65535;
 constexpr int64_t kMinRowElements = 32;
 
 // The same copy with extent-1 dimensions dropped and mergeable neighbours merged.

@@ -317,7 +317,6 @@ __global__ void epilogue_kernel(EpilogueArgs<T> e) {
 
 constexpr int kThreads = 256;
 constexpr int64_t kMaxBlocks = 1 << 16;  // grid-stride beyond this
-constexpr int64_t kMaxGridY = 65535;
 
 unsigned blocks_for(int64_t work) { return unsigned(std::min((work + kThreads - 1) / kThreads, kMaxBlocks)); }
 
