@@ -165,11 +165,9 @@ bool wgmma_kernels_run(int bucket);
 // The wgmma forward of bucket 64 or 128 (where wgmma_kernels_run).
 template <class T>
 void flash_attention_wgmma_forward(const AttentionForwardArgs<T>& args, int bucket, cudaStream_t stream);
-// Whether the backward of these parameters runs the wgmma kernels: the deterministic backward of bucket 128,
-// where wgmma_kernels_run (flash_attention_wgmma_backward.cu has the numbers).
-template <class T>
-bool wgmma_backward_runs(const AttentionParams<T>& p, int bucket);
-// The wgmma backward (where wgmma_backward_runs); delta: D = rowsum(dO∘O).
+// The wgmma backward of bucket 64 or 128 (where wgmma_kernels_run), deterministic whatever the parameters
+// ask: faster than the atomic-dQ mma kernels there (flash_attention_wgmma_backward.cu has the numbers);
+// delta: D = rowsum(dO∘O).
 template <class T>
 void flash_attention_wgmma_backward(const AttentionBackwardArgs<T>& args, const float* delta, cudaStream_t stream);
 // workspace (flash_attention_backward_workspace floats): D = rowsum(dO∘O) per query row in its first B·Hq·Tq,

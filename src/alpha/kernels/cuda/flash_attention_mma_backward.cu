@@ -315,7 +315,7 @@ void flash_attention_mma_backward(const AttentionBackwardArgs<T>& args, float* w
   require_mma_rows(args.q, p.q_strides, kOp, "q");
   require_mma_rows(args.k, p.k_strides, kOp, "k");
   require_mma_rows(args.v, p.v_strides, kOp, "v");
-  if (wgmma_backward_runs(p, bucket)) return flash_attention_wgmma_backward(args, workspace, stream);
+  if (wgmma_kernels_run(bucket)) return flash_attention_wgmma_backward(args, workspace, stream);
   switch (bucket) {
     case 32: return backward<T, 32>(args, workspace, stream);
     case 64: return backward<T, 64>(args, workspace, stream);

@@ -1,7 +1,7 @@
 // Flash attention backward for bf16/f16 on Hopper's warpgroup tensor-core instructions (wgmma, sm_90a): the
 // deterministic backward of the mma.sync kernels (flash_attention_mma_backward.cu; the walks, statistics,
 // entry steps and stores they share are in flash_attention_mma_backward.cuh) with every tile product on
-// wgmma (wgmma.cuh). Head-dimension bucket 128, every mask (wgmma_backward_runs has the numbers).
+// wgmma (wgmma.cuh). Head-dimension buckets 64 and 128, every mask (the numbers are above flash_attention_wgmma_backward).
 //
 // key_grads: one block per (key block of 64·kWarpgroups keys, b·Hkv + kv head); warpgroup w owns keys
 // [64w, 64w + 64) and holds their dK and dV in f32 registers. K and V stay in shared memory; the steps'
@@ -18,7 +18,8 @@
 //   the entry step of t meanwhile.
 // Like the mma kernels, 7 tile products per (query tile, key tile) instead of FlashAttention-2's 5: dQ is
 // recomputed rather than added with atomics, the price of a deterministic result. The non-deterministic
-// atomic-dQ variant stays on the mma kernels.
+// atomic-dQ variant of the mma kernels is slower than these on Hopper, so a caller that allows
+// non-determinism gets these too where they run.
 #include "alpha/kernels/cuda/flash_attention_mma_backward.cuh"
 #include "alpha/kernels/cuda/wgmma.cuh"
 
@@ -30,11 +31,15 @@ using namespace mma_backward;
 
 // Per bucket: warpgroups per block (64 held rows each), the rows of each streamed tile, and the blocks per
 // SM the register allocation must allow. D 128: the dK/dV kernel runs at the 255-register ceiling and spills
-// 512 bytes (dK and dV alone hold 128 registers a thread).
+// 512 bytes (dK and dV alone hold 128 registers a thread); D 64 takes 255 and spills 60 bytes.
 template <int kHeadDim>
 struct WgmmaBackwardTraits;
 template <>
 struct WgmmaBackwardTraits<128> {
+  static constexpr int kWarpgroups = 2, kStream = 64, kMinBlocks = 1;
+};
+template <>
+struct WgmmaBackwardTraits<64> {
   static constexpr int kWarpgroups = 2, kStream = 64, kMinBlocks = 1;
 };
 
@@ -290,20 +295,19 @@ void backward(const AttentionBackwardArgs<T>& args, const float* delta, cudaStre
 // The masked steps' cost was the entry step's: per-entry branches around the softcap, the Philox draw and
 // the visibility test. Once those became templates and selects (flash_attention_mma_backward.cuh), on an
 // H200 (2026-11-26, same script, same run): D 128 causal 135.8 / 197.6 / 257.7 / 303.1 / 333.0 here against
-// 114.7 / 140.5 / 158.9 / 169.4 / 173.4 on mma.sync at T 512 / 1024 / 2048 / 4096 / 8192. So bucket 128 runs
-// here with every mask; the other buckets keep the mma.sync kernels (D 64 has no wgmma backward).
-template <class T>
-bool wgmma_backward_runs(const AttentionParams<T>& p, int bucket) {
-  return bucket == 128 && p.deterministic && wgmma_kernels_run(bucket);
-}
-
+// 114.7 / 140.5 / 158.9 / 169.4 / 173.4 on mma.sync at T 512 / 1024 / 2048 / 4096 / 8192; and D 64 (two
+// warpgroups per block, the same call's alpha_attention_bench, ms at T 512 / 2048 / 8192) 1.04 / 2.98 /
+// 10.68 here against 1.36 / 4.71 / 18.02 (causal 0.86 / 1.86 / 5.69 against 0.89 / 2.59 / 9.47), the
+// atomic-dQ mma kernels 1.37 / 4.51 / 17.20. So buckets 64 and 128 run here with every mask, deterministic
+// or not (wgmma_kernels_run); the other buckets keep the mma.sync kernels.
 template <class T>
 void flash_attention_wgmma_backward(const AttentionBackwardArgs<T>& args, const float* delta, cudaStream_t stream) {
+  if (mma_head_dim_bucket(args.params, "flash_attention_backward") == 64)
+    return wgmma_backward::backward<T, 64>(args, delta, stream);
   wgmma_backward::backward<T, 128>(args, delta, stream);
 }
 
 #define ALPHA_INSTANTIATE(T)                                                                           \
-  template bool wgmma_backward_runs<T>(const AttentionParams<T>&, int);                                \
   template void flash_attention_wgmma_backward<T>(const AttentionBackwardArgs<T>&, const float*, cudaStream_t);
 ALPHA_INSTANTIATE(bf16)
 ALPHA_INSTANTIATE(f16)
