@@ -123,5 +123,22 @@ TEST(Tape, ACastParameterHoldsItsComputeCopyUntilItsValueMayChange) {
   clear_tape();
 }
 
+TEST(Tape, SetGradKeepsTheGivenTensorAndBackwardAddsIntoIt) {
+  Variable w(test::random({2, 3}), true, "w");
+  Tensor bucket = test::random({10});
+  w.set_grad(bucket.slice(0, 4, 10).view({2, 3}));
+  EXPECT_TRUE(w.grad().shares_storage(bucket));
+  std::vector<float> before = bucket.to_vector<float>();
+  Tensor seed = test::random({2, 3});
+  backward(w, seed);  // a leaf root: its gradient is added to what the buffer holds
+  std::vector<float> after = bucket.to_vector<float>(), s = seed.to_vector<float>();
+  for (size_t i = 0; i < 4; ++i) EXPECT_EQ(after[i], before[i]) << "outside the view";
+  for (size_t i = 0; i < 6; ++i) EXPECT_EQ(after[4 + i], before[4 + i] + s[i]);
+
+  EXPECT_ALPHA_ERROR(w.set_grad(Tensor::zeros({3, 2}, DType::f32)), ShapeError, "[Variable::set_grad]", "grad");
+  Variable input(test::random({4}));
+  EXPECT_ALPHA_ERROR(input.set_grad(Tensor::zeros({4}, DType::f32)), ValueError, "[Variable::set_grad]", "self");
+}
+
 }  // namespace
 }  // namespace alpha::autograd

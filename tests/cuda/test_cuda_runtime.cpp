@@ -102,6 +102,51 @@ TEST_F(CudaRuntime, CopiesKeepEveryValueInEveryLayout) {
 #endif
 }
 
+// copy_many in one launch per list: runs of every word size it picks (16-byte vectors, 4-, 2- and 1-byte
+// words), odd lengths and offsets, more runs than one launch takes, into a poisoned buffer whose gaps
+// must keep the poison; and a list with a strided pair, which goes pair by pair.
+TEST_F(CudaRuntime, CopyManyWritesEveryRunAndNothingBeside) {
+#if ALPHA_WITH_CUDA
+  struct Case {
+    DType dtype;
+    std::vector<int64_t> lengths;
+    int64_t first, gap;  // offset of the first run; poisoned elements between two runs
+  };
+  const std::vector<Case> cases{
+      {DType::f32, {4, 8, 1024, 4100}, 0, 4},          // 16-byte aligned throughout: vectors
+      {DType::f32, {3, 1, 1001, 70000}, 1, 1},         // 4-byte words
+      {DType::bf16, {7, 1, 333, 4097}, 1, 1},          // 2-byte words
+      {DType::u8, {5, 1, 999, 17}, 3, 1},              // bytes
+      {DType::f32, std::vector<int64_t>(300, 37), 2, 1},  // 300 runs: three launches
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(std::string(dtype_name(c.dtype)) + " runs " + std::to_string(c.lengths.size()));
+    int64_t total = c.first;
+    for (int64_t n : c.lengths) total += n + c.gap;
+    Tensor poison = Tensor::full({total}, 3.0, c.dtype);
+    Tensor buffer = poison.to(kGpu), want = poison.clone();
+    std::vector<Tensor> dsts, srcs;
+    int64_t at = c.first;
+    for (int64_t n : c.lengths) {
+      Tensor src = c.dtype == DType::u8 ? Tensor::full({n}, double(n % 251), DType::u8) : test::random({n}, c.dtype);
+      want.slice(0, at, at + n).copy_from(src);
+      dsts.push_back(buffer.slice(0, at, at + n));
+      srcs.push_back(src.to(kGpu));
+      at += n + c.gap;
+    }
+    copy_many(dsts, srcs);
+    EXPECT_TRUE(test::bit_equal(buffer.to(Device::cpu()), want));
+  }
+  // A strided source among contiguous ones: pair by pair, the same values.
+  Tensor a = test::random({6, 4}).to(kGpu), b = test::random({9}).to(kGpu);
+  Tensor out_a = Tensor::zeros({4, 6}, DType::f32, kGpu), out_b = Tensor::zeros({9}, DType::f32, kGpu);
+  std::vector<Tensor> dsts{out_a, out_b}, srcs{a.transpose(0, 1), b};
+  copy_many(dsts, srcs);
+  EXPECT_TRUE(test::bit_equal(out_a.to(Device::cpu()), a.transpose(0, 1).contiguous().to(Device::cpu())));
+  EXPECT_TRUE(test::bit_equal(out_b.to(Device::cpu()), b.to(Device::cpu())));
+#endif
+}
+
 TEST_F(CudaRuntime, OpsDispatchToTheTensorsDevice) {
 #if ALPHA_WITH_CUDA
   for (DType dtype : {DType::f32, DType::bf16, DType::f16}) {

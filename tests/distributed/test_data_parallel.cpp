@@ -99,6 +99,12 @@ TEST(DataParallel, AllReduceLeavesTheAverageOnEveryRank) {
       EXPECT_GT(dp.buckets().size(), 2u);
       dp.reduce_gradients();
       EXPECT_EQ(comm.collectives(), int64_t(dp.buckets().size())) << "one collective per bucket";
+      // The averaged gradients are views of the buckets, not copies of them.
+      for (size_t b = 0; b < dp.buckets().size(); ++b)
+        for (const BucketEntry& e : dp.buckets()[b].entries)
+          EXPECT_TRUE(replicas[size_t(rank)].parameters[e.parameter].variable.grad().shares_storage(
+              replicas[size_t(rank)].parameters[dp.buckets()[b].entries[0].parameter].variable.grad()))
+              << "bucket " << b << " parameter " << e.parameter;
     });
     for (size_t p = 0; p < replicas[0].parameters.size(); ++p) {
       std::vector<float> expected = averaged_grad(p, world).to_vector<float>();

@@ -186,6 +186,19 @@ TEST(Tensor, RandomFillsAreSeededAndHaveTheirDistributions) {
             Tensor::normal({7}, 0, 1, 13, DType::f64).to_vector<double>());
 }
 
+TEST(Tensor, CopyManyCopiesEveryPairAndNamesABadOne) {
+  Tensor flat = Tensor::full({20}, -7.0, DType::f32);
+  std::vector<Tensor> srcs{test::random({3, 2}), test::random({5}), test::random({2, 2}, DType::bf16)};
+  std::vector<Tensor> dsts{flat.slice(0, 1, 7).view({3, 2}), flat.slice(0, 9, 14), flat.slice(0, 15, 19).view({2, 2})};
+  copy_many(dsts, srcs);
+  std::vector<float> got = flat.to_vector<float>();
+  for (int64_t i : {0, 7, 8, 14, 19}) EXPECT_EQ(got[size_t(i)], -7.0f) << "element " << i << " is no destination";
+  for (size_t k = 0; k < srcs.size(); ++k) EXPECT_TRUE(test::bit_equal(dsts[k], srcs[k].to(DType::f32))) << k;
+  std::vector<Tensor> wrong{test::random({3, 2}), test::random({4})};
+  EXPECT_ALPHA_ERROR(copy_many(std::span(dsts).first(2), wrong), ShapeError, "[copy_many]", "srcs[1]");
+  EXPECT_ALPHA_ERROR(copy_many(dsts, wrong), ShapeError, "[copy_many]", "srcs");
+}
+
 TEST(Allocator, SizeClassesBoundWaste) {
   EXPECT_EQ(CachingAllocator::size_class(1), 512u);
   EXPECT_EQ(CachingAllocator::size_class(512), 512u);

@@ -145,6 +145,19 @@ void Variable::clear_grad() {
   if (state_) state_->grad = Tensor();
 }
 
+void Variable::set_grad(Tensor grad) {
+  constexpr const char* op = "Variable::set_grad";
+  if (!state_) raise<ValueError>(op, "self", "a defined variable", "an undefined variable");
+  if (!state_->is_leaf || !state_->requires_grad)
+    raise<ValueError>(op, "self", "a leaf that requires a gradient", state_->is_leaf ? "a leaf without" : "an op's output");
+  if (grad.shape() != state_->value.shape())
+    raise<ShapeError>(op, "grad", "the value's shape " + shape_str(state_->value.shape()), shape_str(grad.shape()));
+  if (grad.device() != state_->value.device())
+    raise<DeviceError>(op, "grad", "a tensor on the value's device " + state_->value.device().str(),
+                       grad.device().str());
+  state_->grad = std::move(grad);
+}
+
 bool grad_enabled() { return tape().grad_enabled; }
 
 bool needs_recording(const std::vector<Variable>& inputs) {

@@ -50,6 +50,9 @@ class Variable {
   const std::string& name() const;
   void zero_grad();  // zeros the buffer in place (keeps it allocated)
   void clear_grad();  // releases the buffer
+  // Replaces a leaf's gradient with `grad` (the value's shape, on its device), kept as given, not copied:
+  // data-parallel training hands back each averaged gradient as a view of its bucket.
+  void set_grad(Tensor grad);
   const std::shared_ptr<VariableState>& state() const { return state_; }
 
   // Shorthands for the value's metadata.

@@ -107,9 +107,17 @@ Tensor DataParallel::shard_of(size_t bucket) const {
   return flat_[bucket].slice(0, first, first + n);
 }
 
+Tensor DataParallel::bucket_slice(size_t bucket, const BucketEntry& entry) const {
+  return flat_[bucket].slice(0, entry.offset, entry.offset + entry.numel);
+}
+
 void DataParallel::launch_bucket(size_t b) {
-  for (const auto& e : buckets_[b].entries)
-    flat_[b].slice(0, e.offset, e.offset + e.numel).copy_from(flat_view(e.parameter, true));
+  std::vector<Tensor> slices, grads;
+  for (const auto& e : buckets_[b].entries) {
+    slices.push_back(bucket_slice(b, e));
+    grads.push_back(flat_view(e.parameter, true));
+  }
+  copy_many(slices, grads);  // one launch on a GPU, not one per parameter
   if (options_.zero1)
     communicator_.reduce_scatter(flat_[b].raw_data(), shard_of(b).raw_data(), size_t(buckets_[b].shard_numel), dtype_,
                                  ReduceOp::average);
@@ -141,9 +149,16 @@ void DataParallel::reduce_gradients() {
     for (auto& p : parameters_) p.variable.clear_grad();  // the shards hold what the step needs
     return;
   }
-  for (size_t b = 0; b < buckets_.size(); ++b)
-    for (const auto& e : buckets_[b].entries)
-      flat_view(e.parameter, true).copy_from(flat_[b].slice(0, e.offset, e.offset + e.numel));
+  // The averaged gradients stay in the buckets: each parameter's gradient becomes its view there (no copy
+  // back). The next backward makes fresh gradients (the optimiser releases these after its step).
+  for (size_t b = 0; b < buckets_.size(); ++b) {
+    for (const auto& e : buckets_[b].entries) {
+      autograd::Variable v = parameters_[e.parameter].variable;
+      Tensor averaged = bucket_slice(b, e).view(v.shape());
+      if (v.grad().dtype() == dtype_) v.set_grad(std::move(averaged));
+      else Tensor(v.grad()).copy_from(averaged);
+    }
+  }
 }
 
 std::vector<Tensor> DataParallel::gradient_shards() const {
@@ -182,13 +197,18 @@ double DataParallel::sharded_step(double lr, double grad_clip, double norm, cons
   }
   ops::adamw_step(params, grads, ms, vs, configs);
   // The updated values go where the gradient was: this rank's part of the all-gather below.
-  for (size_t k = 0; k < params.size(); ++k) grads[k].copy_from(params[k]);
+  copy_many(grads, params);
   for (size_t b = 0; b < buckets_.size(); ++b)
     communicator_.all_gather(shards[b].raw_data(), flat_[b].raw_data(), size_t(buckets_[b].shard_numel), dtype_);
   communicator_.synchronize();
-  for (size_t b = 0; b < buckets_.size(); ++b)
-    for (const auto& e : buckets_[b].entries)
-      flat_view(e.parameter, false).copy_from(flat_[b].slice(0, e.offset, e.offset + e.numel));
+  std::vector<Tensor> values, gathered;
+  for (size_t b = 0; b < buckets_.size(); ++b) {
+    for (const auto& e : buckets_[b].entries) {
+      values.push_back(flat_view(e.parameter, false));
+      gathered.push_back(bucket_slice(b, e));
+    }
+  }
+  copy_many(values, gathered);
   return coef;
 }
 

@@ -4,9 +4,10 @@
 // Buckets: the parameters are grouped, in reverse order (the order backward finishes them: the last layer's
 // first), into flat buffers of about bucket_bytes each; a parameter larger than that gets a bucket of its
 // own. In the last micro-step's backward (gradient accumulation reduces once per optimiser step), given
-// gradient_ready_hook(), a bucket is packed and its collective launched as soon as the last of its
-// gradients is complete, in bucket order, so on a GPU the collectives run on the communicator's stream
-// while backward goes on; reduce_gradients() launches what is left, waits, and unpacks. Gradients are
+// gradient_ready_hook(), a bucket is packed (one copy_many launch) and its collective launched as soon as
+// the last of its gradients is complete, in bucket order, so on a GPU the collectives run on the
+// communicator's stream while backward goes on; reduce_gradients() launches what is left, waits, and makes
+// each parameter's gradient its averaged run of the bucket (a view: nothing is copied back). Gradients are
 // averaged (sum / world_size).
 //
 // ZeRO-1: each bucket is padded to a multiple of world_size and split into world_size equal shards; the
@@ -110,6 +111,7 @@ class DataParallel {
   void on_gradient_ready(const autograd::VariableState& leaf);
   void launch_bucket(size_t bucket);                        // packs its gradients, queues its collective
   Tensor flat_view(size_t parameter, bool gradient) const;  // 1-D view of a parameter's value or gradient
+  Tensor bucket_slice(size_t bucket, const BucketEntry& entry) const;  // a parameter's run in its bucket
   Tensor shard_of(size_t bucket) const;                     // this rank's shard of a bucket's buffer
   std::vector<Tensor> gradient_shards() const;              // shard_of every bucket
 

@@ -5,11 +5,16 @@
 // host's); a same-dtype copy moves the bits. Source and destination must not overlap (the tensor layer
 // stages overlapping copies through a temporary).
 // The CPU's counterpart is the host copy inside Tensor::copy_from, which handles every dtype pair.
+//
+// copy_many: a list of contiguous same-dtype copies (data-parallel training packs and unpacks its gradient
+// buckets: ~100 tensors a step) in one launch per kTensorsPerLaunch runs instead of one per tensor.
 #pragma once
 #include <cstdint>
+#include <span>
 
 #include "alpha/core/dtype.h"
 #include "alpha/core/stream.h"
+#include "alpha/kernels/multi_tensor.h"
 
 namespace alpha::kernels {
 
@@ -30,8 +35,18 @@ struct CopyArgs {
   CopyLayout layout;
 };
 
+// One contiguous run of bytes for copy_many; runs must not overlap one another.
+struct ContiguousCopy {
+  const void* src;
+  void* dst;
+  int64_t bytes;
+};
+
 #if ALPHA_WITH_CUDA
 namespace cuda {
+// Moves the bits of every run, in words of the widest size (16, 4, 2 or 1 bytes) that every run's
+// pointers and length allow.
+void copy_many(std::span<const ContiguousCopy> copies, Stream stream);
 // Src, Dst: the same type of 1, 2, 4 or 8 bytes (uint8_t, uint16_t, uint32_t, uint64_t: the bits move),
 // or two different types among float, bf16 and f16 (converted).
 template <class Src, class Dst> void copy(const CopyArgs<Src, Dst>& args, Stream stream);

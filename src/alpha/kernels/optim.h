@@ -28,6 +28,7 @@
 #include "alpha/core/dtype.h"
 #include "alpha/core/stream.h"
 #include "alpha/kernels/elementwise.h"
+#include "alpha/kernels/multi_tensor.h"
 
 namespace alpha::kernels {
 
@@ -119,7 +120,6 @@ template <class T> void multi_scale_by(std::span<const ScaleByArgs<T>> tensors);
 // The multi_* kernels give every tensor the bits its single-tensor CUDA kernel gives it (multi_scale those of
 // elementwise.h's scale); a list splits into several launches only past kTensorsPerLaunch tensors.
 namespace cuda {
-inline constexpr int kTensorsPerLaunch = 128;
 template <class T, class G> void adamw_step(const AdamWArgs<T, G>& args, Stream stream);
 template <class T> void sum_squares(const SumSquaresArgs<T>& args, Stream stream);
 void grad_norm(const GradNormArgs& args, Stream stream);

@@ -531,6 +531,34 @@ void Tensor::copy_from(const Tensor& src) {
     copy_device_bytes(raw_data(), device(), dst_host.raw_data(), Device::cpu(), dst_host.storage()->bytes());
 }
 
+void copy_many(std::span<const Tensor> dsts, std::span<const Tensor> srcs) {
+  constexpr const char* kOp = "copy_many";
+  if (dsts.size() != srcs.size())
+    raise<ShapeError>(kOp, "srcs", std::to_string(dsts.size()) + " tensors (one per destination)",
+                      std::to_string(srcs.size()));
+  if (dsts.empty()) return;
+  std::vector<kernels::ContiguousCopy> runs;
+  bool one_launch = !dsts[0].device().is_cpu();
+  for (size_t k = 0; k < dsts.size(); ++k) {
+    const Tensor &dst = dsts[k], &src = srcs[k];
+    require_defined(dst, kOp);
+    require_defined(src, kOp);
+    if (src.shape() != dst.shape())
+      raise<ShapeError>(kOp, "srcs[" + std::to_string(k) + "]", "shape " + shape_str(dst.shape()), shape_str(src.shape()));
+    one_launch = one_launch && dst.device() == dsts[0].device() && src.device() == dst.device() &&
+                 src.dtype() == dst.dtype() && dst.is_contiguous() && src.is_contiguous() && !dst.shares_storage(src);
+    if (one_launch) runs.push_back({src.raw_data(), dst.raw_data(), int64_t(dst.nbytes())});
+  }
+#if ALPHA_WITH_CUDA
+  if (one_launch) {
+    LaunchScope launch(kOp, dsts[0].device(), LaunchLayer::tensor);
+    cuda::set_device(dsts[0].device().index);
+    return kernels::cuda::copy_many(runs, cuda::default_stream(dsts[0].device().index));
+  }
+#endif
+  for (size_t k = 0; k < dsts.size(); ++k) Tensor(dsts[k]).copy_from(srcs[k]);
+}
+
 Tensor Tensor::contiguous() const {
   require_defined(*this, "Tensor::contiguous");
   if (is_contiguous()) return *this;

@@ -116,6 +116,11 @@ class Tensor {
   DType dtype_ = DType::f32;
 };
 
+// dsts[k].copy_from(srcs[k]) for every k. On one GPU, when every pair is contiguous, of one dtype and in two
+// storages, one launch for the whole list (kernels::cuda::copy_many) instead of one per pair; else pair by
+// pair. The destinations must not overlap one another or another pair's source.
+void copy_many(std::span<const Tensor> dsts, std::span<const Tensor> srcs);
+
 template <class T>
 T* Tensor::data() const {
   if (dtype_of<T> != dtype_)

@@ -11,10 +11,13 @@
 //   division chain was what made these copies run at a fraction of the memory bandwidth.
 // - elements: otherwise one thread per destination element in row-major order, the multi-index peeled off
 //   the flat index dimension by dimension (innermost first).
+// copy_many: contiguous runs of bytes, a list per launch (multi_tensor.cuh), each block moving one chunk
+// of kWordsPerThread words a thread of one run.
 #include <algorithm>
 
 #include "alpha/kernels/copy.h"
 #include "alpha/kernels/cuda/common.cuh"
+#include "alpha/kernels/cuda/multi_tensor.cuh"
 #include "alpha/runtime/cuda_check.cuh"
 
 namespace alpha::kernels::cuda {
@@ -139,7 +142,54 @@ void launch_rows(const CopyArgs<Src, Dst>& args, const CopyLayout& layout, cudaS
                     reinterpret_cast<typename Raw<Dst>::type*>(args.dst), layout);
 }
 
+constexpr int kWordsPerThread = 8;
+
+template <class Word>
+struct RunEntry {
+  const Word* src;
+  Word* dst;
+  int64_t words;
+};
+
+template <class Word>
+__global__ void copy_runs_kernel(const __grid_constant__ LaunchTable<RunEntry<Word>> table) {
+  const BlockWork work = block_work(table);
+  const RunEntry<Word>& run = table.tensors[work.tensor];
+  const int64_t start = work.chunk * kThreads * kWordsPerThread;
+  const int64_t end = min(start + int64_t(kThreads) * kWordsPerThread, run.words);
+  for (int64_t i = start + threadIdx.x; i < end; i += kThreads) run.dst[i] = run.src[i];
+}
+
+template <class Word>
+void launch_runs(std::span<const ContiguousCopy> copies, cudaStream_t stream) {
+  constexpr int64_t kChunkWords = int64_t(kThreads) * kWordsPerThread;
+  constexpr auto kernel = copy_runs_kernel<Word>;
+  for_each_launch<RunEntry<Word>>(
+      copies,
+      [](const ContiguousCopy& c) {
+        return RunEntry<Word>{static_cast<const Word*>(c.src), static_cast<Word*>(c.dst),
+                              c.bytes / int64_t(sizeof(Word))};
+      },
+      [](const ContiguousCopy& c) { return (c.bytes / int64_t(sizeof(Word)) + kChunkWords - 1) / kChunkWords; },
+      [&](const LaunchTable<RunEntry<Word>>& table, int64_t blocks) {
+        ALPHA_CUDA_LAUNCH(kernel, unsigned(blocks), kThreads, stream, table);
+      });
+}
+
 }  // namespace
+
+void copy_many(std::span<const ContiguousCopy> copies, Stream s) {
+  // The widest word every run's pointers and length are a multiple of.
+  uintptr_t alignment = kVectorBytes;
+  for (const ContiguousCopy& c : copies)
+    alignment |= reinterpret_cast<uintptr_t>(c.src) | reinterpret_cast<uintptr_t>(c.dst) | uintptr_t(c.bytes);
+  const uintptr_t word = alignment & (~alignment + 1);  // the lowest set bit
+  cudaStream_t stream = alpha::cuda::stream_handle(s);
+  if (word >= 16) return launch_runs<uint4>(copies, stream);
+  if (word >= 4) return launch_runs<uint32_t>(copies, stream);
+  if (word >= 2) return launch_runs<uint16_t>(copies, stream);
+  launch_runs<uint8_t>(copies, stream);
+}
 
 template <class Src, class Dst>
 void copy(const CopyArgs<Src, Dst>& args, Stream s) {
