@@ -12,6 +12,7 @@
 #include <cmath>
 #include <cstring>
 #include <iterator>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -64,25 +65,33 @@ std::vector<Tensor> clones(const std::vector<Tensor>& list) {
 // The list op (one launch per dtype pair) against the single-tensor op on each tensor in turn, bit for bit;
 // params and grads in the dtypes given per tensor, compute copies (in the grad's dtype) poisoned.
 void expect_list_step_matches(const std::vector<int64_t>& sizes, const std::vector<DType>& param_dtypes,
-                              const std::vector<DType>& grad_dtypes, bool with_copies) {
+                              const std::vector<DType>& grad_dtypes,
+                              const std::vector<std::optional<DType>>& copy_dtypes = {}) {
+  // copy_dtypes: the compute copies' dtypes, cycling (nullopt: that tensor has none); empty: no copies at all.
   std::vector<Tensor> params = gpu_list(sizes, param_dtypes), grads = gpu_list(sizes, grad_dtypes);
   std::vector<Tensor> ms = gpu_list(sizes, param_dtypes, -0.1, 0.1), vs = gpu_list(sizes, param_dtypes, 0.01, 1.0);
+  const bool with_copies = !copy_dtypes.empty();
   std::vector<Tensor> copies;
-  for (size_t k = 0; k < sizes.size(); ++k)
-    copies.push_back(test::poisoned({sizes[k]}, grad_dtypes[k % grad_dtypes.size()]).to(kGpu));
-  std::vector<Tensor> p1 = clones(params), m1 = clones(ms), v1 = clones(vs), c1 = clones(copies);
+  for (size_t k = 0; k < sizes.size() && with_copies; ++k) {
+    const std::optional<DType> dtype = copy_dtypes[k % copy_dtypes.size()];
+    copies.push_back(dtype ? test::poisoned({sizes[k]}, *dtype).to(kGpu) : Tensor());
+  }
+  std::vector<Tensor> p1 = clones(params), m1 = clones(ms), v1 = clones(vs), c1;
+  for (const Tensor& c : copies) c1.push_back(c.defined() ? c.clone() : Tensor());
   const std::vector<ops::AdamWConfig> configs = test::list_configs(sizes.size());
   if (with_copies) ops::adamw_step(params, grads, ms, vs, copies, configs, 0.7);
   else ops::adamw_step(params, grads, ms, vs, configs, 0.7);
   for (size_t k = 0; k < sizes.size(); ++k) {
-    if (with_copies) ops::adamw_step(p1[k], grads[k], m1[k], v1[k], c1[k], configs[k], 0.7);
+    const bool copied = with_copies && copies[k].defined();
+    if (copied) ops::adamw_step(p1[k], grads[k], m1[k], v1[k], c1[k], configs[k], 0.7);
     else ops::adamw_step(p1[k], grads[k], m1[k], v1[k], configs[k], 0.7);
     SCOPED_TRACE("tensor " + std::to_string(k) + " of " + std::to_string(sizes[k]) + " elements");
     EXPECT_TRUE(test::bit_equal(params[k], p1[k].to(Device::cpu())));
     EXPECT_TRUE(test::bit_equal(ms[k], m1[k].to(Device::cpu())));
     EXPECT_TRUE(test::bit_equal(vs[k], v1[k].to(Device::cpu())));
-    if (with_copies) {
+    if (copied) {
       EXPECT_TRUE(test::bit_equal(copies[k], c1[k].to(Device::cpu())));
+      EXPECT_TRUE(test::bit_equal(copies[k], params[k].to(copies[k].dtype()).to(Device::cpu())));
     }
   }
 }
@@ -217,13 +226,15 @@ TEST_F(CudaPhilox, ListAdamWMatchesPerTensorStepsBitForBit) {
 #if ALPHA_WITH_CUDA
   for (DType dtype : test::kGpuDtypes) {
     SCOPED_TRACE(dtype_name(dtype));
-    expect_list_step_matches(kListSizes, {dtype}, {dtype}, false);
+    expect_list_step_matches(kListSizes, {dtype}, {dtype});
   }
   // Mixed precision: f32 masters, bf16 and f16 grads and compute copies in one list (a launch per pair).
-  expect_list_step_matches(kListSizes, {DType::f32}, {DType::bf16, DType::f16}, true);
+  expect_list_step_matches(kListSizes, {DType::f32}, {DType::bf16, DType::f16}, {DType::bf16, DType::f16});
+  // The trainer's case: f32 masters and grads, bf16 or f16 copies, and tensors without one in the same list.
+  expect_list_step_matches(kListSizes, {DType::f32}, {DType::f32}, {DType::bf16, std::nullopt, DType::f16});
   // Every GPU dtype in one list; more tensors than one launch takes.
-  expect_list_step_matches(many_sizes(), kAllGpuDtypes, kAllGpuDtypes, false);
-  expect_list_step_matches(many_sizes(), {DType::f32}, {DType::bf16}, true);
+  expect_list_step_matches(many_sizes(), kAllGpuDtypes, kAllGpuDtypes);
+  expect_list_step_matches(many_sizes(), {DType::f32}, {DType::bf16}, {DType::bf16});
 #endif
 }
 

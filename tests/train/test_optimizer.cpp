@@ -4,6 +4,7 @@
 #include <cmath>
 #include <numbers>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -257,6 +258,51 @@ TEST(LrSchedule, RejectsBadParameters) {
   EXPECT_ALPHA_ERROR(WarmupCosineSchedule(1e-3, 0.0, -1, 10), ConfigError, "warmup_steps");
   EXPECT_ALPHA_ERROR(WarmupCosineSchedule(1e-3, 0.0, 0, 0), ConfigError, "decay_steps");
   EXPECT_ALPHA_ERROR(WarmupCosineSchedule(1e-3, 0.0, 0, 10).lr(-1), ValueError, "step");
+}
+
+// Mixed precision: a parameter's held bf16/f16 copy (autograd::cast's) is rewritten by the step in the same
+// pass, in its own storage, and stays held; a parameter without one gets none.
+TEST(AdamWOptimizer, AStepRewritesTheHeldComputeCopiesInPlace) {
+  std::vector<nn::NamedParameter> params = make_parameters(DType::f32);
+  Tensor held_bf16 = autograd::cast(params[0].variable, DType::bf16).value();
+  Tensor held_f16 = autograd::cast(params[1].variable, DType::f16).value();
+  autograd::clear_tape();
+  held_bf16.fill_(NAN);  // poisoned: the step must write every element
+  held_f16.fill_(NAN);
+  set_gradients(params, {test::random({7, 13}), test::random({3, 5, 11}), test::random({64})});
+  AdamW opt(params, AdamWOptions{});
+  opt.step(1e-2);
+  for (auto [k, held, dtype] : {std::tuple(0, held_bf16, DType::bf16), std::tuple(1, held_f16, DType::f16)}) {
+    const Variable& v = params[size_t(k)].variable;
+    ASSERT_TRUE(v.compute_copy().defined());
+    EXPECT_EQ(v.compute_copy().raw_data(), held.raw_data());  // the same storage, rewritten
+    EXPECT_TRUE(test::bit_equal(v.compute_copy(), v.value().to(dtype)));
+    EXPECT_EQ(autograd::cast(v, dtype).value().raw_data(), held.raw_data());  // the next forward reads it
+  }
+  EXPECT_FALSE(params[2].variable.compute_copy().defined());
+  autograd::clear_tape();
+}
+
+// The op's compute copy beside f32 grads: the same param, m and v bits as without one, the copy the
+// updated param rounded; a copy of another dtype than the grad's, beside a bf16 grad, is refused.
+TEST(AdamWOptimizer, AComputeCopyBesideF32GradsIsTheUpdatedParamRounded) {
+  for (DType copy_dtype : {DType::bf16, DType::f16}) {
+    Tensor param = test::random({1000}), grad = test::random({1000});
+    Tensor m = test::random({1000}, DType::f32, 0.0, 0.1), v = test::random({1000}, DType::f32, 0.0, 0.1);
+    Tensor param2 = param.clone(), m2 = m.clone(), v2 = v.clone();
+    Tensor copy = Tensor::full({1000}, NAN, copy_dtype);
+    const ops::AdamWConfig config{1e-2, 0.9, 0.95, 1e-8, 0.1, 3};
+    ops::adamw_step(param, grad, m, v, copy, config);
+    ops::adamw_step(param2, grad, m2, v2, config);
+    EXPECT_TRUE(test::bit_equal(param, param2));
+    EXPECT_TRUE(test::bit_equal(m, m2));
+    EXPECT_TRUE(test::bit_equal(v, v2));
+    EXPECT_TRUE(test::bit_equal(copy, param.to(copy_dtype)));
+  }
+  Tensor param = test::random({8}), m = Tensor::zeros({8}, DType::f32), v = Tensor::zeros({8}, DType::f32);
+  Tensor f16_copy = Tensor::zeros({8}, DType::f16);
+  EXPECT_ALPHA_ERROR(ops::adamw_step(param, test::random({8}).to(DType::bf16), m, v, f16_copy, ops::AdamWConfig{}),
+                     DTypeError, "[adamw_step]", "compute_copy");
 }
 
 }  // namespace

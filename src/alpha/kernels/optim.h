@@ -9,7 +9,9 @@
 //   the parameter and its moments are the master copy in T: T = f32 with G = bf16 or f16 (the model
 //   computes in bf16, the optimiser keeps f32 weights, m and v). The optional param_copy, in G, receives
 //   the updated parameter rounded to G in the same pass, so the model's compute copy needs no separate
-//   conversion pass. G = T (the default) is plain AdamW; param_copy may then be left null.
+//   conversion pass. G = T (the default) is plain AdamW; param_copy may then be left null. The copy's type
+//   C defaults to G; C = bf16 or f16 with G = T = f32 is the trainer's case, whose gradients accumulate in
+//   f32 while the model computes from the copy.
 // - sum_squares gives Σ x² in f64 with a fixed reduction order, the building block of the global grad
 //   norm: the same grads give the same norm bits for every thread count (and, on a GPU, every run).
 // - grad_norm and clip_coefficient finish the global norm and the clipping coefficient from the per-tensor
@@ -32,7 +34,7 @@
 
 namespace alpha::kernels {
 
-template <class T, class G = T>
+template <class T, class G = T, class C = G>
 struct AdamWArgs {
   T* param;           // (n), updated in place: the master copy
   const G* grad;      // (n)
@@ -46,7 +48,7 @@ struct AdamWArgs {
   acc_t<T> grad_scale;
   int64_t step;       // 1-based, for the bias corrections
   int64_t n;
-  G* param_copy = nullptr;  // (n) or null: receives the updated param rounded to G (the compute copy)
+  C* param_copy = nullptr;  // (n) or null: receives the updated param rounded to C (the compute copy)
 };
 
 // The per-step scalars of an AdamW update, computed once on the host (the bias corrections in f64, so
@@ -58,8 +60,8 @@ struct AdamWStepTerms {
   A decay;                      // 1 − lr·wd
 };
 
-template <class T, class G>
-AdamWStepTerms<acc_t<T>> adamw_step_terms(const AdamWArgs<T, G>& args) {
+template <class T, class G, class C>
+AdamWStepTerms<acc_t<T>> adamw_step_terms(const AdamWArgs<T, G, C>& args) {
   using A = acc_t<T>;
   const A bias_correction1 = A(1.0 - std::pow(double(args.beta1), double(args.step)));
   return {args.lr / bias_correction1,
@@ -97,13 +99,19 @@ struct ScaleByArgs {
   int64_t n;
 };
 
+// The mixed-precision (T, G, C) of AdamWArgs both backends instantiate, one list so that neither misses a
+// combination ops::adamw_step dispatches to: f32 masters with bf16/f16 grads and copies, and f32 grads
+// with bf16/f16 copies. X is an instantiating macro taking (T, G, C).
+#define ALPHA_MIXED_PRECISION_ADAMW_TYPES(X) \
+  X(float, bf16, bf16) X(float, f16, f16) X(float, float, bf16) X(float, float, f16)
+
 namespace cpu {
-template <class T, class G> void adamw_step(const AdamWArgs<T, G>& args);
+template <class T, class G, class C> void adamw_step(const AdamWArgs<T, G, C>& args);
 template <class T> void sum_squares(const SumSquaresArgs<T>& args);
 void grad_norm(const GradNormArgs& args);
 void clip_coefficient(const ClipCoefficientArgs& args);
 template <class T> void scale_by(const ScaleByArgs<T>& args);
-template <class T, class G> void multi_adamw_step(std::span<const AdamWArgs<T, G>> tensors);
+template <class T, class G, class C> void multi_adamw_step(std::span<const AdamWArgs<T, G, C>> tensors);
 template <class T> void multi_sum_squares(std::span<const SumSquaresArgs<T>> tensors);
 template <class T> void multi_scale(std::span<const ScaleArgs<T>> tensors);
 template <class T> void multi_scale_by(std::span<const ScaleByArgs<T>> tensors);
@@ -111,7 +119,8 @@ template <class T> void multi_scale_by(std::span<const ScaleByArgs<T>> tensors);
 
 #if ALPHA_WITH_CUDA
 // Device pointers; queued on `stream` (Stream{}: the current device's default stream). T = float, bf16 or
-// f16, computing in f32; AdamWArgs<T, G> for G = T, and for T = float with G = bf16 or f16.
+// f16, computing in f32; AdamWArgs<T, G, C> for G = C = T, for T = float with G = C = bf16 or f16, and for
+// T = G = float with C = bf16 or f16 (f32 gradients of the f32 master, the compute copy in bf16/f16).
 // adamw_step and scale_by round exactly as the CPU kernels in f32 do (__fmul_rn/__fadd_rn/__fdiv_rn/
 // __fsqrt_rn, no fused multiply-add): their outputs equal the CPU kernel's in f32 rounded to T, bit for bit.
 // sum_squares accumulates in f64 in a fixed order (chunks, then one final block; no atomics): the same
@@ -120,12 +129,13 @@ template <class T> void multi_scale_by(std::span<const ScaleByArgs<T>> tensors);
 // The multi_* kernels give every tensor the bits its single-tensor CUDA kernel gives it (multi_scale those of
 // elementwise.h's scale); a list splits into several launches only past kTensorsPerLaunch tensors.
 namespace cuda {
-template <class T, class G> void adamw_step(const AdamWArgs<T, G>& args, Stream stream);
+template <class T, class G, class C> void adamw_step(const AdamWArgs<T, G, C>& args, Stream stream);
 template <class T> void sum_squares(const SumSquaresArgs<T>& args, Stream stream);
 void grad_norm(const GradNormArgs& args, Stream stream);
 void clip_coefficient(const ClipCoefficientArgs& args, Stream stream);
 template <class T> void scale_by(const ScaleByArgs<T>& args, Stream stream);
-template <class T, class G> void multi_adamw_step(std::span<const AdamWArgs<T, G>> tensors, Stream stream);
+template <class T, class G, class C>
+void multi_adamw_step(std::span<const AdamWArgs<T, G, C>> tensors, Stream stream);
 template <class T> void multi_sum_squares(std::span<const SumSquaresArgs<T>> tensors, Stream stream);
 template <class T> void multi_scale(std::span<const ScaleArgs<T>> tensors, Stream stream);
 template <class T> void multi_scale_by(std::span<const ScaleByArgs<T>> tensors, Stream stream);

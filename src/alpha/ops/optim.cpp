@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <span>
 #include <string>
+#include <tuple>
 #include <type_traits>
 #include <utility>
 
@@ -37,21 +38,29 @@ bool positive(double x) { return std::isfinite(x) && x > 0; }
 // How messages name the i-th gradient of a list.
 std::string grad_name(size_t i) { return "grads[" + std::to_string(i) + "]"; }
 
+// Whether `dtype` may stand beside a wider `wide`: wide itself, or bf16 or f16 beside f32 (the types
+// visit_narrow_type visits). A gradient's dtype beside its param's, a compute copy's beside its gradient's.
+bool is_narrow_dtype_of(DType dtype, DType wide) {
+  return dtype == wide || (wide == DType::f32 && (dtype == DType::bf16 || dtype == DType::f16));
+}
+
 // The gradient dtypes a param of dtype `param` takes: its own, and bf16 or f16 for an f32 master.
 void check_grad_dtype(std::string_view op, std::string_view arg, const Tensor& grad, DType param) {
   check_defined(op, arg, grad);
   const DType g = grad.dtype();
-  if (g == param || (param == DType::f32 && (g == DType::bf16 || g == DType::f16))) return;
+  if (is_narrow_dtype_of(g, param)) return;
   std::string expected = "dtype " + std::string(dtype_name(param));
   if (param == DType::f32) expected += " (or bf16 or f16: mixed precision with an f32 param)";
   raise<DTypeError>(op, arg, expected, std::string(dtype_name(g)));
 }
 
-// Calls fn.template operator()<G>() with the C++ type of the gradient's dtype for a param of type T.
+// Calls fn.template operator()<N>() with the C++ type N of `dtype` (checked) beside a wider type T: bf16 or
+// f16 beside an f32 T, else T itself. A gradient's type beside its param's, a compute copy's beside its
+// gradient's.
 template <class T, class Fn>
-void visit_grad_type(DType grad, Fn&& fn) {
+void visit_narrow_type(DType dtype, Fn&& fn) {
   if constexpr (std::is_same_v<T, float>) {
-    switch (grad) {
+    switch (dtype) {
       case DType::bf16: fn.template operator()<bf16>(); return;
       case DType::f16: fn.template operator()<f16>(); return;
       default: break;
@@ -68,8 +77,8 @@ struct AdamWNames {
 
 AdamWNames single_names() { return {"param", "grad", "m", "v", "compute_copy", ""}; }
 
-// The names of the k-th update; compute_copies[k] only with copies (its name is past the strings a short
-// string holds without allocating, and the list op builds these for every tensor of every step).
+// The names of the k-th update; compute_copies[k] only when it has a copy (its name is past the strings a
+// short string holds without allocating, and the list op builds these for every tensor of every step).
 AdamWNames list_names(size_t k, bool with_copies) {
   auto entry = [k](std::string_view list) { return std::string(list) + "[" + std::to_string(k) + "]"; };
   return {entry("params"), entry("grads"), entry("ms"),
@@ -92,7 +101,12 @@ void check_adamw(std::string_view op, const AdamWNames& names, const Tensor& par
   }
   if (compute_copy) {
     check_same_device(op, names.compute_copy, *compute_copy, param);
-    check_same_dtype(op, names.compute_copy, *compute_copy, grad);
+    // grad's dtype is checked against param's above, so an f32 grad means an f32 param.
+    if (!is_narrow_dtype_of(compute_copy->dtype(), grad.dtype()))
+      raise<DTypeError>(op, names.compute_copy,
+                        "the grad's dtype " + std::string(dtype_name(grad.dtype())) +
+                            " (or bf16 or f16 beside an f32 param and grad)",
+                        std::string(dtype_name(compute_copy->dtype())));
     check_shape(op, names.compute_copy, *compute_copy, param.shape());
     check_contiguous(op, names.compute_copy, *compute_copy);
   }
@@ -107,13 +121,13 @@ void check_adamw(std::string_view op, const AdamWNames& names, const Tensor& par
 }
 
 // The kernel's arguments for one checked update; grad is contiguous.
-template <class T, class G>
-kernels::AdamWArgs<T, G> adamw_args(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, Tensor* compute_copy,
-                                    const AdamWConfig& config, double grad_scale) {
+template <class T, class G, class C>
+kernels::AdamWArgs<T, G, C> adamw_args(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, Tensor* compute_copy,
+                                       const AdamWConfig& config, double grad_scale) {
   using A = acc_t<T>;
   return {param.data<T>(), grad.data<G>(), m.data<T>(), v.data<T>(), A(config.lr), A(config.beta1), A(config.beta2),
           A(config.eps), A(config.weight_decay), A(grad_scale), config.step, param.numel(),
-          compute_copy ? compute_copy->data<G>() : nullptr};
+          compute_copy ? compute_copy->data<C>() : nullptr};
 }
 
 void adamw(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, Tensor* compute_copy, const AdamWConfig& config,
@@ -121,9 +135,12 @@ void adamw(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, Tensor* comp
   constexpr std::string_view op = "adamw_step";
   check_adamw(op, single_names(), param, grad, m, v, compute_copy, config, grad_scale);
   Tensor gc = grad.contiguous();
+  const DType copy_dtype = compute_copy ? compute_copy->dtype() : grad.dtype();
   dispatch_float(op, param, [&]<class T>(const auto& where) {
-    visit_grad_type<T>(grad.dtype(), [&]<class G>() {
-      ALPHA_KERNEL(adamw_step)(where, adamw_args<T, G>(param, gc, m, v, compute_copy, config, grad_scale));
+    visit_narrow_type<T>(grad.dtype(), [&]<class G>() {
+      visit_narrow_type<G>(copy_dtype, [&]<class C>() {
+        ALPHA_KERNEL(adamw_step)(where, adamw_args<T, G, C>(param, gc, m, v, compute_copy, config, grad_scale));
+      });
     });
   });
 }
@@ -161,23 +178,30 @@ void adamw_list(std::vector<Tensor>& params, const std::vector<Tensor>& grads, s
   check_length(op, "vs", vs.size(), params.size());
   if (compute_copies) check_length(op, "compute_copies", compute_copies->size(), params.size());
   check_length(op, "configs", configs.size(), params.size());
-  auto copy_of = [&](size_t k) { return compute_copies ? &(*compute_copies)[k] : nullptr; };
+  // An undefined entry of compute_copies: that param has no copy.
+  auto copy_of = [&](size_t k) {
+    return compute_copies && (*compute_copies)[k].defined() ? &(*compute_copies)[k] : nullptr;
+  };
   for (size_t k = 0; k < params.size(); ++k) {
-    const AdamWNames names = list_names(k, compute_copies != nullptr);
+    const AdamWNames names = list_names(k, copy_of(k) != nullptr);
     check_same_device(op, names.param, params[k], params[0]);
     check_adamw(op, names, params[k], grads[k], ms[k], vs[k], copy_of(k), configs[k], grad_scale);
   }
   std::vector<Tensor> contiguous_grads;
   for (const Tensor& g : grads) contiguous_grads.push_back(g.contiguous());
-  auto dtypes = [&](size_t k) { return std::pair(params[k].dtype(), grads[k].dtype()); };
+  // One launch per (param, grad, copy) dtype triple; a param without a copy groups with its grad's dtype.
+  auto copy_dtype = [&](size_t k) { return copy_of(k) ? copy_of(k)->dtype() : grads[k].dtype(); };
+  auto dtypes = [&](size_t k) { return std::tuple(params[k].dtype(), grads[k].dtype(), copy_dtype(k)); };
   for (const std::vector<size_t>& group : group_by(params.size(), dtypes))
     dispatch_float(op, params[group[0]], [&]<class T>(const auto& where) {
-      visit_grad_type<T>(grads[group[0]].dtype(), [&]<class G>() {
-        std::vector<kernels::AdamWArgs<T, G>> list;
-        for (size_t k : group)
-          list.push_back(adamw_args<T, G>(params[k], contiguous_grads[k], ms[k], vs[k], copy_of(k), configs[k],
-                                          grad_scale));
-        ALPHA_KERNEL(multi_adamw_step)(where, std::span<const kernels::AdamWArgs<T, G>>(list));
+      visit_narrow_type<T>(grads[group[0]].dtype(), [&]<class G>() {
+        visit_narrow_type<G>(copy_dtype(group[0]), [&]<class C>() {
+          std::vector<kernels::AdamWArgs<T, G, C>> list;
+          for (size_t k : group)
+            list.push_back(adamw_args<T, G, C>(params[k], contiguous_grads[k], ms[k], vs[k], copy_of(k), configs[k],
+                                               grad_scale));
+          ALPHA_KERNEL(multi_adamw_step)(where, std::span<const kernels::AdamWArgs<T, G, C>>(list));
+        });
       });
     });
 }

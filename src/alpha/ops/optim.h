@@ -36,15 +36,16 @@ struct AdamWConfig {
 void adamw_step(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, const AdamWConfig& config,
                 double grad_scale = 1.0);
 // The same step, also writing the updated param rounded to compute_copy's dtype into compute_copy, which
-// has grad's dtype and param's shape and device and is contiguous: the f32 master updates the model's
-// bf16/f16 weights in the same pass.
+// has param's shape and device, is contiguous, and has grad's dtype or, for an f32 param with f32 grads,
+// bf16 or f16: the f32 master updates the model's bf16/f16 weights in the same pass.
 void adamw_step(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, Tensor& compute_copy,
                 const AdamWConfig& config, double grad_scale = 1.0);
 
 // The step for a list of parameters, all on one device: params[k], grads[k], ms[k], vs[k] (and
 // compute_copies[k]) as the single-tensor op's, stepped with configs[k] (e.g. each with its own weight
-// decay). The same bits as the single-tensor op on each in turn, with one launch per (param dtype, grad
-// dtype) of the list instead of one per tensor. Every list has one entry per param (ValueError otherwise);
+// decay). The same bits as the single-tensor op on each in turn, with one launch per (param, grad, copy)
+// dtype of the list instead of one per tensor. An undefined compute_copies[k]: params[k] has no copy. Every
+// list has one entry per param (ValueError otherwise);
 // everything is checked before anything is updated, errors naming the entry ('grads[3]', 'configs[3].lr').
 void adamw_step(std::vector<Tensor>& params, const std::vector<Tensor>& grads, std::vector<Tensor>& ms,
                 std::vector<Tensor>& vs, const std::vector<AdamWConfig>& configs, double grad_scale = 1.0);

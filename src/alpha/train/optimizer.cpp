@@ -56,14 +56,23 @@ void AdamW::step(double lr) {
     raise<ValueError>("AdamW::step", "lr", "a finite value >= 0", std::to_string(lr));
   std::vector<Tensor> grads = gradients("AdamW::step");
   ++step_count_;
-  std::vector<Tensor> params;
+  std::vector<Tensor> params, copies;
   std::vector<ops::AdamWConfig> configs;
-  for (auto& p : parameters_) {
-    params.push_back(p.variable.mutable_value());
-    configs.push_back({lr, options_.beta1, options_.beta2, options_.eps, p.decay ? options_.weight_decay : 0.0,
-                       step_count_});
+  for (size_t k = 0; k < parameters_.size(); ++k) {
+    autograd::Variable& variable = parameters_[k].variable;
+    // A held bf16/f16 copy of an f32 parameter (autograd::cast's) is rewritten by the step itself, in the
+    // same pass, and handed back below; mutable_value() drops it meanwhile.
+    const Tensor& held = variable.compute_copy();
+    const bool rewrite = held.defined() && variable.dtype() == DType::f32 && grads[k].dtype() == DType::f32 &&
+                         (held.dtype() == DType::bf16 || held.dtype() == DType::f16);
+    copies.push_back(rewrite ? held : Tensor());
+    params.push_back(variable.mutable_value());
+    configs.push_back({lr, options_.beta1, options_.beta2, options_.eps,
+                       parameters_[k].decay ? options_.weight_decay : 0.0, step_count_});
   }
-  ops::adamw_step(params, grads, m_, v_, configs);
+  ops::adamw_step(params, grads, m_, v_, copies, configs);
+  for (size_t k = 0; k < parameters_.size(); ++k)
+    if (copies[k].defined()) parameters_[k].variable.keep_compute_copy(copies[k]);
 }
 
 double AdamW::grad_norm() const { return ops::global_grad_norm(gradients("AdamW::grad_norm")); }

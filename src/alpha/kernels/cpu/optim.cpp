@@ -9,8 +9,8 @@
 
 namespace alpha::kernels::cpu {
 
-template <class T, class G>
-void adamw_step(const AdamWArgs<T, G>& args) {
+template <class T, class G, class C>
+void adamw_step(const AdamWArgs<T, G, C>& args) {
   using A = acc_t<T>;
   const AdamWStepTerms<A> terms = adamw_step_terms(args);
 #pragma omp parallel for schedule(static)
@@ -22,7 +22,7 @@ void adamw_step(const AdamWArgs<T, G>& args) {
     args.v[i] = T(v);
     args.param[i] = T(A(args.param[i]) * terms.decay -
                       terms.step_size * m / (std::sqrt(v) * terms.inv_sqrt_bias_correction2 + args.eps));
-    if (args.param_copy) args.param_copy[i] = G(A(args.param[i]));
+    if (args.param_copy) args.param_copy[i] = C(A(args.param[i]));
   }
 }
 
@@ -50,9 +50,9 @@ void scale_by(const ScaleByArgs<T>& args) {
   for (int64_t i = 0; i < args.n; ++i) args.x[i] = T(factor * A(args.x[i]));
 }
 
-template <class T, class G>
-void multi_adamw_step(std::span<const AdamWArgs<T, G>> tensors) {
-  for (const AdamWArgs<T, G>& args : tensors) adamw_step(args);
+template <class T, class G, class C>
+void multi_adamw_step(std::span<const AdamWArgs<T, G, C>> tensors) {
+  for (const AdamWArgs<T, G, C>& args : tensors) adamw_step(args);
 }
 
 template <class T>
@@ -70,13 +70,12 @@ void multi_scale_by(std::span<const ScaleByArgs<T>> tensors) {
   for (const ScaleByArgs<T>& args : tensors) scale_by(args);
 }
 
-#define ALPHA_INSTANTIATE_ADAMW(T, G)                                         \
-  template void adamw_step<T, G>(const AdamWArgs<T, G>&);                     \
-  template void multi_adamw_step<T, G>(std::span<const AdamWArgs<T, G>>);
-ALPHA_INSTANTIATE_ADAMW(float, float)
-ALPHA_INSTANTIATE_ADAMW(double, double)
-ALPHA_INSTANTIATE_ADAMW(float, bf16)
-ALPHA_INSTANTIATE_ADAMW(float, f16)
+#define ALPHA_INSTANTIATE_ADAMW(T, G, C)                                      \
+  template void adamw_step<T, G, C>(const AdamWArgs<T, G, C>&);               \
+  template void multi_adamw_step<T, G, C>(std::span<const AdamWArgs<T, G, C>>);
+ALPHA_INSTANTIATE_ADAMW(float, float, float)
+ALPHA_INSTANTIATE_ADAMW(double, double, double)
+ALPHA_MIXED_PRECISION_ADAMW_TYPES(ALPHA_INSTANTIATE_ADAMW)
 #undef ALPHA_INSTANTIATE_ADAMW
 
 #define ALPHA_INSTANTIATE(T)                                                \

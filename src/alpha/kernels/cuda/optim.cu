@@ -42,19 +42,19 @@ struct AdamWScalars {
   AdamWStepTerms<float> terms;
 };
 
-template <class T, class G>
+template <class T, class G, class C>
 struct AdamWPointers {
   Bits<T>* param;
   const Bits<G>* grad;
   Bits<T>* m;
   Bits<T>* v;
-  Bits<G>* param_copy;  // nullptr: none
+  Bits<C>* param_copy;  // nullptr: none
   int64_t n;
 };
 
 // Element i's update: the CPU kernel's expression, one rounding per operation.
-template <class T, class G>
-__device__ void adamw_element(const AdamWPointers<T, G>& x, const AdamWScalars& s, int64_t i) {
+template <class T, class G, class C>
+__device__ void adamw_element(const AdamWPointers<T, G, C>& x, const AdamWScalars& s, int64_t i) {
   const float one_minus_beta1 = __fadd_rn(1.0f, -s.beta1), one_minus_beta2 = __fadd_rn(1.0f, -s.beta2);
   const float g = __fmul_rn(s.grad_scale, Elem<G>::load(x.grad[i]));
   const float m = __fadd_rn(__fmul_rn(s.beta1, Elem<T>::load(x.m[i])), __fmul_rn(one_minus_beta1, g));
@@ -66,11 +66,11 @@ __device__ void adamw_element(const AdamWPointers<T, G>& x, const AdamWScalars& 
   x.v[i] = Elem<T>::store(v);
   const Bits<T> stored = Elem<T>::store(param);
   x.param[i] = stored;
-  if (x.param_copy) x.param_copy[i] = Elem<G>::store(Elem<T>::load(stored));
+  if (x.param_copy) x.param_copy[i] = Elem<C>::store(Elem<T>::load(stored));
 }
 
-template <class T, class G>
-__global__ void adamw_kernel(AdamWPointers<T, G> x, AdamWScalars s) {
+template <class T, class G, class C>
+__global__ void adamw_kernel(AdamWPointers<T, G, C> x, AdamWScalars s) {
   const int64_t stride = int64_t(gridDim.x) * blockDim.x;
   for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < x.n; i += stride) adamw_element(x, s, i);
 }
@@ -127,16 +127,16 @@ __global__ void partials_kernel(const double* partials, int64_t n, double* out) 
 
 int64_t chunks_of(int64_t n) { return (n + kChunk - 1) / kChunk; }
 
-template <class T, class G>
+template <class T, class G, class C>
 struct AdamWEntry {
-  AdamWPointers<T, G> x;
+  AdamWPointers<T, G, C> x;
   AdamWScalars s;
 };
 
-template <class T, class G>
-__global__ void multi_adamw_kernel(const __grid_constant__ LaunchTable<AdamWEntry<T, G>> table) {
+template <class T, class G, class C>
+__global__ void multi_adamw_kernel(const __grid_constant__ LaunchTable<AdamWEntry<T, G, C>> table) {
   const BlockWork work = block_work(table);
-  const AdamWEntry<T, G>& e = table.tensors[work.tensor];
+  const AdamWEntry<T, G, C>& e = table.tensors[work.tensor];
   for_chunk(e.x.n, kChunk, work.chunk, [&](int64_t i) { adamw_element(e.x, e.s, i); });
 }
 
@@ -203,13 +203,13 @@ __global__ void scale_by_kernel(Bits<T>* x, const double* factor, int64_t n) {
   for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) x[i] = scaled<T>(f, x[i]);
 }
 
-template <class T, class G>
-AdamWScalars adamw_scalars(const AdamWArgs<T, G>& args) {
+template <class T, class G, class C>
+AdamWScalars adamw_scalars(const AdamWArgs<T, G, C>& args) {
   return {args.lr, args.beta1, args.beta2, args.eps, args.grad_scale, adamw_step_terms(args)};
 }
 
-template <class T, class G>
-AdamWPointers<T, G> adamw_pointers(const AdamWArgs<T, G>& args) {
+template <class T, class G, class C>
+AdamWPointers<T, G, C> adamw_pointers(const AdamWArgs<T, G, C>& args) {
   return {bits(args.param), bits(args.grad), bits(args.m), bits(args.v),
           args.param_copy ? bits(args.param_copy) : nullptr, args.n};
 }
@@ -219,10 +219,10 @@ int64_t squares_chunks(int64_t n) { return std::max<int64_t>(chunks_of(n), 1); }
 
 }  // namespace
 
-template <class T, class G>
-void adamw_step(const AdamWArgs<T, G>& args, Stream stream) {
+template <class T, class G, class C>
+void adamw_step(const AdamWArgs<T, G, C>& args, Stream stream) {
   if (args.n == 0) return;
-  constexpr auto kernel = adamw_kernel<T, G>;
+  constexpr auto kernel = adamw_kernel<T, G, C>;
   ALPHA_CUDA_LAUNCH(kernel, blocks_for(args.n), kThreads, alpha::cuda::stream_handle(stream), adamw_pointers(args),
                     adamw_scalars(args));
 }
@@ -257,13 +257,14 @@ void scale_by(const ScaleByArgs<T>& args, Stream stream) {
                     args.factor, args.n);
 }
 
-template <class T, class G>
-void multi_adamw_step(std::span<const AdamWArgs<T, G>> tensors, Stream stream) {
-  constexpr auto kernel = multi_adamw_kernel<T, G>;
-  for_each_launch<AdamWEntry<T, G>>(
-      tensors, [](const AdamWArgs<T, G>& a) { return AdamWEntry<T, G>{adamw_pointers(a), adamw_scalars(a)}; },
-      [](const AdamWArgs<T, G>& a) { return chunks_of(a.n); },
-      [&](const LaunchTable<AdamWEntry<T, G>>& table, int64_t blocks) {
+template <class T, class G, class C>
+void multi_adamw_step(std::span<const AdamWArgs<T, G, C>> tensors, Stream stream) {
+  using Entry = AdamWEntry<T, G, C>;
+  constexpr auto kernel = multi_adamw_kernel<T, G, C>;
+  for_each_launch<Entry>(
+      tensors, [](const AdamWArgs<T, G, C>& a) { return Entry{adamw_pointers(a), adamw_scalars(a)}; },
+      [](const AdamWArgs<T, G, C>& a) { return chunks_of(a.n); },
+      [&](const LaunchTable<Entry>& table, int64_t blocks) {
         ALPHA_CUDA_LAUNCH(kernel, unsigned(blocks), kThreads, alpha::cuda::stream_handle(stream), table);
       });
 }
@@ -307,14 +308,13 @@ void multi_scale_by(std::span<const ScaleByArgs<T>> tensors, Stream stream) {
       });
 }
 
-#define ALPHA_INSTANTIATE_ADAMW(T, G)                                               \
-  template void adamw_step<T, G>(const AdamWArgs<T, G>&, Stream);                   \
-  template void multi_adamw_step<T, G>(std::span<const AdamWArgs<T, G>>, Stream);
-ALPHA_INSTANTIATE_ADAMW(float, float)
-ALPHA_INSTANTIATE_ADAMW(bf16, bf16)
-ALPHA_INSTANTIATE_ADAMW(f16, f16)
-ALPHA_INSTANTIATE_ADAMW(float, bf16)
-ALPHA_INSTANTIATE_ADAMW(float, f16)
+#define ALPHA_INSTANTIATE_ADAMW(T, G, C)                                            \
+  template void adamw_step<T, G, C>(const AdamWArgs<T, G, C>&, Stream);             \
+  template void multi_adamw_step<T, G, C>(std::span<const AdamWArgs<T, G, C>>, Stream);
+ALPHA_INSTANTIATE_ADAMW(float, float, float)
+ALPHA_INSTANTIATE_ADAMW(bf16, bf16, bf16)
+ALPHA_INSTANTIATE_ADAMW(f16, f16, f16)
+ALPHA_MIXED_PRECISION_ADAMW_TYPES(ALPHA_INSTANTIATE_ADAMW)
 #undef ALPHA_INSTANTIATE_ADAMW
 
 #define ALPHA_INSTANTIATE(T)                                                        \
