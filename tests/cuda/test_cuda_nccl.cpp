@@ -101,13 +101,14 @@ std::vector<nn::NamedParameter> replica(int rank, Device device) {
 }
 
 // Two steps of data parallel (plain, or ZeRO-1 with clipping), returning every rank's parameters.
-std::vector<std::vector<std::vector<float>>> train_two_steps(int world, bool zero1,
+std::vector<std::vector<std::vector<float>>> train_two_steps(int world, DataParallelOptions options,
                                                              const std::function<Communicator&(int)>& comm_of) {
+  const bool zero1 = options.zero1;
   std::vector<std::vector<std::vector<float>>> params(static_cast<size_t>(world));
   test::run_ranks(world, [&](int rank) {
     Communicator& comm = comm_of(rank);
     std::vector<nn::NamedParameter> mine = replica(rank, comm.device());
-    DataParallel dp(comm, mine, {/*bucket_bytes=*/32, zero1});
+    DataParallel dp(comm, mine, options);
     for (int step = 0; step < 2; ++step) {
       if (step == 1)
         for (size_t p = 0; p < mine.size(); ++p) {
@@ -136,19 +137,24 @@ std::vector<std::vector<std::vector<float>>> train_two_steps(int world, bool zer
 
 TEST_F(CudaNccl, DataParallelAndZero1MatchTheInProcessCommunicatorOnTheCpu) {
   for (bool zero1 : {false, true}) {
-    std::vector<std::unique_ptr<Communicator>> nccl(static_cast<size_t>(kWorld));
-    test::run_ranks(kWorld, [&](int rank) { nccl[size_t(rank)] = join(rank, milliseconds(60000)); });
-    auto gpu = train_two_steps(kWorld, zero1, [&](int rank) -> Communicator& { return *nccl[size_t(rank)]; });
-    auto group = std::make_shared<test::InProcessGroup>(kWorld, milliseconds(60000));
-    std::vector<std::unique_ptr<test::InProcessCommunicator>> local;
-    for (int r = 0; r < kWorld; ++r) local.push_back(std::make_unique<test::InProcessCommunicator>(group, r));
-    auto cpu = train_two_steps(kWorld, zero1, [&](int rank) -> Communicator& { return *local[size_t(rank)]; });
-    for (int r = 0; r < kWorld; ++r)
-      for (size_t p = 0; p < cpu[0].size(); ++p)
-        for (size_t i = 0; i < cpu[0][p].size(); ++i)
-          ASSERT_NEAR(gpu[size_t(r)][p][i], cpu[0][p][i], 1e-5)
-              << (zero1 ? "ZeRO-1" : "plain") << " rank " << r << " parameter " << p << " [" << i << "]";
-    test::run_ranks(kWorld, [&](int rank) { nccl[size_t(rank)].reset(); });
+    for (bool deterministic : {false, true}) {
+      const DataParallelOptions options{/*bucket_bytes=*/32, zero1, deterministic};
+      std::vector<std::unique_ptr<Communicator>> nccl(static_cast<size_t>(kWorld));
+      test::run_ranks(kWorld, [&](int rank) { nccl[size_t(rank)] = join(rank, milliseconds(60000)); });
+      auto gpu = train_two_steps(kWorld, options, [&](int rank) -> Communicator& { return *nccl[size_t(rank)]; });
+      auto group = std::make_shared<test::InProcessGroup>(kWorld, milliseconds(60000));
+      std::vector<std::unique_ptr<test::InProcessCommunicator>> local;
+      for (int r = 0; r < kWorld; ++r) local.push_back(std::make_unique<test::InProcessCommunicator>(group, r));
+      auto cpu = train_two_steps(kWorld, {32, zero1, false},
+                                 [&](int rank) -> Communicator& { return *local[size_t(rank)]; });
+      for (int r = 0; r < kWorld; ++r)
+        for (size_t p = 0; p < cpu[0].size(); ++p)
+          for (size_t i = 0; i < cpu[0][p].size(); ++i)
+            ASSERT_NEAR(gpu[size_t(r)][p][i], cpu[0][p][i], 1e-5)
+                << (zero1 ? "ZeRO-1" : "plain") << (deterministic ? ", deterministic" : "") << " rank " << r
+                << " parameter " << p << " [" << i << "]";
+      test::run_ranks(kWorld, [&](int rank) { nccl[size_t(rank)].reset(); });
+    }
   }
 }
 

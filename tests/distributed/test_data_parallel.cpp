@@ -10,7 +10,9 @@
 #include "alpha/autograd/variable.h"
 #include "alpha/core/error.h"
 #include "alpha/distributed/data_parallel.h"
+#include "alpha/ops/elementwise.h"
 #include "alpha/ops/optim.h"
+#include "support/checks.h"
 #include "distributed/in_process_communicator.h"
 
 namespace alpha::distributed {
@@ -113,6 +115,54 @@ TEST(DataParallel, AllReduceLeavesTheAverageOnEveryRank) {
         ASSERT_EQ(got.size(), expected.size());
         for (size_t i = 0; i < got.size(); ++i)
           ASSERT_NEAR(got[i], expected[i], 1e-6) << "world " << world << " rank " << r << " param " << p;
+      }
+    }
+  }
+}
+
+// The deterministic reduction gives the bits of one process accumulating the ranks' gradients as
+// micro-batches: each scaled by 1/world first (the trainer scales the loss by 1/grad_accum), then added
+// in rank order with autograd's accumulation add. Plain and ZeRO-1 (its shards); powers of two.
+TEST(DataParallel, DeterministicReductionEqualsAccumulationInRankOrderBitForBit) {
+  for (bool zero1 : {false, true}) {
+    for (int world : {2, 4, 8}) {
+      SCOPED_TRACE(std::string(zero1 ? "ZeRO-1" : "plain") + " world " + std::to_string(world));
+      std::vector<Tensor> accumulated;
+      for (size_t p = 0; p < Replica(0).parameters.size(); ++p) {
+        Tensor sum;
+        for (int r = 0; r < world; ++r) {
+          Tensor g = ops::scale(Replica(r).parameters[p].variable.grad(), 1.0 / world);
+          if (r == 0) sum = g;
+          else ops::add_(sum, g);
+        }
+        accumulated.push_back(sum);
+      }
+      auto group = std::make_shared<InProcessGroup>(world, milliseconds(10000));
+      std::vector<Replica> replicas;
+      for (int r = 0; r < world; ++r) replicas.emplace_back(r);
+      std::vector<std::vector<Tensor>> shards(static_cast<size_t>(world));
+      std::vector<std::vector<ShardSegment>> segments(static_cast<size_t>(world));
+      run_ranks(world, [&](int rank) {
+        InProcessCommunicator comm(group, rank);
+        DataParallel dp(comm, replicas[size_t(rank)].parameters, {/*bucket_bytes=*/32, zero1, /*deterministic=*/true});
+        dp.reduce_gradients();
+        if (zero1) {
+          segments[size_t(rank)] = dp.segments();
+          for (const Tensor& shard : dp.gradient_shards()) shards[size_t(rank)].push_back(shard.clone());
+        }
+      });
+      for (int r = 0; r < world; ++r) {
+        if (!zero1) {
+          for (size_t p = 0; p < accumulated.size(); ++p)
+            EXPECT_TRUE(alpha::test::bit_equal(replicas[size_t(r)].parameters[p].variable.grad(), accumulated[p]))
+                << "rank " << r << " param " << p;
+          continue;
+        }
+        for (const ShardSegment& s : segments[size_t(r)]) {
+          Tensor got = shards[size_t(r)][s.bucket].slice(0, s.shard_offset, s.shard_offset + s.numel);
+          Tensor want = accumulated[s.parameter].view({-1}).slice(0, s.parameter_offset, s.parameter_offset + s.numel);
+          EXPECT_TRUE(alpha::test::bit_equal(got, want)) << "rank " << r << " param " << s.parameter;
+        }
       }
     }
   }

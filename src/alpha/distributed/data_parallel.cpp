@@ -5,6 +5,7 @@
 #include <map>
 
 #include "alpha/core/error.h"
+#include "alpha/ops/elementwise.h"
 #include "alpha/ops/optim.h"
 
 namespace alpha::distributed {
@@ -80,6 +81,9 @@ DataParallel::DataParallel(Communicator& communicator, std::vector<nn::NamedPara
   }
   for (size_t i = 0; i < parameters_.size(); ++i) parameter_of_[parameters_[i].variable.state().get()] = i;
   for (const auto& b : buckets_) flat_.push_back(Tensor::zeros({b.padded_numel}, dtype_, communicator_.device()));
+  if (options_.deterministic)
+    for (const auto& b : buckets_)
+      gathered_.push_back(Tensor::zeros({world, b.padded_numel}, dtype_, communicator_.device()));
   if (options_.zero1) {
     segments_ = shard_segments(buckets_, communicator_.rank());
     for (const auto& b : buckets_) {
@@ -118,7 +122,10 @@ void DataParallel::launch_bucket(size_t b) {
     grads.push_back(flat_view(e.parameter, true));
   }
   copy_many(slices, grads);  // one launch on a GPU, not one per parameter
-  if (options_.zero1)
+  if (options_.deterministic)
+    communicator_.all_gather(flat_[b].raw_data(), gathered_[b].raw_data(), size_t(buckets_[b].padded_numel),
+                             dtype_);
+  else if (options_.zero1)
     communicator_.reduce_scatter(flat_[b].raw_data(), shard_of(b).raw_data(), size_t(buckets_[b].shard_numel), dtype_,
                                  ReduceOp::average);
   else
@@ -145,6 +152,7 @@ void DataParallel::reduce_gradients() {
   communicator_.synchronize();
   launched_ = 0;
   for (size_t b = 0; b < buckets_.size(); ++b) not_ready_[b] = buckets_[b].entries.size();
+  if (options_.deterministic) add_in_rank_order();
   if (options_.zero1) {
     for (auto& p : parameters_) p.variable.clear_grad();  // the shards hold what the step needs
     return;
@@ -159,6 +167,22 @@ void DataParallel::reduce_gradients() {
       else Tensor(v.grad()).copy_from(averaged);
     }
   }
+}
+
+void DataParallel::add_in_rank_order() {
+  // Under ZeRO-1 a rank needs its shard of each bucket only.
+  const int world = communicator_.world_size();
+  std::vector<Tensor> sums;
+  for (size_t b = 0; b < buckets_.size(); ++b) {
+    int64_t first = 0, count = buckets_[b].padded_numel;
+    if (options_.zero1) first = communicator_.rank() * buckets_[b].shard_numel, count = buckets_[b].shard_numel;
+    Tensor sum = flat_[b].slice(0, first, first + count);
+    auto rank_part = [&](int r) { return gathered_[b].select(0, r).slice(0, first, first + count); };
+    sum.copy_from(rank_part(0));
+    for (int r = 1; r < world; ++r) ops::add_(sum, rank_part(r));  // autograd's accumulation add
+    sums.push_back(sum);
+  }
+  ops::scale_grads(sums, 1.0 / world);
 }
 
 std::vector<Tensor> DataParallel::gradient_shards() const {

@@ -17,7 +17,13 @@
 //
 // Determinism: the bucket layout is a pure function of the parameter shapes, bucket_bytes and world_size,
 // and the collectives run in the same order every step; with a deterministic communicator (NCCL's ring
-// algorithm and simple protocol fixed, see nccl_communicator.h) a run repeats bit for bit.
+// algorithm and simple protocol fixed, see nccl_communicator.h) a run repeats bit for bit. The
+// `deterministic` option goes further: each bucket is all-gathered instead of all-reduced (or reduce-
+// scattered) and every rank adds the ranks' gradients itself, in rank order, with the add that gradient
+// accumulation uses, then scales by 1/world_size. So N ranks give the bits of one process accumulating the
+// same N micro-batches in rank order, whatever the reduction algorithm, when N is a power of two (the
+// scaling is then exact on both sides). It moves world_size/2 times the bytes of an all-reduce and holds
+// world_size copies of the gradients.
 #pragma once
 #include <cstdint>
 #include <nlohmann/json.hpp>
@@ -35,6 +41,7 @@ namespace alpha::distributed {
 struct DataParallelOptions {
   int64_t bucket_bytes = 25 << 20;  // PyTorch DDP's default bucket size
   bool zero1 = false;               // shard the optimiser state (reduce-scatter + all-gather)
+  bool deterministic = false;       // all-gather and add in rank order (above)
   void validate() const;            // ConfigError naming the field
 };
 
@@ -102,6 +109,8 @@ class DataParallel {
   // when one is missing, unknown or of another length.
   void load_shard_state(const std::vector<std::pair<std::string, Tensor>>& tensors, int64_t step_count);
 
+  // ZeRO-1: this rank's shard of every bucket (after reduce_gradients, the averaged gradient there).
+  std::vector<Tensor> gradient_shards() const;
   const std::vector<Bucket>& buckets() const { return buckets_; }
   const std::vector<ShardSegment>& segments() const { return segments_; }
   const DataParallelOptions& options() const { return options_; }
@@ -113,7 +122,7 @@ class DataParallel {
   Tensor flat_view(size_t parameter, bool gradient) const;  // 1-D view of a parameter's value or gradient
   Tensor bucket_slice(size_t bucket, const BucketEntry& entry) const;  // a parameter's run in its bucket
   Tensor shard_of(size_t bucket) const;                     // this rank's shard of a bucket's buffer
-  std::vector<Tensor> gradient_shards() const;              // shard_of every bucket
+  void add_in_rank_order();  // deterministic: each bucket's (or shard's) average from gathered_
 
   Communicator& communicator_;
   std::vector<nn::NamedParameter> parameters_;
@@ -121,6 +130,7 @@ class DataParallel {
   DType dtype_;
   std::vector<Bucket> buckets_;
   std::vector<Tensor> flat_;       // one buffer per bucket
+  std::vector<Tensor> gathered_;   // deterministic: per bucket, [world_size, padded_numel], every rank's
   std::vector<size_t> bucket_of_;  // by parameter
   std::unordered_map<const autograd::VariableState*, size_t> parameter_of_;
   std::vector<size_t> not_ready_;       // this step: the gradients each bucket still waits for

@@ -52,7 +52,7 @@ struct TrainConfig {
   int64_t loss_scale_growth_interval = 1000;  // finite steps in a row before the scale doubles
   // Data parallel over several ranks (docs/DISTRIBUTED.md); batch_size is per rank.
   bool zero1 = false;               // shard AdamW's state over the ranks (reduce-scatter + all-gather)
-  bool deterministic_reduce = false; // fixed NCCL algorithm (ring, simple protocol): runs repeat bit for bit
+  bool deterministic_reduce = false; // gradients all-gathered and added in rank order (docs/DISTRIBUTED.md)
   int64_t bucket_mb = 25;           // gradient bucket size in MiB
   double dist_timeout_s = 300;      // a collective waiting longer for a peer fails the run, naming the rank
   bool tf32 = false;             // f32 matmuls on a GPU may use TF32 tensor cores (10-bit mantissa inputs)
