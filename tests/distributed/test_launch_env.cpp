@@ -1,4 +1,4 @@
-// The launch environment (torchrun's and Slurm's variables), Slurm node lists, and NCCL's environment.
+// The launch environment (torchrun's, mpirun's and Slurm's variables), Slurm node lists, and NCCL's environment.
 #include <gtest/gtest.h>
 
 #include <cstdlib>
@@ -79,6 +79,26 @@ TEST(LaunchEnv, TorchrunVariablesWinOverSlurm) {
   ASSERT_TRUE(env);
   EXPECT_EQ(env->source, "torchrun");
   EXPECT_EQ(env->world_size, 2);
+}
+
+TEST(LaunchEnv, ReadsOpenMpiAndMpichVariablesAheadOfSlurm) {
+  auto ompi = parse({{"OMPI_COMM_WORLD_RANK", "3"}, {"OMPI_COMM_WORLD_SIZE", "4"}, {"OMPI_COMM_WORLD_LOCAL_RANK", "1"},
+                     {"SLURM_PROCID", "0"}, {"SLURM_NTASKS", "1"}, {"MASTER_ADDR", "node-b"}});
+  ASSERT_TRUE(ompi);
+  EXPECT_EQ(ompi->source, "mpirun (Open MPI)");
+  EXPECT_EQ(ompi->rank, 3);
+  EXPECT_EQ(ompi->world_size, 4);
+  EXPECT_EQ(ompi->local_rank, 1);
+  EXPECT_EQ(ompi->master_addr, "node-b");
+  EXPECT_EQ(ompi->master_port, kDefaultMasterPort);
+  auto mpich = parse({{"PMI_RANK", "2"}, {"PMI_SIZE", "3"}});
+  ASSERT_TRUE(mpich);
+  EXPECT_EQ(mpich->source, "mpirun (MPICH)");
+  EXPECT_EQ(mpich->rank, 2);
+  EXPECT_EQ(mpich->local_rank, 0);
+  EXPECT_EQ(mpich->master_addr, "127.0.0.1");
+  EXPECT_NE(error_of({{"PMI_RANK", "3"}, {"PMI_SIZE", "3"}}).find("PMI_RANK"), std::string::npos);
+  EXPECT_FALSE(parse({{"SLURM_PROCID", "0"}}).has_value()) << "a batch script's shell is no launch";
 }
 
 TEST(LaunchEnv, MalformedOrInconsistentVariablesRaiseNamingThem) {

@@ -45,36 +45,54 @@ std::string first_slurm_host(const std::string& nodelist) {
   return prefix + nodelist.substr(end + 1, first_end - end - 1);
 }
 
+namespace {
+
+// One launcher's names for the rank, the world size and the rank on this node.
+struct Convention {
+  const char* source;
+  const char* rank;
+  const char* world_size;
+  const char* local_rank;  // unset: the rank (one node) for torchrun, 0 for the others
+};
+
+// In the order they win: torchrun's are set on purpose; an MPI launcher's name its own ranks exactly,
+// even inside a Slurm allocation whose SLURM_* describe the enclosing job step.
+constexpr Convention kConventions[] = {
+    {"torchrun", "RANK", "WORLD_SIZE", "LOCAL_RANK"},
+    {"mpirun (Open MPI)", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK"},
+    {"mpirun (MPICH)", "PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID"},
+    {"slurm", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID"},
+};
+
+}  // namespace
+
 std::optional<LaunchEnv> launch_env_from(const EnvLookup& getenv) {
-  LaunchEnv env;
-  const char* rank = getenv("RANK");
-  const char* world = getenv("WORLD_SIZE");
-  if (rank || world) {
-    if (!rank || !world)
-      raise<ConfigError>(kOp, rank ? "WORLD_SIZE" : "RANK",
-                         "set together with " + std::string(rank ? "RANK" : "WORLD_SIZE"), "unset");
-    env.source = "torchrun";
-    env.world_size = parse_int("WORLD_SIZE", world, 1, 1 << 20);
-    env.rank = parse_int("RANK", rank, 0, env.world_size - 1);
-    const char* local = getenv("LOCAL_RANK");
-    env.local_rank = local ? parse_int("LOCAL_RANK", local, 0, env.world_size - 1) : env.rank;
+  for (const Convention& c : kConventions) {
+    const char* rank = getenv(c.rank);
+    const char* world = getenv(c.world_size);
+    const bool torchrun = &c == &kConventions[0];
+    // Half of torchrun's pair is a mistake; the others' variables can appear alone outside a launch (a
+    // Slurm batch script's shell has SLURM_PROCID), which is no launch.
+    if (torchrun && bool(rank) != bool(world))
+      raise<ConfigError>(kOp, rank ? c.world_size : c.rank, "set together with " + std::string(rank ? c.rank : c.world_size),
+                         "unset");
+    if (!rank || !world) continue;
+    LaunchEnv env;
+    env.source = c.source;
+    env.world_size = parse_int(c.world_size, world, 1, 1 << 20);
+    env.rank = parse_int(c.rank, rank, 0, env.world_size - 1);
+    const char* local = getenv(c.local_rank);
+    env.local_rank = local ? parse_int(c.local_rank, local, 0, env.world_size - 1) : torchrun ? env.rank : 0;
+    if (&c == &kConventions[3]) {  // Slurm: the master is the node list's first host
+      if (const char* nodes = getenv("SLURM_NODELIST"))
+        env.master_addr = first_slurm_host(nodes);
+      else if (const char* job_nodes = getenv("SLURM_JOB_NODELIST"))
+        env.master_addr = first_slurm_host(job_nodes);
+    }
     read_master(getenv, env);
     return env;
   }
-  const char* procid = getenv("SLURM_PROCID");
-  const char* ntasks = getenv("SLURM_NTASKS");
-  if (!procid || !ntasks) return std::nullopt;
-  env.source = "slurm";
-  env.world_size = parse_int("SLURM_NTASKS", ntasks, 1, 1 << 20);
-  env.rank = parse_int("SLURM_PROCID", procid, 0, env.world_size - 1);
-  const char* local = getenv("SLURM_LOCALID");
-  env.local_rank = local ? parse_int("SLURM_LOCALID", local, 0, env.world_size - 1) : 0;
-  if (const char* nodes = getenv("SLURM_NODELIST"))
-    env.master_addr = first_slurm_host(nodes);
-  else if (const char* job_nodes = getenv("SLURM_JOB_NODELIST"))
-    env.master_addr = first_slurm_host(job_nodes);
-  read_master(getenv, env);
-  return env;
+  return std::nullopt;
 }
 
 std::optional<LaunchEnv> launch_env() {

@@ -1,9 +1,14 @@
 // Where this process stands in a multi-process job, read from the environment the ecosystem's launchers
 // set, so they start `alpha train` unchanged:
 //   torchrun (and `alpha train --gpus N`): RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT
+//   mpirun, Open MPI:                      OMPI_COMM_WORLD_RANK, OMPI_COMM_WORLD_SIZE, OMPI_COMM_WORLD_LOCAL_RANK
+//   mpirun, MPICH (Hydra):                 PMI_RANK, PMI_SIZE, MPI_LOCALRANKID
 //   Slurm (srun):                          SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID, and the master from
 //                                          MASTER_ADDR, else the first host of SLURM_NODELIST
-// torchrun's variables win when both are present. MASTER_PORT defaults to 29500 (torchrun's default).
+// In that order of precedence when several are present. The master is MASTER_ADDR where set, else the
+// loopback (one node; Slurm: the node list's first host); MASTER_PORT defaults to 29500 (torchrun's).
+// No MPI library is involved: an MPI launcher only starts the processes, and NCCL's id still travels over
+// Alpha's TCP rendezvous.
 #pragma once
 #include <functional>
 #include <optional>
@@ -17,13 +22,13 @@ struct LaunchEnv {
   int local_rank = 0;  // the GPU this process drives on its node
   std::string master_addr = "127.0.0.1";
   int master_port = 29500;
-  std::string source;  // "torchrun" or "slurm": which variables it came from, for messages
+  std::string source;  // "torchrun", "mpirun (Open MPI)", "mpirun (MPICH)" or "slurm", for messages
 };
 
 inline constexpr int kDefaultMasterPort = 29500;
 
 // Reads the launch variables through `getenv` (std::getenv by default; tests pass a map). nullopt when
-// neither convention is present. ConfigError naming the variable when one is malformed or inconsistent
+// no convention is present. ConfigError naming the variable when one is malformed or inconsistent
 // (RANK outside [0, WORLD_SIZE), a port outside 1..65535, a rank set without WORLD_SIZE, ...).
 using EnvLookup = std::function<const char*(const char*)>;
 std::optional<LaunchEnv> launch_env_from(const EnvLookup& getenv);
