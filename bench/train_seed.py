@@ -10,6 +10,8 @@ PyTorch peers: the same GPT shape (configs/CONFIG.json: pre-LN blocks, tanh GELU
 embeddings), bf16 autocast with f32 master weights, F.scaled_dot_product_attention (causal), fused AdamW,
 grad clipping at 1.0, the same batch and sequence length; once eager and once under torch.compile.
 tokens/s over --steps timed steps after --warmup, peak memory torch.cuda.max_memory_allocated over them.
+Model FLOPs utilisation (MFU): tokens/s × FLOPs per token (flops_per_token) ÷ the bf16 matmul ceiling measured
+in the same run (torch.matmul of 8192³).
 
 Usage: python3 bench/train_seed.py --alpha build/cuda/alpha [--config seed|gpt2-124m] [--batch-size N]
        [--steps 30] [--out DIR] [--profile]
@@ -33,6 +35,31 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def flops_per_token(cfg, seq):
+    """Model FLOPs per trained token (forward and backward, PaLM's count): 6 per weight of every matmul (the
+    blocks' 12·C² per layer and the tied head's V·C), plus causal attention's 6·T·C per layer (QKᵀ and PV over
+    the T/2 keys a query sees on average: 2·T·C forward, twice that backward)."""
+    c, layers = cfg["n_embd"], cfg["n_layer"]
+    matmul_weights = layers * 12 * c * c + cfg["vocab_size"] * c
+    return 6 * matmul_weights + 6 * layers * seq * c
+
+
+def matmul_ceiling_tflops(n=8192, iters=20):
+    """The measured bf16 matmul ceiling of this GPU: torch.matmul (cuBLAS) of n × n by n × n, median TFLOP/s."""
+    a, b = (torch.randn(n, n, device="cuda", dtype=torch.bfloat16) for _ in range(2))
+    for _ in range(5):
+        a @ b
+    times = []
+    for _ in range(iters):
+        start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        a @ b
+        stop.record()
+        stop.synchronize()
+        times.append(start.elapsed_time(stop) / 1e3)
+    return 2 * n ** 3 / statistics.median(times) / 1e12
 
 
 def alpha_run(binary, config, precision, batch, seq, steps, warmup, run_dir, data_dir=None, profile_step=0):
@@ -214,11 +241,18 @@ def main():
                 json.dump(report, f, indent=2)
 
     peer = results["runs"]["pytorch compile bf16"]
-    print(f"{args.config} config, batch {batch} x {seq} tokens, {results['gpu']}, torch {results['torch']}")
-    print(f"{'run':24s} {'tokens/s':>12s} {'peak MiB':>10s} {'vs compile':>11s} {'mem vs compile':>15s}")
+    results["flops_per_token"] = flops_per_token(cfg, seq)
+    results["matmul_ceiling_tflops"] = matmul_ceiling_tflops()
+    print(f"{args.config} config, batch {batch} x {seq} tokens, {results['gpu']}, torch {results['torch']}; "
+          f"{results['flops_per_token'] / 1e6:.1f} MFLOP per token, bf16 matmul ceiling "
+          f"{results['matmul_ceiling_tflops']:.0f} TFLOP/s (torch.matmul, 8192³)")
+    print(f"{'run':24s} {'tokens/s':>12s} {'peak MiB':>10s} {'vs compile':>11s} {'mem vs compile':>15s} {'MFU':>6s}")
     for name, r in results["runs"].items():
+        r["model_tflops"] = r["tokens_per_second"] * results["flops_per_token"] / 1e12
+        r["mfu"] = r["model_tflops"] / results["matmul_ceiling_tflops"]
         print(f"{name:24s} {r['tokens_per_second']:12.0f} {r['peak_bytes'] / 2**20:10.1f} "
-              f"{r['tokens_per_second'] / peer['tokens_per_second']:11.3f} {r['peak_bytes'] / peer['peak_bytes']:15.2f}")
+              f"{r['tokens_per_second'] / peer['tokens_per_second']:11.3f} {r['peak_bytes'] / peer['peak_bytes']:15.2f}"
+              f" {r['mfu']:6.1%}")
     with open(os.path.join(args.out, f"train_{args.config}.json"), "w") as f:
         json.dump(results, f, indent=2)
     if args.profile:
