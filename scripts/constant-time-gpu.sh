@@ -17,8 +17,10 @@ step() {  # step NAME COMMAND...: runs, logs to $out/NAME.log, prints the log's 
   echo "== $name (exit $status)"; tail -n "${TAIL:-12}" "$out/$name.log"
   [ "$status" = 0 ] || rc=1
 }
+# The kernels security.SassAuditConstantTimeKernels audits (tests/CMakeLists.txt): on Hopper the timed calls
+# run the wgmma ones.
 step audit-constant-time python3 scripts/sass_audit.py "$tool" \
-  --kernels "mma_forward_kernel.*Lb0E|mma_backward_cu.*query_grads_kernel|mma_backward_cu.*key_grads_kernel.*Lb0E|attention_delta_kernel"
+  --kernels "mma_forward_kernel.*Lb0E|wgmma_forward_kernel|wgmma_backward.*_grads_kernel|mma_backward_cu.*query_grads_kernel|mma_backward_cu.*key_grads_kernel.*Lb0E|attention_delta_kernel"
 TAIL=3 step audit-leaky-control python3 scripts/sass_audit.py "$tool" --kernels "mma_forward_kernel.*Lb1E" --expect-leak
 step timing-constant-time "$tool" timing --launches-per-class "$per_class"
 step timing-leaky-control "$tool" timing --leaky --launches-per-class "$per_class"

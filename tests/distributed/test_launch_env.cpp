@@ -82,8 +82,10 @@ TEST(LaunchEnv, TorchrunVariablesWinOverSlurm) {
 }
 
 TEST(LaunchEnv, ReadsOpenMpiAndMpichVariablesAheadOfSlurm) {
+  // mpirun inside a Slurm allocation: SLURM_* describe the batch step, not these ranks.
   auto ompi = parse({{"OMPI_COMM_WORLD_RANK", "3"}, {"OMPI_COMM_WORLD_SIZE", "4"}, {"OMPI_COMM_WORLD_LOCAL_RANK", "1"},
-                     {"SLURM_PROCID", "0"}, {"SLURM_NTASKS", "1"}, {"MASTER_ADDR", "node-b"}});
+                     {"OMPI_COMM_WORLD_LOCAL_SIZE", "2"}, {"SLURM_PROCID", "0"}, {"SLURM_NTASKS", "1"},
+                     {"SLURM_STEP_ID", "0"}, {"MASTER_ADDR", "node-b"}});
   ASSERT_TRUE(ompi);
   EXPECT_EQ(ompi->source, "mpirun (Open MPI)");
   EXPECT_EQ(ompi->rank, 3);
@@ -91,14 +93,33 @@ TEST(LaunchEnv, ReadsOpenMpiAndMpichVariablesAheadOfSlurm) {
   EXPECT_EQ(ompi->local_rank, 1);
   EXPECT_EQ(ompi->master_addr, "node-b");
   EXPECT_EQ(ompi->master_port, kDefaultMasterPort);
-  auto mpich = parse({{"PMI_RANK", "2"}, {"PMI_SIZE", "3"}});
+  auto mpich = parse({{"PMI_RANK", "2"}, {"PMI_SIZE", "3"}, {"MPI_LOCALRANKID", "2"}, {"MPI_LOCALNRANKS", "3"}});
   ASSERT_TRUE(mpich);
   EXPECT_EQ(mpich->source, "mpirun (MPICH)");
   EXPECT_EQ(mpich->rank, 2);
-  EXPECT_EQ(mpich->local_rank, 0);
-  EXPECT_EQ(mpich->master_addr, "127.0.0.1");
-  EXPECT_NE(error_of({{"PMI_RANK", "3"}, {"PMI_SIZE", "3"}}).find("PMI_RANK"), std::string::npos);
+  EXPECT_EQ(mpich->local_rank, 2);
+  EXPECT_EQ(mpich->master_addr, "127.0.0.1");  // one node: the loopback
   EXPECT_FALSE(parse({{"SLURM_PROCID", "0"}}).has_value()) << "a batch script's shell is no launch";
+}
+
+TEST(LaunchEnv, SrunSettingPmiVariablesIsReadAsSlurm) {
+  // srun's pmi2 plugin sets PMI_RANK and PMI_SIZE (no MPI_LOCALRANKID) beside Slurm's own.
+  auto env = parse({{"PMI_RANK", "5"}, {"PMI_SIZE", "8"}, {"SLURM_PROCID", "5"}, {"SLURM_NTASKS", "8"},
+                    {"SLURM_LOCALID", "1"}, {"SLURM_STEP_ID", "0"}, {"SLURM_NODELIST", "gpu[03-06]"}});
+  ASSERT_TRUE(env);
+  EXPECT_EQ(env->source, "slurm");
+  EXPECT_EQ(env->local_rank, 1);
+  EXPECT_EQ(env->master_addr, "gpu03");
+}
+
+TEST(LaunchEnv, MpiJobsWithoutALocalRankOrAMasterAcrossNodesRaise) {
+  EXPECT_NE(error_of({{"PMI_RANK", "1"}, {"PMI_SIZE", "2"}}).find("MPI_LOCALRANKID"), std::string::npos);
+  EXPECT_NE(error_of({{"OMPI_COMM_WORLD_RANK", "0"}, {"OMPI_COMM_WORLD_SIZE", "4"}, {"OMPI_COMM_WORLD_LOCAL_RANK", "0"},
+                      {"OMPI_COMM_WORLD_LOCAL_SIZE", "2"}})
+                .find("MASTER_ADDR"),
+            std::string::npos);
+  EXPECT_NE(error_of({{"PMI_RANK", "3"}, {"PMI_SIZE", "3"}, {"MPI_LOCALRANKID", "0"}}).find("PMI_RANK"),
+            std::string::npos);
 }
 
 TEST(LaunchEnv, MalformedOrInconsistentVariablesRaiseNamingThem) {

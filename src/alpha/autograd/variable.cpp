@@ -62,8 +62,9 @@ std::shared_ptr<VariableState> edge_leaf(const Variable& leaf, const char* op) {
   return it->second;
 }
 
-// Whose a gradient slot is. A leaf's gradient is the caller's, clipped and stepped in place, so it never aliases
-// anything. A node's output gradient and a leaf's sum over one pass are backward's own, never written in place
+// Whose a gradient slot is. A leaf's gradient is the caller's, clipped and stepped in place, so backward adds
+// to it in place: its storage may hold other leaves' gradients (data parallel's views of one bucket), never
+// the same elements. A node's output gradient and a leaf's sum over one pass are backward's own, never written in place
 // by anyone but accumulate, so they may share storage (a residual add hands its two inputs the same tensor).
 enum class Slot { leaf, backward_owned };
 

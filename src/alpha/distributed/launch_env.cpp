@@ -2,6 +2,7 @@
 
 #include <cstdlib>
 #include <string_view>
+#include <utility>
 
 #include "alpha/core/error.h"
 
@@ -47,51 +48,80 @@ std::string first_slurm_host(const std::string& nodelist) {
 
 namespace {
 
-// One launcher's names for the rank, the world size and the rank on this node.
+// One launcher's names for the rank, the world size, the rank on this node and the ranks on this node.
 struct Convention {
   const char* source;
   const char* rank;
   const char* world_size;
-  const char* local_rank;  // unset: the rank (one node) for torchrun, 0 for the others
+  const char* local_rank;
+  const char* local_size;  // nullptr: the launcher has none
 };
 
-// In the order they win: torchrun's are set on purpose; an MPI launcher's name its own ranks exactly,
-// even inside a Slurm allocation whose SLURM_* describe the enclosing job step.
-constexpr Convention kConventions[] = {
-    {"torchrun", "RANK", "WORLD_SIZE", "LOCAL_RANK"},
-    {"mpirun (Open MPI)", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK"},
-    {"mpirun (MPICH)", "PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID"},
-    {"slurm", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID"},
-};
+constexpr Convention kTorchrun{"torchrun", "RANK", "WORLD_SIZE", "LOCAL_RANK", nullptr};
+constexpr Convention kOpenMpi{"mpirun (Open MPI)", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE",
+                              "OMPI_COMM_WORLD_LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_SIZE"};
+constexpr Convention kMpich{"mpirun (MPICH)", "PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID", "MPI_LOCALNRANKS"};
+constexpr Convention kSlurm{"slurm", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID", nullptr};
+
+// The convention's rank and world size, when both are set.
+std::optional<std::pair<int, int>> ranks_of(const EnvLookup& getenv, const Convention& c) {
+  const char* rank = getenv(c.rank);
+  const char* world = getenv(c.world_size);
+  if (!rank || !world) return std::nullopt;
+  const int world_size = parse_int(c.world_size, world, 1, 1 << 20);
+  return std::pair{parse_int(c.rank, rank, 0, world_size - 1), world_size};
+}
+
+LaunchEnv read(const EnvLookup& getenv, const Convention& c, std::pair<int, int> ranks) {
+  LaunchEnv env;
+  env.source = c.source;
+  env.rank = ranks.first;
+  env.world_size = ranks.second;
+  const char* local = getenv(c.local_rank);
+  const bool mpi = &c == &kOpenMpi || &c == &kMpich;
+  if (local) env.local_rank = parse_int(c.local_rank, local, 0, env.world_size - 1);
+  else if (&c == &kTorchrun) env.local_rank = env.rank;  // one node
+  else if (mpi && env.world_size > 1)  // every rank would drive GPU 0
+    raise<ConfigError>(kOp, c.local_rank, "the rank on this node, which " + std::string(c.source) + " sets",
+                       "unset (another launcher? set RANK, WORLD_SIZE and LOCAL_RANK instead)");
+  if (&c == &kSlurm) {  // the master: the node list's first host
+    if (const char* nodes = getenv("SLURM_NODELIST"))
+      env.master_addr = first_slurm_host(nodes);
+    else if (const char* job_nodes = getenv("SLURM_JOB_NODELIST"))
+      env.master_addr = first_slurm_host(job_nodes);
+  }
+  read_master(getenv, env);
+  // An MPI job over several nodes has no master but MASTER_ADDR: the loopback would leave the other
+  // nodes' ranks waiting for a rendezvous that is not theirs until the timeout.
+  const char* local_size = c.local_size ? getenv(c.local_size) : nullptr;
+  if (mpi && local_size && !getenv("MASTER_ADDR") &&
+      parse_int(c.local_size, local_size, 1, env.world_size) < env.world_size)
+    raise<ConfigError>(kOp, "MASTER_ADDR", "the rendezvous host of a job on several nodes (mpirun -x MASTER_ADDR=...)",
+                       "unset");
+  return env;
+}
 
 }  // namespace
 
 std::optional<LaunchEnv> launch_env_from(const EnvLookup& getenv) {
-  for (const Convention& c : kConventions) {
-    const char* rank = getenv(c.rank);
-    const char* world = getenv(c.world_size);
-    const bool torchrun = &c == &kConventions[0];
-    // Half of torchrun's pair is a mistake; the others' variables can appear alone outside a launch (a
-    // Slurm batch script's shell has SLURM_PROCID), which is no launch.
-    if (torchrun && bool(rank) != bool(world))
-      raise<ConfigError>(kOp, rank ? c.world_size : c.rank, "set together with " + std::string(rank ? c.rank : c.world_size),
-                         "unset");
-    if (!rank || !world) continue;
-    LaunchEnv env;
-    env.source = c.source;
-    env.world_size = parse_int(c.world_size, world, 1, 1 << 20);
-    env.rank = parse_int(c.rank, rank, 0, env.world_size - 1);
-    const char* local = getenv(c.local_rank);
-    env.local_rank = local ? parse_int(c.local_rank, local, 0, env.world_size - 1) : torchrun ? env.rank : 0;
-    if (&c == &kConventions[3]) {  // Slurm: the master is the node list's first host
-      if (const char* nodes = getenv("SLURM_NODELIST"))
-        env.master_addr = first_slurm_host(nodes);
-      else if (const char* job_nodes = getenv("SLURM_JOB_NODELIST"))
-        env.master_addr = first_slurm_host(job_nodes);
-    }
-    read_master(getenv, env);
-    return env;
+  // torchrun's variables are set on purpose: they win. Half of its pair is a mistake, where the others'
+  // variables can appear alone outside a launch (a Slurm batch script's shell has SLURM_PROCID).
+  if (bool(getenv(kTorchrun.rank)) != bool(getenv(kTorchrun.world_size)))
+    raise<ConfigError>(kOp, getenv(kTorchrun.rank) ? kTorchrun.world_size : kTorchrun.rank,
+                       "set together with " + std::string(getenv(kTorchrun.rank) ? kTorchrun.rank : kTorchrun.world_size),
+                       "unset");
+  if (auto ranks = ranks_of(getenv, kTorchrun)) return read(getenv, kTorchrun, *ranks);
+  // An MPI launcher names its own ranks exactly, even inside a Slurm allocation whose SLURM_* describe the
+  // enclosing step. But srun itself may set PMI_* too (its pmi2 plugin, without MPI_LOCALRANKID): when
+  // Slurm's ranks are the same, srun started this process, and Slurm's variables say the most.
+  const auto slurm = ranks_of(getenv, kSlurm);
+  for (const Convention* c : {&kOpenMpi, &kMpich}) {
+    const auto ranks = ranks_of(getenv, *c);
+    if (!ranks) continue;
+    if (slurm == ranks && getenv("SLURM_STEP_ID")) return read(getenv, kSlurm, *slurm);
+    return read(getenv, *c, *ranks);
   }
+  if (slurm) return read(getenv, kSlurm, *slurm);
   return std::nullopt;
 }
 

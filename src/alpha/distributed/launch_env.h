@@ -5,8 +5,11 @@
 //   mpirun, MPICH (Hydra):                 PMI_RANK, PMI_SIZE, MPI_LOCALRANKID
 //   Slurm (srun):                          SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID, and the master from
 //                                          MASTER_ADDR, else the first host of SLURM_NODELIST
-// In that order of precedence when several are present. The master is MASTER_ADDR where set, else the
-// loopback (one node; Slurm: the node list's first host); MASTER_PORT defaults to 29500 (torchrun's).
+// In that order of precedence when several are present, except that MPI variables whose ranks equal
+// Slurm's within an srun step (srun's pmi2 plugin sets PMI_*) are read as Slurm's. The master is
+// MASTER_ADDR where set, else the loopback (one node; Slurm: the node list's first host); an MPI job that
+// spans nodes (local size below the world size) without MASTER_ADDR raises, as does one without its local
+// rank. MASTER_PORT defaults to 29500 (torchrun's).
 // No MPI library is involved: an MPI launcher only starts the processes, and NCCL's id still travels over
 // Alpha's TCP rendezvous.
 #pragma once

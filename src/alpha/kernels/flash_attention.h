@@ -60,6 +60,10 @@ void flash_attention_forward(const AttentionForwardArgs<T>& args, Stream stream)
 // flash_attention_backward_workspace(args.params) floats on the same device; it is overwritten.
 template <class T>
 void flash_attention_backward(const AttentionBackwardArgs<T>& args, float* workspace, Stream stream);
+// Whether the bf16/f16 backward of these head dimensions runs Hopper's wgmma kernels on the current device
+// (head-dim buckets 64 and 128 on a compute capability 9.0 device, in a library built with sm_90a code):
+// their result is the deterministic one whatever AttentionConfig::deterministic asks.
+bool wgmma_backward_runs(int64_t head_dim, int64_t value_dim);
 }  // namespace cuda
 #endif
 

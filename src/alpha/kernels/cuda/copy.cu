@@ -1,5 +1,5 @@
-// Strided, converting copies on one GPU (kernels/copy.h). Contiguous same-type copies never come here: they
-// are cudaMemcpyAsync in the tensor layer.
+// Strided, converting copies on one GPU (kernels/copy.h). A single contiguous same-type copy never comes
+// here (the tensor layer's cudaMemcpyAsync); a list of them does, through copy_many.
 //
 // The layout is first simplified on the host: dimensions of extent 1 are dropped and neighbours that are
 // contiguous with each other on both sides are merged (a copy of q out of a fused qkv, [B, T, H, D] with the

@@ -11,9 +11,10 @@
 // row's positions in that order, in f64 (as the CPU kernel does; kRowsAhead rows' loads in flight at a
 // time), then rounding once to f32 and to T. Steps 3 and 4 replaced two binary searches per row (~30
 // dependent loads for every one of the table's rows, most of them used by no position) and one load in
-// flight per thread: H200, `alpha train --profile` of seed at batch 16, 93.5 → 66.8 µs per call. Rows no position uses get 0. The order of
-// every addition is fixed by the ids alone, so the result has the same bits on every run, and equals the
-// CPU kernel's in f64 rounded to T. Scratch (keys, positions, CUB's temporary storage) is stream-ordered.
+// flight per thread: H200, `alpha train --profile` of seed at batch 16, 93.5 → 66.8 µs per call. Rows no
+// position uses get 0. The order of every addition is fixed by the ids alone, so the result has the same
+// bits on every run, and equals the CPU kernel's in f64 rounded to T. Scratch (keys, positions, the run
+// tables, CUB's temporary storage) is stream-ordered.
 #include <cub/device/device_radix_sort.cuh>
 
 #include <bit>

@@ -307,6 +307,13 @@ void flash_attention_wgmma_backward(const AttentionBackwardArgs<T>& args, const 
   wgmma_backward::backward<T, 128>(args, delta, stream);
 }
 
+bool wgmma_backward_runs(int64_t head_dim, int64_t value_dim) {
+  AttentionParams<bf16> p{};
+  p.head_dim = head_dim;
+  p.value_dim = value_dim;
+  return wgmma_kernels_run(mma_head_dim_bucket(p, "wgmma_backward_runs"));
+}
+
 #define ALPHA_INSTANTIATE(T)                                                                           \
   template void flash_attention_wgmma_backward<T>(const AttentionBackwardArgs<T>&, const float*, cudaStream_t);
 ALPHA_INSTANTIATE(bf16)
