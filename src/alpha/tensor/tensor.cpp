@@ -9,9 +9,9 @@
 #include "alpha/core/launch.h"
 #include "alpha/core/philox.h"
 
+#include "alpha/kernels/copy.h"
 #include "alpha/tensor/allocator.h"
 #if ALPHA_WITH_CUDA
-#include "alpha/kernels/copy.h"
 #include "alpha/runtime/cuda_backend.h"
 #endif
 
