@@ -158,6 +158,9 @@ def main():
     parser.add_argument("--tolerance", type=float, default=0.02)
     parser.add_argument("--out", default="loss-parity")
     args = parser.parse_args()
+    for name in ("steps", "batch_size", "eval_batches", "eval_every"):
+        if getattr(args, name) < 1:
+            parser.error(f"--{name.replace('_', '-')}: expected a positive count, got {getattr(args, name)}")
     config_path = args.config if args.config.endswith(".json") else os.path.join(ROOT, "configs", f"{args.config}.json")
     with open(config_path) as f:
         cfg = json.load(f)

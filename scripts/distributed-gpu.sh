@@ -32,6 +32,8 @@ while [ $# -gt 0 ]; do
   esac
   shift
 done
+[ "$throughput_only" = 1 ] && [ "$loss_only" = 1 ] &&
+  { echo "--throughput-only and --loss-only: choose one (neither runs every check)" >&2; exit 2; }
 case "$world" in
   2 | 4 | 8 | 16) ;;  # they divide the loss match's global batch of 16
   *) echo "--gpus: expected 2, 4, 8 or 16, got $world" >&2; exit 2 ;;
@@ -44,6 +46,11 @@ summary="$out/summary.txt"
 say() { echo "$*" | tee -a "$summary"; }
 rc=0
 fail() { say "FAIL: $*"; rc=1; }
+finish() {  # the summary line, the runs removed, the exit status
+  say "total: $(( $(date +%s) - start )) s; $([ $rc = 0 ] && echo 'all checks passed' || echo 'some checks FAILED')"
+  rm -rf "$runs"
+  exit $rc
+}
 
 nvidia-smi --query-gpu=index,name,driver_version,memory.total --format=csv,noheader | tee "$out/gpu.txt"
 nvidia-smi topo -m > "$out/topology.txt" 2>&1
@@ -148,7 +155,7 @@ for other in det-b one-gpu; do
 done
 fi
 
-[ "$loss_only" = 1 ] && { say "total: $(( $(date +%s) - start )) s"; rm -rf "$runs"; exit $rc; }
+[ "$loss_only" = 1 ] && finish
 say "== 3. throughput (bf16, same batch per GPU; median tokens/s over steps 6-30)"
 echo "| config | batch per GPU x seq | 1 GPU tok/s | $world GPUs tok/s | efficiency | $world GPUs ZeRO-1 tok/s | efficiency |" > "$out/scaling.md"
 echo "|---|---|---|---|---|---|---|" >> "$out/scaling.md"
@@ -165,7 +172,7 @@ for spec in "seed 32 512" "gpt2-124m 16 1024"; do
 done
 cat "$out/scaling.md"
 
-[ "$throughput_only" = 1 ] && { say "total: $(( $(date +%s) - start )) s"; rm -rf "$runs"; exit $rc; }
+[ "$throughput_only" = 1 ] && finish
 say "== 4. failure: worker rank 1 killed mid-run, dist timeout 20 s"
 "$alpha" train "${common[@]}" --config seed --gpus "$world" --batch-size 8 --seq-len 256 --steps 100000 \
   --data "$runs/one-gpu/data" --dist-timeout-s 20 --out "$runs/kill" > "$out/kill.log" 2>&1 &
@@ -199,6 +206,4 @@ else
   [ "$took" -le 50 ] || fail "failure test: took $took s (timeout 20 s + 30 s grace)"
 fi
 
-say "total: $(( $(date +%s) - start )) s; $([ $rc = 0 ] && echo 'all checks passed' || echo 'some checks FAILED')"
-rm -rf "$runs"
-exit $rc
+finish

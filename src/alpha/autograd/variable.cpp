@@ -91,6 +91,14 @@ int64_t live_producer(const VariableState& state, const char* op) {
   return state.producer;
 }
 
+// Raises ShapeError or DeviceError naming `arg` unless `t` has the value's shape and sits on its device.
+void require_like_value(const char* op, const char* arg, const Tensor& t, const Tensor& value) {
+  if (t.shape() != value.shape())
+    raise<ShapeError>(op, arg, "the value's shape " + shape_str(value.shape()), shape_str(t.shape()));
+  if (t.device() != value.device())
+    raise<DeviceError>(op, arg, "a tensor on the value's device " + value.device().str(), t.device().str());
+}
+
 }  // namespace
 
 Variable::Variable(Tensor value, bool requires_grad, std::string name)
@@ -120,11 +128,7 @@ void Variable::keep_compute_copy(Tensor copy) {
   constexpr const char* op = "Variable::keep_compute_copy";
   if (!state_) raise<ValueError>(op, "self", "a defined variable", "an undefined variable");
   if (!state_->is_leaf) raise<ValueError>(op, "self", "a leaf variable", "an op's output");
-  if (copy.shape() != state_->value.shape())
-    raise<ShapeError>(op, "copy", "the value's shape " + shape_str(state_->value.shape()), shape_str(copy.shape()));
-  if (copy.device() != state_->value.device())
-    raise<DeviceError>(op, "copy", "a tensor on the value's device " + state_->value.device().str(),
-                       copy.device().str());
+  require_like_value(op, "copy", copy, state_->value);
   state_->compute_copy = std::move(copy);
 }
 
@@ -151,11 +155,7 @@ void Variable::set_grad(Tensor grad) {
   if (!state_) raise<ValueError>(op, "self", "a defined variable", "an undefined variable");
   if (!state_->is_leaf || !state_->requires_grad)
     raise<ValueError>(op, "self", "a leaf that requires a gradient", state_->is_leaf ? "a leaf without" : "an op's output");
-  if (grad.shape() != state_->value.shape())
-    raise<ShapeError>(op, "grad", "the value's shape " + shape_str(state_->value.shape()), shape_str(grad.shape()));
-  if (grad.device() != state_->value.device())
-    raise<DeviceError>(op, "grad", "a tensor on the value's device " + state_->value.device().str(),
-                       grad.device().str());
+  require_like_value(op, "grad", grad, state_->value);
   state_->grad = std::move(grad);
 }
 

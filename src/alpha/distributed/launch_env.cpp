@@ -48,8 +48,11 @@ std::string first_slurm_host(const std::string& nodelist) {
 
 namespace {
 
+enum class Launcher { torchrun, mpi, slurm };
+
 // One launcher's names for the rank, the world size, the rank on this node and the ranks on this node.
 struct Convention {
+  Launcher launcher;
   const char* source;
   const char* rank;
   const char* world_size;
@@ -57,11 +60,12 @@ struct Convention {
   const char* local_size;  // nullptr: the launcher has none
 };
 
-constexpr Convention kTorchrun{"torchrun", "RANK", "WORLD_SIZE", "LOCAL_RANK", nullptr};
-constexpr Convention kOpenMpi{"mpirun (Open MPI)", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE",
+constexpr Convention kTorchrun{Launcher::torchrun, "torchrun", "RANK", "WORLD_SIZE", "LOCAL_RANK", nullptr};
+constexpr Convention kOpenMpi{Launcher::mpi, "mpirun (Open MPI)", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE",
                               "OMPI_COMM_WORLD_LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_SIZE"};
-constexpr Convention kMpich{"mpirun (MPICH)", "PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID", "MPI_LOCALNRANKS"};
-constexpr Convention kSlurm{"slurm", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID", nullptr};
+constexpr Convention kMpich{Launcher::mpi, "mpirun (MPICH)", "PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID",
+                            "MPI_LOCALNRANKS"};
+constexpr Convention kSlurm{Launcher::slurm, "slurm", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID", nullptr};
 
 // The convention's rank and world size, when both are set.
 std::optional<std::pair<int, int>> ranks_of(const EnvLookup& getenv, const Convention& c) {
@@ -78,13 +82,13 @@ LaunchEnv read(const EnvLookup& getenv, const Convention& c, std::pair<int, int>
   env.rank = ranks.first;
   env.world_size = ranks.second;
   const char* local = getenv(c.local_rank);
-  const bool mpi = &c == &kOpenMpi || &c == &kMpich;
+  const bool mpi = c.launcher == Launcher::mpi;
   if (local) env.local_rank = parse_int(c.local_rank, local, 0, env.world_size - 1);
-  else if (&c == &kTorchrun) env.local_rank = env.rank;  // one node
+  else if (c.launcher == Launcher::torchrun) env.local_rank = env.rank;  // one node
   else if (mpi && env.world_size > 1)  // every rank would drive GPU 0
     raise<ConfigError>(kOp, c.local_rank, "the rank on this node, which " + std::string(c.source) + " sets",
                        "unset (another launcher? set RANK, WORLD_SIZE and LOCAL_RANK instead)");
-  if (&c == &kSlurm) {  // the master: the node list's first host
+  if (c.launcher == Launcher::slurm) {  // the master: the node list's first host
     if (const char* nodes = getenv("SLURM_NODELIST"))
       env.master_addr = first_slurm_host(nodes);
     else if (const char* job_nodes = getenv("SLURM_JOB_NODELIST"))
