@@ -32,8 +32,9 @@ bool wgmma_kernels_run(int bucket) {
 
 template <class T>
 void flash_attention_wgmma_forward(const AttentionForwardArgs<T>& args, int bucket, cudaStream_t stream) {
-  if (bucket == 64) return wgmma_forward::launch_wgmma_forward<T, 64>(args, stream);
-  wgmma_forward::launch_wgmma_forward<T, 128>(args, stream);
+  using namespace wgmma_forward;
+  if (bucket == 64) return launch_wgmma_forward<T, WgmmaForwardTraits<64>>(args, stream);
+  launch_wgmma_forward<T, WgmmaForwardTraits<128>>(args, stream);
 }
 
 template void flash_attention_wgmma_forward<bf16>(const AttentionForwardArgs<bf16>&, int, cudaStream_t);
