@@ -1,18 +1,22 @@
-// The row ops (layer norm, activations, softmax, cross-entropy, embedding) on GPU tensors: each dispatches
+// The row ops (layer norm, activations, softmax, cross-entropy, the fused head and loss, embedding) on GPU tensors: each dispatches
 // to the tensor's device, matches the CPU op on the same (already rounded) values within the harness's
 // tolerance rows (cuda.*, by the GPU output's dtype), and raises the same typed errors for bad inputs.
 // Every test skips itself without a GPU or without the CUDA backend.
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <string>
 
 #include "alpha/ops/activation.h"
 #include "alpha/ops/check.h"
 #include "alpha/ops/cross_entropy.h"
+#include "alpha/ops/elementwise.h"
 #include "alpha/ops/embedding.h"
 #include "alpha/ops/layernorm.h"
+#include "alpha/ops/linear_cross_entropy.h"
+#include "alpha/ops/matmul.h"
 #include "kernels/kernel_helpers.h"
 #include "support/checks.h"
 #include "support/gpu.h"
@@ -126,6 +130,58 @@ TEST_F(CudaRows, CrossEntropyMatchesCpu) {
       EXPECT_TRUE(test::bit_equal(dx_device, dx));
     }
   }
+#endif
+}
+
+#if ALPHA_WITH_CUDA
+// got (any device and dtype) against want (CPU, f64), both divided by want's largest |value|.
+::testing::AssertionResult close_relative_to_largest(const Tensor& got, const Tensor& want, std::string_view check,
+                                                     DType dtype) {
+  double largest = 0;
+  for (double v : want.to_vector<double>()) largest = std::max(largest, std::abs(v));
+  if (largest == 0) return ::testing::AssertionFailure() << "the reference is all zeros: the check proves nothing";
+  return test::all_close(ops::scale(got.to(kCpu).to(DType::f64), 1.0 / largest), ops::scale(want, 1.0 / largest),
+                         test::tolerance(check, dtype));
+}
+#endif
+
+TEST_F(CudaRows, LinearCrossEntropyMatchesCpu) {
+#if ALPHA_WITH_CUDA
+  const int64_t rows = 300, features = 72, vocab = 1000;
+  for (DType dtype : {DType::f32, DType::bf16}) {
+    SCOPED_TRACE(dtype_name(dtype));
+    test::GpuInput x = test::gpu_input({rows, features}, dtype, -2.0, 2.0);
+    test::GpuInput weight = test::gpu_input({vocab, features}, dtype, -0.5, 0.5);
+    test::GpuInput bias = test::gpu_input({vocab}, dtype);
+    Tensor targets = test::random_indices({rows}, int32_t(vocab));
+    for (int64_t i = 0; i < rows; i += 7) targets.data<int32_t>()[i] = ops::kIgnoreIndex;
+    // The reference in f64 on the CPU from the same values: linear, cross-entropy, their backwards.
+    const Tensor x64 = x.cpu.to(DType::f64), w64 = weight.cpu.to(DType::f64);
+    const Tensor logits = ops::linear(x64, w64, bias.cpu.to(DType::f64));
+    ops::CrossEntropyOutput want = ops::cross_entropy(logits, targets);
+    Tensor dlogits = ops::cross_entropy_backward(1.0, logits, targets, want.lse, want.counted_rows);
+    ops::LinearGrads want_grads = ops::linear_backward(dlogits, x64, w64, true, true, true);
+    // Three chunks of 100 rows, targets from the host and from the device.
+    for (const Tensor& t : {targets, targets.to(kGpu)}) {
+      ops::LinearCrossEntropy got = ops::linear_cross_entropy(
+          x.gpu, weight.gpu, bias.gpu, t, true, true, true, size_t(100 * vocab) * dtype_size(dtype));
+      EXPECT_EQ(got.loss.device(), kGpu);
+      EXPECT_TRUE(close_relative_to_largest(got.loss, want.loss, "cuda.linear_cross_entropy", dtype));
+      EXPECT_TRUE(close_relative_to_largest(got.dx, want_grads.dx, "cuda.linear_cross_entropy", dtype));
+      EXPECT_TRUE(close_relative_to_largest(got.dweight, want_grads.dweight, "cuda.linear_cross_entropy", dtype));
+      EXPECT_TRUE(close_relative_to_largest(got.dbias, want_grads.dbias, "cuda.linear_cross_entropy", dtype));
+    }
+  }
+  // f16: the loss alone, but no gradients (they would need the loss scale).
+  test::GpuInput x = test::gpu_input({5, 8}, DType::f16), weight = test::gpu_input({9, 8}, DType::f16);
+  Tensor targets = test::random_indices({5}, 9);
+  ops::LinearCrossEntropy loss_only =
+      ops::linear_cross_entropy(x.gpu, weight.gpu, Tensor(), targets, false, false, false);
+  EXPECT_TRUE(close_relative_to_largest(
+      loss_only.loss, ops::cross_entropy(ops::linear(x.cpu, weight.cpu, Tensor()), targets).loss.to(DType::f64),
+      "cuda.linear_cross_entropy", DType::f16));
+  EXPECT_ALPHA_ERROR(ops::linear_cross_entropy(x.gpu, weight.gpu, Tensor(), targets, true, false, false), DTypeError,
+                     "[linear_cross_entropy]", "'x'", "f16");
 #endif
 }
 

@@ -12,6 +12,8 @@
 #include "alpha/kernels/cross_entropy.h"
 #include "alpha/ops/check.h"
 #include "alpha/ops/cross_entropy.h"
+#include "alpha/ops/linear_cross_entropy.h"
+#include "alpha/ops/matmul.h"
 #include "kernels/kernel_helpers.h"
 #include "support/checks.h"
 
@@ -221,6 +223,106 @@ TEST(CrossEntropy, BadInputsRaise) {
   EXPECT_ALPHA_ERROR(ops::cross_entropy_backward(Tensor::full({}, 1.0, DType::f64), logits, targets, out.lse,
                                                  out.counted),
                      DTypeError, "[cross_entropy_backward]", "'dloss'", "f32", "f64");
+}
+
+// The fused head and loss against linear then cross-entropy in f64 (naive loops for the loss and dlogits,
+// linear_backward for the rest): x, weight, bias and targets fresh, a third of the rows ignored.
+struct HeadCase {
+  Tensor x, weight, bias, targets;
+};
+HeadCase random_head_case(Shape x_shape, int64_t vocab, DType dtype) {
+  const int64_t features = x_shape.back(), rows = shape_numel(x_shape) / features;
+  Shape target_shape(x_shape.begin(), x_shape.end() - 1);
+  return {random(x_shape, dtype, -2.0, 2.0), random({vocab, features}, dtype, -0.5, 0.5),
+          random({vocab}, dtype, -1.0, 1.0), random_targets(rows, int32_t(vocab)).reshape(target_shape)};
+}
+
+void expect_head_matches_f64(const HeadCase& c, const ops::LinearCrossEntropy& got, DType dtype) {
+  const int64_t features = c.x.size(-1), rows = c.x.numel() / features;
+  const Tensor x = c.x.to(DType::f64).reshape({rows, features}), weight = c.weight.to(DType::f64);
+  const Tensor logits = ops::linear(x, weight, c.bias.to(DType::f64));
+  NaiveCrossEntropy want = naive_cross_entropy(logits, c.targets.reshape({rows}), 1.0);
+  ops::LinearGrads grads = ops::linear_backward(want.dlogits, x, weight, true, true, true);
+  const test::Tolerance tol = test::tolerance("linear_cross_entropy", dtype);
+  EXPECT_NEAR(got.loss.item(), want.loss, tol.abs + tol.rel * std::abs(want.loss));
+  EXPECT_TRUE(all_close(got.dx.to(DType::f64).reshape({rows, features}), grads.dx, tol));
+  EXPECT_TRUE(all_close(got.dweight.to(DType::f64), grads.dweight, tol));
+  EXPECT_TRUE(all_close(got.dbias.to(DType::f64), grads.dbias, tol));
+}
+
+class LinearCrossEntropyDtypes : public ::testing::TestWithParam<DType> {};
+
+TEST_P(LinearCrossEntropyDtypes, MatchesLinearThenCrossEntropyForEveryChunking) {
+  const DType dtype = GetParam();
+  const int64_t vocab = 29, row_bytes = vocab * int64_t(dtype_size(dtype));
+  HeadCase c = random_head_case({37, 13}, vocab, dtype);
+  // One row per chunk, 5 rows (8 chunks, the last of 2), and the default (one chunk).
+  for (size_t chunk_bytes : {size_t(1), size_t(5 * row_bytes), ops::kLinearCrossEntropyChunkBytes}) {
+    SCOPED_TRACE("chunk_bytes " + std::to_string(chunk_bytes));
+    expect_head_matches_f64(c, ops::linear_cross_entropy(c.x, c.weight, c.bias, c.targets, true, true, true,
+                                                         chunk_bytes),
+                            dtype);
+  }
+  // Leading dimensions (B, T) and targets shaped like them.
+  HeadCase batched = random_head_case({3, 7, 11}, 17, dtype);
+  ops::LinearCrossEntropy out = ops::linear_cross_entropy(batched.x, batched.weight, batched.bias, batched.targets,
+                                                          true, true, true, size_t(4 * 17 * dtype_size(dtype)));
+  EXPECT_EQ(out.dx.shape(), batched.x.shape());
+  expect_head_matches_f64(batched, out, dtype);
+}
+
+INSTANTIATE_TEST_SUITE_P(CpuFloats, LinearCrossEntropyDtypes, ::testing::Values(DType::f32, DType::f64));
+
+TEST(LinearCrossEntropy, GivesOnlyTheGradientsAskedFor) {
+  HeadCase c = random_head_case({9, 5}, 7, DType::f64);
+  ops::LinearCrossEntropy loss_only =
+      ops::linear_cross_entropy(c.x, c.weight, Tensor(), c.targets, false, false, false, size_t(8));
+  EXPECT_FALSE(loss_only.dx.defined() || loss_only.dweight.defined() || loss_only.dbias.defined());
+  ops::LinearCrossEntropy weight_only =
+      ops::linear_cross_entropy(c.x, c.weight, Tensor(), c.targets, false, true, false, size_t(8));
+  EXPECT_FALSE(weight_only.dx.defined() || weight_only.dbias.defined());
+  EXPECT_DOUBLE_EQ(loss_only.loss.item(), weight_only.loss.item());
+  const Tensor logits = ops::linear(c.x, c.weight, Tensor());
+  EXPECT_NEAR(loss_only.loss.item(), naive_cross_entropy(logits, c.targets, 1.0).loss, 1e-12);
+}
+
+TEST(LinearCrossEntropy, EveryRowIgnoredGivesZeroLossAndGradients) {
+  HeadCase c = random_head_case({6, 4}, 5, DType::f32);
+  c.targets.fill_(kIgnoreIndex);
+  ops::LinearCrossEntropy out = ops::linear_cross_entropy(c.x, c.weight, c.bias, c.targets, true, true, true, 40);
+  EXPECT_EQ(out.loss.item(), 0.0);
+  for (const Tensor& g : {out.dx, out.dweight, out.dbias})
+    EXPECT_TRUE(test::bit_equal(g, Tensor::zeros(g.shape(), DType::f32)));
+}
+
+TEST(LinearCrossEntropy, AutogradScalesTheGradientsByTheLossGradient) {
+  HeadCase c = random_head_case({11, 6}, 9, DType::f64);
+  auto grads_of = [&](bool fused) {
+    autograd::Variable x(c.x, true), weight(c.weight, true), bias(c.bias, true);
+    autograd::Variable loss =
+        fused ? autograd::linear_cross_entropy(x, weight, bias, c.targets)
+              : autograd::cross_entropy(autograd::linear(x, weight, bias), c.targets);
+    autograd::backward(autograd::scale(loss, 2.5));
+    return std::vector<Tensor>{loss.value(), x.grad(), weight.grad(), bias.grad()};
+  };
+  std::vector<Tensor> fused = grads_of(true), composite = grads_of(false);
+  for (size_t i = 0; i < fused.size(); ++i) EXPECT_TRUE(all_close(fused[i], composite[i], "linear_cross_entropy"));
+}
+
+TEST(LinearCrossEntropy, BadInputsRaise) {
+  HeadCase c = random_head_case({4, 3}, 5, DType::f32);
+  EXPECT_ALPHA_ERROR(ops::linear_cross_entropy(c.x, c.weight, c.bias, c.targets.slice(0, 0, 3), true, true, true),
+                     ShapeError, "[linear_cross_entropy]", "'targets'", "[4]");
+  Tensor out_of_range = c.targets.clone();
+  out_of_range.data<int32_t>()[2] = 5;
+  EXPECT_ALPHA_ERROR(ops::linear_cross_entropy(c.x, c.weight, c.bias, out_of_range, true, true, true), ValueError,
+                     "[linear_cross_entropy]", "'targets'", "5 at row 2");
+  EXPECT_ALPHA_ERROR(ops::linear_cross_entropy(c.x, random({5, 4}), c.bias, c.targets, true, true, true),
+                     ShapeError, "[linear_cross_entropy]", "'weight'");
+  EXPECT_ALPHA_ERROR(ops::linear_cross_entropy(c.x, c.weight, random({4}), c.targets, true, true, true), ShapeError,
+                     "[linear_cross_entropy]", "'bias'");
+  EXPECT_ALPHA_ERROR(ops::linear_cross_entropy(c.x, c.weight, c.bias, c.targets, true, true, true, 0), ValueError,
+                     "[linear_cross_entropy]", "'chunk_bytes'");
 }
 
 }  // namespace

@@ -210,6 +210,35 @@ TEST(GPTModel, TiedModelGradcheckInF64) {
   autograd::clear_tape();
 }
 
+// With targets the head and the loss run fused (the logits never held): the same loss and the same gradient
+// for every parameter as the cross-entropy of the logits the model gives without targets, tied and untied.
+TEST(GPTModel, FusedHeadLossEqualsCrossEntropyOfTheLogits) {
+  for (bool tied : {true, false}) {
+    SCOPED_TRACE(tied ? "tied head" : "untied head");
+    GPTConfig c = test::micro_config();
+    c.tie_embeddings = tied;
+    GPT model(c, DType::f64);
+    Tensor ids = test::random_ids({2, 7}, c.vocab_size);
+    Tensor targets = test::random_ids({2, 7}, c.vocab_size);
+    targets.data<int32_t>()[5] = ops::kIgnoreIndex;
+    auto loss_and_grads = [&](bool fused) {
+      model.zero_grad();
+      GPTOutput out = fused ? model.forward(ids, targets) : model.forward(ids);
+      EXPECT_EQ(out.logits.defined(), !fused);
+      Variable loss = fused ? out.loss
+                            : autograd::cross_entropy(autograd::reshape(out.logits, {14, c.vocab_size}),
+                                                      targets.reshape({14}));
+      autograd::backward(loss);
+      std::vector<Tensor> values{loss.value()};
+      for (const auto& p : model.named_parameters()) values.push_back(p.variable.grad().clone());
+      return values;
+    };
+    std::vector<Tensor> fused = loss_and_grads(true), composite = loss_and_grads(false);
+    ASSERT_EQ(fused.size(), composite.size());
+    for (size_t i = 0; i < fused.size(); ++i) EXPECT_TRUE(test::all_close(fused[i], composite[i], "linear_cross_entropy"));
+  }
+}
+
 TEST(GPTModel, DropoutIsAPureFunctionOfTheStep) {
   GPTConfig c = tiny();
   c.dropout = 0.2;

@@ -1,5 +1,7 @@
 #include "alpha/autograd/functions.h"
 #include "alpha/ops/cross_entropy.h"
+#include "alpha/ops/linear_cross_entropy.h"
+#include "alpha/ops/optim.h"
 
 namespace alpha::autograd {
 
@@ -11,6 +13,28 @@ Variable cross_entropy(const Variable& logits, const Tensor& targets) {
     // targets again (on a GPU: no host round trip).
     return BackwardFn([x = logits.value(), out](const Tensor& g, const std::vector<bool>&) {
       return std::vector<Tensor>{ops::cross_entropy_backward(g, x, out)};
+    });
+  });
+}
+
+Variable linear_cross_entropy(const Variable& x, const Variable& weight, const Variable& bias, const Tensor& targets) {
+  const std::vector<Variable> inputs{x, weight, bias};
+  const bool recording = needs_recording(inputs);
+  auto wanted = [&](const Variable& v) { return recording && v.defined() && v.requires_grad(); };
+  ops::LinearCrossEntropy out =
+      ops::linear_cross_entropy(x.value(), weight.value(), bias.defined() ? bias.value() : Tensor(), targets,
+                                wanted(x), wanted(weight), wanted(bias));
+  return record("linear_cross_entropy", out.loss, inputs, [&] {
+    // The forward computed the gradients of the loss itself; the backward scales them by the loss's gradient,
+    // read on the device. It runs once (the tape is cleared after it), so it scales them in place.
+    return BackwardFn([grads = std::vector<Tensor>{out.dx, out.dweight, out.dbias}](
+                          const Tensor& g, const std::vector<bool>& needs) mutable {
+      std::vector<Tensor> needed;
+      for (size_t i = 0; i < grads.size(); ++i)
+        if (needs[i] && grads[i].defined()) needed.push_back(grads[i]);
+      ops::scale_grads(needed, g.to(DType::f64));
+      return std::vector<Tensor>{needs[0] ? grads[0] : Tensor(), needs[1] ? grads[1] : Tensor(),
+                                 needs[2] ? grads[2] : Tensor()};
     });
   });
 }

@@ -54,6 +54,10 @@ inline constexpr ToleranceRow kTolerances[] = {
     {"embedding", DType::f64, {1e-12, 1e-12}},
     {"cross_entropy", DType::f32, {1e-5, 1e-5}},
     {"cross_entropy", DType::f64, {1e-11, 1e-11}},
+    // The fused head and loss (ops/linear_cross_entropy.h) against linear then cross-entropy in f64: two
+    // short GEMMs and the chunks' loss sum on top of cross_entropy's rounding.
+    {"linear_cross_entropy", DType::f32, {1e-5, 1e-5}},
+    {"linear_cross_entropy", DType::f64, {1e-12, 1e-11}},
     {"dropout", DType::f32, {1e-6, 1e-6}},
     {"dropout", DType::f64, {1e-13, 1e-13}},
     {"adamw", DType::f32, {1e-6, 1e-5}},
@@ -157,6 +161,12 @@ inline constexpr ToleranceRow kTolerances[] = {
     {"cuda.cross_entropy", DType::f32, {1e-6, 1e-5}},
     {"cuda.cross_entropy", DType::bf16, {1e-6, 8e-3}},
     {"cuda.cross_entropy", DType::f16, {1e-6, 1e-3}},
+    // The fused head and loss on the GPU against linear then cross-entropy in f32 on the GPU, from the same
+    // inputs, every value divided by the largest |reference| of its tensor: bf16 rounds the logits, dlogits,
+    // the chunks' dW (before their f32 sum) and dx, each by up to 2⁻⁸ relative.
+    {"cuda.linear_cross_entropy", DType::f32, {1e-5, 1e-4}},
+    {"cuda.linear_cross_entropy", DType::bf16, {2e-2, 2e-2}},
+    {"cuda.linear_cross_entropy", DType::f16, {2e-3, 2e-3}},  // the loss alone (no f16 gradients)
     // embedding: the lookup copies bits; the backward rounds the CPU's own f64 sum once to f32 (2⁻²⁴ relative)
     // and then to the dtype (one rounding, see above; f16's abs for its subnormals, spaced 6e-8). The check
     // also compares bits with the CPU kernel's f64 result rounded to the dtype.

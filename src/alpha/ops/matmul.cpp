@@ -77,23 +77,6 @@ kernels::GemmArgs<T> gemm_2d(const MatrixBatch& a, const MatrixBatch& b, const T
   return args;
 }
 
-// Validates x [..., in] and weight [out, in] for the linear ops.
-void check_linear_operands(std::string_view op, const Tensor& x, const Tensor& weight) {
-  check_backend_float(op, "x", x);
-  check_min_dim(op, "x", x, 1);
-  check_same_device(op, "weight", weight, x);
-  check_same_dtype(op, "weight", weight, x);
-  check_dim(op, "weight", weight, 2);
-  check_size(op, "weight", weight, 1, x.size(-1));
-}
-
-void check_bias(std::string_view op, const Tensor& bias, const Tensor& x, int64_t features) {
-  if (!bias.defined()) return;
-  check_same_device(op, "bias", bias, x);
-  check_same_dtype(op, "bias", bias, x);
-  check_shape(op, "bias", bias, {features});
-}
-
 // Validates dy [..., out] against x [..., in] and weight [out, in].
 void check_output_grad(std::string_view op, const Tensor& dy, const Tensor& x, const Tensor& weight) {
   check_same_device(op, "dy", dy, x);
@@ -126,9 +109,8 @@ void weight_and_bias_grads(const Where& where, const MatrixBatch& dym, const Ten
 // receives x·Wᵀ + b.
 LinearGelu linear_forward(std::string_view op, const Tensor& x, const Tensor& weight, const Tensor& bias,
                           kernels::GemmEpilogue epilogue, bool keep_pre) {
-  check_linear_operands(op, x, weight);
+  check_linear_operands(op, x, weight, bias);
   int64_t out_features = weight.size(0), in_features = weight.size(1);
-  check_bias(op, bias, x, out_features);
   MatrixBatch xm = as_matrices(x, 0), wm = as_matrices(weight, 0);
   Tensor bc = bias.defined() ? bias.contiguous() : Tensor();
   Shape shape = with_last(leading_shape(x, 1), {out_features});
@@ -148,6 +130,19 @@ LinearGelu linear_forward(std::string_view op, const Tensor& x, const Tensor& we
 }
 
 }  // namespace
+
+void check_linear_operands(std::string_view op, const Tensor& x, const Tensor& weight, const Tensor& bias) {
+  check_backend_float(op, "x", x);
+  check_min_dim(op, "x", x, 1);
+  check_same_device(op, "weight", weight, x);
+  check_same_dtype(op, "weight", weight, x);
+  check_dim(op, "weight", weight, 2);
+  check_size(op, "weight", weight, 1, x.size(-1));
+  if (!bias.defined()) return;
+  check_same_device(op, "bias", bias, x);
+  check_same_dtype(op, "bias", bias, x);
+  check_shape(op, "bias", bias, {weight.size(0)});
+}
 
 void set_allow_tf32(bool allow) { tf32_allowed.store(allow, std::memory_order_relaxed); }
 bool allow_tf32() { return tf32_allowed.load(std::memory_order_relaxed); }
@@ -184,7 +179,7 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
 LinearGrads linear_backward(const Tensor& dy, const Tensor& x, const Tensor& weight, bool need_dx,
                             bool need_dweight, bool need_dbias) {
   constexpr std::string_view op = "linear_backward";
-  check_linear_operands(op, x, weight);
+  check_linear_operands(op, x, weight, Tensor());
   check_output_grad(op, dy, x, weight);
   int64_t out_features = weight.size(0), in_features = weight.size(1);
   MatrixBatch dym = as_matrices(dy, 0);
@@ -208,7 +203,7 @@ LinearGelu linear_gelu(const Tensor& x, const Tensor& weight, const Tensor& bias
 GeluLinearGrads gelu_linear_backward(const Tensor& dy, const Tensor& pre, const Tensor& h, const Tensor& weight,
                                      bool need_dpre, bool need_dpre_bias, bool need_dweight, bool need_dbias) {
   constexpr std::string_view op = "gelu_linear_backward";
-  check_linear_operands(op, h, weight);
+  check_linear_operands(op, h, weight, Tensor());
   check_output_grad(op, dy, h, weight);
   check_same_device(op, "pre", pre, h);
   check_same_dtype(op, "pre", pre, h);

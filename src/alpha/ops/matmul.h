@@ -2,6 +2,8 @@
 // Every op runs on the device of its tensors: f32 or f64 on the CPU, f32, bf16 or f16 on a CUDA device
 // (accumulating in f32).
 #pragma once
+#include <string_view>
+
 #include "alpha/tensor/tensor.h"
 
 namespace alpha::ops {
@@ -15,6 +17,10 @@ bool allow_tf32();
 // leading (batch) dimensions must be equal; result [..., M, N]. Inputs need unit stride in their last
 // dimension (any other strides are made contiguous).
 Tensor matmul(const Tensor& a, const Tensor& b, bool trans_a = false, bool trans_b = false);
+
+// Validates x [..., in], weight [out, in] and bias [out] (when defined) for `op`, an op built on linear:
+// floats of one dtype on one device, typed errors naming `op`.
+void check_linear_operands(std::string_view op, const Tensor& x, const Tensor& weight, const Tensor& bias);
 
 // y = x · Wᵀ + b: x [..., in], weight [out, in], bias [out] or undefined. One GEMM (the bias in its epilogue).
 Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias);

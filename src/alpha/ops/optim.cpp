@@ -215,11 +215,12 @@ void dispatch_dtype_groups(std::string_view op, const std::vector<Tensor>& tenso
 }
 
 // A 0-d f64 tensor of the grads' device holding the norm (checked: on that device, f64, one element).
-void check_norm_tensor(std::string_view op, const Tensor& norm, Device device) {
-  check_defined(op, "norm", norm);
-  check_dtype(op, "norm", norm, {DType::f64});
-  if (norm.numel() != 1) raise<ShapeError>(op, "norm", "a single-element tensor", shape_str(norm.shape()));
-  if (norm.device() != device) raise<DeviceError>(op, "norm", "a tensor on " + device.str(), norm.device().str());
+// A single-element f64 tensor on `device` (a norm, a factor).
+void check_f64_scalar(std::string_view op, std::string_view arg, const Tensor& t, Device device) {
+  check_defined(op, arg, t);
+  check_dtype(op, arg, t, {DType::f64});
+  if (t.numel() != 1) raise<ShapeError>(op, arg, "a single-element tensor", shape_str(t.shape()));
+  if (t.device() != device) raise<DeviceError>(op, arg, "a tensor on " + device.str(), t.device().str());
 }
 
 // Checks that every grad can be scaled in place on grads[0]'s device, before any is.
@@ -302,9 +303,26 @@ void scale_grads_for(std::string_view op, std::vector<Tensor>& grads, double fac
   });
 }
 
+// grads[i] *= *factor (f64, on the grads' device), under the name of the op that asked for it.
+void scale_grads_by_tensor_for(std::string_view op, std::vector<Tensor>& grads, const Tensor& factor) {
+  dispatch_dtype_groups(op, grads, [&]<class T>(const auto& where, const std::vector<size_t>& group) {
+    std::vector<kernels::ScaleByArgs<T>> list;
+    for (size_t i : group) list.push_back({grads[i].data<T>(), factor.data<double>(), grads[i].numel()});
+    ALPHA_KERNEL(multi_scale_by)(where, std::span<const kernels::ScaleByArgs<T>>(list));
+  });
+}
+
 }  // namespace
 
 void scale_grads(std::vector<Tensor>& grads, double factor) { scale_grads_for("scale_grads", grads, factor); }
+
+void scale_grads(std::vector<Tensor>& grads, const Tensor& factor) {
+  constexpr std::string_view op = "scale_grads";
+  check_clip_grads(op, grads);
+  if (grads.empty()) return;
+  check_f64_scalar(op, "factor", factor, grads[0].device());
+  scale_grads_by_tensor_for(op, grads, factor);
+}
 
 double clip_grad_norm(std::vector<Tensor>& grads, double max_norm, double norm) {
   const double coefficient = clip_coefficient(max_norm, norm);
@@ -317,7 +335,7 @@ Tensor clip_grad_norm(std::vector<Tensor>& grads, double max_norm, const Tensor&
   require(op, "max_norm", max_norm, positive(max_norm), "a finite value > 0");
   check_clip_grads(op, grads);
   const Device device = grads.empty() ? norm.device() : grads[0].device();
-  check_norm_tensor(op, norm, device);
+  check_f64_scalar(op, "norm", norm, device);
   Tensor coefficient = Tensor::empty({}, DType::f64, device);
   dispatch_device(op, device, [&](const auto& where) {
     ALPHA_KERNEL(clip_coefficient)(where, kernels::ClipCoefficientArgs{norm.data<double>(), max_norm,
@@ -325,11 +343,7 @@ Tensor clip_grad_norm(std::vector<Tensor>& grads, double max_norm, const Tensor&
   });
   // Multiplying by a coefficient of 1 leaves every value's bits as they are, so the grads are scaled
   // unconditionally (the host overload skips that pass instead): the results are the same.
-  dispatch_dtype_groups(op, grads, [&]<class T>(const auto& where, const std::vector<size_t>& group) {
-    std::vector<kernels::ScaleByArgs<T>> list;
-    for (size_t i : group) list.push_back({grads[i].data<T>(), coefficient.data<double>(), grads[i].numel()});
-    ALPHA_KERNEL(multi_scale_by)(where, std::span<const kernels::ScaleByArgs<T>>(list));
-  });
+  scale_grads_by_tensor_for(op, grads, coefficient);
   return coefficient;
 }
 

@@ -65,6 +65,9 @@ Tensor global_grad_norm_tensor(const std::vector<Tensor>& grads);
 double clip_coefficient(double max_norm, double norm);
 // Multiplies every grad by `factor` in place (no pass at all for 1).
 void scale_grads(std::vector<Tensor>& grads, double factor);
+// The same with the factor a single-element f64 tensor on the grads' device, read where the kernels run
+// (nothing waits for the device; a factor of 1 leaves every value's bits as they are).
+void scale_grads(std::vector<Tensor>& grads, const Tensor& factor);
 // Scales every grad by clip_coefficient(max_norm, norm) in place; returns that coefficient.
 double clip_grad_norm(std::vector<Tensor>& grads, double max_norm, double norm);
 // The same with the norm as a 0-d f64 tensor on the grads' device (global_grad_norm_tensor's): the

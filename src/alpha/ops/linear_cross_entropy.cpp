@@ -1,0 +1,123 @@
+#include "alpha/ops/linear_cross_entropy.h"
+
+#include <algorithm>
+#include <vector>
+
+#include "alpha/kernels/cross_entropy.h"
+#include "alpha/ops/check.h"
+#include "alpha/ops/cross_entropy.h"
+#include "alpha/ops/elementwise.h"
+#include "alpha/ops/index_check.h"
+#include "alpha/ops/matmul.h"
+
+namespace alpha::ops {
+
+namespace {
+
+constexpr std::string_view kOp = "linear_cross_entropy";
+
+void check_operands(const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& targets,
+                    size_t chunk_bytes) {
+  check_linear_operands(kOp, x, weight, bias);
+  check_dtype(kOp, "targets", targets, {DType::i32});
+  if (!targets.device().is_cpu()) check_same_device(kOp, "targets", targets, x);
+  const Shape leading(x.shape().begin(), x.shape().end() - 1);
+  const int64_t rows = shape_numel(leading);
+  if (targets.shape() != leading && targets.shape() != Shape{rows})
+    raise<ShapeError>(kOp, "targets", "shape " + shape_str(leading) + " or [" + std::to_string(rows) + "]",
+                      shape_str(targets.shape()));
+  if (chunk_bytes == 0) raise<ValueError>(kOp, "chunk_bytes", "a positive byte count", "0");
+}
+
+// total += part, in dtype `sum_dtype` (the first part becomes the total).
+void accumulate(Tensor& total, const Tensor& part, DType sum_dtype) {
+  Tensor widened = part.to(sum_dtype);
+  if (!total.defined()) total = widened;
+  else add_(total, widened);
+}
+
+}  // namespace
+
+LinearCrossEntropy linear_cross_entropy(const Tensor& x, const Tensor& weight, const Tensor& bias,
+                                        const Tensor& targets, bool need_dx, bool need_dweight, bool need_dbias,
+                                        size_t chunk_bytes) {
+  check_operands(x, weight, bias, targets, chunk_bytes);
+  const bool need_grads = need_dx || need_dweight || need_dbias;
+  if (need_grads && x.dtype() == DType::f16)
+    raise<DTypeError>(kOp, "x",
+                      "bf16, f32 or f64 when gradients are asked for (an f16 gradient needs the loss scale, which "
+                      "only the backward knows: use linear and cross_entropy)",
+                      "f16");
+  const int64_t features = x.size(-1), vocab = weight.size(0), rows = x.numel() / std::max<int64_t>(features, 1);
+  const Device device = x.device();
+  const DType accumulation = x.dtype() == DType::f64 ? DType::f64 : DType::f32;
+
+  // The targets on the host (validated there: no wait for the device unless they live on it) and on the device.
+  const Tensor host_targets = targets.to(Device::cpu()).contiguous().reshape({rows});
+  const int64_t counted = check_index_range(kOp, "targets", host_targets, vocab, "row", kIgnoreIndex);
+  const Tensor device_targets =
+      targets.device() == device ? targets.contiguous().reshape({rows}) : host_targets.to(device);
+
+  const size_t row_bytes = size_t(vocab) * dtype_size(x.dtype());
+  const int64_t wanted_chunks = int64_t((size_t(rows) * row_bytes + chunk_bytes - 1) / chunk_bytes);
+  const int64_t chunk_rows = std::max<int64_t>((rows + std::max<int64_t>(wanted_chunks, 1) - 1) /
+                                                   std::max<int64_t>(wanted_chunks, 1), 1);
+  const int64_t chunks = std::max<int64_t>((rows + chunk_rows - 1) / chunk_rows, 1);
+
+  const Tensor x_rows = x.reshape({rows, features});
+  // Each chunk's kernel writes the mean over its counted rows into its own slot; the loss is their
+  // average weighted by the chunks' counts (known on the host from the validation).
+  Tensor chunk_losses = Tensor::empty({chunks}, accumulation, device);
+  Tensor chunk_counts = Tensor::empty({chunks}, DType::i64, device);
+  std::vector<double> chunk_weights(size_t(chunks), 0.0);
+  const int32_t* host_target = host_targets.data<int32_t>();
+  LinearCrossEntropy out;
+  Tensor dweight_total, dbias_total;
+  if (need_dx) out.dx = Tensor::empty({rows, features}, x.dtype(), device);
+  for (int64_t c = 0; c < chunks; ++c) {
+    const int64_t first = c * chunk_rows, count = std::min(chunk_rows, rows - first);
+    if (counted > 0)
+      chunk_weights[size_t(c)] =
+          double(std::count_if(host_target + first, host_target + first + count,
+                               [](int32_t t) { return t != kIgnoreIndex; })) /
+          double(counted);
+    const Tensor x_chunk = x_rows.slice(0, first, first + count);
+    const Tensor logits = linear(x_chunk, weight, bias);  // [count, V]
+    Tensor dlogits = need_grads ? Tensor::empty(logits.shape(), logits.dtype(), device) : Tensor();
+    dispatch_float(kOp, x, [&]<class T>(const auto& where) {
+      using A = acc_t<T>;
+      Tensor lse = Tensor::empty({count}, accumulation, device);
+      const int32_t* chunk_targets = device_targets.data<int32_t>() + first;
+      ALPHA_KERNEL(cross_entropy)(where, kernels::CrossEntropyArgs<T>{logits.data<T>(), chunk_targets, lse.data<A>(),
+                                                                      chunk_losses.data<A>() + c,
+                                                                      chunk_counts.data<int64_t>() + c, count, vocab,
+                                                                      kIgnoreIndex});
+      if (need_grads) {
+        // dlogits of the mean over every counted row of x, not just this chunk's.
+        const A scale = counted > 0 ? A(1.0 / double(counted)) : A(0);
+        ALPHA_KERNEL(cross_entropy_backward)(where, kernels::CrossEntropyBackwardArgs<T>{
+            logits.data<T>(), chunk_targets, lse.data<A>(), dlogits.data<T>(), scale, count, vocab, kIgnoreIndex,
+            nullptr, nullptr});
+      }
+    });
+    if (!need_grads) continue;
+    LinearGrads grads = linear_backward(dlogits, x_chunk, weight, need_dx, need_dweight, need_dbias);
+    if (need_dx) out.dx.slice(0, first, first + count).copy_from(grads.dx);
+    // One chunk's gradients are the whole: no sum, no widening.
+    const DType sum_dtype = chunks == 1 ? x.dtype() : accumulation;
+    if (need_dweight) accumulate(dweight_total, grads.dweight, sum_dtype);
+    if (need_dbias) accumulate(dbias_total, grads.dbias, sum_dtype);
+  }
+  if (chunks == 1) {
+    out.loss = chunk_losses.reshape({});
+  } else {
+    const Tensor weights = Tensor::from_vector(chunk_weights, {chunks}).to(accumulation).to(device);
+    out.loss = sum(mul(chunk_losses, weights));
+  }
+  if (need_dx) out.dx = out.dx.reshape(x.shape());
+  if (need_dweight) out.dweight = dweight_total.to(x.dtype());
+  if (need_dbias) out.dbias = dbias_total.to(x.dtype());
+  return out;
+}
+
+}  // namespace alpha::ops
