@@ -323,6 +323,8 @@ TEST(LinearCrossEntropy, BadInputsRaise) {
                      "[linear_cross_entropy]", "'bias'");
   EXPECT_ALPHA_ERROR(ops::linear_cross_entropy(c.x, c.weight, c.bias, c.targets, true, true, true, 0), ValueError,
                      "[linear_cross_entropy]", "'chunk_bytes'");
+  EXPECT_ALPHA_ERROR(ops::linear_cross_entropy(c.x, random({0, 3}), Tensor(), c.targets, true, true, false),
+                     ShapeError, "[linear_cross_entropy]", "'weight'", "at least one class");
 }
 
 }  // namespace

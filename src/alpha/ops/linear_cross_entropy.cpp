@@ -19,6 +19,7 @@ constexpr std::string_view kOp = "linear_cross_entropy";
 void check_operands(const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& targets,
                     size_t chunk_bytes) {
   check_linear_operands(kOp, x, weight, bias);
+  if (weight.size(0) < 1) raise<ShapeError>(kOp, "weight", "at least one class (row)", shape_str(weight.shape()));
   check_dtype(kOp, "targets", targets, {DType::i32});
   if (!targets.device().is_cpu()) check_same_device(kOp, "targets", targets, x);
   const Shape leading(x.shape().begin(), x.shape().end() - 1);
@@ -48,7 +49,7 @@ LinearCrossEntropy linear_cross_entropy(const Tensor& x, const Tensor& weight, c
                       "bf16, f32 or f64 when gradients are asked for (an f16 gradient needs the loss scale, which "
                       "only the backward knows: use linear and cross_entropy)",
                       "f16");
-  const int64_t features = x.size(-1), vocab = weight.size(0), rows = x.numel() / std::max<int64_t>(features, 1);
+  const int64_t features = x.size(-1), vocab = weight.size(0), rows = shape_numel(Shape(x.shape().begin(), x.shape().end() - 1));
   const Device device = x.device();
   const DType accumulation = x.dtype() == DType::f64 ? DType::f64 : DType::f32;
 
@@ -58,22 +59,23 @@ LinearCrossEntropy linear_cross_entropy(const Tensor& x, const Tensor& weight, c
   const Tensor device_targets =
       targets.device() == device ? targets.contiguous().reshape({rows}) : host_targets.to(device);
 
-  const size_t row_bytes = size_t(vocab) * dtype_size(x.dtype());
-  const int64_t wanted_chunks = int64_t((size_t(rows) * row_bytes + chunk_bytes - 1) / chunk_bytes);
-  const int64_t chunk_rows = std::max<int64_t>((rows + std::max<int64_t>(wanted_chunks, 1) - 1) /
-                                                   std::max<int64_t>(wanted_chunks, 1), 1);
-  const int64_t chunks = std::max<int64_t>((rows + chunk_rows - 1) / chunk_rows, 1);
+  // As few chunks as keep each chunk's logits within chunk_bytes, of equal rows (the last may be shorter).
+  auto ceil_div = [](int64_t a, int64_t b) { return (a + b - 1) / b; };
+  const size_t logits_bytes = size_t(rows) * size_t(vocab) * dtype_size(x.dtype());
+  const int64_t wanted_chunks = std::max<int64_t>(int64_t((logits_bytes + chunk_bytes - 1) / chunk_bytes), 1);
+  const int64_t chunk_rows = std::max<int64_t>(ceil_div(rows, wanted_chunks), 1);
+  const int64_t chunks = std::max<int64_t>(ceil_div(rows, chunk_rows), 1);
 
   const Tensor x_rows = x.reshape({rows, features});
   // Each chunk's kernel writes the mean over its counted rows into its own slot; the loss is their
   // average weighted by the chunks' counts (known on the host from the validation).
   Tensor chunk_losses = Tensor::empty({chunks}, accumulation, device);
-  Tensor chunk_counts = Tensor::empty({chunks}, DType::i64, device);
+  Tensor chunk_counts = Tensor::empty({chunks}, DType::i64, device);  // the kernel's counts (the host has them)
   std::vector<double> chunk_weights(size_t(chunks), 0.0);
   const int32_t* host_target = host_targets.data<int32_t>();
   LinearCrossEntropy out;
   Tensor dweight_total, dbias_total;
-  if (need_dx) out.dx = Tensor::empty({rows, features}, x.dtype(), device);
+  if (need_dx && chunks > 1) out.dx = Tensor::empty({rows, features}, x.dtype(), device);
   for (int64_t c = 0; c < chunks; ++c) {
     const int64_t first = c * chunk_rows, count = std::min(chunk_rows, rows - first);
     if (counted > 0)
@@ -102,7 +104,8 @@ LinearCrossEntropy linear_cross_entropy(const Tensor& x, const Tensor& weight, c
     });
     if (!need_grads) continue;
     LinearGrads grads = linear_backward(dlogits, x_chunk, weight, need_dx, need_dweight, need_dbias);
-    if (need_dx) out.dx.slice(0, first, first + count).copy_from(grads.dx);
+    if (need_dx && chunks == 1) out.dx = grads.dx;
+    else if (need_dx) out.dx.slice(0, first, first + count).copy_from(grads.dx);
     // One chunk's gradients are the whole: no sum, no widening.
     const DType sum_dtype = chunks == 1 ? x.dtype() : accumulation;
     if (need_dweight) accumulate(dweight_total, grads.dweight, sum_dtype);
