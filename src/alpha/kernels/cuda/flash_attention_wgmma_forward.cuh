@@ -40,11 +40,14 @@ struct WgmmaForwardTraits;
 // D 64: two warpgroups, 64 keys, four stages, two blocks per SM (80 KiB of shared memory and 128 registers
 // each, with 228 bytes of spill stores). At D 64 the exponentials take the SFU as long as the products take the tensor cores, so
 // what pays is more warps per SM to overlap one warpgroup's softmax with another's products. Measured on an
-// H200 (2026-11-26, eight configurations side by side, B·T 16384, H 32, T 512 / 2048 / 8192): 0.279 /
-// 0.945 / 3.61 ms non-causal and 0.205 / 0.542 / 1.90 causal, against 0.317 / 1.029 / 3.91 and 0.249 /
+// H200 (2026-11-26, eight configurations side by side, B·T 16384, H 32, T 512 / 2048 / 8192): 0.281 /
+// 0.962 / 3.69 ms non-causal and 0.224 / 0.579 / 1.99 causal, against 0.317 / 1.029 / 3.91 and 0.249 /
 // 0.611 / 2.06 for the earlier one warpgroup of 128 keys (two blocks per SM by shared memory). Three
-// warpgroups of 128 keys (192 rows, one block) won at T 8192 non-causal by 2% and lost elsewhere by up
-// to 45% (causal T 512); one warpgroup of 64 keys at three blocks per SM won at causal T 512 by 3%.
+// warpgroups of 128 keys (192 rows, one block) won at T 2048 and 8192 non-causal and T 8192 causal by 1.5-8%
+// and lost causal T 512 and 2048 by 16-50%; one warpgroup of 64 keys at three blocks per SM won at causal
+// T 512 and 2048 by 1-9% and lost non-causal by 4-6%. In a second call, with per-warpgroup key ranges, this
+// configuration ran 0.279 / 0.945 / 3.61 and 0.205 / 0.542 / 1.90, and three warpgroups won only T 8192
+// non-causal (by 2%).
 template <>
 struct WgmmaForwardTraits<64> : WgmmaForwardConfig<64, 2, 64, 4, 2> {};
 // D 128: two warpgroups, 128 keys, three stages. Measured on an H100 (2026-11-22, T 512 to 8192, variants
