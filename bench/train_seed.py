@@ -33,6 +33,7 @@ import time
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+from torch.utils.checkpoint import checkpoint
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -106,9 +107,11 @@ class Block(nn.Module):
 
 
 class GPT(nn.Module):
-    def __init__(self, cfg):
+    def __init__(self, cfg, checkpoint_blocks=False):
         super().__init__()
         c = cfg["n_embd"]
+        # Full recomputation (bench/largest_model.py): each block's input kept, the block re-run in backward.
+        self.checkpoint_blocks = checkpoint_blocks
         self.wte = nn.Embedding(cfg["vocab_size"], c)
         self.wpe = nn.Embedding(cfg["block_size"], c)
         self.blocks = nn.ModuleList(Block(c, cfg["n_head"], cfg.get("bias", True)) for _ in range(cfg["n_layer"]))
@@ -126,7 +129,7 @@ class GPT(nn.Module):
         pos = torch.arange(ids.shape[1], device=ids.device)
         x = self.wte(ids) + self.wpe(pos)
         for block in self.blocks:
-            x = block(x)
+            x = checkpoint(block, x, use_reentrant=False) if self.checkpoint_blocks else block(x)
         logits = F.linear(self.ln_f(x), self.wte.weight)  # tied head
         return F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), targets.reshape(-1))
 
