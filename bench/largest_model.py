@@ -60,7 +60,7 @@ def torch_trial(shape, batch, steps):
     """Runs in its own process (--torch-trial): exits OOM_EXIT on out-of-memory, prints the result as JSON."""
     import torch
     sys.path.insert(0, os.path.join(ROOT, "bench"))
-    from train_seed import GPT
+    from train_seed import GPT, peer_optimizer, peer_step
     layers, width, heads = shape
     cfg = {"n_layer": layers, "n_embd": width, "n_head": heads, "vocab_size": VOCAB, "block_size": SEQ,
            "bias": True}
@@ -68,15 +68,10 @@ def torch_trial(shape, batch, steps):
         torch.manual_seed(0)
         with torch.device("cuda"):  # built there: a host copy of billions of weights would take minutes
             model = GPT(cfg, checkpoint_blocks=True)
-        opt = torch.optim.AdamW(model.parameters(), lr=3e-4, betas=(0.9, 0.95), weight_decay=0.1, fused=True)
+        opt = peer_optimizer(model)
         ids = torch.randint(0, VOCAB, (batch, SEQ + 1), device="cuda")
         for _ in range(steps):
-            with torch.autocast("cuda", dtype=torch.bfloat16):
-                loss = model(ids[:, :-1], ids[:, 1:])
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-            opt.step()
-            opt.zero_grad(set_to_none=True)
+            loss = peer_step(model, model, opt, ids)
         loss = loss.item()
     except torch.cuda.OutOfMemoryError as e:
         print(json.dumps({"trained": False, "why": str(e).splitlines()[0], "out_of_memory": True}))

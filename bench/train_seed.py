@@ -168,21 +168,31 @@ def print_profile(title, report, rows=12):
         print(f"  {k['time_s'] * 1e3:8.3f} ms {100 * k['share']:5.1f}% {k['calls']:5d}  {k['name'][:100]}")
 
 
+def peer_optimizer(model):
+    """The peers' AdamW: Alpha's defaults (lr 3e-4, betas 0.9 / 0.95, weight decay 0.1), fused."""
+    return torch.optim.AdamW(model.parameters(), lr=3e-4, betas=(0.9, 0.95), weight_decay=0.1, fused=True)
+
+
+def peer_step(model, step_model, opt, ids):
+    """One training step of a peer on ids [B, T + 1]: bf16 autocast, clipping at 1.0, AdamW. Returns the loss."""
+    with torch.autocast("cuda", dtype=torch.bfloat16):
+        loss = step_model(ids[:, :-1], ids[:, 1:])
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+    opt.step()
+    opt.zero_grad(set_to_none=True)
+    return loss
+
+
 def torch_run(cfg, batch, seq, steps, warmup, compile_model, profile=False):
     torch.manual_seed(0)
     model = GPT(cfg).cuda()
     step_model = torch.compile(model) if compile_model else model
-    opt = torch.optim.AdamW(model.parameters(), lr=3e-4, betas=(0.9, 0.95), weight_decay=0.1, fused=True)
+    opt = peer_optimizer(model)
     ids = torch.randint(0, cfg["vocab_size"], (batch, seq + 1), device="cuda")
 
     def step():
-        with torch.autocast("cuda", dtype=torch.bfloat16):
-            loss = step_model(ids[:, :-1], ids[:, 1:])
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
-        opt.zero_grad(set_to_none=True)
-        return loss
+        return peer_step(model, step_model, opt, ids)
 
     for _ in range(warmup):
         step()
