@@ -48,7 +48,7 @@ TEST(Profiler, CpuStepReportsEveryLaunchOfTheStepByOp) {
   }
   EXPECT_EQ(calls, m[2]["ops"].get<int64_t>()) << "every op launch the metrics count, once";
   EXPECT_EQ(report["launches"], calls);
-  EXPECT_TRUE(names.count("linear") && names.count("cross_entropy") && names.count("Tensor::copy_from"))
+  EXPECT_TRUE(names.count("linear") && names.count("linear_cross_entropy") && names.count("Tensor::copy_from"))
       << report["ops"].dump();
   EXPECT_DOUBLE_EQ(report["busy_s"].get<double>(), summed);
   EXPECT_DOUBLE_EQ(report["host_s"].get<double>(), summed);
