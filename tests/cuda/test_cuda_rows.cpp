@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstring>
 #include <string>
+#include <utility>
 
 #include "alpha/ops/activation.h"
 #include "alpha/ops/check.h"
@@ -155,16 +156,18 @@ TEST_F(CudaRows, LinearCrossEntropyMatchesCpu) {
     test::GpuInput bias = test::gpu_input({vocab}, dtype);
     Tensor targets = test::random_indices({rows}, int32_t(vocab));
     for (int64_t i = 0; i < rows; i += 7) targets.data<int32_t>()[i] = ops::kIgnoreIndex;
-    // The reference in f64 on the CPU from the same values: linear, cross-entropy, their backwards.
-    const Tensor x64 = x.cpu.to(DType::f64), w64 = weight.cpu.to(DType::f64);
-    const Tensor logits = ops::linear(x64, w64, bias.cpu.to(DType::f64));
-    ops::CrossEntropyOutput want = ops::cross_entropy(logits, targets);
-    Tensor dlogits = ops::cross_entropy_backward(1.0, logits, targets, want.lse, want.counted_rows);
-    ops::LinearGrads want_grads = ops::linear_backward(dlogits, x64, w64, true, true, true);
-    // Three chunks of 100 rows, targets from the host and from the device.
-    for (const Tensor& t : {targets, targets.to(kGpu)}) {
+    // Three chunks of 100 rows; targets from the host and from the device, and a logit softcap.
+    for (auto [t, cap] : {std::pair{targets, 0.0}, std::pair{targets.to(kGpu), 0.0}, std::pair{targets, 1.5}}) {
+      // The reference in f64 on the CPU from the same values: linear, softcap, cross-entropy, their backwards.
+      const Tensor x64 = x.cpu.to(DType::f64), w64 = weight.cpu.to(DType::f64);
+      Tensor logits = ops::linear(x64, w64, bias.cpu.to(DType::f64));
+      if (cap > 0) logits = ops::softcap(logits, cap);
+      ops::CrossEntropyOutput want = ops::cross_entropy(logits, targets);
+      Tensor dlogits = ops::cross_entropy_backward(1.0, logits, targets, want.lse, want.counted_rows);
+      if (cap > 0) dlogits = ops::softcap_backward(dlogits, logits, cap);
+      ops::LinearGrads want_grads = ops::linear_backward(dlogits, x64, w64, true, true, true);
       ops::LinearCrossEntropy got = ops::linear_cross_entropy(
-          x.gpu, weight.gpu, bias.gpu, t, true, true, true, size_t(100 * vocab) * dtype_size(dtype));
+          x.gpu, weight.gpu, bias.gpu, t, true, true, true, cap, size_t(100 * vocab) * dtype_size(dtype));
       EXPECT_EQ(got.loss.device(), kGpu);
       EXPECT_TRUE(close_relative_to_largest(got.loss, want.loss, "cuda.linear_cross_entropy", dtype));
       EXPECT_TRUE(close_relative_to_largest(got.dx, want_grads.dx, "cuda.linear_cross_entropy", dtype));

@@ -10,8 +10,10 @@
 
 #include "alpha/autograd/functions.h"
 #include "alpha/kernels/cross_entropy.h"
+#include "alpha/ops/activation.h"
 #include "alpha/ops/check.h"
 #include "alpha/ops/cross_entropy.h"
+#include "alpha/ops/elementwise.h"
 #include "alpha/ops/linear_cross_entropy.h"
 #include "alpha/ops/matmul.h"
 #include "kernels/kernel_helpers.h"
@@ -237,12 +239,14 @@ HeadCase random_head_case(Shape x_shape, int64_t vocab, DType dtype) {
           random({vocab}, dtype, -1.0, 1.0), random_targets(rows, int32_t(vocab)).reshape(target_shape)};
 }
 
-void expect_head_matches_f64(const HeadCase& c, const ops::LinearCrossEntropy& got, DType dtype) {
+void expect_head_matches_f64(const HeadCase& c, const ops::LinearCrossEntropy& got, DType dtype, double cap = 0.0) {
   const int64_t features = c.x.size(-1), rows = c.x.numel() / features;
   const Tensor x = c.x.to(DType::f64).reshape({rows, features}), weight = c.weight.to(DType::f64);
-  const Tensor logits = ops::linear(x, weight, c.bias.to(DType::f64));
+  Tensor logits = ops::linear(x, weight, c.bias.to(DType::f64));
+  if (cap > 0) logits = ops::softcap(logits, cap);
   NaiveCrossEntropy want = naive_cross_entropy(logits, c.targets.reshape({rows}), 1.0);
-  ops::LinearGrads grads = ops::linear_backward(want.dlogits, x, weight, true, true, true);
+  const Tensor dlogits = cap > 0 ? ops::softcap_backward(want.dlogits, logits, cap) : want.dlogits;
+  ops::LinearGrads grads = ops::linear_backward(dlogits, x, weight, true, true, true);
   const test::Tolerance tol = test::tolerance("linear_cross_entropy", dtype);
   EXPECT_NEAR(got.loss.item(), want.loss, tol.abs + tol.rel * std::abs(want.loss));
   EXPECT_TRUE(all_close(got.dx.to(DType::f64).reshape({rows, features}), grads.dx, tol));
@@ -259,14 +263,21 @@ TEST_P(LinearCrossEntropyDtypes, MatchesLinearThenCrossEntropyForEveryChunking) 
   // One row per chunk, 5 rows (8 chunks, the last of 2), and the default (one chunk).
   for (size_t chunk_bytes : {size_t(1), size_t(5 * row_bytes), ops::kLinearCrossEntropyChunkBytes}) {
     SCOPED_TRACE("chunk_bytes " + std::to_string(chunk_bytes));
-    expect_head_matches_f64(c, ops::linear_cross_entropy(c.x, c.weight, c.bias, c.targets, true, true, true,
+    expect_head_matches_f64(c, ops::linear_cross_entropy(c.x, c.weight, c.bias, c.targets, true, true, true, 0.0,
                                                          chunk_bytes),
                             dtype);
   }
+  // A logit softcap, with the logits scaled up so that the cap bends them, over three chunks.
+  HeadCase capped = c;
+  capped.weight = ops::scale(c.weight, 8.0);
+  expect_head_matches_f64(capped,
+                          ops::linear_cross_entropy(capped.x, capped.weight, capped.bias, capped.targets, true, true,
+                                                    true, 3.0, size_t(13 * row_bytes)),
+                          dtype, 3.0);
   // Leading dimensions (B, T) and targets shaped like them.
   HeadCase batched = random_head_case({3, 7, 11}, 17, dtype);
   ops::LinearCrossEntropy out = ops::linear_cross_entropy(batched.x, batched.weight, batched.bias, batched.targets,
-                                                          true, true, true, size_t(4 * 17 * dtype_size(dtype)));
+                                                          true, true, true, 0.0, size_t(4 * 17 * dtype_size(dtype)));
   EXPECT_EQ(out.dx.shape(), batched.x.shape());
   expect_head_matches_f64(batched, out, dtype);
 }
@@ -276,10 +287,10 @@ INSTANTIATE_TEST_SUITE_P(CpuFloats, LinearCrossEntropyDtypes, ::testing::Values(
 TEST(LinearCrossEntropy, GivesOnlyTheGradientsAskedFor) {
   HeadCase c = random_head_case({9, 5}, 7, DType::f64);
   ops::LinearCrossEntropy loss_only =
-      ops::linear_cross_entropy(c.x, c.weight, Tensor(), c.targets, false, false, false, size_t(8));
+      ops::linear_cross_entropy(c.x, c.weight, Tensor(), c.targets, false, false, false, 0.0, size_t(8));
   EXPECT_FALSE(loss_only.dx.defined() || loss_only.dweight.defined() || loss_only.dbias.defined());
   ops::LinearCrossEntropy weight_only =
-      ops::linear_cross_entropy(c.x, c.weight, Tensor(), c.targets, false, true, false, size_t(8));
+      ops::linear_cross_entropy(c.x, c.weight, Tensor(), c.targets, false, true, false, 0.0, size_t(8));
   EXPECT_FALSE(weight_only.dx.defined() || weight_only.dbias.defined());
   EXPECT_DOUBLE_EQ(loss_only.loss.item(), weight_only.loss.item());
   const Tensor logits = ops::linear(c.x, c.weight, Tensor());
@@ -289,7 +300,7 @@ TEST(LinearCrossEntropy, GivesOnlyTheGradientsAskedFor) {
 TEST(LinearCrossEntropy, EveryRowIgnoredGivesZeroLossAndGradients) {
   HeadCase c = random_head_case({6, 4}, 5, DType::f32);
   c.targets.fill_(kIgnoreIndex);
-  ops::LinearCrossEntropy out = ops::linear_cross_entropy(c.x, c.weight, c.bias, c.targets, true, true, true, 40);
+  ops::LinearCrossEntropy out = ops::linear_cross_entropy(c.x, c.weight, c.bias, c.targets, true, true, true, 0.0, 40);
   EXPECT_EQ(out.loss.item(), 0.0);
   for (const Tensor& g : {out.dx, out.dweight, out.dbias})
     EXPECT_TRUE(test::bit_equal(g, Tensor::zeros(g.shape(), DType::f32)));
@@ -321,8 +332,12 @@ TEST(LinearCrossEntropy, BadInputsRaise) {
                      ShapeError, "[linear_cross_entropy]", "'weight'");
   EXPECT_ALPHA_ERROR(ops::linear_cross_entropy(c.x, c.weight, random({4}), c.targets, true, true, true), ShapeError,
                      "[linear_cross_entropy]", "'bias'");
-  EXPECT_ALPHA_ERROR(ops::linear_cross_entropy(c.x, c.weight, c.bias, c.targets, true, true, true, 0), ValueError,
+  EXPECT_ALPHA_ERROR(ops::linear_cross_entropy(c.x, c.weight, c.bias, c.targets, true, true, true, 0.0, 0), ValueError,
                      "[linear_cross_entropy]", "'chunk_bytes'");
+  EXPECT_ALPHA_ERROR(ops::linear_cross_entropy(c.x, c.weight, c.bias, c.targets, true, true, true, -1.0), ValueError,
+                     "[linear_cross_entropy]", "'logit_softcap'");
+  EXPECT_ALPHA_ERROR(ops::linear_cross_entropy(c.x, c.weight, c.bias, c.targets, false, false, false, std::nan("")),
+                     ValueError, "[linear_cross_entropy]", "'logit_softcap'");
   EXPECT_ALPHA_ERROR(ops::linear_cross_entropy(c.x, random({0, 3}), Tensor(), c.targets, true, true, false),
                      ShapeError, "[linear_cross_entropy]", "'weight'", "at least one class");
 }

@@ -3,6 +3,7 @@
 // and overfitting one batch with AdamW.
 #include <cmath>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -211,12 +212,15 @@ TEST(GPTModel, TiedModelGradcheckInF64) {
 }
 
 // With targets the head and the loss run fused (the logits never held): the same loss and the same gradient
-// for every parameter as the cross-entropy of the logits the model gives without targets, tied and untied.
+// for every parameter as the cross-entropy of the logits the model gives without targets, tied and untied,
+// with and without a logit softcap.
 TEST(GPTModel, FusedHeadLossEqualsCrossEntropyOfTheLogits) {
-  for (bool tied : {true, false}) {
-    SCOPED_TRACE(tied ? "tied head" : "untied head");
+  for (auto [tied, cap] : {std::pair{true, 0.0}, std::pair{false, 0.0}, std::pair{true, 2.0}}) {
+    SCOPED_TRACE(std::string(tied ? "tied head" : "untied head") + ", logit softcap " + std::to_string(cap));
     GPTConfig c = test::micro_config();
     c.tie_embeddings = tied;
+    c.logit_softcap = cap;
+    c.init_std = 0.5;  // logits large enough that the cap bends them
     GPT model(c, DType::f64);
     Tensor ids = test::random_ids({2, 7}, c.vocab_size);
     Tensor targets = test::random_ids({2, 7}, c.vocab_size);

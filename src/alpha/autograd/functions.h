@@ -75,10 +75,12 @@ Variable checkpoint(const Segment& segment, const std::vector<Variable>& inputs,
 // tensors (not differentiable).
 Variable embedding(const Tensor& ids, const Variable& table);
 Variable cross_entropy(const Variable& logits, const Tensor& targets);  // mean over non-ignored rows
-// cross_entropy(linear(x, weight, bias), targets) without holding the logits (ops/linear_cross_entropy.h:
-// chunks of rows, their gradients computed in the forward and scaled by the loss's gradient in the backward,
-// on the device). bias may be undefined. With gradients, x must not be f16 (DTypeError).
-Variable linear_cross_entropy(const Variable& x, const Variable& weight, const Variable& bias, const Tensor& targets);
+// cross_entropy(linear(x, weight, bias), targets), of softcap(logits, logit_softcap) when that is > 0, without
+// holding the logits (ops/linear_cross_entropy.h: chunks of rows, their gradients computed in the forward
+// and scaled by the loss's gradient in the backward, on the device). bias may be undefined. With gradients,
+// x must not be f16 (DTypeError).
+Variable linear_cross_entropy(const Variable& x, const Variable& weight, const Variable& bias, const Tensor& targets,
+                              double logit_softcap = 0.0);
 
 // Dropout (functions_dropout.cpp).
 Variable dropout(const Variable& x, const ops::DropoutConfig& config);

@@ -17,13 +17,14 @@ Variable cross_entropy(const Variable& logits, const Tensor& targets) {
   });
 }
 
-Variable linear_cross_entropy(const Variable& x, const Variable& weight, const Variable& bias, const Tensor& targets) {
+Variable linear_cross_entropy(const Variable& x, const Variable& weight, const Variable& bias, const Tensor& targets,
+                              double logit_softcap) {
   const std::vector<Variable> inputs{x, weight, bias};
   const bool recording = needs_recording(inputs);
   auto wanted = [&](const Variable& v) { return recording && v.defined() && v.requires_grad(); };
   ops::LinearCrossEntropy out =
       ops::linear_cross_entropy(x.value(), weight.value(), bias.defined() ? bias.value() : Tensor(), targets,
-                                wanted(x), wanted(weight), wanted(bias));
+                                wanted(x), wanted(weight), wanted(bias), logit_softcap);
   return record("linear_cross_entropy", out.loss, inputs, [&] {
     // The forward computed the gradients of the loss itself; the backward scales them by the loss's gradient,
     // read on the device. It runs once (the tape is cleared after it), so it scales them in place.
@@ -32,7 +33,7 @@ Variable linear_cross_entropy(const Variable& x, const Variable& weight, const V
       std::vector<Tensor> needed;
       for (size_t i = 0; i < grads.size(); ++i)
         if (needs[i] && grads[i].defined()) needed.push_back(grads[i]);
-      ops::scale_grads(needed, g.to(DType::f64));
+      if (!needed.empty()) ops::scale_grads(needed, g.to(DType::f64));
       return std::vector<Tensor>{needs[0] ? grads[0] : Tensor(), needs[1] ? grads[1] : Tensor(),
                                  needs[2] ? grads[2] : Tensor()};
     });

@@ -255,12 +255,13 @@ GPTOutput GPT::forward(const Tensor& ids, const Tensor& targets, const ForwardOp
   // shared cast would sum the two uses' gradients in bf16; two casts each bring theirs to f32 first.
   Variable head_weight = lm_head_ ? lm_head_->compute_weight() : options_.for_compute(wte_.weight());
   Variable head_bias = lm_head_ ? lm_head_->compute_bias() : Variable();
-  // With targets, the head and the loss run as one op that never holds the (B·T, V) logits (their gradients
-  // are computed chunk by chunk in the forward), except under a logit softcap and in f16, whose gradients
-  // need the loss scale that only the backward knows.
-  if (targets.defined() && config_.logit_softcap == 0.0 && head_weight.dtype() != DType::f16) {
+  // With targets, the head, its softcap and the loss run as one op that never holds the (B·T, V) logits
+  // (their gradients are computed chunk by chunk in the forward), except in f16, whose gradients need the loss
+  // scale that only the backward knows.
+  if (targets.defined() && head_weight.dtype() != DType::f16) {
     Variable features = autograd::reshape(ln_f_.forward(x), {B * T, config_.n_embd});
-    return {Variable(), autograd::linear_cross_entropy(features, head_weight, head_bias, targets.reshape({B * T}))};
+    return {Variable(), autograd::linear_cross_entropy(features, head_weight, head_bias, targets.reshape({B * T}),
+                                                       config_.logit_softcap)};
   }
   Variable logits = recompute_norms ? autograd::layernorm_linear(x, params_of(ln_f_), head_weight, head_bias)
                                     : autograd::linear(ln_f_.forward(x), head_weight, head_bias);  // (B, T, V)

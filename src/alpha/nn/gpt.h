@@ -59,7 +59,7 @@ class GPT : public Module {
   // ids [B, T] i32 with 1 <= T <= block_size; targets [B, T] i32 (or undefined), entries in
   // [0, vocab_size) or ops::kIgnoreIndex, on the host (validated there, with no wait for the device) or on
   // the model's device. With targets the output holds the loss only, from the fused head and loss
-  // (autograd::linear_cross_entropy), unless logit_softcap > 0 or the compute dtype is f16: then the logits too.
+  // (autograd::linear_cross_entropy), unless the compute dtype is f16: then the logits too.
   GPTOutput forward(const Tensor& ids, const Tensor& targets = {}, const ForwardOptions& options = {}) const;
 
  private:

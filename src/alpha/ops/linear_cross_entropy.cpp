@@ -1,9 +1,11 @@
 #include "alpha/ops/linear_cross_entropy.h"
 
 #include <algorithm>
+#include <cmath>
 #include <vector>
 
 #include "alpha/kernels/cross_entropy.h"
+#include "alpha/ops/activation.h"
 #include "alpha/ops/check.h"
 #include "alpha/ops/cross_entropy.h"
 #include "alpha/ops/elementwise.h"
@@ -16,8 +18,9 @@ namespace {
 
 constexpr std::string_view kOp = "linear_cross_entropy";
 
-void check_operands(const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& targets,
-                    size_t chunk_bytes) {
+// Returns the number of rows, N.
+int64_t check_operands(const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& targets,
+                       double logit_softcap, size_t chunk_bytes) {
   check_linear_operands(kOp, x, weight, bias);
   if (weight.size(0) < 1) raise<ShapeError>(kOp, "weight", "at least one class (row)", shape_str(weight.shape()));
   check_dtype(kOp, "targets", targets, {DType::i32});
@@ -27,7 +30,10 @@ void check_operands(const Tensor& x, const Tensor& weight, const Tensor& bias, c
   if (targets.shape() != leading && targets.shape() != Shape{rows})
     raise<ShapeError>(kOp, "targets", "shape " + shape_str(leading) + " or [" + std::to_string(rows) + "]",
                       shape_str(targets.shape()));
+  if (!(logit_softcap >= 0.0 && std::isfinite(logit_softcap)))
+    raise<ValueError>(kOp, "logit_softcap", "0 (none) or a finite cap > 0", std::to_string(logit_softcap));
   if (chunk_bytes == 0) raise<ValueError>(kOp, "chunk_bytes", "a positive byte count", "0");
+  return rows;
 }
 
 // total += part, in dtype `sum_dtype` (the first part becomes the total).
@@ -41,15 +47,15 @@ void accumulate(Tensor& total, const Tensor& part, DType sum_dtype) {
 
 LinearCrossEntropy linear_cross_entropy(const Tensor& x, const Tensor& weight, const Tensor& bias,
                                         const Tensor& targets, bool need_dx, bool need_dweight, bool need_dbias,
-                                        size_t chunk_bytes) {
-  check_operands(x, weight, bias, targets, chunk_bytes);
+                                        double logit_softcap, size_t chunk_bytes) {
+  const int64_t rows = check_operands(x, weight, bias, targets, logit_softcap, chunk_bytes);
   const bool need_grads = need_dx || need_dweight || need_dbias;
   if (need_grads && x.dtype() == DType::f16)
     raise<DTypeError>(kOp, "x",
                       "bf16, f32 or f64 when gradients are asked for (an f16 gradient needs the loss scale, which "
                       "only the backward knows: use linear and cross_entropy)",
                       "f16");
-  const int64_t features = x.size(-1), vocab = weight.size(0), rows = shape_numel(Shape(x.shape().begin(), x.shape().end() - 1));
+  const int64_t features = x.size(-1), vocab = weight.size(0);
   const Device device = x.device();
   const DType accumulation = x.dtype() == DType::f64 ? DType::f64 : DType::f32;
 
@@ -84,7 +90,8 @@ LinearCrossEntropy linear_cross_entropy(const Tensor& x, const Tensor& weight, c
                                [](int32_t t) { return t != kIgnoreIndex; })) /
           double(counted);
     const Tensor x_chunk = x_rows.slice(0, first, first + count);
-    const Tensor logits = linear(x_chunk, weight, bias);  // [count, V]
+    Tensor logits = linear(x_chunk, weight, bias);  // [count, V]
+    if (logit_softcap > 0) logits = softcap(logits, logit_softcap);  // the uncapped ones are released
     Tensor dlogits = need_grads ? Tensor::empty(logits.shape(), logits.dtype(), device) : Tensor();
     dispatch_float(kOp, x, [&]<class T>(const auto& where) {
       using A = acc_t<T>;
@@ -103,6 +110,7 @@ LinearCrossEntropy linear_cross_entropy(const Tensor& x, const Tensor& weight, c
       }
     });
     if (!need_grads) continue;
+    if (logit_softcap > 0) dlogits = softcap_backward(dlogits, logits, logit_softcap);  // through the cap
     LinearGrads grads = linear_backward(dlogits, x_chunk, weight, need_dx, need_dweight, need_dbias);
     if (need_dx && chunks == 1) out.dx = grads.dx;
     else if (need_dx) out.dx.slice(0, first, first + count).copy_from(grads.dx);

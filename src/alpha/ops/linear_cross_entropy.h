@@ -1,5 +1,6 @@
 // The classifier and its cross-entropy loss as one op over chunks of rows, so that the [N, V] logits are
-// never held whole. Per chunk of rows: logits = x·Wᵀ + b, the rows' losses, and, when asked, the chunk's
+// never held whole. Per chunk of rows: logits = x·Wᵀ + b (softcapped, c·tanh(logits/c), when a cap is
+// given), the rows' losses, and, when asked, the chunk's
 // share of the gradients of the mean loss (dx, dW, db), computed at once from the chunk's dlogits; the
 // chunk's logits and dlogits are then dropped. A training step holds one chunk of logits and dlogits
 // instead of all the logits until the backward and all the dlogits during it (gpt2-124m at batch 16:
@@ -31,12 +32,13 @@ inline constexpr size_t kLinearCrossEntropyChunkBytes = size_t(512) << 20;
 // row of x (shaped [N] or like x without its last dimension), each in [0, V) or kIgnoreIndex, on the host or
 // on x's device. Targets on the host are validated there, with no wait for the device; targets on the device
 // are copied to the host to be validated (one copy that waits for the stream, as ops::cross_entropy).
-// The loss equals ops::cross_entropy(ops::linear(x, weight, bias), targets).loss up to the order of the
-// chunks' sums. Gradients in f16 are refused (DTypeError): computed before the loss's gradient is known, an
+// The loss equals ops::cross_entropy(ops::linear(x, weight, bias), targets).loss (with a logit_softcap > 0,
+// of ops::softcap of those logits) up to the order of the chunks' sums. logit_softcap: 0 (none) or > 0. Gradients in f16 are refused (DTypeError): computed before the loss's gradient is known, an
 // f16 gradient would miss the loss scale that keeps it from underflowing; f16 takes linear and cross_entropy.
 // dW and db are summed over the chunks in the accumulation dtype and rounded once to x's dtype.
 LinearCrossEntropy linear_cross_entropy(const Tensor& x, const Tensor& weight, const Tensor& bias,
                                         const Tensor& targets, bool need_dx, bool need_dweight, bool need_dbias,
+                                        double logit_softcap = 0.0,
                                         size_t chunk_bytes = kLinearCrossEntropyChunkBytes);
 
 }  // namespace alpha::ops
