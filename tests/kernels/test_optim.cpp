@@ -503,5 +503,16 @@ TEST(Optim, ListAdamWBadInputsRaiseBeforeAnyUpdate) {
   ops::adamw_step(none, none, none, none, {});
 }
 
+TEST(Optim, TakesAComputeCopyNarrowerThanItsGradBesideANarrowerOrEqualParam) {
+  EXPECT_TRUE(ops::adamw_takes_compute_copy(DType::f32, DType::f32, DType::bf16));
+  EXPECT_TRUE(ops::adamw_takes_compute_copy(DType::f32, DType::f32, DType::f16));
+  EXPECT_TRUE(ops::adamw_takes_compute_copy(DType::f32, DType::bf16, DType::bf16));
+  EXPECT_TRUE(ops::adamw_takes_compute_copy(DType::f64, DType::f64, DType::f64));
+  EXPECT_FALSE(ops::adamw_takes_compute_copy(DType::f64, DType::f64, DType::f32));
+  EXPECT_FALSE(ops::adamw_takes_compute_copy(DType::f32, DType::bf16, DType::f16));
+  EXPECT_FALSE(ops::adamw_takes_compute_copy(DType::f32, DType::bf16, DType::f32));
+  EXPECT_FALSE(ops::adamw_takes_compute_copy(DType::bf16, DType::f32, DType::bf16));
+}
+
 }  // namespace
 }  // namespace alpha

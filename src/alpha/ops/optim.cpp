@@ -314,6 +314,10 @@ void scale_grads_by_tensor_for(std::string_view op, std::vector<Tensor>& grads, 
 
 }  // namespace
 
+bool adamw_takes_compute_copy(DType param, DType grad, DType copy) {
+  return is_narrow_dtype_of(grad, param) && is_narrow_dtype_of(copy, grad);
+}
+
 void scale_grads(std::vector<Tensor>& grads, double factor) { scale_grads_for("scale_grads", grads, factor); }
 
 void scale_grads(std::vector<Tensor>& grads, const Tensor& factor) {

@@ -41,6 +41,10 @@ void adamw_step(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, const A
 void adamw_step(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, Tensor& compute_copy,
                 const AdamWConfig& config, double grad_scale = 1.0);
 
+// Whether adamw_step takes a compute copy of dtype `copy` beside a param and grad of these dtypes (the
+// single-tensor op's rule above): the train layer asks before handing a parameter's held copy to the step.
+bool adamw_takes_compute_copy(DType param, DType grad, DType copy);
+
 // The step for a list of parameters, all on one device: params[k], grads[k], ms[k], vs[k] (and
 // compute_copies[k]) as the single-tensor op's, stepped with configs[k] (e.g. each with its own weight
 // decay). The same bits as the single-tensor op on each in turn, with one launch per (param, grad, copy)

@@ -60,11 +60,11 @@ void AdamW::step(double lr) {
   std::vector<ops::AdamWConfig> configs;
   for (size_t k = 0; k < parameters_.size(); ++k) {
     autograd::Variable& variable = parameters_[k].variable;
-    // A held bf16/f16 copy of an f32 parameter (autograd::cast's) is rewritten by the step itself, in the
-    // same pass, and handed back below; mutable_value() drops it meanwhile.
+    // A held compute copy (autograd::cast's bf16/f16 copy of an f32 parameter) is rewritten by the step
+    // itself, in the same pass, and handed back below; mutable_value() drops it meanwhile.
     const Tensor& held = variable.compute_copy();
-    const bool rewrite = held.defined() && variable.dtype() == DType::f32 && grads[k].dtype() == DType::f32 &&
-                         (held.dtype() == DType::bf16 || held.dtype() == DType::f16);
+    const bool rewrite =
+        held.defined() && ops::adamw_takes_compute_copy(variable.dtype(), grads[k].dtype(), held.dtype());
     copies.push_back(rewrite ? held : Tensor());
     params.push_back(variable.mutable_value());
     configs.push_back({lr, options_.beta1, options_.beta2, options_.eps,
