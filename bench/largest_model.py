@@ -39,6 +39,12 @@ def parameter_count(layers, width):
     return layers * (12 * width * width + 13 * width) + (VOCAB + SEQ) * width + 2 * width
 
 
+def failure_line(done):
+    """The last line a failed trial's process wrote to stderr (or its exit status)."""
+    lines = done.stderr.strip().splitlines()
+    return lines[-1] if lines else f"exit {done.returncode}"
+
+
 def alpha_trial(binary, data_dir, run_dir, shape, batch, steps, recompute):
     layers, width, heads = shape
     cmd = [binary, "train", "--config", "gpt2-124m", "--n-layer", str(layers), "--n-embd", str(width),
@@ -47,8 +53,7 @@ def alpha_trial(binary, data_dir, run_dir, shape, batch, steps, recompute):
            "--eval-every", "0", "--save-every", "0", "--sample-tokens", "0", "--data", data_dir, "--out", run_dir]
     done = subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     if done.returncode != 0:
-        message = done.stderr.strip().splitlines()[-1] if done.stderr.strip() else f"exit {done.returncode}"
-        return {"trained": False, "why": message, "out_of_memory": "memory available on" in done.stderr}
+        return {"trained": False, "why": failure_line(done), "out_of_memory": "memory available on" in done.stderr}
     with open(os.path.join(run_dir, "metrics.jsonl")) as f:
         records = [json.loads(line) for line in f if line.strip()]
     loss = records[-1]["loss"]
@@ -87,8 +92,7 @@ def torch_trial_in_process(shape, batch, steps):
     lines = done.stdout.strip().splitlines()
     if done.returncode in (0, OOM_EXIT) and lines:
         return json.loads(lines[-1])
-    message = done.stderr.strip().splitlines()[-1] if done.stderr.strip() else f"exit {done.returncode}"
-    return {"trained": False, "why": message, "out_of_memory": False}
+    return {"trained": False, "why": failure_line(done), "out_of_memory": False}
 
 
 def parse_shape(text):
