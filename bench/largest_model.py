@@ -96,9 +96,14 @@ def torch_trial_in_process(shape, batch, steps):
 
 
 def parse_shape(text):
-    layers, width, heads = (int(v) for v in text.split(":"))
-    if width % heads != 0:
-        raise SystemExit(f"largest_model.py: shape {text}: n_embd {width} is not a multiple of n_head {heads}")
+    """n_layer:n_embd:n_head, three positive integers with n_embd a multiple of n_head."""
+    try:
+        layers, width, heads = (int(v) for v in text.split(":"))
+    except ValueError:
+        raise SystemExit(f"largest_model.py: --ladder: shape {text!r}: expected n_layer:n_embd:n_head, three integers")
+    if min(layers, width, heads) < 1 or width % heads != 0:
+        raise SystemExit(f"largest_model.py: --ladder: shape {text!r}: expected positive sizes with n_embd a multiple "
+                         f"of n_head")
     return layers, width, heads
 
 
@@ -123,6 +128,9 @@ def main():
         return torch_trial(parse_shape(args.torch_trial), args.batch_size, args.steps)
     if not args.alpha:
         parser.error("--alpha is required")
+    for name in ("batch_size", "steps"):
+        if getattr(args, name) < 1:
+            parser.error(f"--{name.replace('_', '-')}: expected a positive count, got {getattr(args, name)}")
     ladder = [parse_shape(s) for s in args.ladder.split(",")] if args.ladder else DEFAULT_LADDER
     results = {"batch_size": args.batch_size, "seq_len": SEQ, "steps": args.steps, "trials": []}
     with tempfile.TemporaryDirectory() as tmp:
