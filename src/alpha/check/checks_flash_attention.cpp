@@ -51,7 +51,8 @@ void check_case(Context& ctx, const AttentionCase& c, bool deterministic) {
       ctx, c, deterministic ? "flash_attention" : "flash_attention_atomic_dq", "cuda.flash_attention",
       [&](const kernels::AttentionForwardArgs<T>& args) { kernels::cuda::flash_attention_forward(args, ctx.stream()); },
       [&](const kernels::AttentionBackwardArgs<T>& args) {
-        Tensor workspace = ctx.poisoned({kernels::flash_attention_backward_workspace(args.params)}, DType::f32);
+        Tensor workspace =
+            ctx.poisoned({kernels::cuda::flash_attention_backward_workspace_here(args.params)}, DType::f32);
         kernels::cuda::flash_attention_backward(args, workspace.data<float>(), ctx.stream());
       },
       deterministic);

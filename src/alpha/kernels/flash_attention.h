@@ -57,13 +57,22 @@ namespace cuda {
 template <class T>
 void flash_attention_forward(const AttentionForwardArgs<T>& args, Stream stream);
 // Writes dq, dk and dv (each element once: no zeroing needed). `workspace` holds at least
-// flash_attention_backward_workspace(args.params) floats on the same device; it is overwritten.
+// flash_attention_backward_workspace_here(args.params) floats on the same device; it is overwritten.
 template <class T>
 void flash_attention_backward(const AttentionBackwardArgs<T>& args, float* workspace, Stream stream);
 // Whether the bf16/f16 backward of these head dimensions runs Hopper's wgmma kernels on the current device
 // (head-dim buckets 64 and 128 on a compute capability 9.0 device, in a library built with sm_90a code):
 // their result is the deterministic one whatever AttentionConfig::deterministic asks.
 bool wgmma_backward_runs(int64_t head_dim, int64_t value_dim);
+// The workspace flash_attention_backward uses on the current device, in floats: as
+// flash_attention_backward_workspace, less the atomic dQ accumulator where the wgmma kernels run (they
+// recompute dQ whatever params.deterministic asks, and read only D).
+template <class T>
+int64_t flash_attention_backward_workspace_here(const AttentionParams<T>& p) {
+  const bool wgmma = !std::is_same_v<T, float> && p.head_dim <= kFlashMaxHeadDim &&
+                     p.value_dim <= kFlashMaxHeadDim && wgmma_backward_runs(p.head_dim, p.value_dim);
+  return wgmma ? p.batch * p.q_heads * p.q_len : flash_attention_backward_workspace(p);
+}
 }  // namespace cuda
 #endif
 

@@ -92,8 +92,9 @@ void backward_kernel(Algorithm algorithm, [[maybe_unused]] const Where& where,
     kernels::cpu::attention_reference_backward(args);
   } else {
 #if ALPHA_WITH_CUDA
-    const int64_t floats = algorithm == Algorithm::flash ? kernels::flash_attention_backward_workspace(args.params)
-                                                         : kernels::attention_materialized_workspace(args.params);
+    const int64_t floats = algorithm == Algorithm::flash
+                               ? kernels::cuda::flash_attention_backward_workspace_here(args.params)
+                               : kernels::attention_materialized_workspace(args.params);
     Tensor workspace = Tensor::empty({floats}, DType::f32, device);
     if (algorithm == Algorithm::flash) kernels::cuda::flash_attention_backward(args, workspace.data<float>(), where.stream);
     else kernels::cuda::attention_materialized_backward(args, workspace.data<float>(), where.stream);
