@@ -194,6 +194,58 @@ TEST_F(CudaPhilox, AdamWOpsMatchTheCpuBitForBit) {
 #endif
 }
 
+// Stochastic rounding of the compute copy: the GPU step's copy (single-tensor and list ops, bf16 and f16, a
+// shard's offset) and stochastic_round's equal the CPU's bit for bit, special values included.
+TEST_F(CudaPhilox, StochasticRoundingMatchesTheCpuBitForBit) {
+#if ALPHA_WITH_CUDA
+  for (DType low : {DType::bf16, DType::f16}) {
+    SCOPED_TRACE(dtype_name(low));
+    const int64_t n = 1000003;
+    Tensor param = test::random({n}, DType::f32, -2, 2), grad = test::random({n}, low);
+    Tensor m = test::random({n}, DType::f32, -0.1, 0.1), v = test::random({n}, DType::f32, 0.01, 1.0);
+    ops::AdamWConfig config{1e-2, 0.9, 0.95, 1e-8, 0.0, 7};
+    config.stochastic_rounding = ops::StochasticRounding{99, 4, 12345};
+    Tensor gp = param.to(kGpu), gg = grad.to(kGpu), gm = m.to(kGpu), gv = v.to(kGpu);
+    Tensor copy = test::poisoned({n}, low), gcopy = test::poisoned({n}, low).to(kGpu);
+    ops::adamw_step(gp, gg, gm, gv, gcopy, config);
+    ops::adamw_step(param, grad, m, v, copy, config);
+    EXPECT_TRUE(test::bit_equal(gp, param));
+    EXPECT_TRUE(test::bit_equal(gcopy, copy));
+    EXPECT_FALSE(test::bit_equal(copy, param.to(low))) << "rounded stochastically, not to nearest";
+    // The list op (one multi-tensor launch per dtype) on tensors of several sizes, each its own bits.
+    std::vector<Tensor> params, grads, ms, vs, copies, gparams, ggrads, gms, gvs, gcopies;
+    std::vector<ops::AdamWConfig> configs;
+    for (size_t k = 0; k < kListSizes.size(); ++k) {
+      params.push_back(test::random({kListSizes[k]}));
+      grads.push_back(test::random({kListSizes[k]}));
+      ms.push_back(test::random({kListSizes[k]}, DType::f32, -0.1, 0.1));
+      vs.push_back(test::random({kListSizes[k]}, DType::f32, 0.01, 1.0));
+      copies.push_back(test::poisoned({kListSizes[k]}, low));
+      for (auto [cpu, gpu] : {std::pair{&params, &gparams}, {&grads, &ggrads}, {&ms, &gms}, {&vs, &gvs},
+                              {&copies, &gcopies}})
+        gpu->push_back(cpu->back().to(kGpu));
+      configs.push_back({1e-2, 0.9, 0.95, 1e-8, 0.1, 3});
+      configs.back().stochastic_rounding = ops::StochasticRounding{5, uint32_t(k), 0};
+    }
+    ops::adamw_step(gparams, ggrads, gms, gvs, gcopies, configs);
+    ops::adamw_step(params, grads, ms, vs, copies, configs);
+    for (size_t k = 0; k < kListSizes.size(); ++k) EXPECT_TRUE(test::bit_equal(gcopies[k], copies[k])) << k;
+    // stochastic_round (the copies a resumed run restores): the step's copy from the param it left, and
+    // values with special ones among them: NaN, ±inf, the formats' largest values and beyond, subnormals, ±0.
+    std::vector<Tensor> host = {param}, rounded = {test::poisoned({n}, low)};
+    ops::stochastic_round(host, rounded, 7, {{99, 4, 12345}});
+    EXPECT_TRUE(test::bit_equal(rounded[0], copy)) << "the step's copy is stochastic_round of its param";
+    const float specials[] = {NAN,    INFINITY, -INFINITY, 3.3e38f,  -3.4e38f, 65510.0f, -65530.0f,
+                              7e4f,   1e-40f,   -3e-6f,    0x1p-26f, 0.0f,     -0.0f};
+    for (size_t i = 0; i < std::size(specials); ++i) host[0].data<float>()[i * 4099] = specials[i];
+    std::vector<Tensor> device = {host[0].to(kGpu)}, grounded = {test::poisoned({n}, low).to(kGpu)};
+    ops::stochastic_round(host, rounded, 7, {{99, 4, 12345}});
+    ops::stochastic_round(device, grounded, 7, {{99, 4, 12345}});
+    EXPECT_TRUE(test::bit_equal(grounded[0], rounded[0]));
+  }
+#endif
+}
+
 TEST_F(CudaPhilox, GradNormAndClippingOnTheDevice) {
 #if ALPHA_WITH_CUDA
   for (DType dtype : test::kGpuDtypes) {

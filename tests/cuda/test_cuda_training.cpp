@@ -77,6 +77,29 @@ TEST_F(CudaTraining, Bf16MixedPrecisionLearnsWithF32MasterWeights) {
   EXPECT_EQ(ckpt.weights.front().second.dtype(), DType::f32);
 }
 
+// bf16 with stochastic rounding of the compute copy: the run learns like the bf16 run and resumes bit for
+// bit (the restored copies are the rounding of the saved master weights at the saved step); f16 runs too.
+TEST_F(CudaTraining, StochasticRoundingLearnsAndResumesBitForBit) {
+  test::TempDir dir;
+  TrainerOptions sr = on_gpu(tiny_options(dir.path(), 60), "bf16");
+  sr.train.stochastic_rounding = true;
+  expect_resume_is_bit_exact(sr, dir);
+  TrainerOptions nearest = on_gpu(tiny_options(dir / "nearest", 60), "bf16");
+  nearest.data = {(dir / "straight" / "data").string()};
+  Trainer(nearest).run();
+  std::vector<nlohmann::json> s = metrics_of(dir / "straight"), n = metrics_of(dir / "nearest");
+  ASSERT_EQ(s.size(), 60u);
+  for (const auto& r : s) ASSERT_TRUE(std::isfinite(r["loss"].get<double>())) << r.dump();
+  EXPECT_LT(s.back()["loss"].get<double>(), s.front()["loss"].get<double>() - 1.5);
+  EXPECT_NEAR(s.back()["loss"].get<double>(), n.back()["loss"].get<double>(), 0.15);
+  EXPECT_NE(s.back()["loss"].get<double>(), n.back()["loss"].get<double>()) << "the rounding must change the run";
+  TrainerOptions f16 = on_gpu(tiny_options(dir / "f16", 20), "f16");
+  f16.train.stochastic_rounding = true;
+  f16.data = nearest.data;
+  Trainer(f16).run();
+  for (const auto& r : metrics_of(dir / "f16")) ASSERT_TRUE(std::isfinite(r["loss"].get<double>())) << r.dump();
+}
+
 // A parameter's held compute copy (autograd::cast's bf16 weights) must sit on the parameter's device.
 TEST_F(CudaTraining, AHeldComputeCopyMustSitOnItsParametersDevice) {
   autograd::Variable w(Tensor::zeros({4, 3}, DType::f32, Device::cuda(0)), true, "w");

@@ -65,6 +65,10 @@ TEST(CliTrain, BadInputsGiveOneClearLine) {
                         "bf16 and f16 compute need a CUDA device");
   expect_one_line_error(test::run_alpha("train --tf32 true --out " + dir.file("r8") + kQuick, dir, out, err), err,
                         "tf32");
+  // Stochastic rounding rounds the bf16/f16 compute copy: at f32 there is none.
+  expect_one_line_error(
+      test::run_alpha("train --stochastic-rounding true --out " + dir.file("r10") + kQuick, dir, out, err), err,
+      "'stochastic_rounding'");
   // Flash attention names a GPU kernel: on the CPU the model refuses it.
   expect_one_line_error(test::run_alpha("train --attention flash --out " + dir.file("r9") + kQuick, dir, out, err), err,
                         "flash attention runs on a CUDA device");

@@ -41,7 +41,8 @@ class Variable {
   Tensor& mutable_value();  // for in-place parameter updates by optimisers; drops the compute copy
   // The leaf's held compute copy (undefined when none), and handing one back: an optimiser that writes
   // the updated value's conversion in the same pass (ops::adamw_step's compute_copy) keeps it valid. The
-  // copy must be the value converted to the copy's dtype (round to nearest even), bit for bit.
+  // copy must be the value converted to the copy's dtype (round to nearest even), bit for bit, or its
+  // stochastic rounding by the optimiser's step (train::AdamWOptions::stochastic_rounding_seed).
   const Tensor& compute_copy() const;
   void keep_compute_copy(Tensor copy);
   const Tensor& grad() const;  // leaves only; undefined until a gradient arrives

@@ -3,7 +3,9 @@
 //   cuda.adamw) and bit for bit against the CPU kernel in f32 rounded to T (the CUDA kernel rounds each
 //   operation as the CPU does in f32: the claim is exact agreement);
 // - mixed precision (T = f32 master, G = bf16 or f16 grad and compute copy) at every size, bit for bit
-//   against the CPU's mixed kernel and against f64;
+//   against the CPU's mixed kernel and against f64; the same with the compute copy rounded stochastically
+//   (within one gap of f64: row cuda.adamw.stochastic_rounding), and stochastic_round bit for bit against the
+//   CPU's and the step's copy;
 // - sum_squares against f64 (row cuda.grad_norm, the f64 sums being added in another order) and against
 //   itself run again (it must repeat bit for bit);
 // - the grad norm's finish kernels (grad_norm, clip_coefficient, scale_by) bit for bit against the CPU's,
@@ -12,6 +14,7 @@
 #if ALPHA_WITH_CUDA
 #include <cmath>
 #include <string>
+#include <string_view>
 #include <tuple>
 #include <vector>
 
@@ -69,32 +72,50 @@ void check_adamw(Context& ctx, int64_t n) {
   }
 }
 
-// f32 master param, m, v; G grad and compute copy.
+// The bits of a stochastically rounded compute copy: an arbitrary seed, tensor 3 at the step, from element 11.
+const kernels::StochasticRounding kRounding{0x5eed, kernels::stochastic_rounding_stream(3, kStep.step), 11};
+
+// f32 master param, m, v; G grad and compute copy, rounded to nearest or stochastically.
 template <class G>
-void check_mixed_adamw(Context& ctx, int64_t n) {
+void check_mixed_adamw(Context& ctx, int64_t n, bool stochastic) {
   const DType low = dtype_of<G>;
   AdamWState s(ctx, n, DType::f32, low);
   Tensor param = ctx.to_gpu(s.param, DType::f32), grad = ctx.to_gpu(s.grad, low);
   Tensor m = ctx.to_gpu(s.m, DType::f32), v = ctx.to_gpu(s.v, DType::f32), copy = ctx.poisoned({n}, low);
-  kernels::cuda::adamw_step(adamw_args<float, G>(param.data<float>(), grad.data<G>(), m.data<float>(), v.data<float>(),
-                                                 copy.data<G>(), n),
+  auto rounded = [stochastic](kernels::AdamWArgs<float, G> args) {
+    args.stochastic_rounding = stochastic;
+    args.rounding = kRounding;
+    return args;
+  };
+  kernels::cuda::adamw_step(rounded(adamw_args<float, G>(param.data<float>(), grad.data<G>(), m.data<float>(),
+                                                         v.data<float>(), copy.data<G>(), n)),
                             ctx.stream());
   Tensor p32 = s.param.to(DType::f32), g = s.grad.to(low), m32 = s.m.to(DType::f32), v32 = s.v.to(DType::f32);
   Tensor copy_cpu = Tensor::full({n}, NAN, low);
-  kernels::cpu::adamw_step(adamw_args<float, G>(p32.data<float>(), g.data<G>(), m32.data<float>(), v32.data<float>(),
-                                                copy_cpu.data<G>(), n));
+  kernels::cpu::adamw_step(rounded(adamw_args<float, G>(p32.data<float>(), g.data<G>(), m32.data<float>(),
+                                                        v32.data<float>(), copy_cpu.data<G>(), n)));
   Tensor p64 = s.param.clone(), m64 = s.m.clone(), v64 = s.v.clone();
   kernels::cpu::adamw_step(adamw_args<double, double>(p64.data<double>(), s.grad.data<double>(), m64.data<double>(),
                                                       v64.data<double>(), nullptr, n));
-  const std::string prefix = "adamw_mixed_" + std::string(dtype_name(low));
+  const std::string prefix =
+      "adamw_mixed_" + std::string(dtype_name(low)) + (stochastic ? "_stochastic_rounding" : "");
   for (auto [name, got, want, exact] : {std::tuple<const char*, const Tensor&, const Tensor&, const Tensor&>{
                                             ".param", param, p64, p32},
                                         {".m", m, m64, m32},
                                         {".v", v, v64, v32},
                                         {".compute_copy", copy, p64, copy_cpu}}) {
-    ctx.compare(prefix + name, got, want, "cuda.adamw");
+    const bool rounded_copy = stochastic && std::string_view(name) == ".compute_copy";
+    ctx.compare(prefix + name, got, want, rounded_copy ? "cuda.adamw.stochastic_rounding" : "cuda.adamw");
     ctx.compare_bits(prefix + name + ".same_bits_as_cpu", got, exact);
   }
+  if (!stochastic) return;
+  // stochastic_round from the updated master: the step's copy again, and the CPU's bits.
+  Tensor again = ctx.poisoned({n}, low), again_cpu = Tensor::full({n}, NAN, low);
+  kernels::cuda::stochastic_round(kernels::StochasticRoundArgs<G>{param.data<float>(), again.data<G>(), n, kRounding},
+                                  ctx.stream());
+  kernels::cpu::stochastic_round(kernels::StochasticRoundArgs<G>{p32.data<float>(), again_cpu.data<G>(), n, kRounding});
+  ctx.compare_bits("stochastic_round_" + std::string(dtype_name(low)) + ".same_bits_as_cpu", again, again_cpu);
+  ctx.compare_bits("stochastic_round_" + std::string(dtype_name(low)) + ".same_bits_as_the_step", again, copy);
 }
 
 template <class T>
@@ -176,10 +197,11 @@ void check_optim(Context& ctx) {
     check_norm_kernels<T>(ctx);
     check_grad_norm_ops<T>(ctx);
   });
-  for (int64_t n : sizes) {
-    check_mixed_adamw<bf16>(ctx, n);
-    check_mixed_adamw<f16>(ctx, n);
-  }
+  for (int64_t n : sizes)
+    for (bool stochastic : {false, true}) {
+      check_mixed_adamw<bf16>(ctx, n, stochastic);
+      check_mixed_adamw<f16>(ctx, n, stochastic);
+    }
 }
 
 }  // namespace alpha::check

@@ -3,6 +3,7 @@
 #pragma once
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
 
 #include "alpha/core/hd.h"
 
@@ -73,6 +74,65 @@ inline float f16::to_float(uint16_t h) {
     return sign ? -v : v;
   }
   return bits_float(sign | ((exp + 112) << 23) | (mant << 13));
+}
+
+// Stochastic rounding from f32 (mixed precision's compute copy of the f32 master weights, kernels/optim.h):
+// x becomes one of its two neighbours in the format, the one farther from zero with probability equal to x's
+// distance past the nearer one as a fraction of the gap between them, so that the result's expectation is x.
+// The fraction is taken to 32 bits: x rounds away from zero iff random_bits < fraction·2³² (exact for bf16,
+// which drops 16 bits, and f16 normals, which drop 13; f16 subnormals drop more, and a fraction below 2⁻³²
+// of the gap, from |x| < 2⁻⁵⁶, rounds to zero). Host and device compute the same bits from the same bits.
+// - Representable values (±0 and ±inf included) come back unchanged whatever the random bits; the sign is
+//   kept, and −x takes the negation of x's result for the same bits. NaN stays NaN (quiet, sign kept, as
+//   the round-to-nearest conversions above).
+// - Overflow: past the largest finite value M the next one up is inf, so x in (M, M + ulp(M)) becomes inf
+//   with probability (x − M) / ulp(M): bf16's M = (2 − 2⁻⁷)·2¹²⁷ with ulp 2¹²⁰ (no f32 lies beyond
+//   M + ulp); f16's M = 65504 with ulp 32, and |x| >= 65536 is always inf (round to nearest: |x| >= 65520).
+
+// The bf16 bits of x rounded stochastically.
+ALPHA_HD uint16_t bf16_bits_stochastic(float x, uint32_t random_bits) {
+  const uint32_t u = float_bits(x);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return uint16_t((u >> 16) | 0x40u);  // quiet NaN, sign kept
+  const uint32_t fraction = u << 16;  // the 16 dropped bits: x's distance past u >> 16, in bf16 gaps
+  // Sign and magnitude: adding one to the truncated bits steps away from zero, from M to inf.
+  return uint16_t((u >> 16) + (random_bits < fraction ? 1u : 0u));
+}
+
+// The f16 bits of x rounded stochastically.
+ALPHA_HD uint16_t f16_bits_stochastic(float x, uint32_t random_bits) {
+  const uint32_t u = float_bits(x);
+  const uint32_t sign = (u >> 16) & 0x8000u;
+  const uint32_t abs = u & 0x7fffffffu;
+  if (abs > 0x7f800000u) return uint16_t(sign | 0x7e00u);   // NaN
+  if (abs >= 0x47800000u) return uint16_t(sign | 0x7c00u);  // 2^16 or more, inf included: beyond M + ulp(M)
+  uint32_t truncated, fraction;                             // |x| toward zero in f16, and the rest in gaps
+  if (abs >= 0x38800000u) {                                 // normal in f16 (from 2^-14)
+    const uint32_t r = abs - 0x38000000u;                   // rebias exponent 127 -> 15; 13 bits to drop
+    truncated = r >> 13;
+    fraction = r << 19;
+  } else {  // subnormal in f16: |x| = mantissa · 2^-shift units of 2^-24
+    const uint32_t exponent = abs >> 23;
+    const uint32_t mantissa = exponent ? (abs & 0x7fffffu) | 0x800000u : abs;
+    const uint32_t shift = 126u - (exponent ? exponent : 1u);  // 14 .. 125
+    truncated = shift < 32 ? mantissa >> shift : 0u;
+    fraction = shift < 64 ? uint32_t((uint64_t(mantissa) << 32) >> shift) : 0u;  // the low 32 bits: the fraction
+  }
+  // Adding one steps to the next gap: the largest subnormal to the smallest normal, M to inf.
+  return uint16_t(sign | (truncated + (random_bits < fraction ? 1u : 0u)));
+}
+
+// x rounded stochastically to C (bf16 or f16; C = float is x itself, exact), from 32 random bits: the helper
+// both backends' kernels round a compute copy with.
+template <class C>
+ALPHA_HD C round_stochastic(float x, uint32_t random_bits) {
+  if constexpr (std::is_same_v<C, float>) {
+    return x;
+  } else {
+    static_assert(std::is_same_v<C, bf16> || std::is_same_v<C, f16>, "stochastic rounding to bf16 or f16");
+    C out;
+    out.bits = std::is_same_v<C, bf16> ? bf16_bits_stochastic(x, random_bits) : f16_bits_stochastic(x, random_bits);
+    return out;
+  }
 }
 
 }  // namespace alpha

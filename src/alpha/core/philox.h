@@ -33,13 +33,18 @@ ALPHA_HD Philox4x32 philox4x32_10(uint32_t c0, uint32_t c1, uint32_t c2, uint32_
 
 // The Philox block of the stream keyed by `seed` whose counter is `block`: the random bits of elements
 // 4·block .. 4·block + 3, one per lane (a kernel drawing consecutive elements calls this once per four).
-ALPHA_HD Philox4x32 philox_block(uint64_t seed, uint64_t block) {
-  return philox4x32_10(uint32_t(block), uint32_t(block >> 32), 0u, 0u, uint32_t(seed), uint32_t(seed >> 32));
+// `substream` fills the counter's upper two words (0 for dropout and sampling; stochastic rounding gives
+// each tensor and step its own, kernels/optim.h): different substreams never share a counter.
+ALPHA_HD Philox4x32 philox_block(uint64_t seed, uint64_t block, uint64_t substream = 0) {
+  return philox4x32_10(uint32_t(block), uint32_t(block >> 32), uint32_t(substream), uint32_t(substream >> 32),
+                       uint32_t(seed), uint32_t(seed >> 32));
 }
 
 // The 32 random bits for element `index` of a stream keyed by `seed`: one Philox call yields four
 // elements' bits, so element i uses lane i % 4 of the block whose counter is i / 4.
-ALPHA_HD uint32_t philox_bits(uint64_t seed, uint64_t index) { return philox_block(seed, index >> 2).c[index & 3]; }
+ALPHA_HD uint32_t philox_bits(uint64_t seed, uint64_t index, uint64_t substream = 0) {
+  return philox_block(seed, index >> 2, substream).c[index & 3];
+}
 
 // Uniform in [0, 1) from 32 random bits: their top 24, exactly representable in f32 on every backend.
 ALPHA_HD float uniform24(uint32_t bits) { return float(bits >> 8) * (1.0f / 16777216.0f); }

@@ -205,6 +205,13 @@ double DataParallel::grad_norm() {
 double DataParallel::sharded_step(double lr, double grad_clip, double norm, const AdamW& adamw, double loss_scale) {
   if (!options_.zero1)
     raise<ConfigError>("DataParallel::sharded_step", "zero1", "a DataParallel built with zero1 on", "zero1 off");
+  // The held compute copies to round afterwards: the step's mutable_value() drops them.
+  std::vector<Tensor> held(parameters_.size());
+  if (adamw.stochastic_rounding_seed)
+    for (size_t k = 0; k < parameters_.size(); ++k) {
+      const Tensor& copy = parameters_[k].variable.compute_copy();
+      if (copy.defined() && copy.dtype() != dtype_) held[k] = copy;
+    }
   std::vector<Tensor> shards = gradient_shards();
   const double coef = grad_clip > 0 ? ops::clip_coefficient(grad_clip, norm) : 1.0;
   ops::scale_grads(shards, coef / loss_scale);
@@ -233,7 +240,20 @@ double DataParallel::sharded_step(double lr, double grad_clip, double norm, cons
     }
   }
   copy_many(values, gathered);
+  if (adamw.stochastic_rounding_seed) round_held_copies(held, *adamw.stochastic_rounding_seed);
   return coef;
+}
+
+void DataParallel::round_held_copies(std::vector<Tensor>& held, uint64_t seed) {
+  std::vector<Tensor> values;
+  std::vector<ops::StochasticRounding> roundings;
+  for (size_t k = 0; k < parameters_.size(); ++k) {
+    values.push_back(parameters_[k].variable.value());
+    roundings.push_back({seed, uint32_t(k), 0});
+  }
+  ops::stochastic_round(values, held, step_count_, roundings);
+  for (size_t k = 0; k < parameters_.size(); ++k)
+    if (held[k].defined()) autograd::Variable(parameters_[k].variable).keep_compute_copy(held[k]);
 }
 
 double DataParallel::average(double value) {

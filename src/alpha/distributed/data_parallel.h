@@ -27,6 +27,7 @@
 #pragma once
 #include <cstdint>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <unordered_map>
 #include <utility>
@@ -94,8 +95,13 @@ class DataParallel {
   // loss scaling) and clips them by `norm` (grad_norm()'s divided by loss_scale, finite) when grad_clip > 0,
   // in one pass; runs AdamW on this rank's shards with learning rate lr, and all-gathers the updated
   // parameters into every rank's model. Returns the clip coefficient.
+  // With a stochastic_rounding_seed, each parameter's held bf16/f16 compute copy is then rewritten from the
+  // gathered value, rounded stochastically with the bits train::AdamW's step would draw for it (parameter k as
+  // tensor k, the whole tensor's element indices: ops::stochastic_round), so the copies are the bits of the
+  // unsharded step on the same values; parameters holding no copy are left to round to nearest on use.
   struct AdamW {
     double beta1, beta2, eps, weight_decay;
+    std::optional<uint64_t> stochastic_rounding_seed = std::nullopt;
   };
   double sharded_step(double lr, double grad_clip, double norm, const AdamW& adamw, double loss_scale = 1.0);
 
@@ -123,6 +129,8 @@ class DataParallel {
   Tensor bucket_slice(size_t bucket, const BucketEntry& entry) const;  // a parameter's run in its bucket
   Tensor shard_of(size_t bucket) const;                     // this rank's shard of a bucket's buffer
   void add_in_rank_order();  // deterministic: each bucket's (or shard's) average from gathered_
+  // ZeRO-1 with stochastic rounding: held[k], where defined, becomes parameter k's gathered value rounded.
+  void round_held_copies(std::vector<Tensor>& held, uint64_t seed);
 
   Communicator& communicator_;
   std::vector<nn::NamedParameter> parameters_;

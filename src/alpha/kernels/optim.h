@@ -12,6 +12,13 @@
 //   conversion pass. G = T (the default) is plain AdamW; param_copy may then be left null. The copy's type
 //   C defaults to G; C = bf16 or f16 with G = T = f32 is the trainer's case, whose gradients accumulate in
 //   f32 while the model computes from the copy.
+//   Stochastic rounding (AdamWArgs::stochastic_rounding): the copy's element i is instead
+//   round_stochastic<C>(param, stochastic_rounding_bits(rounding, i)) (core/half.h): rounded up or down at
+//   random, unbiased, with Philox bits (core/philox.h) keyed by rounding.seed at counter rounding.offset + i
+//   in substream stochastic_rounding_stream(tensor, step). The bits depend on nothing else (not the backend,
+//   the launch or the thread count); a shard of a tensor starting at element k passes offset k and draws the
+//   whole tensor's bits for its elements. stochastic_round writes the same copy from a given f32 master (the
+//   copy a step wrote, from the param it left: a resumed run, or ZeRO-1 after gathering the params).
 // - sum_squares gives Σ x² in f64 with a fixed reduction order, the building block of the global grad
 //   norm: the same grads give the same norm bits for every thread count (and, on a GPU, every run).
 // - grad_norm and clip_coefficient finish the global norm and the clipping coefficient from the per-tensor
@@ -28,11 +35,32 @@
 #include <span>
 
 #include "alpha/core/dtype.h"
+#include "alpha/core/hd.h"
+#include "alpha/core/philox.h"
 #include "alpha/core/stream.h"
 #include "alpha/kernels/elementwise.h"
 #include "alpha/kernels/multi_tensor.h"
 
 namespace alpha::kernels {
+
+// Where a tensor's stochastic rounding draws its bits: Philox keyed by `seed`, element i at counter offset + i
+// of substream `stream`.
+struct StochasticRounding {
+  uint64_t seed = 0;
+  uint64_t stream = 0;  // stochastic_rounding_stream(tensor, step)
+  uint64_t offset = 0;  // the counter of element 0: its index in the whole tensor (0, or a shard's start)
+};
+
+// The substream of tensor `tensor` (an index in the caller's parameter list) at step `step` (1-based, taken
+// modulo 2³²): each (tensor, step) draws its own bits, never those of dropout (substream 0: step >= 1).
+constexpr uint64_t stochastic_rounding_stream(uint32_t tensor, int64_t step) {
+  return (uint64_t(tensor) << 32) | uint32_t(uint64_t(step));
+}
+
+// The 32 random bits element i of a buffer rounds with.
+ALPHA_HD uint32_t stochastic_rounding_bits(const StochasticRounding& r, int64_t i) {
+  return philox_bits(r.seed, r.offset + uint64_t(i), r.stream);
+}
 
 template <class T, class G = T, class C = G>
 struct AdamWArgs {
@@ -49,6 +77,18 @@ struct AdamWArgs {
   int64_t step;       // 1-based, for the bias corrections
   int64_t n;
   C* param_copy = nullptr;  // (n) or null: receives the updated param rounded to C (the compute copy)
+  bool stochastic_rounding = false;  // param_copy rounded stochastically (T = f32, C = bf16 or f16), not to nearest
+  StochasticRounding rounding{};     // its bits, when stochastic_rounding
+};
+
+// out = x rounded stochastically to C (bf16 or f16) with `rounding`'s bits: the compute copy an AdamW step with
+// that rounding writes beside the f32 master x.
+template <class C>
+struct StochasticRoundArgs {
+  const float* x;  // (n)
+  C* out;          // (n)
+  int64_t n;
+  StochasticRounding rounding;
 };
 
 // The per-step scalars of an AdamW update, computed once on the host (the bias corrections in f64, so
@@ -115,12 +155,15 @@ template <class T, class G, class C> void multi_adamw_step(std::span<const AdamW
 template <class T> void multi_sum_squares(std::span<const SumSquaresArgs<T>> tensors);
 template <class T> void multi_scale(std::span<const ScaleArgs<T>> tensors);
 template <class T> void multi_scale_by(std::span<const ScaleByArgs<T>> tensors);
+template <class C> void stochastic_round(const StochasticRoundArgs<C>& args);
+template <class C> void multi_stochastic_round(std::span<const StochasticRoundArgs<C>> tensors);
 }  // namespace cpu
 
 #if ALPHA_WITH_CUDA
 // Device pointers; queued on `stream` (Stream{}: the current device's default stream). T = float, bf16 or
 // f16, computing in f32; AdamWArgs<T, G, C> for G = C = T, for T = float with G = C = bf16 or f16, and for
 // T = G = float with C = bf16 or f16 (f32 gradients of the f32 master, the compute copy in bf16/f16).
+// A stochastically rounded copy, and stochastic_round's (C = bf16 or f16), equal the CPU's bit for bit.
 // adamw_step and scale_by round exactly as the CPU kernels in f32 do (__fmul_rn/__fadd_rn/__fdiv_rn/
 // __fsqrt_rn, no fused multiply-add): their outputs equal the CPU kernel's in f32 rounded to T, bit for bit.
 // sum_squares accumulates in f64 in a fixed order (chunks, then one final block; no atomics): the same
@@ -139,6 +182,8 @@ void multi_adamw_step(std::span<const AdamWArgs<T, G, C>> tensors, Stream stream
 template <class T> void multi_sum_squares(std::span<const SumSquaresArgs<T>> tensors, Stream stream);
 template <class T> void multi_scale(std::span<const ScaleArgs<T>> tensors, Stream stream);
 template <class T> void multi_scale_by(std::span<const ScaleByArgs<T>> tensors, Stream stream);
+template <class C> void stochastic_round(const StochasticRoundArgs<C>& args, Stream stream);
+template <class C> void multi_stochastic_round(std::span<const StochasticRoundArgs<C>> tensors, Stream stream);
 }  // namespace cuda
 #endif
 

@@ -85,6 +85,18 @@ AdamWNames list_names(size_t k, bool with_copies) {
           entry("vs"),     with_copies ? entry("compute_copies") : std::string(), entry("configs") + "."};
 }
 
+// A copy that stochastic rounding can write beside `param`: bf16 or f16 beside an f32 param.
+void check_stochastic_copy(std::string_view op, std::string_view arg, const Tensor& param, const Tensor& copy) {
+  if (param.dtype() != DType::f32 || (copy.dtype() != DType::bf16 && copy.dtype() != DType::f16))
+    raise<DTypeError>(op, arg, "bf16 or f16 beside an f32 param (what stochastic rounding rounds to)",
+                      std::string(dtype_name(copy.dtype())) + " beside " + std::string(dtype_name(param.dtype())));
+}
+
+// The kernels' rounding of a tensor at step `step` (>= 1).
+kernels::StochasticRounding kernel_rounding(const StochasticRounding& r, int64_t step) {
+  return {r.seed, kernels::stochastic_rounding_stream(r.tensor, step), uint64_t(r.offset)};
+}
+
 void check_adamw(std::string_view op, const AdamWNames& names, const Tensor& param, const Tensor& grad,
                  const Tensor& m, const Tensor& v, const Tensor* compute_copy, const AdamWConfig& config,
                  double grad_scale) {
@@ -111,6 +123,14 @@ void check_adamw(std::string_view op, const AdamWNames& names, const Tensor& par
     check_contiguous(op, names.compute_copy, *compute_copy);
   }
   const std::string& c = names.config;
+  if (config.stochastic_rounding) {
+    if (!compute_copy)
+      raise<ValueError>(op, c + "stochastic_rounding", "a compute copy to round (the overload with compute_copy)",
+                        "no compute copy");
+    check_stochastic_copy(op, names.compute_copy, param, *compute_copy);
+    require(op, c, "stochastic_rounding.offset", double(config.stochastic_rounding->offset),
+            config.stochastic_rounding->offset >= 0, "an element index >= 0");
+  }
   require(op, c, "lr", config.lr, non_negative(config.lr), "a finite value >= 0");
   require(op, c, "beta1", config.beta1, config.beta1 >= 0 && config.beta1 < 1, "a value in [0, 1)");
   require(op, c, "beta2", config.beta2, config.beta2 >= 0 && config.beta2 < 1, "a value in [0, 1)");
@@ -125,9 +145,16 @@ template <class T, class G, class C>
 kernels::AdamWArgs<T, G, C> adamw_args(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, Tensor* compute_copy,
                                        const AdamWConfig& config, double grad_scale) {
   using A = acc_t<T>;
-  return {param.data<T>(), grad.data<G>(), m.data<T>(), v.data<T>(), A(config.lr), A(config.beta1), A(config.beta2),
-          A(config.eps), A(config.weight_decay), A(grad_scale), config.step, param.numel(),
-          compute_copy ? compute_copy->data<C>() : nullptr};
+  kernels::AdamWArgs<T, G, C> args{param.data<T>(),  grad.data<G>(),         m.data<T>(),
+                                   v.data<T>(),      A(config.lr),           A(config.beta1),
+                                   A(config.beta2),  A(config.eps),          A(config.weight_decay),
+                                   A(grad_scale),    config.step,            param.numel(),
+                                   compute_copy ? compute_copy->data<C>() : nullptr};
+  if (config.stochastic_rounding) {
+    args.stochastic_rounding = true;
+    args.rounding = kernel_rounding(*config.stochastic_rounding, config.step);
+  }
+  return args;
 }
 
 void adamw(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, Tensor* compute_copy, const AdamWConfig& config,
@@ -313,6 +340,45 @@ void scale_grads_by_tensor_for(std::string_view op, std::vector<Tensor>& grads, 
 }
 
 }  // namespace
+
+void stochastic_round(const std::vector<Tensor>& params, std::vector<Tensor>& copies, int64_t step,
+                      const std::vector<StochasticRounding>& roundings) {
+  constexpr std::string_view op = "stochastic_round";
+  check_length(op, "copies", copies.size(), params.size());
+  check_length(op, "roundings", roundings.size(), params.size());
+  require(op, "step", double(step), step >= 1, "a 1-based step (>= 1)");
+  auto entry = [](std::string_view list, size_t k) { return std::string(list) + "[" + std::to_string(k) + "]"; };
+  std::vector<size_t> rounded;  // the entries with a copy
+  for (size_t k = 0; k < params.size(); ++k) {
+    if (!copies[k].defined()) continue;
+    rounded.push_back(k);
+    check_backend_float(op, entry("params", k), params[k]);
+    check_contiguous(op, entry("params", k), params[k]);
+    check_same_device(op, entry("params", k), params[k], params[rounded[0]]);
+    check_same_device(op, entry("copies", k), copies[k], params[k]);
+    check_stochastic_copy(op, entry("copies", k), params[k], copies[k]);
+    check_shape(op, entry("copies", k), copies[k], params[k].shape());
+    check_contiguous(op, entry("copies", k), copies[k]);
+    require(op, entry("roundings", k), ".offset", double(roundings[k].offset), roundings[k].offset >= 0,
+            "an element index >= 0");
+  }
+  // One launch per copy dtype; the params are f32 (checked), so only C = bf16 or f16 beside T = float runs.
+  auto copy_dtype = [&](size_t i) { return copies[rounded[i]].dtype(); };
+  for (const std::vector<size_t>& group : group_by(rounded.size(), copy_dtype))
+    dispatch_float(op, params[rounded[group[0]]], [&]<class T>(const auto& where) {
+      visit_narrow_type<T>(copy_dtype(group[0]), [&]<class C>() {
+        if constexpr (std::is_same_v<T, float> && !std::is_same_v<C, float>) {
+          std::vector<kernels::StochasticRoundArgs<C>> list;
+          for (size_t i : group) {
+            const size_t k = rounded[i];
+            list.push_back({params[k].data<float>(), copies[k].data<C>(), params[k].numel(),
+                            kernel_rounding(roundings[k], step)});
+          }
+          ALPHA_KERNEL(multi_stochastic_round)(where, std::span<const kernels::StochasticRoundArgs<C>>(list));
+        }
+      });
+    });
+}
 
 bool adamw_takes_compute_copy(DType param, DType grad, DType copy) {
   return is_narrow_dtype_of(grad, param) && is_narrow_dtype_of(copy, grad);

@@ -15,11 +15,22 @@
 //   Tensor coef = clip_grad_norm(grads, max_norm, norm)   // computed and applied on the device
 #pragma once
 #include <cstdint>
+#include <optional>
 #include <vector>
 
 #include "alpha/tensor/tensor.h"
 
 namespace alpha::ops {
+
+// Stochastic rounding of a compute copy (kernels/optim.h): element i of the copy rounds up or down at random,
+// unbiased, with the Philox bits of (seed, tensor, step, offset + i), so a run repeats bit for bit on every
+// backend. `tensor` tells a list's tensors apart (the trainer: the parameter's index); `offset` is the first
+// element's index in the whole tensor, so a shard draws the bits the whole tensor's step would.
+struct StochasticRounding {
+  uint64_t seed = 0;
+  uint32_t tensor = 0;
+  int64_t offset = 0;  // >= 0
+};
 
 struct AdamWConfig {
   double lr = 3e-4;
@@ -28,6 +39,9 @@ struct AdamWConfig {
   double eps = 1e-8;
   double weight_decay = 0.0;  // decoupled: param -= lr · weight_decay · param
   int64_t step = 1;           // 1-based, for bias correction
+  // The compute copy rounded stochastically (none: to nearest even); only beside a copy narrower than an f32
+  // param (bf16 or f16): ValueError without a copy, DTypeError for another copy.
+  std::optional<StochasticRounding> stochastic_rounding = std::nullopt;
 };
 
 // One fused AdamW step: m, v updated, then param. grad is scaled by grad_scale first (clipping).
@@ -56,6 +70,13 @@ void adamw_step(std::vector<Tensor>& params, const std::vector<Tensor>& grads, s
 void adamw_step(std::vector<Tensor>& params, const std::vector<Tensor>& grads, std::vector<Tensor>& ms,
                 std::vector<Tensor>& vs, std::vector<Tensor>& compute_copies, const std::vector<AdamWConfig>& configs,
                 double grad_scale = 1.0);
+
+// copies[k] = params[k] rounded stochastically to copies[k]'s dtype with roundings[k] at step `step`: the
+// compute copy that adamw_step with that rounding and step wrote beside the param it left (a resumed run
+// restores the copies with it). params[k] are f32, copies[k] bf16 or f16 of their shape, all contiguous on
+// one device; an undefined copies[k]: nothing for params[k]. One launch per copy dtype.
+void stochastic_round(const std::vector<Tensor>& params, std::vector<Tensor>& copies, int64_t step,
+                      const std::vector<StochasticRounding>& roundings);
 
 // √(Σ‖g‖²) over all tensors (on one device), in a fixed reduction order (deterministic): each tensor's
 // Σ g² (f64) goes to its own slot of a buffer on that device, the slots are added in list order there, and

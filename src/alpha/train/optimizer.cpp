@@ -69,6 +69,10 @@ void AdamW::step(double lr) {
     params.push_back(variable.mutable_value());
     configs.push_back({lr, options_.beta1, options_.beta2, options_.eps,
                        parameters_[k].decay ? options_.weight_decay : 0.0, step_count_});
+    // A copy of another dtype than its parameter's is bf16 or f16 beside an f32 master: the one rounded.
+    // (`held` is gone by now: mutable_value() dropped it; copies.back() holds it.)
+    if (rewrite && options_.stochastic_rounding_seed && copies.back().dtype() != variable.dtype())
+      configs.back().stochastic_rounding = ops::StochasticRounding{*options_.stochastic_rounding_seed, uint32_t(k), 0};
   }
   ops::adamw_step(params, grads, m_, v_, copies, configs);
   for (size_t k = 0; k < parameters_.size(); ++k)
@@ -134,6 +138,22 @@ void AdamW::load_state(const std::vector<NamedTensor>& tensors, int64_t step_cou
                       "only the names m/<param> and v/<param> of this optimiser's parameters", "an unknown name");
   for (size_t i = 0; i < expected.size(); ++i) expected[i].tensor.copy_from(*sources[i]);
   step_count_ = step_count;
+}
+
+void keep_stochastic_compute_copies(const std::vector<nn::NamedParameter>& parameters, DType dtype, uint64_t seed,
+                                    int64_t step) {
+  if (step == 0) return;
+  std::vector<Tensor> values, copies;
+  std::vector<ops::StochasticRounding> roundings;
+  for (size_t k = 0; k < parameters.size(); ++k) {
+    const Tensor& value = parameters[k].variable.value();
+    values.push_back(value);
+    copies.push_back(Tensor::empty(value.shape(), dtype, value.device()));
+    roundings.push_back({seed, uint32_t(k), 0});
+  }
+  ops::stochastic_round(values, copies, step, roundings);
+  for (size_t k = 0; k < parameters.size(); ++k)
+    autograd::Variable(parameters[k].variable).keep_compute_copy(copies[k]);
 }
 
 }  // namespace alpha::train

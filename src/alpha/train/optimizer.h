@@ -4,6 +4,7 @@
 // it exactly and a resumed run continues bit for bit.
 #pragma once
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -17,6 +18,9 @@ struct AdamWOptions {
   double beta2 = 0.95;
   double eps = 1e-8;
   double weight_decay = 0.1;  // applied to parameters whose decay flag is set
+  // Stochastic rounding of the held bf16/f16 compute copies a step rewrites (ops::StochasticRounding), the
+  // k-th parameter drawing tensor k's bits under this seed at the step count; none: round to nearest even.
+  std::optional<uint64_t> stochastic_rounding_seed = std::nullopt;
   void validate() const;      // ConfigError naming the field
 };
 
@@ -75,5 +79,12 @@ class AdamW {
   AdamWOptions options_;
   int64_t step_count_ = 0;
 };
+
+// Gives every parameter (f32) a held compute copy in `dtype` (bf16 or f16): its value rounded stochastically
+// as the AdamW step `step` with stochastic rounding under `seed` rounded it, parameter k as tensor k (AdamW's
+// and DataParallel's numbering). A resumed run's copies are then the bits the run it continues computed with.
+// Nothing for step 0: no step has rounded a copy yet (autograd::cast rounds to nearest on first use).
+void keep_stochastic_compute_copies(const std::vector<nn::NamedParameter>& parameters, DType dtype, uint64_t seed,
+                                    int64_t step);
 
 }  // namespace alpha::train

@@ -43,6 +43,12 @@ struct TrainConfig {
   // "f32"; "bf16": bf16 activations and weights for compute, f32 master weights and optimizer state; "f16":
   // the same in f16, with dynamic loss scaling (a CUDA device only: the CPU backend computes in f32 and f64).
   std::string precision = "f32";
+  // bf16/f16 precision: the compute copy of the f32 master weights that each AdamW step writes is rounded
+  // stochastically (up with probability equal to the distance to the next value down as a fraction of the gap, so
+  // unbiased: small updates are not lost to rounding) instead of to nearest. The random bits are Philox's,
+  // drawn per parameter, step and element from the model seed: the run repeats and resumes bit for bit on
+  // every backend and thread count, and ZeRO-1 rounds as one rank does. Refused at precision "f32" (no copy).
+  bool stochastic_rounding = false;
   // "auto" (dynamic for f16, off otherwise), "dynamic" or "off": the loss multiplied by a power-of-two scale
   // before backward, the gradients divided by it, steps with an Inf/NaN gradient skipped with the scale halved,
   // the scale doubled after loss_scale_growth_interval finite steps (train/loss_scaler.h). Without an overflow

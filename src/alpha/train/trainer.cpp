@@ -132,6 +132,14 @@ distributed::ParallelLayout layout_of(const TrainerOptions& o) {
   return {world_of(o), sharded(o), sharded(o) ? o.train.bucket_mb << 20 : 0};
 }
 
+// The seed of stochastic rounding's bits, from the model seed (none without stochastic rounding). Its Philox
+// substreams (kernels/optim.h) are never dropout's, whatever the seeds.
+std::optional<uint64_t> rounding_seed(const TrainerOptions& o) {
+  constexpr uint64_t kStochasticRoundingStream = 0x73746f6368617374;  // "stochast"
+  if (!o.train.stochastic_rounding) return std::nullopt;
+  return nn::derive_seed(o.model.seed, kStochasticRoundingStream);
+}
+
 }  // namespace
 
 SavedConfigs saved_configs(const fs::path& run_dir) {
@@ -169,7 +177,8 @@ Trainer::Trainer(TrainerOptions options) : options_(std::move(options)), data_(s
     for (auto& p : parameters) p.decay |= p.name == "wte.weight" || p.name == "wpe.weight";
   // Under ZeRO-1 the optimizer state lives in DataParallel's shards, and AdamW holds no parameters.
   data_->optimizer = std::make_unique<AdamW>(sharded(options_) ? std::vector<nn::NamedParameter>{} : parameters,
-                                             AdamWOptions{t.beta1, t.beta2, t.adam_eps, t.weight_decay});
+                                             AdamWOptions{t.beta1, t.beta2, t.adam_eps, t.weight_decay,
+                                                          rounding_seed(options_)});
   if (options_.communicator)
     data_->parallel = std::make_unique<distributed::DataParallel>(
         *options_.communicator, parameters,
@@ -253,6 +262,10 @@ void Trainer::resume_from_checkpoint() {
     for (auto& [name, tensor] : ckpt.optimizer) moments.push_back({name, tensor});
     data_->optimizer->load_state(moments, ckpt.state.at("optimizer_step").get<int64_t>());
   }
+  // The compute copies the run held: its last step's stochastic rounding of the weights just restored.
+  if (const std::optional<uint64_t> seed = rounding_seed(options_))
+    keep_stochastic_compute_copies(model_->named_parameters(), model_->compute_dtype(), *seed,
+                                   sharded(options_) ? data_->parallel->step_count() : data_->optimizer->step_count());
   data_->train->seek(ckpt.state.at("data").get<data::LoaderPosition>());
   if (data_->scaler && ckpt.state.contains("loss_scaler")) data_->scaler->load_state(ckpt.state["loss_scaler"]);
   if (rank == 0) truncate_metrics(options_.run_dir, steps_done_);
@@ -352,7 +365,9 @@ std::string Trainer::run(std::optional<int64_t> stop_at_step) {
     ClipResult clip{norm, skipped ? std::nan("") : 1.0};
     if (!skipped && sharded(options_)) {
       clip.clip_coef = data_->parallel->sharded_step(lr, t.grad_clip, norm,
-                                                     {t.beta1, t.beta2, t.adam_eps, t.weight_decay}, loss_scale);
+                                                     {t.beta1, t.beta2, t.adam_eps, t.weight_decay,
+                                                      rounding_seed(options_)},
+                                                     loss_scale);
     } else if (!skipped) {
       clip = data_->optimizer->unscale_and_clip(loss_scale, t.grad_clip, scaled_norm);
       data_->optimizer->step(lr);

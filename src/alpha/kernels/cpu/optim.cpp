@@ -4,10 +4,24 @@
 #include "alpha/kernels/optim.h"
 
 #include <cmath>
+#include <type_traits>
 
 #include "alpha/kernels/cpu/reduce.h"
 
 namespace alpha::kernels::cpu {
+
+namespace {
+
+// Element i's compute copy of `value`: rounded stochastically when asked (an f32 value to bf16 or f16), else
+// to nearest even.
+template <class C, class A>
+C copy_of(A value, bool stochastic, const StochasticRounding& rounding, int64_t i) {
+  if constexpr (std::is_same_v<A, float> && !std::is_same_v<C, float>)
+    if (stochastic) return round_stochastic<C>(value, stochastic_rounding_bits(rounding, i));
+  return C(value);
+}
+
+}  // namespace
 
 template <class T, class G, class C>
 void adamw_step(const AdamWArgs<T, G, C>& args) {
@@ -22,7 +36,7 @@ void adamw_step(const AdamWArgs<T, G, C>& args) {
     args.v[i] = T(v);
     args.param[i] = T(A(args.param[i]) * terms.decay -
                       terms.step_size * m / (std::sqrt(v) * terms.inv_sqrt_bias_correction2 + args.eps));
-    if (args.param_copy) args.param_copy[i] = C(A(args.param[i]));
+    if (args.param_copy) args.param_copy[i] = copy_of<C>(A(args.param[i]), args.stochastic_rounding, args.rounding, i);
   }
 }
 
@@ -48,6 +62,12 @@ void scale_by(const ScaleByArgs<T>& args) {
   const A factor = A(*args.factor);
 #pragma omp parallel for schedule(static)
   for (int64_t i = 0; i < args.n; ++i) args.x[i] = T(factor * A(args.x[i]));
+}
+
+template <class C>
+void stochastic_round(const StochasticRoundArgs<C>& args) {
+#pragma omp parallel for schedule(static)
+  for (int64_t i = 0; i < args.n; ++i) args.out[i] = copy_of<C>(args.x[i], true, args.rounding, i);
 }
 
 template <class T, class G, class C>
@@ -77,6 +97,18 @@ ALPHA_INSTANTIATE_ADAMW(float, float, float)
 ALPHA_INSTANTIATE_ADAMW(double, double, double)
 ALPHA_MIXED_PRECISION_ADAMW_TYPES(ALPHA_INSTANTIATE_ADAMW)
 #undef ALPHA_INSTANTIATE_ADAMW
+
+template <class C>
+void multi_stochastic_round(std::span<const StochasticRoundArgs<C>> tensors) {
+  for (const StochasticRoundArgs<C>& args : tensors) stochastic_round(args);
+}
+
+#define ALPHA_INSTANTIATE_ROUND(C)                                        \
+  template void stochastic_round<C>(const StochasticRoundArgs<C>&);       \
+  template void multi_stochastic_round<C>(std::span<const StochasticRoundArgs<C>>);
+ALPHA_INSTANTIATE_ROUND(bf16)
+ALPHA_INSTANTIATE_ROUND(f16)
+#undef ALPHA_INSTANTIATE_ROUND
 
 #define ALPHA_INSTANTIATE(T)                                                \
   template void sum_squares<T>(const SumSquaresArgs<T>&);                   \

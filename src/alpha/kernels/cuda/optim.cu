@@ -11,6 +11,9 @@
 // then a shared-memory tree, all in f64) into a partial; one final block reduces the partials the same
 // way. The order depends only on n: the same grads give the same bits on every run; there are no atomics.
 //
+// Stochastic rounding of the compute copy (and stochastic_round) calls the CPU's helpers, round_stochastic and
+// stochastic_rounding_bits (host and device code): the same bits as the CPU for every launch shape.
+//
 // Multi-tensor kernels (multi_*, PyTorch's multi_tensor_apply): one launch for a list of tensors, each
 // block working on one kChunk-element chunk of one tensor, found in a LaunchTable passed with the launch.
 // Every element goes through the same __device__ function as in the single-tensor kernel (adamw_element,
@@ -18,6 +21,7 @@
 // gets the single-tensor kernel's bits. The sums of squares take two launches for the whole list: the
 // partials of every (tensor, chunk), then one block per tensor over its partials.
 #include <algorithm>
+#include <type_traits>
 
 #include "alpha/kernels/cuda/common.cuh"
 #include "alpha/kernels/cuda/multi_tensor.cuh"
@@ -50,7 +54,18 @@ struct AdamWPointers {
   Bits<T>* v;
   Bits<C>* param_copy;  // nullptr: none
   int64_t n;
+  bool stochastic_rounding;  // the copy rounded stochastically with `rounding`'s bits, not to nearest
+  StochasticRounding rounding;
 };
+
+// Element i's compute copy of the f32 value: round_stochastic's bits (core/half.h, the CPU's helper) or, without
+// stochastic rounding, the nearest.
+template <class C>
+__device__ Bits<C> copy_bits(float value, bool stochastic, const StochasticRounding& rounding, int64_t i) {
+  if constexpr (!std::is_same_v<C, float>)
+    if (stochastic) return round_stochastic<C>(value, stochastic_rounding_bits(rounding, i)).bits;
+  return Elem<C>::store(value);
+}
 
 // Element i's update: the CPU kernel's expression, one rounding per operation.
 template <class T, class G, class C>
@@ -66,7 +81,10 @@ __device__ void adamw_element(const AdamWPointers<T, G, C>& x, const AdamWScalar
   x.v[i] = Elem<T>::store(v);
   const Bits<T> stored = Elem<T>::store(param);
   x.param[i] = stored;
-  if (x.param_copy) x.param_copy[i] = Elem<C>::store(Elem<T>::load(stored));
+  if (x.param_copy) {
+    const bool stochastic = std::is_same_v<T, float> && x.stochastic_rounding;  // an f32 master's bf16/f16 copy
+    x.param_copy[i] = copy_bits<C>(Elem<T>::load(stored), stochastic, x.rounding, i);
+  }
 }
 
 template <class T, class G, class C>
@@ -126,6 +144,29 @@ __global__ void partials_kernel(const double* partials, int64_t n, double* out) 
 }
 
 int64_t chunks_of(int64_t n) { return (n + kChunk - 1) / kChunk; }
+
+// out = x rounded stochastically to C: stochastic_round's entry of a launch, and the single-tensor arguments.
+template <class C>
+struct RoundEntry {
+  const float* x;
+  Bits<C>* out;
+  int64_t n;
+  StochasticRounding rounding;
+};
+
+template <class C>
+__global__ void stochastic_round_kernel(RoundEntry<C> e) {
+  const int64_t stride = int64_t(gridDim.x) * blockDim.x;
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < e.n; i += stride)
+    e.out[i] = copy_bits<C>(e.x[i], true, e.rounding, i);
+}
+
+template <class C>
+__global__ void multi_stochastic_round_kernel(const __grid_constant__ LaunchTable<RoundEntry<C>> table) {
+  const BlockWork work = block_work(table);
+  const RoundEntry<C>& e = table.tensors[work.tensor];
+  for_chunk(e.n, kChunk, work.chunk, [&](int64_t i) { e.out[i] = copy_bits<C>(e.x[i], true, e.rounding, i); });
+}
 
 template <class T, class G, class C>
 struct AdamWEntry {
@@ -210,8 +251,19 @@ AdamWScalars adamw_scalars(const AdamWArgs<T, G, C>& args) {
 
 template <class T, class G, class C>
 AdamWPointers<T, G, C> adamw_pointers(const AdamWArgs<T, G, C>& args) {
-  return {bits(args.param), bits(args.grad), bits(args.m), bits(args.v),
-          args.param_copy ? bits(args.param_copy) : nullptr, args.n};
+  return {bits(args.param),
+          bits(args.grad),
+          bits(args.m),
+          bits(args.v),
+          args.param_copy ? bits(args.param_copy) : nullptr,
+          args.n,
+          args.stochastic_rounding,
+          args.rounding};
+}
+
+template <class C>
+RoundEntry<C> round_entry(const StochasticRoundArgs<C>& args) {
+  return {args.x, bits(args.out), args.n, args.rounding};
 }
 
 // The sums of squares' chunks of a tensor: at least one, which writes 0 for an empty tensor.
@@ -307,6 +359,31 @@ void multi_scale_by(std::span<const ScaleByArgs<T>> tensors, Stream stream) {
         ALPHA_CUDA_LAUNCH(kernel, unsigned(blocks), kThreads, alpha::cuda::stream_handle(stream), table);
       });
 }
+
+template <class C>
+void stochastic_round(const StochasticRoundArgs<C>& args, Stream stream) {
+  if (args.n == 0) return;
+  constexpr auto kernel = stochastic_round_kernel<C>;
+  ALPHA_CUDA_LAUNCH(kernel, blocks_for(args.n), kThreads, alpha::cuda::stream_handle(stream), round_entry(args));
+}
+
+template <class C>
+void multi_stochastic_round(std::span<const StochasticRoundArgs<C>> tensors, Stream stream) {
+  constexpr auto kernel = multi_stochastic_round_kernel<C>;
+  for_each_launch<RoundEntry<C>>(
+      tensors, [](const StochasticRoundArgs<C>& a) { return round_entry(a); },
+      [](const StochasticRoundArgs<C>& a) { return chunks_of(a.n); },
+      [&](const LaunchTable<RoundEntry<C>>& table, int64_t blocks) {
+        ALPHA_CUDA_LAUNCH(kernel, unsigned(blocks), kThreads, alpha::cuda::stream_handle(stream), table);
+      });
+}
+
+#define ALPHA_INSTANTIATE_ROUND(C)                                                  \
+  template void stochastic_round<C>(const StochasticRoundArgs<C>&, Stream);         \
+  template void multi_stochastic_round<C>(std::span<const StochasticRoundArgs<C>>, Stream);
+ALPHA_INSTANTIATE_ROUND(bf16)
+ALPHA_INSTANTIATE_ROUND(f16)
+#undef ALPHA_INSTANTIATE_ROUND
 
 #define ALPHA_INSTANTIATE_ADAMW(T, G, C)                                            \
   template void adamw_step<T, G, C>(const AdamWArgs<T, G, C>&, Stream);             \

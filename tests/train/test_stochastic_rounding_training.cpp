@@ -1,0 +1,168 @@
+// Stochastic rounding in training, on the CPU (the trainer's bf16/f16 runs need a GPU: tests/cuda): a toy run
+// whose loss reads the parameters' held bf16 compute copies, stepped by train::AdamW with stochastic rounding,
+// resumes bit for bit from its exported state when the copies are restored (keep_stochastic_compute_copies),
+// and not without them; ZeRO-1 over the in-process communicator leaves every rank the copies the unsharded
+// step would write from the same weights (the whole tensor's bits); the config refuses the option at f32.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <string>
+#include <vector>
+
+#include "alpha/autograd/functions.h"
+#include "alpha/distributed/data_parallel.h"
+#include "alpha/ops/elementwise.h"
+#include "alpha/ops/optim.h"
+#include "alpha/train/optimizer.h"
+#include "alpha/train/train_config.h"
+#include "distributed/in_process_communicator.h"
+#include "support/checks.h"
+
+namespace alpha::train {
+namespace {
+
+using autograd::Variable;
+
+constexpr uint64_t kSeed = 2024;
+constexpr DType kCompute = DType::bf16;
+
+std::vector<nn::NamedParameter> toy_parameters(const std::vector<Tensor>& values) {
+  std::vector<nn::NamedParameter> params;
+  for (size_t k = 0; k < values.size(); ++k) {
+    std::string name = std::string("p").append(std::to_string(k));
+    params.push_back({name, Variable(values[k].clone(), true, name), k != 1});
+  }
+  return params;
+}
+
+std::vector<Tensor> toy_values() { return {test::random({7, 13}), test::random({5}), test::random({3, 300})}; }
+
+// One step of the toy run: the gradient of ½‖copy − target‖² through the bf16 compute copy the forward would
+// read (autograd::cast's: the held one, or a conversion to nearest when none is held), then AdamW's step.
+void toy_step(std::vector<nn::NamedParameter>& params, AdamW& optimizer, int64_t step) {
+  for (size_t k = 0; k < params.size(); ++k) {
+    Variable p = params[k].variable;
+    Tensor copy = autograd::cast(p, kCompute).value().to(DType::f32);
+    Tensor target = Tensor::full(copy.shape(), 0.25 * double(k + 1) * (step % 2 ? 1 : -1), DType::f32);
+    p.clear_grad();
+    autograd::backward(autograd::sum(autograd::mul(p, Variable(ops::add(copy, ops::scale(target, -1.0))))));
+  }
+  autograd::clear_tape();
+  optimizer.step(1e-3);
+}
+
+struct ToyRun {
+  std::vector<nn::NamedParameter> params;
+  AdamW optimizer;
+  ToyRun(const std::vector<Tensor>& values, std::optional<uint64_t> seed)
+      : params(toy_parameters(values)), optimizer(params, AdamWOptions{0.9, 0.95, 1e-8, 0.1, seed}) {}
+  void run(int64_t from, int64_t to) {
+    for (int64_t step = from; step < to; ++step) toy_step(params, optimizer, step);
+  }
+};
+
+// The split run: `first` steps, the state exported, a fresh run over the saved weights (no copies held) with
+// the state loaded and, if `restore`, the copies restored; then the rest.
+ToyRun resumed_run(const std::vector<Tensor>& start, int64_t first, int64_t total, bool restore) {
+  ToyRun a(start, kSeed);
+  a.run(0, first);
+  std::vector<Tensor> saved_values;
+  for (const auto& p : a.params) saved_values.push_back(p.variable.value().clone());
+  std::vector<NamedTensor> state;
+  for (const auto& t : a.optimizer.state_tensors()) state.push_back({t.name, t.tensor.clone()});
+  ToyRun b(saved_values, kSeed);
+  b.optimizer.load_state(state, a.optimizer.step_count());
+  if (restore) keep_stochastic_compute_copies(b.params, kCompute, kSeed, b.optimizer.step_count());
+  b.run(first, total);
+  return b;
+}
+
+TEST(StochasticRoundingTraining, ResumesBitForBitWithTheCopiesRestored) {
+  const std::vector<Tensor> start = toy_values();
+  ToyRun straight(start, kSeed);
+  straight.run(0, 8);
+  ToyRun nearest(start, std::nullopt);
+  nearest.run(0, 8);
+  ToyRun resumed = resumed_run(start, 3, 8, true), without = resumed_run(start, 3, 8, false);
+  bool rounding_changed_the_run = false, restoring_mattered = false;
+  for (size_t k = 0; k < start.size(); ++k) {
+    SCOPED_TRACE(straight.params[k].name);
+    const Variable& s = straight.params[k].variable;
+    EXPECT_TRUE(test::bit_equal(resumed.params[k].variable.value(), s.value()));
+    EXPECT_TRUE(test::bit_equal(resumed.params[k].variable.compute_copy(), s.compute_copy()));
+    for (size_t slot : {k, k + start.size()})  // m, then v
+      EXPECT_TRUE(test::bit_equal(resumed.optimizer.state_tensors()[slot].tensor,
+                                  straight.optimizer.state_tensors()[slot].tensor));
+    // The copy is the step's stochastic rounding of the master, not its rounding to nearest.
+    EXPECT_FALSE(test::bit_equal(s.compute_copy(), s.value().to(kCompute)));
+    rounding_changed_the_run |= !test::bit_equal(nearest.params[k].variable.value(), s.value());
+    restoring_mattered |= !test::bit_equal(without.params[k].variable.value(), s.value());
+  }
+  EXPECT_TRUE(rounding_changed_the_run) << "the loss reads the copies: their rounding steers the run";
+  EXPECT_TRUE(restoring_mattered) << "without the restored copies the first resumed step computes from others";
+}
+
+TEST(StochasticRoundingTraining, NothingToRestoreBeforeTheFirstStep) {
+  std::vector<nn::NamedParameter> params = toy_parameters(toy_values());
+  keep_stochastic_compute_copies(params, kCompute, kSeed, 0);
+  for (const auto& p : params) EXPECT_FALSE(p.variable.compute_copy().defined()) << p.name;
+}
+
+TEST(StochasticRoundingTraining, Zero1RoundsEachCopyAsTheUnshardedStepDoes) {
+  using distributed::DataParallel;
+  const DataParallel::AdamW adamw{0.9, 0.95, 1e-8, 0.1, kSeed};
+  const std::vector<Shape> shapes{{3, 5}, {7}, {40, 3}, {1}, {6, 2}};
+  for (int world : {1, 2, 3, 4}) {
+    SCOPED_TRACE("world " + std::to_string(world));
+    auto group = std::make_shared<distributed::test::InProcessGroup>(world, std::chrono::milliseconds(10000));
+    std::vector<std::vector<nn::NamedParameter>> replicas(static_cast<size_t>(world));
+    for (int r = 0; r < world; ++r)
+      for (size_t i = 0; i < shapes.size(); ++i) {
+        std::string name = std::string("p").append(std::to_string(i));
+        Variable v(Tensor::normal(shapes[i], 0.0, 1.0, 100 + i), true, name);
+        if (i != 3) autograd::cast(v, i % 2 ? DType::f16 : kCompute);  // held copies; p3 holds none
+        replicas[size_t(r)].push_back({name, v, i % 2 == 0});
+      }
+    autograd::clear_tape();
+    distributed::test::run_ranks(world, [&](int rank) {
+      distributed::test::InProcessCommunicator comm(group, rank);
+      std::vector<nn::NamedParameter>& mine = replicas[size_t(rank)];
+      DataParallel dp(comm, mine, {/*bucket_bytes=*/32, true});
+      for (int step = 0; step < 2; ++step) {
+        for (size_t i = 0; i < mine.size(); ++i)
+          autograd::backward(mine[i].variable, Tensor::normal(shapes[i], 0.0, 1.0, 1000 * (rank + 1) + i + 10 * step));
+        dp.reduce_gradients();
+        dp.sharded_step(1e-2, 0.0, dp.grad_norm(), adamw);
+      }
+    });
+    for (int r = 0; r < world; ++r)
+      for (size_t k = 0; k < shapes.size(); ++k) {
+        const Variable& v = replicas[size_t(r)][k].variable;
+        if (k == 3) {
+          EXPECT_FALSE(v.compute_copy().defined()) << "a parameter that held no copy gets none";
+          continue;
+        }
+        ASSERT_TRUE(v.compute_copy().defined()) << k;
+        // The unsharded step's copy: the master rounded with tensor k's bits of step 2, whole-tensor indices.
+        std::vector<Tensor> values = {v.value()}, want = {Tensor::zeros(v.shape(), v.compute_copy().dtype())};
+        ops::stochastic_round(values, want, 2, {{kSeed, uint32_t(k), 0}});
+        EXPECT_TRUE(test::bit_equal(v.compute_copy(), want[0])) << "rank " << r << " parameter " << k;
+        EXPECT_TRUE(test::bit_equal(v.compute_copy(), replicas[0][k].variable.compute_copy())) << "same on every rank";
+      }
+  }
+}
+
+TEST(StochasticRoundingTraining, ConfigRefusesItWithoutALowPrecisionCopy) {
+  TrainConfig t;
+  t.stochastic_rounding = true;
+  EXPECT_ALPHA_ERROR(t.validate(), ConfigError, "'stochastic_rounding'", "precision \"f32\"", "bf16 or f16");
+  t.precision = "bf16";
+  t.device = "cuda";
+  t.validate();
+  EXPECT_TRUE(TrainConfig::from_json(t.to_json()).stochastic_rounding);
+  EXPECT_FALSE(TrainConfig::from_json(nlohmann::json::object()).stochastic_rounding) << "off by default";
+  EXPECT_ALPHA_ERROR(TrainConfig::from_json({{"stochastic_rounding", "yes"}}), ConfigError, "stochastic_rounding");
+}
+
+}  // namespace
+}  // namespace alpha::train
