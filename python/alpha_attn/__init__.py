@@ -70,10 +70,10 @@ def flash_attention(q: Tensor, k: Tensor, v: Tensor, causal: bool = False, softc
     strided views (no copy) and returned as a view of a [B, Tq, Hq, Dv] tensor.
     Hq a multiple of Hkv (GQA/MQA). causal is bottom-right aligned (query i sees keys j <= i + Tk - Tq);
     window (left, right) bounds the keys around that diagonal (-1: unbounded); softcap 0 disables it;
-    scale None means 1/sqrt(D). dropout_p > 0 drops attention weights with a mask drawn from torch's CPU
-    generator (apply it only in training, as with SDPA). deterministic=False allows the faster atomic-dQ
-    backward on the GPU (bf16/f16); constant_time=True asks for the constant-time tensor-core kernels (GPU,
-    bf16/f16) and raises where they do not apply.
+    scale None means 1/sqrt(D) (a given scale must be > 0). dropout_p > 0 drops attention weights with a mask
+    drawn from torch's CPU generator (apply it only in training, as with SDPA). deterministic=False allows the
+    faster atomic-dQ backward on the GPU (bf16/f16); constant_time=True asks for the constant-time tensor-core
+    kernels (GPU, bf16/f16) and raises where they do not apply.
     """
     _check_layout(layout)
     q, k, v = (_to_bthd(t, layout, n) for t, n in ((q, "q"), (k, "k"), (v, "v")))

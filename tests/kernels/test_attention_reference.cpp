@@ -428,6 +428,11 @@ TEST(AttentionReferenceOps, BadInputsRaise) {
                      "'config.dropout_p'");
   EXPECT_ALPHA_ERROR(ops::attention_materialized(q, k, v, with([](auto& c) { c.softcap = -1.0; })), ValueError, kOp,
                      "'config.softcap'");
+  // The flash kernels take the row maximum of the unscaled dots: a negative scale would reverse it.
+  EXPECT_ALPHA_ERROR(ops::attention_materialized(q, k, v, with([](auto& c) { c.scale = -0.5; })), ValueError, kOp,
+                     "'config.scale'", ">= 0", "-0.5");
+  EXPECT_ALPHA_ERROR(ops::flash_attention(q, k, v, with([](auto& c) { c.scale = -0.5; })), ValueError,
+                     "[flash_attention]", "'config.scale'");
   EXPECT_ALPHA_ERROR(ops::attention_materialized(q, k, v, with([](auto& c) { c.window_left = -2; })), ValueError, kOp,
                      "'config.window_left'", "-2");
   EXPECT_ALPHA_ERROR(ops::attention_materialized(q, k, v, with([](auto& c) { c.window_right = -7; })), ValueError,

@@ -126,8 +126,8 @@ void check_attention_inputs(std::string_view op, const Tensor& q, const Tensor& 
   check_unit_last_stride(op, "q", q);
   check_unit_last_stride(op, "k", k);
   check_unit_last_stride(op, "v", v);
-  if (!std::isfinite(config.scale))
-    raise<ValueError>(op, "config.scale", "a finite scale (0 for 1/sqrt(D))", std::to_string(config.scale));
+  if (!(config.scale >= 0) || !std::isfinite(config.scale))
+    raise<ValueError>(op, "config.scale", "a finite scale >= 0 (0 for 1/sqrt(D))", std::to_string(config.scale));
   if (!(config.softcap >= 0) || !std::isfinite(config.softcap))
     raise<ValueError>(op, "config.softcap", "a finite value >= 0 (0 disables)", std::to_string(config.softcap));
   if (!(config.dropout_p >= 0 && config.dropout_p < 1))

@@ -14,7 +14,7 @@
 namespace alpha::ops {
 
 struct AttentionConfig {
-  double scale = 0.0;       // 0 means 1/√D
+  double scale = 0.0;       // >= 0; 0 means 1/√D
   bool causal = false;      // bottom-right aligned: query i sees keys j <= i + (Tk − Tq)
   double softcap = 0.0;     // 0 disables; else S = c·tanh(S/c)
   double dropout_p = 0.0;   // on P, mask from Philox(seed, offset + ((b·Hq + h)·Tq + i)·Tk + j)

@@ -11,7 +11,7 @@
 namespace alpha::ops {
 
 // q [B, Tq, Hq, D], k [B, Tk, Hkv, D], v [B, Tk, Hkv, Dv] on one device in one float dtype of its backend,
-// Hq a multiple of Hkv, unit-stride feature dimensions; a finite scale, softcap >= 0, dropout_p in [0, 1),
+// Hq a multiple of Hkv, unit-stride feature dimensions; a finite scale >= 0, softcap >= 0, dropout_p in [0, 1),
 // windows >= -1. Raises the typed error naming `op`, the argument, what was expected and what came.
 void check_attention_inputs(std::string_view op, const Tensor& q, const Tensor& k, const Tensor& v,
                             const AttentionConfig& config);

@@ -19,7 +19,11 @@
 // Like the mma kernels, 7 tile products per (query tile, key tile) instead of FlashAttention-2's 5: dQ is
 // recomputed rather than added with atomics, the price of a deterministic result. The non-deterministic
 // atomic-dQ variant of the mma kernels is slower than these on Hopper, so a caller that allows
-// non-determinism gets these too where they run.
+// non-determinism gets these too where they run. So was a D 64 key_grads kernel that also added dQ = dS·K
+// with atomics (dSᵀ through shared memory, read MN-major as wgmma's A, one product and 16 float2 atomics
+// per thread per step, serialised after the entry step; H100, 2026-11-26): 10.90 ms at T 8192 against
+// 10.36 ms for these two kernels, its 255 registers spilling 152 bytes. Hiding that product and its atomics
+// behind the next step's needs registers this kernel does not have.
 #include "alpha/kernels/cuda/flash_attention_mma_backward.cuh"
 #include "alpha/kernels/cuda/wgmma.cuh"
 
@@ -29,27 +33,49 @@ namespace wgmma_backward {
 
 using namespace mma_backward;
 
-// Per bucket: warpgroups per block (64 held rows each), the rows of each streamed tile, and the blocks per
-// SM the register allocation must allow. D 128: the dK/dV kernel runs at the 255-register ceiling and spills
-// 512 bytes (dK and dV alone hold 128 registers a thread); D 64 takes 255 and spills 60 bytes.
+// One kernel's configuration: warpgroups per block (64 held rows each), the rows of each streamed tile, and
+// the blocks per SM the register allocation must allow (__launch_bounds__).
+template <int kHeadDimBucket, int kWarpgroupsPerBlock, int kStreamRows, int kBlocksPerSm>
+struct WgmmaBackwardConfig {
+  static constexpr int kHeadDim = kHeadDimBucket, kWarpgroups = kWarpgroupsPerBlock, kStream = kStreamRows,
+                       kMinBlocks = kBlocksPerSm;
+};
+// Per bucket, the dK/dV kernel's (Keys) and the dQ kernel's (Queries). D 128: the dK/dV kernel runs at the
+// 255-register ceiling and spills 512 bytes (dK and dV alone hold 128 registers a thread).
 template <int kHeadDim>
 struct WgmmaBackwardTraits;
 template <>
 struct WgmmaBackwardTraits<128> {
-  static constexpr int kWarpgroups = 2, kStream = 64, kMinBlocks = 1;
+  using Keys = WgmmaBackwardConfig<128, 2, 64, 1>;
+  using Queries = WgmmaBackwardConfig<128, 2, 64, 1>;
 };
+// D 64. The dQ kernel: one warpgroup per block, three blocks per SM (168 registers, 80 bytes of spills), 12
+// warps per SM where two warpgroups at one block gave 8: its stalls were fixed-latency waits (ncu), which more
+// warps hide. The dK/dV kernel: two warpgroups (255 registers, 64 bytes of spills); one warpgroup at two
+// blocks per SM, the same warps in independent blocks, wins where the blocks are short and uneven (causal, Tk
+// up to 2048) and loses at long ones. Measured on an H100 (2026-11-26, B·T 16384, H 32, four configurations
+// side by side, ms, deterministic backward) at T 512 / 2048 / 8192 / 16384: this rule 0.979 / 2.822 / 10.23
+// / 20.10 non-causal and 0.694 / 1.669 / 5.459 / 10.26 causal, against 1.044 / 2.944 / 10.36 / 20.49 and
+// 0.870 / 1.833 / 5.517 / 10.28 for two warpgroups at one block in both kernels; the seed shape (B 20, H 8,
+// T 512, D 48, causal) 0.134 against 0.160.
 template <>
 struct WgmmaBackwardTraits<64> {
-  static constexpr int kWarpgroups = 2, kStream = 64, kMinBlocks = 1;
+  using Keys = WgmmaBackwardConfig<64, 2, 64, 1>;
+  using ShortCausalKeys = WgmmaBackwardConfig<64, 1, 64, 2>;
+  using Queries = WgmmaBackwardConfig<64, 1, 64, 3>;
+  template <class T>
+  static bool short_causal(const AttentionParams<T>& p) {
+    return p.causal && p.kv_len <= 2048;
+  }
 };
 
 // A kernel's shared memory: two held tiles (K and V, or Q and dO), kStages stages of two streamed tiles,
 // and (key_grads) kStages stages of the streamed rows' lse2 and D.
-template <int kHeadDim, bool kStreamedStats>
+template <class Config, bool kStreamedStats>
 struct WgmmaBackwardShape {
-  using Traits = WgmmaBackwardTraits<kHeadDim>;
-  static constexpr int kThreads = 128 * Traits::kWarpgroups, kRows = 64 * Traits::kWarpgroups;
-  static constexpr int kStream = Traits::kStream, kStages = 3;
+  static constexpr int kHeadDim = Config::kHeadDim;
+  static constexpr int kThreads = 128 * Config::kWarpgroups, kRows = 64 * Config::kWarpgroups;
+  static constexpr int kStream = Config::kStream, kStages = 3;
   using HeldTile = wgmma::SwizzledTile<kRows, kHeadDim>;
   using StreamTile = wgmma::SwizzledTile<kStream, kHeadDim>;
   static constexpr size_t kBytes = 2 * size_t(HeldTile::kBytes) + 2 * kStages * size_t(StreamTile::kBytes) +
@@ -79,12 +105,12 @@ __device__ __forceinline__ void issue_ab(FragC (&c)[kHeadDim / 8], const FragA (
   for (int k = 0; k < kK / 16; ++k) wgmma::product_rs<T, kHeadDim>(c, a[k], b.mn_major(k));
 }
 
-template <class T, int kHeadDim>
-__global__ void __launch_bounds__(WgmmaBackwardShape<kHeadDim, true>::kThreads,
-                                  WgmmaBackwardTraits<kHeadDim>::kMinBlocks)
+template <class T, class Config>
+__global__ void __launch_bounds__(WgmmaBackwardShape<Config, true>::kThreads, Config::kMinBlocks)
     key_grads_kernel(AttentionBackwardArgs<T> a, const float* delta) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  using Shape = WgmmaBackwardShape<kHeadDim, true>;
+  using Shape = WgmmaBackwardShape<Config, true>;
+  constexpr int kHeadDim = Config::kHeadDim;
   constexpr int kQ = Shape::kStream, kN = kQ / 8, kO = kHeadDim / 8, kThreads = Shape::kThreads;
   constexpr int kStages = Shape::kStages;
   extern __shared__ __align__(1024) uint16_t shared[];
@@ -180,12 +206,12 @@ __global__ void __launch_bounds__(WgmmaBackwardShape<kHeadDim, true>::kThreads,
 #endif
 }
 
-template <class T, int kHeadDim>
-__global__ void __launch_bounds__(WgmmaBackwardShape<kHeadDim, false>::kThreads,
-                                  WgmmaBackwardTraits<kHeadDim>::kMinBlocks)
+template <class T, class Config>
+__global__ void __launch_bounds__(WgmmaBackwardShape<Config, false>::kThreads, Config::kMinBlocks)
     query_grads_kernel(AttentionBackwardArgs<T> a, const float* delta) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  using Shape = WgmmaBackwardShape<kHeadDim, false>;
+  using Shape = WgmmaBackwardShape<Config, false>;
+  constexpr int kHeadDim = Config::kHeadDim;
   constexpr int kK = Shape::kStream, kN = kK / 8, kO = kHeadDim / 8, kThreads = Shape::kThreads;
   constexpr int kStages = Shape::kStages;
   extern __shared__ __align__(1024) uint16_t shared[];
@@ -270,19 +296,19 @@ __global__ void __launch_bounds__(WgmmaBackwardShape<kHeadDim, false>::kThreads,
 #endif
 }
 
-template <class T, int kHeadDim>
+template <class T, class KeyConfig, class QueryConfig>
 void backward(const AttentionBackwardArgs<T>& args, const float* delta, cudaStream_t stream) {
-  using Keys = WgmmaBackwardShape<kHeadDim, true>;
-  using Queries = WgmmaBackwardShape<kHeadDim, false>;
+  using Keys = WgmmaBackwardShape<KeyConfig, true>;
+  using Queries = WgmmaBackwardShape<QueryConfig, false>;
   const AttentionParams<T>& p = args.params;
   const dim3 key_grid(tile_count(p.kv_len, Keys::kRows),
                       heads_extent(p.batch * p.kv_heads, "flash_attention_backward"));
-  launch_with_shared(key_grads_kernel<T, kHeadDim>, "flash_attention_backward (dk, dv)", key_grid, Keys::kThreads,
+  launch_with_shared(key_grads_kernel<T, KeyConfig>, "flash_attention_backward (dk, dv)", key_grid, Keys::kThreads,
                      Keys::kBytes, stream, args, delta);
   const dim3 query_grid(tile_count(p.q_len, Queries::kRows),
                         heads_extent(p.batch * p.q_heads, "flash_attention_backward"));
-  launch_with_shared(query_grads_kernel<T, kHeadDim>, "flash_attention_backward (dq)", query_grid, Queries::kThreads,
-                     Queries::kBytes, stream, args, delta);
+  launch_with_shared(query_grads_kernel<T, QueryConfig>, "flash_attention_backward (dq)", query_grid,
+                     Queries::kThreads, Queries::kBytes, stream, args, delta);
 }
 
 }  // namespace wgmma_backward
@@ -302,9 +328,14 @@ void backward(const AttentionBackwardArgs<T>& args, const float* delta, cudaStre
 // or not (wgmma_kernels_run); the other buckets keep the mma.sync kernels.
 template <class T>
 void flash_attention_wgmma_backward(const AttentionBackwardArgs<T>& args, const float* delta, cudaStream_t stream) {
-  if (mma_head_dim_bucket(args.params, "flash_attention_backward") == 64)
-    return wgmma_backward::backward<T, 64>(args, delta, stream);
-  wgmma_backward::backward<T, 128>(args, delta, stream);
+  using namespace wgmma_backward;
+  if (mma_head_dim_bucket(args.params, "flash_attention_backward") == 64) {
+    using Traits = WgmmaBackwardTraits<64>;
+    if (Traits::short_causal(args.params))
+      return backward<T, Traits::ShortCausalKeys, Traits::Queries>(args, delta, stream);
+    return backward<T, Traits::Keys, Traits::Queries>(args, delta, stream);
+  }
+  backward<T, WgmmaBackwardTraits<128>::Keys, WgmmaBackwardTraits<128>::Queries>(args, delta, stream);
 }
 
 bool wgmma_backward_runs(int64_t head_dim, int64_t value_dim) {
