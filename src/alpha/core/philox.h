@@ -43,7 +43,11 @@ ALPHA_HD Philox4x32 philox_block(uint64_t seed, uint64_t block, uint64_t substre
 // The 32 random bits for element `index` of a stream keyed by `seed`: one Philox call yields four
 // elements' bits, so element i uses lane i % 4 of the block whose counter is i / 4.
 ALPHA_HD uint32_t philox_bits(uint64_t seed, uint64_t index, uint64_t substream = 0) {
-  return philox_block(seed, index >> 2, substream).c[index & 3];
+  const Philox4x32 block = philox_block(seed, index >> 2, substream);
+  // Selects, not c[index & 3]: a run-time index into the array would put it in a GPU thread's local memory.
+  const uint32_t lane = uint32_t(index & 3);
+  const uint32_t low = lane & 1 ? block.c[1] : block.c[0], high = lane & 1 ? block.c[3] : block.c[2];
+  return lane & 2 ? high : low;
 }
 
 // Uniform in [0, 1) from 32 random bits: their top 24, exactly representable in f32 on every backend.
