@@ -240,20 +240,9 @@ double DataParallel::sharded_step(double lr, double grad_clip, double norm, cons
     }
   }
   copy_many(values, gathered);
-  if (adamw.stochastic_rounding_seed) round_held_copies(held, *adamw.stochastic_rounding_seed);
+  if (adamw.stochastic_rounding_seed)
+    nn::keep_stochastic_compute_copies(parameters_, held, *adamw.stochastic_rounding_seed, step_count_);
   return coef;
-}
-
-void DataParallel::round_held_copies(std::vector<Tensor>& held, uint64_t seed) {
-  std::vector<Tensor> values;
-  std::vector<ops::StochasticRounding> roundings;
-  for (size_t k = 0; k < parameters_.size(); ++k) {
-    values.push_back(parameters_[k].variable.value());
-    roundings.push_back({seed, uint32_t(k), 0});
-  }
-  ops::stochastic_round(values, held, step_count_, roundings);
-  for (size_t k = 0; k < parameters_.size(); ++k)
-    if (held[k].defined()) autograd::Variable(parameters_[k].variable).keep_compute_copy(held[k]);
 }
 
 double DataParallel::average(double value) {

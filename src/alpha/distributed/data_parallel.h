@@ -129,8 +129,6 @@ class DataParallel {
   Tensor bucket_slice(size_t bucket, const BucketEntry& entry) const;  // a parameter's run in its bucket
   Tensor shard_of(size_t bucket) const;                     // this rank's shard of a bucket's buffer
   void add_in_rank_order();  // deterministic: each bucket's (or shard's) average from gathered_
-  // ZeRO-1 with stochastic rounding: held[k], where defined, becomes parameter k's gathered value rounded.
-  void round_held_copies(std::vector<Tensor>& held, uint64_t seed);
 
   Communicator& communicator_;
   std::vector<nn::NamedParameter> parameters_;

@@ -1,6 +1,7 @@
 #include "alpha/nn/module.h"
 
 #include "alpha/core/error.h"
+#include "alpha/ops/optim.h"
 
 namespace alpha::nn {
 
@@ -67,6 +68,19 @@ uint64_t parameter_seed(uint64_t model_seed, std::string_view name) {
   uint64_t fnv1a = 0xcbf29ce484222325ull;
   for (char ch : name) fnv1a = (fnv1a ^ uint8_t(ch)) * 0x100000001b3ull;
   return derive_seed(model_seed, fnv1a);
+}
+
+void keep_stochastic_compute_copies(const std::vector<NamedParameter>& parameters, std::vector<Tensor>& copies,
+                                    uint64_t seed, int64_t step) {
+  std::vector<Tensor> values;
+  std::vector<ops::StochasticRounding> roundings;
+  for (size_t k = 0; k < parameters.size(); ++k) {
+    values.push_back(parameters[k].variable.value());
+    roundings.push_back({seed, uint32_t(k), 0});
+  }
+  ops::stochastic_round(values, copies, step, roundings);
+  for (size_t k = 0; k < parameters.size(); ++k)
+    if (copies[k].defined()) autograd::Variable(parameters[k].variable).keep_compute_copy(copies[k]);
 }
 
 }  // namespace alpha::nn

@@ -66,6 +66,13 @@ class Module {
   std::vector<Entry> entries_;
 };
 
+// Mixed precision with stochastic rounding (ops::stochastic_round): each defined copies[k] becomes parameter k's
+// (f32) value rounded stochastically to the copy's dtype as the AdamW step `step` under `seed` rounds it,
+// parameter k drawing tensor k's bits (the numbering of train::AdamW and distributed::DataParallel), and is
+// handed to the parameter as its held compute copy. Undefined entries are left alone.
+void keep_stochastic_compute_copies(const std::vector<NamedParameter>& parameters, std::vector<Tensor>& copies,
+                                    uint64_t seed, int64_t step);
+
 // A well-mixed seed for sub-stream `stream` of `seed` (SplitMix64 finaliser over both): parameter
 // initialisation, per-step dropout masks and sampling each draw from their own stream.
 uint64_t derive_seed(uint64_t seed, uint64_t stream);

@@ -143,17 +143,10 @@ void AdamW::load_state(const std::vector<NamedTensor>& tensors, int64_t step_cou
 void keep_stochastic_compute_copies(const std::vector<nn::NamedParameter>& parameters, DType dtype, uint64_t seed,
                                     int64_t step) {
   if (step == 0) return;
-  std::vector<Tensor> values, copies;
-  std::vector<ops::StochasticRounding> roundings;
-  for (size_t k = 0; k < parameters.size(); ++k) {
-    const Tensor& value = parameters[k].variable.value();
-    values.push_back(value);
-    copies.push_back(Tensor::empty(value.shape(), dtype, value.device()));
-    roundings.push_back({seed, uint32_t(k), 0});
-  }
-  ops::stochastic_round(values, copies, step, roundings);
-  for (size_t k = 0; k < parameters.size(); ++k)
-    autograd::Variable(parameters[k].variable).keep_compute_copy(copies[k]);
+  std::vector<Tensor> copies;
+  for (const nn::NamedParameter& p : parameters)
+    copies.push_back(Tensor::empty(p.variable.value().shape(), dtype, p.variable.value().device()));
+  nn::keep_stochastic_compute_copies(parameters, copies, seed, step);
 }
 
 }  // namespace alpha::train

@@ -81,8 +81,8 @@ class AdamW {
 };
 
 // Gives every parameter (f32) a held compute copy in `dtype` (bf16 or f16): its value rounded stochastically
-// as the AdamW step `step` with stochastic rounding under `seed` rounded it, parameter k as tensor k (AdamW's
-// and DataParallel's numbering). A resumed run's copies are then the bits the run it continues computed with.
+// as the AdamW step `step` with stochastic rounding under `seed` rounded it (nn::keep_stochastic_compute_copies
+// into fresh copies). A resumed run's copies are then the bits the run it continues computed with.
 // Nothing for step 0: no step has rounded a copy yet (autograd::cast rounds to nearest on first use).
 void keep_stochastic_compute_copies(const std::vector<nn::NamedParameter>& parameters, DType dtype, uint64_t seed,
                                     int64_t step);
