@@ -1,8 +1,10 @@
 // The matrix-product ops on a GPU (the kernels themselves are checked by the harness, checks_matmul.cpp):
 // matmul, linear, linear_backward, linear_gelu, gelu_linear_backward and the GELU MLP's autograd function
 // dispatch to the tensors' device and agree with the CPU ops on the same (rounded) values, in f32, bf16 and
-// f16; the TF32 switch; bias gradients that repeat bit for bit; and the errors for tensors on different
-// devices, dtypes the GPU backend has no kernel for, and a bad GEMM call into cuBLASLt.
+// f16; bf16/f16 operands into f32 outputs (the GEMM and column-sum kernels against the CPU kernels, and
+// linear_param_grads_into summing chunks); the TF32 switch; bias gradients that repeat bit for bit; and the
+// errors for tensors on different devices, dtypes the GPU backend has no kernel for, and a bad GEMM call into
+// cuBLASLt.
 //
 // Every test skips itself (GTEST_SKIP, which CTest reports as skipped) in a build without CUDA or on a
 // machine without a GPU.
@@ -52,6 +54,18 @@ const Device kGpu = Device::cuda(0);
   check::Tolerance tol = check::tolerance(row, got.dtype());
   tol.abs = tol.abs * double(std::max<int64_t>(k, 1)) + tol.rel * scale;
   return test::all_close(g, w, tol);
+}
+
+// c = op(a)·op(b) + beta·c (m, n) and, when grad is defined, grad = a's column sums (trans_a): T = bf16 or f16
+// operands, f32 c and grad, on the tensors' device (the CUDA kernel, or the CPU kernel on the host).
+template <class T>
+void gemm_into_f32(const Tensor& a, const Tensor& b, const Tensor& c, const Tensor& grad, int64_t m, int64_t n,
+                   int64_t k, bool trans_a, bool trans_b, float beta) {
+  kernels::GemmArgs<T, float> args{a.data<T>(), b.data<T>(), c.data<float>(), 1, m, n, k, trans_a, trans_b,
+                                   trans_a ? m : k, trans_b ? k : n, n, 0, 0, 0, 1.0f, beta};
+  if (grad.defined()) args.bias_grad_of = kernels::GemmBiasGrad::a_columns, args.bias_grad = grad.data<float>();
+  if (c.device().is_cpu()) kernels::cpu::gemm(args);
+  else kernels::cuda::gemm(args, Stream{});
 }
 
 #endif
@@ -164,6 +178,89 @@ TEST_F(CudaMatmul, GeluMlpGradientsMatchTheCpu) {
     for (size_t i = 0; i < got.size(); ++i)
       EXPECT_TRUE(close_to_cpu(names[i], got[i], want[i], inner[i] * (dtype == DType::bf16 ? 2 : 1))) << names[i];
   }
+#endif
+}
+
+TEST_F(CudaMatmul, WiderOutputGemmMatchesTheCpu) {
+#if ALPHA_WITH_CUDA
+  // bf16/f16 operands into an f32 output, as dW is summed over chunks of rows: the CUDA kernel against the CPU
+  // kernel on the same values, into a poisoned output (beta = 0), then a second product accumulated onto it
+  // (beta = 1); with trans_a (dW = dyᵀ·x), a's bias gradient in f32 too (cuBLASLt's BGRADB or the column sum).
+  for (DType dtype : {DType::bf16, DType::f16})
+    for (auto [m, k, n] : {std::tuple<int64_t, int64_t, int64_t>{37, 29, 53}, {64, 64, 64}, {256, 1000, 192}})
+      for (bool trans_a : {false, true})
+        for (bool trans_b : {false, true}) {
+          SCOPED_TRACE(std::string(dtype_name(dtype)) + " " + std::to_string(m) + "x" + std::to_string(k) + "x" +
+                       std::to_string(n) + (trans_a ? " Ta" : " Na") + (trans_b ? " Tb" : " Nb"));
+          const Shape a_shape = trans_a ? Shape{k, m} : Shape{m, k}, b_shape = trans_b ? Shape{n, k} : Shape{k, n};
+          Tensor a = test::random(a_shape, dtype), b = test::random(b_shape, dtype);
+          Tensor a2 = test::random(a_shape, dtype), b2 = test::random(b_shape, dtype);
+          Tensor c = test::poisoned({m, n}, DType::f32), grad = trans_a ? test::poisoned({m}, DType::f32) : Tensor();
+          Tensor gc = c.to(kGpu), ggrad = grad.defined() ? grad.to(kGpu) : Tensor();
+          auto both = [&](const Tensor& x, const Tensor& y, const Tensor& out, const Tensor& sums, float beta) {
+            if (dtype == DType::bf16) gemm_into_f32<bf16>(x, y, out, sums, m, n, k, trans_a, trans_b, beta);
+            else gemm_into_f32<f16>(x, y, out, sums, m, n, k, trans_a, trans_b, beta);
+          };
+          both(a, b, c, grad, 0.0f);
+          both(a.to(kGpu), b.to(kGpu), gc, ggrad, 0.0f);
+          EXPECT_TRUE(close_to_cpu("gemm.f32_out", gc, c, k));
+          if (trans_a) {
+            EXPECT_TRUE(close_to_cpu("gemm.f32_out.bias_grad", ggrad, grad, k));
+          }
+          both(a2, b2, c, Tensor(), 1.0f);
+          both(a2.to(kGpu), b2.to(kGpu), gc, Tensor(), 1.0f);
+          EXPECT_TRUE(close_to_cpu("gemm.f32_out.accumulated", gc, c, 2 * k));
+        }
+  // The column sum into f32 (dbias without dW), against the CPU kernel.
+  for (DType dtype : {DType::bf16, DType::f16}) {
+    Tensor x = test::random({3001, 33}, dtype), want = test::poisoned({33}, DType::f32);
+    Tensor gx = x.to(kGpu), got = want.to(kGpu);
+    if (dtype == DType::bf16) {
+      kernels::cpu::column_sum(kernels::ColumnSumArgs<bf16, float>{x.data<bf16>(), want.data<float>(), 3001, 33, 33});
+      kernels::cuda::column_sum(kernels::ColumnSumArgs<bf16, float>{gx.data<bf16>(), got.data<float>(), 3001, 33, 33},
+                                Stream{});
+    } else {
+      kernels::cpu::column_sum(kernels::ColumnSumArgs<f16, float>{x.data<f16>(), want.data<float>(), 3001, 33, 33});
+      kernels::cuda::column_sum(kernels::ColumnSumArgs<f16, float>{gx.data<f16>(), got.data<float>(), 3001, 33, 33},
+                                Stream{});
+    }
+    EXPECT_TRUE(close_to_cpu("column_sum.f32_out", got, want, 3001));
+  }
+#endif
+}
+
+TEST_F(CudaMatmul, LinearParamGradsIntoSumsBf16ChunksInF32) {
+#if ALPHA_WITH_CUDA
+  // dW and db of bf16 chunks of rows summed into f32 on the GPU, against the same on the CPU from the same values
+  // in f32: dW with db (dW's GEMM, db written apart and added after the first chunk), dW alone, db alone.
+  const int64_t rows = 300, in = 72, out = 1000;
+  test::GpuInput x = test::gpu_input({rows, in}, DType::bf16), dy = test::gpu_input({rows, out}, DType::bf16);
+  for (auto [with_dweight, with_dbias] : {std::pair{true, true}, {true, false}, {false, true}}) {
+    SCOPED_TRACE(std::string(with_dweight ? "dW " : "") + (with_dbias ? "db" : ""));
+    auto sums_on = [&](const Tensor& xs, const Tensor& dys) {
+      const Device device = xs.device();
+      Tensor dweight = with_dweight ? Tensor::full({out, in}, NAN, DType::f32, device) : Tensor();
+      Tensor dbias = with_dbias ? Tensor::full({out}, NAN, DType::f32, device) : Tensor();
+      for (int64_t first = 0; first < rows; first += 100)
+        ops::linear_param_grads_into(dys.slice(0, first, first + 100), xs.slice(0, first, first + 100), dweight,
+                                     dbias, first > 0);
+      return std::pair{dweight, dbias};
+    };
+    auto [got_w, got_b] = sums_on(x.gpu, dy.gpu);
+    auto [want_w, want_b] = sums_on(x.cpu, dy.cpu);
+    if (with_dweight) {
+      EXPECT_EQ(got_w.dtype(), DType::f32);
+      EXPECT_TRUE(close_to_cpu("linear_param_grads_into.dweight", got_w, want_w, rows));
+    }
+    if (with_dbias) {
+      EXPECT_EQ(got_b.dtype(), DType::f32);
+      EXPECT_TRUE(close_to_cpu("linear_param_grads_into.dbias", got_b, want_b, rows));
+    }
+  }
+  // A bf16 accumulator is refused: the sums are f32.
+  EXPECT_ALPHA_ERROR(ops::linear_param_grads_into(dy.gpu, x.gpu, Tensor::empty({out, in}, DType::bf16, kGpu),
+                                                  Tensor(), false),
+                     DTypeError, "[linear_param_grads_into]", "'dweight'", "f32", "bf16");
 #endif
 }
 

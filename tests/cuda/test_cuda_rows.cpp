@@ -173,6 +173,17 @@ TEST_F(CudaRows, LinearCrossEntropyMatchesCpu) {
       EXPECT_TRUE(close_relative_to_largest(got.dx, want_grads.dx, "cuda.linear_cross_entropy", dtype));
       EXPECT_TRUE(close_relative_to_largest(got.dweight, want_grads.dweight, "cuda.linear_cross_entropy", dtype));
       EXPECT_TRUE(close_relative_to_largest(got.dbias, want_grads.dbias, "cuda.linear_cross_entropy", dtype));
+      EXPECT_EQ(got.dweight.dtype(), dtype);
+      // wide_param_grads: dW and db as the chunks' f32 sums (bf16 operands into f32), not rounded to x's dtype;
+      // with one chunk too (from its GEMM into f32).
+      for (size_t chunk_bytes : {size_t(100 * vocab) * dtype_size(dtype), ops::kLinearCrossEntropyChunkBytes}) {
+        ops::LinearCrossEntropy wide =
+            ops::linear_cross_entropy(x.gpu, weight.gpu, bias.gpu, t, false, true, true, cap, chunk_bytes, true);
+        EXPECT_EQ(wide.dweight.dtype(), DType::f32);
+        EXPECT_EQ(wide.dbias.dtype(), DType::f32);
+        EXPECT_TRUE(close_relative_to_largest(wide.dweight, want_grads.dweight, "cuda.linear_cross_entropy", dtype));
+        EXPECT_TRUE(close_relative_to_largest(wide.dbias, want_grads.dbias, "cuda.linear_cross_entropy", dtype));
+      }
     }
   }
   // f16: the loss alone, but no gradients (they would need the loss scale).

@@ -260,13 +260,18 @@ TEST_P(LinearCrossEntropyDtypes, MatchesLinearThenCrossEntropyForEveryChunking) 
   const DType dtype = GetParam();
   const int64_t vocab = 29, row_bytes = vocab * int64_t(dtype_size(dtype));
   HeadCase c = random_head_case({37, 13}, vocab, dtype);
-  // One row per chunk, 5 rows (8 chunks, the last of 2), and the default (one chunk).
-  for (size_t chunk_bytes : {size_t(1), size_t(5 * row_bytes), ops::kLinearCrossEntropyChunkBytes}) {
-    SCOPED_TRACE("chunk_bytes " + std::to_string(chunk_bytes));
-    expect_head_matches_f64(c, ops::linear_cross_entropy(c.x, c.weight, c.bias, c.targets, true, true, true, 0.0,
-                                                         chunk_bytes),
-                            dtype);
-  }
+  // One row per chunk, 5 rows (8 chunks, the last of 2), and the default (one chunk); dW and db rounded to
+  // x's dtype or not (wide_param_grads: on the CPU, whose x is f32 or f64, the same dtype, but one chunk's then
+  // come from linear_param_grads_into).
+  for (size_t chunk_bytes : {size_t(1), size_t(5 * row_bytes), ops::kLinearCrossEntropyChunkBytes})
+    for (bool wide : {false, true}) {
+      SCOPED_TRACE("chunk_bytes " + std::to_string(chunk_bytes) + (wide ? ", wide_param_grads" : ""));
+      ops::LinearCrossEntropy out = ops::linear_cross_entropy(c.x, c.weight, c.bias, c.targets, true, true, true, 0.0,
+                                                              chunk_bytes, wide);
+      EXPECT_EQ(out.dweight.dtype(), dtype);
+      EXPECT_EQ(out.dbias.dtype(), dtype);
+      expect_head_matches_f64(c, out, dtype);
+    }
   // A logit softcap, with the logits scaled up so that the cap bends them, over three chunks.
   HeadCase capped = c;
   capped.weight = ops::scale(c.weight, 8.0);
@@ -318,6 +323,30 @@ TEST(LinearCrossEntropy, AutogradScalesTheGradientsByTheLossGradient) {
   };
   std::vector<Tensor> fused = grads_of(true), composite = grads_of(false);
   for (size_t i = 0; i < fused.size(); ++i) EXPECT_TRUE(all_close(fused[i], composite[i], "linear_cross_entropy"));
+}
+
+// Weights in a wider dtype than x (master weights: f64 here, x in f32, as f32 weights under bf16 compute on a
+// GPU): the function computes with their f32 values (a parameter's held compute copy), and their gradients come
+// back in f64, as casting them first would give them.
+TEST(LinearCrossEntropy, AutogradTakesWeightsWiderThanX) {
+  HeadCase c = random_head_case({11, 6}, 9, DType::f32);
+  const Tensor weight64 = c.weight.to(DType::f64), bias64 = c.bias.to(DType::f64);
+  auto grads_of = [&](bool fused) {
+    autograd::Variable x(c.x, true), weight(weight64, true), bias(bias64, true);
+    autograd::Variable loss =
+        fused ? autograd::linear_cross_entropy(x, weight, bias, c.targets)
+              : autograd::cross_entropy(
+                    autograd::linear(x, autograd::cast(weight, DType::f32), autograd::cast(bias, DType::f32)),
+                    c.targets);
+    EXPECT_EQ(weight.compute_copy().dtype(), DType::f32) << "the parameter holds its compute copy";
+    autograd::backward(autograd::scale(loss, 2.5));
+    EXPECT_EQ(weight.grad().dtype(), DType::f64);
+    EXPECT_EQ(bias.grad().dtype(), DType::f64);
+    return std::vector<Tensor>{loss.value(), x.grad(), weight.grad(), bias.grad()};
+  };
+  std::vector<Tensor> fused = grads_of(true), composite = grads_of(false);
+  for (size_t i = 0; i < fused.size(); ++i)
+    EXPECT_TRUE(all_close(fused[i], composite[i], test::tolerance("linear_cross_entropy", DType::f32))) << i;
 }
 
 TEST(LinearCrossEntropy, BadInputsRaise) {

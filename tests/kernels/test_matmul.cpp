@@ -1,9 +1,10 @@
 // Matrix products against naive f64 loops: the GEMM and column-sum kernels directly (into poisoned
 // outputs, every transpose combination, accumulation through alpha/beta, batches, padded rows), the GEMM
 // epilogues (bias, GELU keeping the pre-activation, DGELU, bias gradients; padded outputs whose padding must
-// stay untouched), the matmul/linear/linear_gelu tensor ops on strided views and leading dimensions, the
-// fused GELU ops giving the unfused ops' bits, gradient checks through autograd (the GELU MLP too),
-// thread-count independence of the bias gradient, and bad inputs.
+// stay untouched), bf16/f16 operands into an f32 output (GEMM, a's bias gradient, column sums), the
+// matmul/linear/linear_gelu tensor ops on strided views and leading dimensions, linear_param_grads_into
+// summing chunks of rows, the fused GELU ops giving the unfused ops' bits, gradient checks through autograd
+// (the GELU MLP too), thread-count independence of the bias gradient, and bad inputs.
 #include <gtest/gtest.h>
 #include <omp.h>
 
@@ -51,9 +52,21 @@ struct GemmCase {
   int64_t batch, m, k, n;
 };
 
-// m·n spans the element counts of test::kSizes, then odd shapes and a batch.
+// m·n spans the element counts of test::kSizes, then odd shapes, a batch and an empty inner dimension.
 const GemmCase kGemmCases[] = {{1, 1, 1, 1}, {1, 8, 5, 8}, {1, 64, 33, 64}, {1, 256, 17, 256}, {1, 7, 13, 5},
-                               {3, 5, 11, 9}};
+                               {1, 37, 29, 53}, {3, 5, 11, 9}, {1, 3, 0, 4}};
+
+// Calls fn.template operator()<T, Out>() for the GEMM of `dtype` operands: f32 and f64 into themselves, bf16
+// and f16 into f32 (GemmArgs<T, float>, how dW is summed over chunks of rows).
+template <class Fn>
+void for_gemm_types(DType dtype, Fn&& fn) {
+  switch (dtype) {
+    case DType::f64: fn.template operator()<double, double>(); break;
+    case DType::bf16: fn.template operator()<bf16, float>(); break;
+    case DType::f16: fn.template operator()<f16, float>(); break;
+    default: fn.template operator()<float, float>(); break;
+  }
+}
 
 class GemmKernel : public ::testing::TestWithParam<std::tuple<GemmCase, DType, bool, bool>> {};
 
@@ -63,17 +76,17 @@ TEST_P(GemmKernel, MatchesF64Loops) {
   Tensor a = random(trans_a ? Shape{batch, k, m} : Shape{batch, m, k}, dtype);
   Tensor b = random(trans_b ? Shape{batch, n, k} : Shape{batch, k, n}, dtype);
   std::vector<double> product = reference_gemm(a, b, batch, m, n, k, trans_a, trans_b);
-  Tensor c_initial = random({batch, m, n}, dtype);
-  std::vector<double> accumulated = c_initial.to_vector<double>();
-  for (size_t i = 0; i < accumulated.size(); ++i) accumulated[i] = 0.5 * product[i] - 1.25 * accumulated[i];
-
-  ops::dispatch_cpu_float("test", a, [&]<class T>() {
+  for_gemm_types(dtype, [&]<class T, class Out>() {
+    const DType out_dtype = dtype_of<Out>;
+    Tensor c_initial = random({batch, m, n}, out_dtype);
+    std::vector<double> accumulated = c_initial.to_vector<double>();
+    for (size_t i = 0; i < accumulated.size(); ++i) accumulated[i] = 0.5 * product[i] - 1.25 * accumulated[i];
     auto args = [&](const Tensor& c, double alpha, double beta) {
-      return kernels::GemmArgs<T>{a.data<T>(), b.data<T>(), c.data<T>(), batch, m, n, k, trans_a, trans_b,
-                                  trans_a ? m : k, trans_b ? k : n, n, m * k, k * n, m * n,
-                                  acc_t<T>(alpha), acc_t<T>(beta)};
+      return kernels::GemmArgs<T, Out>{a.data<T>(), b.data<T>(), c.data<Out>(), batch, m, n, k, trans_a, trans_b,
+                                       trans_a ? m : k, trans_b ? k : n, n, m * k, k * n, m * n,
+                                       acc_t<T>(alpha), acc_t<T>(beta)};
     };
-    Tensor c = test::poisoned({batch, m, n}, dtype);  // beta = 0 must overwrite, never read, the output
+    Tensor c = test::poisoned({batch, m, n}, out_dtype);  // beta = 0 must overwrite, never read, the output
     kernels::cpu::gemm(args(c, 1.0, 0.0));
     EXPECT_TRUE(all_close(c, Tensor::from_vector(product, {batch, m, n}), "matmul"));
     c = c_initial.clone();
@@ -83,7 +96,8 @@ TEST_P(GemmKernel, MatchesF64Loops) {
 }
 
 INSTANTIATE_TEST_SUITE_P(AllShapes, GemmKernel,
-                         ::testing::Combine(::testing::ValuesIn(kGemmCases), ::testing::Values(DType::f32, DType::f64),
+                         ::testing::Combine(::testing::ValuesIn(kGemmCases),
+                                            ::testing::Values(DType::f32, DType::f64, DType::bf16, DType::f16),
                                             ::testing::Bool(), ::testing::Bool()));
 
 double reference_gelu(double x) { return 0.5 * x * (1 + std::tanh(std::sqrt(2 / M_PI) * (x + 0.044715 * x * x * x))); }
@@ -200,13 +214,17 @@ TEST_P(GemmEpilogueKernel, MatchesF64LoopsAndLeavesPaddingAlone) {
   }
 }
 
+// "MxKxN_dtype_Na_Tb": a test's name for a GEMM's shape, dtype and transposes.
+std::string gemm_case_name(const GemmCase& shape, DType dtype, bool trans_a, bool trans_b) {
+  return std::to_string(shape.m) + "x" + std::to_string(shape.k) + "x" + std::to_string(shape.n) + "_" +
+         std::string(dtype_name(dtype)) + (trans_a ? "_Ta" : "_Na") + (trans_b ? "_Tb" : "_Nb");
+}
+
 INSTANTIATE_TEST_SUITE_P(AllEpilogues, GemmEpilogueKernel, ::testing::ValuesIn(epilogue_params()),
                          [](const ::testing::TestParamInfo<EpilogueParam>& info) {
                            const EpilogueParam& p = info.param;
-                           return std::string(p.epilogue.name) + "_" + std::to_string(p.shape.m) + "x" +
-                                  std::to_string(p.shape.k) + "x" + std::to_string(p.shape.n) + "_" +
-                                  std::string(dtype_name(p.dtype)) + (p.trans_a ? "_Ta" : "_Na") +
-                                  (p.trans_b ? "_Tb" : "_Nb");
+                           return std::string(p.epilogue.name) + "_" +
+                                  gemm_case_name(p.shape, p.dtype, p.trans_a, p.trans_b);
                          });
 
 TEST(GemmEpilogueKernel, InconsistentFieldsRaise) {
@@ -252,6 +270,55 @@ TEST(GemmEpilogueKernel, InconsistentFieldsRaise) {
                      "'bias_grad'");
 }
 
+// bf16/f16 operands into an f32 output as dW = dyᵀ·x is summed over chunks of rows (trans_a): the first chunk
+// into a poisoned output with padded rows (beta = 0 overwrites it and leaves the padding) with a's bias
+// gradient (db) in f32, the second accumulated onto it (beta = 1). GemmKernel checks every transpose pair.
+TEST(GemmWiderOutputKernel, SumsChunksWithTheBiasGradientOfA) {
+  for (DType dtype : {DType::bf16, DType::f16})
+    for (auto [rows, out, in] : {std::tuple<int64_t, int64_t, int64_t>{29, 37, 53}, {64, 64, 64}, {0, 3, 4}}) {
+      SCOPED_TRACE(std::string(dtype_name(dtype)) + " " + std::to_string(rows) + " rows");
+      Tensor dy1 = random({rows, out}, dtype), x1 = random({rows, in}, dtype);
+      Tensor dy2 = random({rows, out}, dtype), x2 = random({rows, in}, dtype);
+      std::vector<double> want = reference_gemm(dy1, x1, 1, out, in, rows, true, false);
+      const std::vector<double> second = reference_gemm(dy2, x2, 1, out, in, rows, true, false);
+      Tensor dweight = test::poisoned({out, in + 2}, DType::f32), dbias = test::poisoned({out}, DType::f32);
+      for_gemm_types(dtype, [&]<class T, class Out>() {
+        auto chunk = [&](const Tensor& dy, const Tensor& x, float beta, Out* bias_grad) {
+          kernels::GemmArgs<T, Out> args{dy.data<T>(), x.data<T>(), dweight.data<Out>(), 1, out, in, rows, true,
+                                         false, out, in, in + 2, 0, 0, 0, acc_t<T>(1), acc_t<T>(beta)};
+          if (bias_grad) args.bias_grad_of = GemmBiasGrad::a_columns, args.bias_grad = bias_grad;
+          kernels::cpu::gemm(args);
+        };
+        chunk(dy1, x1, 0.0f, dbias.data<Out>());
+        EXPECT_TRUE(all_close(dweight.slice(1, 0, in), Tensor::from_vector(want, {out, in}), "matmul"));
+        EXPECT_TRUE(all_close(dbias, Tensor::from_vector(reference_column_sum(dy1), {out}), "matmul"));
+        chunk(dy2, x2, 1.0f, nullptr);
+      });
+      for (size_t i = 0; i < want.size(); ++i) want[i] += second[i];
+      EXPECT_TRUE(all_close(dweight.slice(1, 0, in), Tensor::from_vector(want, {out, in}), "matmul"));
+      for (double v : dweight.slice(1, in, in + 2).to_vector<double>())
+        ASSERT_TRUE(std::isnan(v)) << "dW's padding was written";
+    }
+}
+
+TEST(GemmWiderOutputKernel, RefusesEpiloguesAndBias) {
+  std::vector<bf16> a(6, bf16(1.0f)), b(6, bf16(1.0f));
+  std::vector<float> c(4, 0.0f), aux(4, 0.0f), bias(2, 0.0f);
+  auto args = [&] {  // (2, 3)·(3, 2)
+    return kernels::GemmArgs<bf16, float>{a.data(), b.data(), c.data(), 1, 2, 2, 3, false, false, 3, 2, 2, 0, 0, 0,
+                                          1.0f, 0.0f};
+  };
+  auto with_bias = args();
+  with_bias.bias = bias.data();
+  EXPECT_ALPHA_ERROR(kernels::cpu::gemm(with_bias), ValueError, "[gemm]", "'bias'", "wider");
+  auto with_gelu = args();
+  with_gelu.epilogue = GemmEpilogue::gelu;
+  EXPECT_ALPHA_ERROR(kernels::cpu::gemm(with_gelu), ValueError, "[gemm]", "'epilogue'", "wider");
+  auto with_dgelu = args();
+  with_dgelu.epilogue = GemmEpilogue::dgelu, with_dgelu.aux = aux.data(), with_dgelu.ld_aux = 2;
+  EXPECT_ALPHA_ERROR(kernels::cpu::gemm(with_dgelu), ValueError, "[gemm]", "'epilogue'", "wider");
+}
+
 class ColumnSumKernel : public ::testing::TestWithParam<std::tuple<Shape, DType>> {};
 
 TEST_P(ColumnSumKernel, MatchesF64LoopsWithPaddedRows) {
@@ -271,6 +338,24 @@ INSTANTIATE_TEST_SUITE_P(AllShapes, ColumnSumKernel,
                                                               Shape{65536, 1}, Shape{4096, 16}, Shape{7, 13},
                                                               Shape{300, 5}),
                                             ::testing::Values(DType::f32, DType::f64)));
+
+class ColumnSumWiderOutputKernel : public ::testing::TestWithParam<std::tuple<Shape, DType>> {};
+
+TEST_P(ColumnSumWiderOutputKernel, SumsBf16AndF16IntoF32) {
+  auto [shape, dtype] = GetParam();
+  int64_t rows = shape[0], cols = shape[1], ld = cols + 3;
+  Tensor padded = random({rows, ld}, dtype);
+  Tensor out = test::poisoned({cols}, DType::f32);
+  if (dtype == DType::bf16)
+    kernels::cpu::column_sum(kernels::ColumnSumArgs<bf16, float>{padded.data<bf16>(), out.data<float>(), rows, cols, ld});
+  else
+    kernels::cpu::column_sum(kernels::ColumnSumArgs<f16, float>{padded.data<f16>(), out.data<float>(), rows, cols, ld});
+  EXPECT_TRUE(all_close(out, Tensor::from_vector(reference_column_sum(padded.slice(1, 0, cols)), {cols}), "matmul"));
+}
+
+INSTANTIATE_TEST_SUITE_P(AllShapes, ColumnSumWiderOutputKernel,
+                         ::testing::Combine(::testing::Values(Shape{1, 1}, Shape{64, 64}, Shape{7, 13}, Shape{300, 5}),
+                                            ::testing::Values(DType::bf16, DType::f16)));
 
 TEST(ColumnSumKernel, IdenticalAcrossThreadCounts) {
   Tensor dy = random({5000, 33}, DType::f32);
@@ -378,6 +463,69 @@ TEST(Linear, BackwardComputesOnlyRequestedGradients) {
   EXPECT_FALSE(params.dx.defined());
   EXPECT_TRUE(params.dweight.defined());
   EXPECT_TRUE(params.dbias.defined());
+}
+
+// dW and db summed over chunks of rows by linear_param_grads_into (the first chunk overwriting poisoned
+// accumulators, the others adding) against the f64 loops over all rows, and against linear_backward's bits
+// for a single call: dW with db (from dW's GEMM), dW alone, db alone (a column sum).
+TEST(LinearParamGradsInto, SumsChunksOfRowsLikeOneBackward) {
+  for (DType dtype : {DType::f32, DType::f64})
+    for (auto [with_dweight, with_dbias] : {std::pair{true, true}, {true, false}, {false, true}}) {
+      SCOPED_TRACE(std::string(dtype_name(dtype)) + (with_dweight ? " dW" : "") + (with_dbias ? " db" : ""));
+      const int64_t rows = 2 * 19, in = 13, out = 29;
+      Tensor x = random({2, 19, in}, dtype), dy = random({2, 19, out}, dtype);
+      Tensor dweight = with_dweight ? test::poisoned({out, in}, dtype) : Tensor();
+      Tensor dbias = with_dbias ? test::poisoned({out}, dtype) : Tensor();
+      const Tensor x_rows = x.reshape({rows, in}), dy_rows = dy.reshape({rows, out});
+      const int64_t bounds[] = {0, 5, 17, 30, rows};  // chunks of 5, 12, 13 and 8 rows
+      for (size_t c = 0; c + 1 < std::size(bounds); ++c)
+        ops::linear_param_grads_into(dy_rows.slice(0, bounds[c], bounds[c + 1]),
+                                     x_rows.slice(0, bounds[c], bounds[c + 1]), dweight, dbias, c > 0);
+      if (with_dweight) {
+        EXPECT_TRUE(all_close(dweight, Tensor::from_vector(reference_gemm(dy, x, 1, out, in, rows, true, false),
+                                                           {out, in}), "matmul"));
+      }
+      if (with_dbias) {
+        EXPECT_TRUE(all_close(dbias, Tensor::from_vector(reference_column_sum(dy), {out}), "matmul"));
+      }
+      // One call over every row: linear_backward's bits (the same GEMM and column sum).
+      ops::linear_param_grads_into(dy, x, dweight, dbias, false);
+      ops::LinearGrads want = ops::linear_backward(dy, x, random({out, in}, dtype), false, with_dweight, with_dbias);
+      if (with_dweight) {
+        EXPECT_TRUE(test::bit_equal(dweight, want.dweight));
+      }
+      if (with_dbias) {
+        EXPECT_TRUE(test::bit_equal(dbias, want.dbias));
+      }
+    }
+}
+
+TEST(LinearParamGradsInto, BadInputsRaise) {
+  Tensor x = random({2, 3, 4}), dy = random({2, 3, 5}), dweight = random({5, 4}), dbias = random({5});
+  constexpr const char* op = "[linear_param_grads_into]";
+  EXPECT_ALPHA_ERROR(ops::linear_param_grads_into(dy, x, Tensor(), Tensor(), false), ValueError, op, "'dweight'",
+                     "neither");
+  EXPECT_ALPHA_ERROR(ops::linear_param_grads_into(dy, x, random({5, 4}, DType::f64), dbias, false), DTypeError, op,
+                     "'dweight'", "f32", "f64");
+  EXPECT_ALPHA_ERROR(ops::linear_param_grads_into(dy, x, random({5, 3}), dbias, false), ShapeError, op, "'dweight'",
+                     "size 4");
+  EXPECT_ALPHA_ERROR(ops::linear_param_grads_into(dy, x, random({20}), dbias, false), ShapeError, op, "'dweight'",
+                     "2 dimensions");
+  EXPECT_ALPHA_ERROR(ops::linear_param_grads_into(dy, x, random({4, 5}).transpose(0, 1), dbias, false), LayoutError,
+                     op, "'dweight'", "contiguous");
+  EXPECT_ALPHA_ERROR(ops::linear_param_grads_into(dy, x, dweight, random({6}), false), ShapeError, op, "'dbias'",
+                     "size 5");
+  EXPECT_ALPHA_ERROR(ops::linear_param_grads_into(dy, x, dweight, random({5}, DType::f64), false), DTypeError, op,
+                     "'dbias'", "f32");
+  EXPECT_ALPHA_ERROR(ops::linear_param_grads_into(random({2, 3, 6}), x, dweight, dbias, false), ShapeError, op,
+                     "'dy'", "[2, 3, 5]", "[2, 3, 6]");
+  EXPECT_ALPHA_ERROR(ops::linear_param_grads_into(dy.to(DType::f64), x, dweight, dbias, false), DTypeError, op, "'dy'",
+                     "f64");
+  EXPECT_ALPHA_ERROR(ops::linear_param_grads_into(dy, Tensor::zeros({2, 3, 4}, DType::i32), dweight, dbias, false),
+                     DTypeError, op, "'x'", "i32");
+  // f64 x sums in f64: an f32 accumulator is refused.
+  EXPECT_ALPHA_ERROR(ops::linear_param_grads_into(dy.to(DType::f64), x.to(DType::f64), dweight, Tensor(), false),
+                     DTypeError, op, "'dweight'", "f64", "f32");
 }
 
 TEST(Matmul, GradientsMatchFiniteDifferences) {

@@ -243,6 +243,39 @@ TEST(GPTModel, FusedHeadLossEqualsCrossEntropyOfTheLogits) {
   }
 }
 
+// Mixed precision on the CPU (f64 parameters computing in f32, as f32 parameters compute in bf16 on a GPU): the
+// fused head takes the head's parameters themselves and hands back their gradients in f64, from its f32 sums,
+// without a cast of its own; they agree with the cross-entropy of the logits computed through casts, tied and
+// untied, to f32's tolerance.
+TEST(GPTModel, FusedHeadTakesTheMasterWeightsUnderMixedPrecision) {
+  for (bool tied : {true, false}) {
+    SCOPED_TRACE(tied ? "tied head" : "untied head");
+    GPTConfig c = test::micro_config();
+    c.tie_embeddings = tied;
+    GPT model(c, DType::f64, Device::cpu(), DType::f32);
+    Tensor ids = test::random_ids({2, 7}, c.vocab_size);
+    Tensor targets = test::random_ids({2, 7}, c.vocab_size);
+    auto loss_and_grads = [&](bool fused) {
+      model.zero_grad();
+      GPTOutput out = fused ? model.forward(ids, targets) : model.forward(ids);
+      Variable loss = fused ? out.loss
+                            : autograd::cross_entropy(autograd::reshape(out.logits, {14, c.vocab_size}),
+                                                      targets.reshape({14}));
+      autograd::backward(loss);
+      std::vector<Tensor> values{loss.value().to(DType::f64)};
+      for (const auto& p : model.named_parameters()) {
+        EXPECT_EQ(p.variable.grad().dtype(), DType::f64) << p.name;
+        values.push_back(p.variable.grad().clone());
+      }
+      return values;
+    };
+    std::vector<Tensor> fused = loss_and_grads(true), composite = loss_and_grads(false);
+    ASSERT_EQ(fused.size(), composite.size());
+    for (size_t i = 0; i < fused.size(); ++i)
+      EXPECT_TRUE(test::all_close(fused[i], composite[i], test::tolerance("linear_cross_entropy", DType::f32))) << i;
+  }
+}
+
 TEST(GPTModel, DropoutIsAPureFunctionOfTheStep) {
   GPTConfig c = tiny();
   c.dropout = 0.2;

@@ -24,6 +24,10 @@ Variable slice(const Variable& x, int64_t dim, int64_t start, int64_t end);
 // x converted to dtype (x itself when it already has it); the gradient converts back. Mixed precision:
 // f32 parameters enter a bf16 computation through it, and their gradients accumulate in f32.
 Variable cast(const Variable& x, DType dtype);
+// The value cast(x, dtype) holds, without recording: for a parameter (a leaf that requires a gradient) its
+// held compute copy, converted and held on first use; else x's value converted (itself in that dtype). For
+// functions that take parameters in their own dtype and return their gradients in it.
+Tensor cast_value(const Variable& x, DType dtype);
 
 // Matrix products (functions_matmul.cpp).
 Variable matmul(const Variable& a, const Variable& b, bool trans_a = false, bool trans_b = false);
@@ -78,7 +82,10 @@ Variable cross_entropy(const Variable& logits, const Tensor& targets);  // mean 
 // cross_entropy(linear(x, weight, bias), targets), of softcap(logits, logit_softcap) when that is > 0, without
 // holding the logits (ops/linear_cross_entropy.h: chunks of rows, their gradients computed in the forward
 // and scaled by the loss's gradient in the backward, on the device). bias may be undefined. With gradients,
-// x must not be f16 (DTypeError).
+// x must not be f16 (DTypeError). weight and bias may be in another float dtype than x (a model's f32 master
+// weights under bf16 compute): the op computes with their values in x's dtype (cast_value: a parameter's held
+// compute copy) and their gradients come back in their own dtype, for f32 weights the op's f32 sums over its
+// chunks as they are (a cast in front would round them to bf16 and widen them again).
 Variable linear_cross_entropy(const Variable& x, const Variable& weight, const Variable& bias, const Tensor& targets,
                               double logit_softcap = 0.0);
 

@@ -1,4 +1,8 @@
 #include "alpha/autograd/functions.h"
+
+#include <utility>
+
+#include "alpha/ops/check.h"
 #include "alpha/ops/cross_entropy.h"
 #include "alpha/ops/linear_cross_entropy.h"
 #include "alpha/ops/optim.h"
@@ -19,23 +23,39 @@ Variable cross_entropy(const Variable& logits, const Tensor& targets) {
 
 Variable linear_cross_entropy(const Variable& x, const Variable& weight, const Variable& bias, const Tensor& targets,
                               double logit_softcap) {
+  constexpr const char* op = "linear_cross_entropy";
   const std::vector<Variable> inputs{x, weight, bias};
   const bool recording = needs_recording(inputs);
   auto wanted = [&](const Variable& v) { return recording && v.defined() && v.requires_grad(); };
+  // weight and bias in x's dtype, as the op computes with them: a parameter in another float dtype (an f32 master
+  // weight under bf16 compute) through its held compute copy. Then the op's sums over its chunks come back
+  // unrounded (wide_param_grads), converted to the parameter's dtype where they are not in it.
+  bool wide = false;
+  auto in_x_dtype = [&](const char* arg, const Variable& v) {
+    if (!v.defined()) return Tensor();
+    if (v.dtype() == x.dtype()) return v.value();
+    ops::check_dtype(op, arg, v.value(), {DType::f32, DType::f64, DType::bf16, DType::f16});
+    wide = true;
+    return cast_value(v, x.dtype());
+  };
+  const Tensor weight_value = in_x_dtype("weight", weight), bias_value = in_x_dtype("bias", bias);
   ops::LinearCrossEntropy out =
-      ops::linear_cross_entropy(x.value(), weight.value(), bias.defined() ? bias.value() : Tensor(), targets,
-                                wanted(x), wanted(weight), wanted(bias), logit_softcap);
-  return record("linear_cross_entropy", out.loss, inputs, [&] {
+      ops::linear_cross_entropy(x.value(), weight_value, bias_value, targets, wanted(x), wanted(weight), wanted(bias),
+                                logit_softcap, ops::kLinearCrossEntropyChunkBytes, wide);
+  if (out.dweight.defined()) out.dweight = out.dweight.to(weight.dtype());
+  if (out.dbias.defined()) out.dbias = out.dbias.to(bias.dtype());
+  return record(op, out.loss, inputs, [&] {
     // The forward computed the gradients of the loss itself; the backward scales them by the loss's gradient,
-    // read on the device. It runs once (the tape is cleared after it), so it scales them in place.
+    // read on the device. It runs once (the tape is cleared after it), so it scales them in place and hands them
+    // over (a gradient no one else holds becomes a parameter's without a copy).
     return BackwardFn([grads = std::vector<Tensor>{out.dx, out.dweight, out.dbias}](
                           const Tensor& g, const std::vector<bool>& needs) mutable {
       std::vector<Tensor> needed;
       for (size_t i = 0; i < grads.size(); ++i)
         if (needs[i] && grads[i].defined()) needed.push_back(grads[i]);
       if (!needed.empty()) ops::scale_grads(needed, g.to(DType::f64));
-      return std::vector<Tensor>{needs[0] ? grads[0] : Tensor(), needs[1] ? grads[1] : Tensor(),
-                                 needs[2] ? grads[2] : Tensor()};
+      return std::vector<Tensor>{needs[0] ? std::move(grads[0]) : Tensor(), needs[1] ? std::move(grads[1]) : Tensor(),
+                                 needs[2] ? std::move(grads[2]) : Tensor()};
     });
   });
 }

@@ -24,18 +24,18 @@ Variable slice(const Variable& x, int64_t dim, int64_t start, int64_t end) {
   });
 }
 
+Tensor cast_value(const Variable& x, DType dtype) {
+  if (x.dtype() == dtype) return x.value();
+  if (!x.is_leaf() || !x.requires_grad()) return x.value().to(dtype);
+  Variable parameter = x;  // a parameter: its held compute copy, or a conversion it then holds
+  if (!x.compute_copy().defined() || x.compute_copy().dtype() != dtype)
+    parameter.keep_compute_copy(x.value().to(dtype));
+  return x.compute_copy();
+}
+
 Variable cast(const Variable& x, DType dtype) {
   if (x.dtype() == dtype) return x;
-  Tensor converted;
-  if (x.is_leaf() && x.requires_grad()) {  // a parameter: its held compute copy, or a conversion it then holds
-    Variable parameter = x;
-    if (!x.compute_copy().defined() || x.compute_copy().dtype() != dtype)
-      parameter.keep_compute_copy(x.value().to(dtype));
-    converted = x.compute_copy();
-  } else {
-    converted = x.value().to(dtype);
-  }
-  return record("cast", std::move(converted), {x}, [&] {
+  return record("cast", cast_value(x, dtype), {x}, [&] {
     DType in_dtype = x.dtype();
     return BackwardFn([in_dtype](const Tensor& g, const std::vector<bool>&) { return std::vector<Tensor>{g.to(in_dtype)}; });
   });

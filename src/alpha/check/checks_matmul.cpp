@@ -6,13 +6,18 @@
 //  - the epilogues (bias, GELU with and without the kept pre-activation, DGELU, the bias gradients of c and
 //    of a), each on the fused cuBLASLt path and on the unfused one (forced), including an aux leading
 //    dimension that is not a multiple of 8 and padded outputs whose padding must stay as it was;
-//  - broadcast_rows (bit for bit) and column_sum, with padded rows, up to a million rows;
+//  - bf16/f16 operands into an f32 output (GemmArgs<T, float>, how dW is summed over chunks of rows): the
+//    plain products above, accumulation included, and the bias gradient of a (f32) on both paths; labelled
+//    with the operands' dtype, judged by the f32 rows;
+//  - broadcast_rows (bit for bit) and column_sum, with padded rows, up to a million rows (bf16/f16 also into
+//    f32);
 //  - repeats: a GEMM with its bias gradient and column_sum give the same bits when run again.
 // Outputs start poisoned (NaN); compared buffers include their padding, which the reference leaves as NaN,
 // so a write outside the matrix fails too.
 #if ALPHA_WITH_CUDA
 #include <algorithm>
 #include <cmath>
+#include <optional>
 #include <string>
 #include <tuple>
 #include <type_traits>
@@ -82,26 +87,30 @@ double max_abs(const Tensor& x64) {
   return worst;
 }
 
-template <class T>
+// T: the operands' type; Out: the output's (and bias, aux and bias gradient's).
+template <class T, class Out = T>
 void check_gemm(Context& ctx, const GemmCase& g, bool tf32, const std::string& path) {
-  const DType dtype = dtype_of<T>;
+  const DType dtype = dtype_of<T>, out_dtype = dtype_of<Out>;
+  constexpr bool kWider = !std::is_same_v<T, Out>;
   const int64_t a_rows = g.trans_a ? g.k : g.m, a_cols = g.trans_a ? g.m : g.k;
   const int64_t b_rows = g.trans_b ? g.n : g.k, b_cols = g.trans_b ? g.k : g.n;
   const int64_t lda = std::max<int64_t>(a_cols + g.pad, 1), ldb = std::max<int64_t>(b_cols + g.pad, 1);
   const int64_t ldc = g.n + g.pad, ld_aux = g.n + g.pad;
   const int64_t batch_pad = g.batch > 1 ? g.pad : 0;
   const int64_t sa = a_rows * lda + batch_pad, sb = b_rows * ldb + batch_pad, sc = g.m * ldc;
-  const std::string name = "gemm." + g.name + "." + transposes(g.trans_a, g.trans_b) + (tf32 ? ".tf32" : "") + path;
+  const std::string name = "gemm." + g.name + "." + transposes(g.trans_a, g.trans_b) + (tf32 ? ".tf32" : "") +
+                           (kWider ? ".f32_out" : "") + path;
   const std::string_view row = tf32 ? "cuda.matmul.tf32" : "cuda.matmul";
 
   const bool aux_out = g.epilogue == GemmEpilogue::gelu && g.aux;
   const bool aux_in = g.epilogue == GemmEpilogue::dgelu;
   Tensor a = ctx.random({g.batch * sa}, dtype), b = ctx.random({g.batch * sb}, dtype);
-  Tensor bias = g.bias ? ctx.random({g.n}, dtype) : Tensor::zeros({g.n}, DType::f64);
+  Tensor bias = g.bias ? ctx.random({g.n}, out_dtype) : Tensor::zeros({g.n}, DType::f64);
   // dgelu's input, the pre-activation (padding included, never read)
-  Tensor pre = aux_in ? ctx.random({g.m, ld_aux}, dtype, -3.0, 3.0) : Tensor();
+  Tensor pre = aux_in ? ctx.random({g.m, ld_aux}, out_dtype, -3.0, 3.0) : Tensor();
   // c: initial values when beta reads them, else NaN (poison); the reference starts from the same.
-  Tensor c_init = g.beta != 0.0 ? ctx.random({g.batch, g.m, ldc}, dtype) : Tensor::full({g.batch, g.m, ldc}, NAN, DType::f64);
+  Tensor c_init = g.beta != 0.0 ? ctx.random({g.batch, g.m, ldc}, out_dtype)
+                                : Tensor::full({g.batch, g.m, ldc}, NAN, DType::f64);
   const int64_t grad_size = g.bias_grad == GemmBiasGrad::a_columns ? g.m : g.n;
 
   // The reference: the CPU kernel in f64 on the same values.
@@ -116,26 +125,29 @@ void check_gemm(Context& ctx, const GemmCase& g, bool tf32, const std::string& p
   if (g.bias_grad != GemmBiasGrad::none) ref.bias_grad = want_grad.data<double>();
   kernels::cpu::gemm(ref);
 
-  Tensor da = ctx.to_gpu(a, dtype), db = ctx.to_gpu(b, dtype), dbias = ctx.to_gpu(bias, dtype);
+  Tensor da = ctx.to_gpu(a, dtype), db = ctx.to_gpu(b, dtype), dbias = ctx.to_gpu(bias, out_dtype);
   auto run = [&](Tensor& c, Tensor& aux, Tensor& grad) {
-    c = g.beta != 0.0 ? ctx.to_gpu(c_init, dtype) : ctx.poisoned({g.batch, g.m, ldc}, dtype);
-    aux = aux_in ? ctx.to_gpu(pre, dtype) : ctx.poisoned({g.m, ld_aux}, dtype);
-    grad = ctx.poisoned({grad_size}, dtype);
-    kernels::GemmArgs<T> args{da.data<T>(), db.data<T>(), c.data<T>(), g.batch, g.m, g.n, g.k, g.trans_a, g.trans_b,
-                              lda, ldb, ldc, sa, sb, sc, acc_t<T>(g.alpha), acc_t<T>(g.beta)};
+    c = g.beta != 0.0 ? ctx.to_gpu(c_init, out_dtype) : ctx.poisoned({g.batch, g.m, ldc}, out_dtype);
+    aux = aux_in ? ctx.to_gpu(pre, out_dtype) : ctx.poisoned({g.m, ld_aux}, out_dtype);
+    grad = ctx.poisoned({grad_size}, out_dtype);
+    kernels::GemmArgs<T, Out> args{da.data<T>(), db.data<T>(), c.data<Out>(), g.batch, g.m, g.n, g.k, g.trans_a,
+                                   g.trans_b, lda, ldb, ldc, sa, sb, sc, acc_t<T>(g.alpha), acc_t<T>(g.beta)};
     args.allow_tf32 = tf32;
-    args.bias = g.bias ? dbias.data<T>() : nullptr;
+    args.bias = g.bias ? dbias.data<Out>() : nullptr;
     args.epilogue = g.epilogue;
-    if (g.aux) args.aux = aux.data<T>(), args.ld_aux = ld_aux;
+    if (g.aux) args.aux = aux.data<Out>(), args.ld_aux = ld_aux;
     args.bias_grad_of = g.bias_grad;
-    if (g.bias_grad != GemmBiasGrad::none) args.bias_grad = grad.data<T>();
+    if (g.bias_grad != GemmBiasGrad::none) args.bias_grad = grad.data<Out>();
     kernels::cuda::gemm(args, ctx.stream());
   };
   Tensor c, aux, grad;
   run(c, aux, grad);
 
+  // A wider output is labelled with the operands' dtype (its own, f32, picks the rows: f32 accumulation).
+  std::optional<Context::Label> label;
+  if constexpr (kWider) label.emplace(ctx, dtype, Shape{g.batch, g.m, ldc});
   // abs: per unit of |alpha|·K (accumulation), plus rel per unit of the largest intermediate (see the row).
-  Tolerance tol = tolerance(row, dtype);
+  Tolerance tol = tolerance(row, out_dtype);
   double scale = max_abs(want_c) + (g.bias ? 1.0 : 0.0) + (aux_out ? max_abs(want_aux) : 0.0);
   tol.abs = tol.abs * std::max(1.0, std::fabs(g.alpha) * double(g.k)) + tol.rel * scale;
   ctx.compare(name, c, want_c, tol);
@@ -143,7 +155,7 @@ void check_gemm(Context& ctx, const GemmCase& g, bool tf32, const std::string& p
 
   if (g.bias_grad != GemmBiasGrad::none) {
     // c's bias gradient against the f64 column sums of the c the GPU stored; a's against those of a.
-    Tolerance bt = tolerance("cuda.matmul.bias_grad", dtype);
+    Tolerance bt = tolerance("cuda.matmul.bias_grad", out_dtype);
     Tensor want = want_grad;
     if (g.bias_grad == GemmBiasGrad::c_columns) {
       Tensor got_c = c.to(Device::cpu()).to(DType::f64).contiguous();
@@ -197,24 +209,30 @@ void check_broadcast_rows(Context& ctx, int64_t rows, int64_t cols) {
   ctx.compare_bits("broadcast_rows", out, want.to(dtype));
 }
 
-template <class T>
+// T: the input's type; Out: the sums' (a wider output is labelled with T, judged by Out's row).
+template <class T, class Out = T>
 void check_column_sum(Context& ctx, int64_t rows, int64_t cols, int64_t pad) {
-  const DType dtype = dtype_of<T>;
+  const DType dtype = dtype_of<T>, out_dtype = dtype_of<Out>;
+  constexpr bool kWider = !std::is_same_v<T, Out>;
   const int64_t ld = cols + pad;
   Tensor x = ctx.random({rows, ld}, dtype);
   Tensor dx = ctx.to_gpu(x, dtype);
   auto run = [&] {
-    Tensor out = ctx.poisoned({cols}, dtype);
-    kernels::cuda::column_sum(kernels::ColumnSumArgs<T>{dx.data<T>(), out.data<T>(), rows, cols, ld}, ctx.stream());
+    Tensor out = ctx.poisoned({cols}, out_dtype);
+    kernels::cuda::column_sum(kernels::ColumnSumArgs<T, Out>{dx.data<T>(), out.data<Out>(), rows, cols, ld},
+                              ctx.stream());
     return out;
   };
   Tensor first = run(), second = run();
   Tensor want = Tensor::empty({cols}, DType::f64);
   kernels::cpu::column_sum(kernels::ColumnSumArgs<double>{x.data<double>(), want.data<double>(), rows, cols, ld});
-  Tolerance tol = tolerance("cuda.column_sum", dtype);
+  std::optional<Context::Label> label;
+  if constexpr (kWider) label.emplace(ctx, dtype, Shape{rows, ld});
+  Tolerance tol = tolerance("cuda.column_sum", out_dtype);
   tol.abs *= std::max(1.0, max_column_abs_sum(x, rows, cols, ld));
-  ctx.compare(pad ? "column_sum.padded" : "column_sum", first, want, tol);
-  ctx.compare_bits("column_sum.repeats", second, first);
+  const std::string name = std::string(pad ? "column_sum.padded" : "column_sum") + (kWider ? ".f32_out" : "");
+  ctx.compare(name, first, want, tol);
+  ctx.compare_bits(name + ".repeats", second, first);
 }
 
 // Plain products: output sizes check::kSizes' (m·n = 1, 64, 4096, 65536) and odd ones in every transpose form,
@@ -305,6 +323,16 @@ void check_matmul(Context& ctx) {
         if constexpr (kF32) check_gemm<T>(ctx, g, true, path);  // TF32 takes cuBLASLt's f32 GELU
       }
     }
+    if constexpr (!kF32) {  // into f32: the plain products, and a's bias gradient on both paths
+      for (const GemmCase& g : products)
+        if (ctx.includes(g.m * g.n)) check_gemm<T, float>(ctx, g, false, "");
+      for (bool fused : {true, false}) {
+        FusedEpilogues mode(fused);
+        for (const GemmCase& g : epilogues)
+          if (g.bias_grad == GemmBiasGrad::a_columns && ctx.includes(g.m * g.n))
+            check_gemm<T, float>(ctx, g, false, fused ? ".fused" : ".unfused");
+      }
+    }
     if (const GemmCase repeats{"repeats", 1, 256, 512, 192}; ctx.includes(repeats.m * repeats.n))
       check_gemm_repeats<T>(ctx, repeats);
     for (auto [rows, cols] : {std::pair<int64_t, int64_t>{1, 1}, {1, 64}, {64, 64}, {1024, 64}, {1024, 1024}, {7, 13},
@@ -313,7 +341,10 @@ void check_matmul(Context& ctx) {
     for (auto [rows, cols, pad] : {std::tuple<int64_t, int64_t, int64_t>{1, 1, 0}, {64, 1, 0}, {64, 64, 0},
                                    {4096, 16, 0}, {65536, 16, 0}, {1048576, 1, 0}, {0, 5, 0}, {7, 13, 3},
                                    {3001, 33, 3}, {1000003, 3, 1}})
-      if (ctx.includes(rows * (cols + pad))) check_column_sum<T>(ctx, rows, cols, pad);
+      if (ctx.includes(rows * (cols + pad))) {
+        check_column_sum<T>(ctx, rows, cols, pad);
+        if constexpr (!std::is_same_v<T, float>) check_column_sum<T, float>(ctx, rows, cols, pad);
+      }
   });
 }
 

@@ -41,7 +41,8 @@ inline constexpr ToleranceRow kTolerances[] = {
     {"sum", DType::f32, {1e-6, 1e-5}},
     {"sum", DType::f64, {1e-14, 1e-12}},
     // f32 matmul: K up to 256 terms of magnitude ~1 that may cancel; f32 rounding of the partial sums
-    // then leaves ~√K·2⁻²⁴·K ≈ 1e-5 absolute worst case in the result, hence 5e-5.
+    // then leaves ~√K·2⁻²⁴·K ≈ 1e-5 absolute worst case in the result, hence 5e-5. bf16/f16 operands into an
+    // f32 output take the f32 row: the CPU kernel widens them exactly and multiplies in f32.
     {"matmul", DType::f32, {5e-5, 1e-5}},
     {"matmul", DType::f64, {1e-11, 1e-11}},
     {"layernorm", DType::f32, {1e-5, 1e-5}},
@@ -184,7 +185,9 @@ inline constexpr ToleranceRow kTolerances[] = {
     // approximate tanh, about 2e-4 relative). A bf16 rounding is up to 2⁻⁸ ≈ 3.9e-3 relative (8 significant
     // bits: half an ulp just above a power of two), an f16 one 2⁻¹¹ ≈ 4.9e-4 (11 bits): bf16 allows four,
     // 1.6e-2; f16 eight, 3.9e-3, since cuBLASLt's fused GELU adds its approximate tanh (≈ 2⁻¹¹) to the
-    // output's and the pre-activation's roundings.
+    // output's and the pre-activation's roundings. bf16/f16 operands into an f32 output (GemmArgs<T, float>,
+    // its bias gradient, column_sum into f32) take the f32 rows here and below: their products are exact in f32
+    // and accumulate as f32 ones do, with no rounding to 16 bits.
     {"cuda.matmul", DType::f32, {1e-6, 1e-5}},
     {"cuda.matmul", DType::bf16, {1e-6, 1.6e-2}},
     {"cuda.matmul", DType::f16, {1e-6, 3.9e-3}},

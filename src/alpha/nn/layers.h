@@ -36,6 +36,9 @@ class Linear : public Module {
   // The parameters as the computation takes them (cast to the compute dtype); the bias is undefined without one.
   autograd::Variable compute_weight() const { return options_.for_compute(*weight_); }
   autograd::Variable compute_bias() const { return bias_ ? options_.for_compute(*bias_) : autograd::Variable(); }
+  // The parameters themselves, in the parameters' dtype (for functions that take them so); bias as above.
+  const autograd::Variable& weight() const { return *weight_; }
+  autograd::Variable bias() const { return bias_ ? *bias_ : autograd::Variable(); }
 
  private:
   autograd::Variable* weight_;

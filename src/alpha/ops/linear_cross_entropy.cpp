@@ -36,18 +36,11 @@ int64_t check_operands(const Tensor& x, const Tensor& weight, const Tensor& bias
   return rows;
 }
 
-// total += part, in dtype `sum_dtype` (the first part becomes the total).
-void accumulate(Tensor& total, const Tensor& part, DType sum_dtype) {
-  Tensor widened = part.to(sum_dtype);
-  if (!total.defined()) total = widened;
-  else add_(total, widened);
-}
-
 }  // namespace
 
 LinearCrossEntropy linear_cross_entropy(const Tensor& x, const Tensor& weight, const Tensor& bias,
                                         const Tensor& targets, bool need_dx, bool need_dweight, bool need_dbias,
-                                        double logit_softcap, size_t chunk_bytes) {
+                                        double logit_softcap, size_t chunk_bytes, bool wide_param_grads) {
   const int64_t rows = check_operands(x, weight, bias, targets, logit_softcap, chunk_bytes);
   const bool need_grads = need_dx || need_dweight || need_dbias;
   if (need_grads && x.dtype() == DType::f16)
@@ -80,8 +73,13 @@ LinearCrossEntropy linear_cross_entropy(const Tensor& x, const Tensor& weight, c
   std::vector<double> chunk_weights(size_t(chunks), 0.0);
   const int32_t* host_target = host_targets.data<int32_t>();
   LinearCrossEntropy out;
-  Tensor dweight_total, dbias_total;
   if (need_dx && chunks > 1) out.dx = Tensor::empty({rows, features}, x.dtype(), device);
+  // dW and db: with several chunks (or wide_param_grads) summed over the chunks by their GEMM in the
+  // accumulation dtype (bf16 operands into f32: no chunk's gradient stored apart, widened and added); with one
+  // chunk in x's dtype, from linear_backward.
+  const bool sum_params = chunks > 1 || wide_param_grads;
+  if (sum_params && need_dweight) out.dweight = Tensor::empty({vocab, features}, accumulation, device);
+  if (sum_params && need_dbias) out.dbias = Tensor::empty({vocab}, accumulation, device);
   for (int64_t c = 0; c < chunks; ++c) {
     const int64_t first = c * chunk_rows, count = std::min(chunk_rows, rows - first);
     if (counted > 0)
@@ -111,13 +109,15 @@ LinearCrossEntropy linear_cross_entropy(const Tensor& x, const Tensor& weight, c
     });
     if (!need_grads) continue;
     if (logit_softcap > 0) dlogits = softcap_backward(dlogits, logits, logit_softcap);  // through the cap
-    LinearGrads grads = linear_backward(dlogits, x_chunk, weight, need_dx, need_dweight, need_dbias);
-    if (need_dx && chunks == 1) out.dx = grads.dx;
-    else if (need_dx) out.dx.slice(0, first, first + count).copy_from(grads.dx);
-    // One chunk's gradients are the whole: no sum, no widening.
-    const DType sum_dtype = chunks == 1 ? x.dtype() : accumulation;
-    if (need_dweight) accumulate(dweight_total, grads.dweight, sum_dtype);
-    if (need_dbias) accumulate(dbias_total, grads.dbias, sum_dtype);
+    const bool need_params = need_dweight || need_dbias;
+    if (need_dx || (need_params && !sum_params)) {  // dx, and one chunk's dW and db (the whole) beside it
+      LinearGrads grads = linear_backward(dlogits, x_chunk, weight, need_dx, need_dweight && !sum_params,
+                                          need_dbias && !sum_params);
+      if (need_dx && chunks == 1) out.dx = grads.dx;
+      else if (need_dx) out.dx.slice(0, first, first + count).copy_from(grads.dx);
+      if (!sum_params) out.dweight = grads.dweight, out.dbias = grads.dbias;
+    }
+    if (need_params && sum_params) linear_param_grads_into(dlogits, x_chunk, out.dweight, out.dbias, c > 0);
   }
   if (chunks == 1) {
     out.loss = chunk_losses.reshape({});
@@ -126,8 +126,10 @@ LinearCrossEntropy linear_cross_entropy(const Tensor& x, const Tensor& weight, c
     out.loss = sum(mul(chunk_losses, weights));
   }
   if (need_dx) out.dx = out.dx.reshape(x.shape());
-  if (need_dweight) out.dweight = dweight_total.to(x.dtype());
-  if (need_dbias) out.dbias = dbias_total.to(x.dtype());
+  if (!wide_param_grads) {  // the sums rounded once to x's dtype (no pass when they are in it)
+    if (need_dweight) out.dweight = out.dweight.to(x.dtype());
+    if (need_dbias) out.dbias = out.dbias.to(x.dtype());
+  }
   return out;
 }
 

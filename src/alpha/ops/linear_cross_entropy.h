@@ -20,8 +20,8 @@ struct LinearCrossEntropy {
   Tensor loss;     // 0-dimensional mean over the non-ignored rows (0 when every row is ignored), in the
                    // accumulation dtype (f64 for f64, else f32), as ops::cross_entropy gives it
   Tensor dx;       // d loss / d x, shaped like x; undefined unless asked for
-  Tensor dweight;  // d loss / d weight, [V, C]; undefined unless asked for
-  Tensor dbias;    // d loss / d bias, [V]; undefined unless asked for
+  Tensor dweight;  // d loss / d weight, [V, C]; undefined unless asked for (dtype: see wide_param_grads)
+  Tensor dbias;    // d loss / d bias, [V]; undefined unless asked for (dtype: see wide_param_grads)
 };
 
 // The logits of one chunk take at most about this many bytes (and as many again for their dlogits): 4 chunks
@@ -35,10 +35,15 @@ inline constexpr size_t kLinearCrossEntropyChunkBytes = size_t(512) << 20;
 // The loss equals ops::cross_entropy(ops::linear(x, weight, bias), targets).loss (with a logit_softcap > 0,
 // of ops::softcap of those logits) up to the order of the chunks' sums. logit_softcap: 0 (none) or > 0. Gradients in f16 are refused (DTypeError): computed before the loss's gradient is known, an
 // f16 gradient would miss the loss scale that keeps it from underflowing; f16 takes linear and cross_entropy.
-// dW and db are summed over the chunks in the accumulation dtype and rounded once to x's dtype.
+// dW and db are summed over the chunks in the accumulation dtype, by the GEMMs themselves (each chunk's product
+// added into one f32 sum for bf16 x: ops::linear_param_grads_into), and rounded once to x's dtype; with
+// wide_param_grads they are returned in the accumulation dtype instead, unrounded (for a caller whose weights
+// are kept in it: a model's f32 master weights under bf16 compute), and one chunk's come from its GEMM in that
+// dtype too.
 LinearCrossEntropy linear_cross_entropy(const Tensor& x, const Tensor& weight, const Tensor& bias,
                                         const Tensor& targets, bool need_dx, bool need_dweight, bool need_dbias,
                                         double logit_softcap = 0.0,
-                                        size_t chunk_bytes = kLinearCrossEntropyChunkBytes);
+                                        size_t chunk_bytes = kLinearCrossEntropyChunkBytes,
+                                        bool wide_param_grads = false);
 
 }  // namespace alpha::ops

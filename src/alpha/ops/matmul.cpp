@@ -6,6 +6,7 @@
 
 #include "alpha/kernels/matmul.h"
 #include "alpha/ops/check.h"
+#include "alpha/ops/elementwise.h"
 
 namespace alpha::ops {
 
@@ -66,22 +67,38 @@ Shape with_last(Shape leading, std::initializer_list<int64_t> last) {
   return leading;
 }
 
-// A GEMM of plain (non-batched) matrices into a contiguous output c (m, n), with no epilogue yet: callers
-// set the epilogue fields. TF32 is asked for on f32 when the process allows it (the CPU ignores the flag).
-template <class T>
-kernels::GemmArgs<T> gemm_2d(const MatrixBatch& a, const MatrixBatch& b, const Tensor& c, int64_t m, int64_t n,
-                             int64_t k, bool trans_a, bool trans_b) {
-  kernels::GemmArgs<T> args{a.t.data<T>(), b.t.data<T>(), c.data<T>(), 1, m, n, k, trans_a, trans_b,
-                            a.ld, b.ld, n, 0, 0, 0, acc_t<T>(1), acc_t<T>(0)};
+// A GEMM of plain (non-batched) matrices into a contiguous output c (m, n) of element type Out, with no
+// epilogue yet: callers set the epilogue fields. TF32 is asked for on f32 when the process allows it (the CPU
+// ignores the flag).
+template <class T, class Out = T>
+kernels::GemmArgs<T, Out> gemm_2d(const MatrixBatch& a, const MatrixBatch& b, const Tensor& c, int64_t m,
+                                  int64_t n, int64_t k, bool trans_a, bool trans_b) {
+  kernels::GemmArgs<T, Out> args{a.t.data<T>(), b.t.data<T>(), c.data<Out>(), 1, m, n, k, trans_a, trans_b,
+                                 a.ld, b.ld, n, 0, 0, 0, acc_t<T>(1), acc_t<T>(0)};
   args.allow_tf32 = std::is_same_v<T, float> && allow_tf32();
   return args;
 }
 
-// Validates dy [..., out] against x [..., in] and weight [out, in].
-void check_output_grad(std::string_view op, const Tensor& dy, const Tensor& x, const Tensor& weight) {
+// Validates dy [..., out] against x [..., in].
+void check_output_grad(std::string_view op, const Tensor& dy, const Tensor& x, int64_t out_features) {
   check_same_device(op, "dy", dy, x);
   check_same_dtype(op, "dy", dy, x);
-  check_shape(op, "dy", dy, with_last(leading_shape(x, 1), {weight.size(0)}));
+  check_shape(op, "dy", dy, with_last(leading_shape(x, 1), {out_features}));
+}
+
+// dW = dyᵀ·x + beta·dW into `dweight` (contiguous [out, in], element type Out) and, with `bias_grad`, db = Σ
+// over rows of dy into it from the same GEMM (its bias-gradient epilogue, which overwrites: no beta).
+template <class T, class Out, class Where>
+void weight_grad_gemm(const Where& where, const MatrixBatch& dym, const Tensor& x, const Tensor& dweight,
+                      acc_t<T> beta, Out* bias_grad) {
+  MatrixBatch xm = as_matrices(x, 0);  // outlives the call: it may hold a contiguous copy of x
+  auto args = gemm_2d<T, Out>(dym, xm, dweight, dweight.size(0), dweight.size(1), dym.rows, true, false);
+  args.beta = beta;
+  if (bias_grad) {
+    args.bias_grad_of = kernels::GemmBiasGrad::a_columns;
+    args.bias_grad = bias_grad;
+  }
+  ALPHA_KERNEL(gemm)(where, args);
 }
 
 // dW = dyᵀ·x into `grads.dweight` and, when asked, db = Σ over rows of dy into `grads.dbias`: from dW's GEMM
@@ -92,13 +109,7 @@ void weight_and_bias_grads(const Where& where, const MatrixBatch& dym, const Ten
   if (need_dbias) dbias = Tensor::empty({out_features}, x.dtype(), x.device());
   if (need_dweight) {
     dweight = Tensor::empty({out_features, in_features}, x.dtype(), x.device());
-    MatrixBatch xm = as_matrices(x, 0);  // outlives the call: it may hold a contiguous copy of x
-    auto args = gemm_2d<T>(dym, xm, dweight, out_features, in_features, dym.rows, true, false);
-    if (need_dbias) {
-      args.bias_grad_of = kernels::GemmBiasGrad::a_columns;
-      args.bias_grad = dbias.data<T>();
-    }
-    ALPHA_KERNEL(gemm)(where, args);
+    weight_grad_gemm<T>(where, dym, x, dweight, acc_t<T>(0), need_dbias ? dbias.data<T>() : nullptr);
   } else if (need_dbias) {
     ALPHA_KERNEL(column_sum)(where, kernels::ColumnSumArgs<T>{dym.t.data<T>(), dbias.data<T>(), dym.rows,
                                                               out_features, dym.ld});
@@ -180,7 +191,7 @@ LinearGrads linear_backward(const Tensor& dy, const Tensor& x, const Tensor& wei
                             bool need_dweight, bool need_dbias) {
   constexpr std::string_view op = "linear_backward";
   check_linear_operands(op, x, weight, Tensor());
-  check_output_grad(op, dy, x, weight);
+  check_output_grad(op, dy, x, weight.size(0));
   int64_t out_features = weight.size(0), in_features = weight.size(1);
   MatrixBatch dym = as_matrices(dy, 0);
   LinearGrads grads;
@@ -196,6 +207,50 @@ LinearGrads linear_backward(const Tensor& dy, const Tensor& x, const Tensor& wei
   return grads;
 }
 
+void linear_param_grads_into(const Tensor& dy, const Tensor& x, const Tensor& dweight, const Tensor& dbias,
+                             bool accumulate) {
+  constexpr std::string_view op = "linear_param_grads_into";
+  check_backend_float(op, "x", x);
+  check_min_dim(op, "x", x, 1);
+  if (!dweight.defined() && !dbias.defined())
+    raise<ValueError>(op, "dweight", "a defined dweight or dbias (or both)", "neither");
+  const DType sum_dtype = x.dtype() == DType::f64 ? DType::f64 : DType::f32;
+  auto check_sum = [&](std::string_view arg, const Tensor& t, int64_t dims) {
+    check_dim(op, arg, t, dims);
+    check_same_device(op, arg, t, x);
+    check_dtype(op, arg, t, {sum_dtype});
+    check_contiguous(op, arg, t);
+  };
+  if (dweight.defined()) {
+    check_sum("dweight", dweight, 2);
+    check_size(op, "dweight", dweight, 1, x.size(-1));
+  }
+  const int64_t out_features = dweight.defined() ? dweight.size(0) : dbias.size(0);
+  if (dbias.defined()) {
+    check_sum("dbias", dbias, 1);
+    check_size(op, "dbias", dbias, 0, out_features);
+  }
+  check_output_grad(op, dy, x, out_features);
+  MatrixBatch dym = as_matrices(dy, 0);
+  // The GEMM's bias-gradient epilogue (and column_sum) overwrite their vector: when accumulating, this call's
+  // db goes apart (`out` sums, written in the sum's dtype) and is then added.
+  const bool db_apart = dbias.defined() && accumulate;
+  const Tensor db = db_apart ? Tensor::empty({out_features}, sum_dtype, x.device()) : dbias;
+  dispatch_float(op, x, [&]<class T>(const auto& where) {
+    using A = acc_t<T>;
+    A* db_out = db.defined() ? db.data<A>() : nullptr;
+    if (dweight.defined())
+      weight_grad_gemm<T, A>(where, dym, x, dweight, A(accumulate ? 1 : 0), db_out);
+    else
+      ALPHA_KERNEL(column_sum)(where, kernels::ColumnSumArgs<T, A>{dym.t.data<T>(), db_out, dym.rows, out_features,
+                                                                   dym.ld});
+  });
+  if (db_apart) {
+    Tensor total = dbias;
+    add_(total, db);
+  }
+}
+
 LinearGelu linear_gelu(const Tensor& x, const Tensor& weight, const Tensor& bias, bool keep_pre) {
   return linear_forward("linear_gelu", x, weight, bias, kernels::GemmEpilogue::gelu, keep_pre);
 }
@@ -204,7 +259,7 @@ GeluLinearGrads gelu_linear_backward(const Tensor& dy, const Tensor& pre, const 
                                      bool need_dpre, bool need_dpre_bias, bool need_dweight, bool need_dbias) {
   constexpr std::string_view op = "gelu_linear_backward";
   check_linear_operands(op, h, weight, Tensor());
-  check_output_grad(op, dy, h, weight);
+  check_output_grad(op, dy, h, weight.size(0));
   check_same_device(op, "pre", pre, h);
   check_same_dtype(op, "pre", pre, h);
   check_shape(op, "pre", pre, h.shape());

@@ -34,6 +34,16 @@ struct LinearGrads {
 LinearGrads linear_backward(const Tensor& dy, const Tensor& x, const Tensor& weight, bool need_dx,
                             bool need_dweight, bool need_dbias);
 
+// dW and db of linear summed over calls, in f32 whatever x's dtype (f64 for f64 x), with no gradient of one
+// call stored apart: dweight = dyᵀ·x, plus dweight's values when `accumulate`, and dbias = Σ over the rows of
+// dy, plus its values when `accumulate` (either may be undefined: not computed). dy [..., out] and x [..., in]
+// as linear_backward takes them; dweight [out, in] and dbias [out] contiguous on x's device, in f32 for f32,
+// bf16 and f16 x (the GEMM reads bf16/f16 and accumulates into f32) and in f64 for f64 x. For a gradient summed
+// over chunks of rows (linear_cross_entropy): the first chunk without `accumulate`, the others with it. With
+// both, db comes from dW's GEMM (written apart and added when accumulating, the epilogue having no beta).
+void linear_param_grads_into(const Tensor& dy, const Tensor& x, const Tensor& dweight, const Tensor& dbias,
+                             bool accumulate);
+
 // out = gelu(pre), pre = x · Wᵀ + b (GELU's tanh form, as ops::gelu): one GEMM whose epilogue adds the bias,
 // applies GELU and, with keep_pre, also stores pre for the backward (else pre is undefined).
 struct LinearGelu {

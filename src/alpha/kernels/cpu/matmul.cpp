@@ -7,6 +7,10 @@
 // gelu_backward of the product. A bias with beta = 0 is broadcast into c and the product accumulated onto
 // it (beta = 1), as the linear op has always done; with beta != 0 it is added after the product. Bias
 // gradients are column sums (column_sum), the same bits as a separate column_sum call.
+//
+// bf16/f16 operands with an f32 output: the operands are widened to f32 (exactly) and multiplied by the f32
+// kernel, so the product accumulates in f32 as on CUDA (CUBLAS_COMPUTE_32F); column_sum of bf16/f16 into f32
+// sums in f32 as it does for f32.
 #include "alpha/kernels/matmul.h"
 
 #include <cblas.h>
@@ -14,6 +18,7 @@
 #include <algorithm>
 #include <climits>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "alpha/core/error.h"
@@ -24,7 +29,11 @@ namespace alpha::kernels {
 
 void check_gemm_epilogue(const char* op, int64_t batch, double beta, bool trans_a, bool has_bias,
                          GemmEpilogue epilogue, bool has_aux, int64_t ld_aux, int64_t n, GemmBiasGrad bias_grad_of,
-                         bool has_bias_grad) {
+                         bool has_bias_grad, bool wider_output) {
+  if (wider_output && (has_bias || epilogue != GemmEpilogue::none))
+    raise<ValueError>(op, has_bias ? "bias" : "epilogue",
+                      "none with an output wider than the operands (only the bias gradient of a)",
+                      has_bias ? "a pointer" : "an epilogue");
   const bool extras = has_bias || epilogue != GemmEpilogue::none || bias_grad_of != GemmBiasGrad::none;
   if (extras && batch != 1)
     raise<ValueError>(op, "batch", "1 with a bias, an epilogue or a bias gradient", std::to_string(batch));
@@ -112,11 +121,21 @@ void apply_epilogue(const GemmArgs<T>& args) {
   }
 }
 
-}  // namespace
-
+// The elements of `batch` row-major (rows, cols) matrices, rows ld apart and matrices stride apart, widened to
+// f32 at the same offsets (the padding between them too, never read). An empty matrix gives one unread
+// element, so that its pointer is not null (the BLAS call still offsets it per matrix of the batch).
 template <class T>
-void gemm(const GemmArgs<T>& args) {
-  check_gemm_epilogue("gemm", args);
+std::vector<float> widened(const T* p, int64_t batch, int64_t rows, int64_t cols, int64_t ld, int64_t stride) {
+  const bool empty = batch == 0 || rows == 0 || cols == 0;
+  std::vector<float> out(empty ? 1 : size_t((batch - 1) * stride + (rows - 1) * ld + cols));
+  if (!empty)
+    for (size_t i = 0; i < out.size(); ++i) out[i] = float(p[i]);
+  return out;
+}
+
+// The GEMM with every buffer in T (checked): the BLAS call and the loops after it.
+template <class T>
+void gemm_one_type(const GemmArgs<T>& args) {
   // The bias gradient of a reads only a, so it is there even when c is empty.
   if (args.bias_grad_of == GemmBiasGrad::a_columns)
     column_sum(ColumnSumArgs<T>{args.a, args.bias_grad, args.k, args.m, args.lda});
@@ -150,30 +169,57 @@ void gemm(const GemmArgs<T>& args) {
     column_sum(ColumnSumArgs<T>{args.c, args.bias_grad, args.m, args.n, args.ldc});
 }
 
+}  // namespace
+
+template <class T, class Out>
+void gemm(const GemmArgs<T, Out>& args) {
+  check_gemm_epilogue("gemm", args);
+  if constexpr (std::is_same_v<T, Out>) {
+    gemm_one_type(args);
+  } else {  // bf16/f16 operands, f32 output (a plain product, or with a's bias gradient): the f32 product
+    const std::vector<float> a = widened(args.a, args.batch, args.trans_a ? args.k : args.m,
+                                         args.trans_a ? args.m : args.k, args.lda, args.stride_a);
+    const std::vector<float> b = widened(args.b, args.batch, args.trans_b ? args.n : args.k,
+                                         args.trans_b ? args.k : args.n, args.ldb, args.stride_b);
+    GemmArgs<float> wide{a.data(), b.data(), args.c, args.batch, args.m, args.n, args.k, args.trans_a, args.trans_b,
+                         args.lda, args.ldb, args.ldc, args.stride_a, args.stride_b, args.stride_c, args.alpha,
+                         args.beta};
+    wide.bias_grad_of = args.bias_grad_of;
+    wide.bias_grad = args.bias_grad;
+    gemm_one_type(wide);
+  }
+}
+
 template <class T>
 void broadcast_rows(const BroadcastRowsArgs<T>& args) {
 #pragma omp parallel for schedule(static)
   for (int64_t r = 0; r < args.rows; ++r) std::copy_n(args.row, args.cols, args.out + r * args.cols);
 }
 
-template <class T>
-void column_sum(const ColumnSumArgs<T>& args) {
+template <class T, class Out>
+void column_sum(const ColumnSumArgs<T, Out>& args) {
   using A = acc_t<T>;
   std::vector<A> total(size_t(args.cols));
   reduce_rows(args.rows, args.cols, total.data(), [&](int64_t r, A* acc) {
     const T* row = args.x + r * args.ld;
     for (int64_t c = 0; c < args.cols; ++c) acc[c] += A(row[c]);
   });
-  for (int64_t c = 0; c < args.cols; ++c) args.out[c] = T(total[size_t(c)]);
+  for (int64_t c = 0; c < args.cols; ++c) args.out[c] = Out(total[size_t(c)]);
 }
 
 #define ALPHA_INSTANTIATE(T)                                         \
-  template void gemm<T>(const GemmArgs<T>&);                         \
+  template void gemm<T, T>(const GemmArgs<T, T>&);                   \
   template void broadcast_rows<T>(const BroadcastRowsArgs<T>&);      \
-  template void column_sum<T>(const ColumnSumArgs<T>&);
+  template void column_sum<T, T>(const ColumnSumArgs<T, T>&);
 ALPHA_INSTANTIATE(float)
 ALPHA_INSTANTIATE(double)
 #undef ALPHA_INSTANTIATE
+#define ALPHA_INSTANTIATE_WIDER_OUTPUT(T)                           \
+  template void gemm<T, float>(const GemmArgs<T, float>&);          \
+  template void column_sum<T, float>(const ColumnSumArgs<T, float>&);
+ALPHA_INSTANTIATE_WIDER_OUTPUT(bf16)
+ALPHA_INSTANTIATE_WIDER_OUTPUT(f16)
+#undef ALPHA_INSTANTIATE_WIDER_OUTPUT
 
 }  // namespace cpu
 

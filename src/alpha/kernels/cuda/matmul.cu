@@ -3,6 +3,10 @@
 // and bf16/f16 storage; products accumulate in f32 (CUBLAS_COMPUTE_32F, or CUBLAS_COMPUTE_32F_FAST_TF32 for
 // f32 only when the call allows TF32).
 //
+// A wider output (GemmArgs<T, float>: bf16/f16 operands; plain products and a's bias gradient only) is
+// cuBLASLt's product with 16-bit A and B and f32 C and D, on the same paths; its bias gradient (BGRADB, or
+// column_sum of a into f32) is f32 too, since cuBLASLt's epilogue vectors take the output's type.
+//
 // Row-major as column-major: our row-major C (m×n, rows ldc apart) is, read column-major, Cᵀ (n×m, ld ldc),
 // and Cᵀ = op(B)ᵀ·op(A)ᵀ. So cuBLASLt computes D' = op'(A')·op'(B') with A' = b, B' = a, m' = n, n' = m,
 // k' = k and the transpose flags swapped over (transa' = trans_b, transb' = trans_a): b stored k×n row-major
@@ -147,8 +151,8 @@ void init_layout(cublasLtMatrixLayoutOpaque_t& layout, cudaDataType_t type, int6
   }
 }
 
-template <class T>
-cublasLtEpilogue_t epilogue_of(const GemmArgs<T>& args) {
+template <class T, class Out>
+cublasLtEpilogue_t epilogue_of(const GemmArgs<T, Out>& args) {
   const bool bias = args.bias != nullptr, aux = args.aux != nullptr;
   switch (args.epilogue) {
     case GemmEpilogue::gelu:
@@ -166,8 +170,8 @@ cublasLtEpilogue_t epilogue_of(const GemmArgs<T>& args) {
 // transpose (see the top of the file). D is `d` (rows ldd apart, element type d_type): args.c for the fused
 // path, f32 scratch for the unfused one. Returns false, having queued nothing, when cuBLASLt has no algorithm
 // for an epilogue; raises BackendError when it has none for a plain product.
-template <class T>
-bool lt_matmul(const GemmArgs<T>& args, cublasLtEpilogue_t epilogue, void* d, cudaDataType_t d_type, int64_t ldd,
+template <class T, class Out>
+bool lt_matmul(const GemmArgs<T, Out>& args, cublasLtEpilogue_t epilogue, void* d, cudaDataType_t d_type, int64_t ldd,
                float beta, cudaStream_t stream) {
   int device = 0;
   ALPHA_CUDA_CHECK(cudaGetDevice(&device));
@@ -348,11 +352,20 @@ __global__ void dgelu_in_place_kernel(Bits<T>* c, int64_t ldc, const Bits<T>* au
     }
 }
 
+// A GEMM's bias gradient (if any) as a column sum of a or of the stored c, for the paths that do not fuse it.
+template <class T, class Out>
+void bias_grads_by_column_sums(const GemmArgs<T, Out>& args, cudaStream_t stream) {
+  if (args.bias_grad_of == GemmBiasGrad::a_columns)
+    column_sum(ColumnSumArgs<T, Out>{args.a, args.bias_grad, args.k, args.m, args.lda}, Stream{stream});
+  if (args.bias_grad_of == GemmBiasGrad::c_columns)
+    column_sum(ColumnSumArgs<Out>{args.c, args.bias_grad, args.m, args.n, args.ldc}, Stream{stream});
+}
+
 // The problem's alpha·op(a)·op(b) alone: no bias, epilogue or bias gradient (batch is 1 whenever there is an
 // epilogue), for the paths that apply those themselves.
-template <class T>
-GemmArgs<T> plain_product(const GemmArgs<T>& args) {
-  GemmArgs<T> plain = args;
+template <class T, class Out>
+GemmArgs<T, Out> plain_product(const GemmArgs<T, Out>& args) {
+  GemmArgs<T, Out> plain = args;
   plain.bias = nullptr;
   plain.epilogue = GemmEpilogue::none;
   plain.aux = nullptr;
@@ -361,36 +374,33 @@ GemmArgs<T> plain_product(const GemmArgs<T>& args) {
   return plain;
 }
 
-// The unfused path: plain product into f32 scratch, the epilogue kernel, the bias gradients.
-template <class T>
-void gemm_unfused(const GemmArgs<T>& args, cudaStream_t stream) {
+// The unfused path: plain product into f32 scratch, the epilogue kernel (over the output's type), the bias
+// gradients.
+template <class T, class Out>
+void gemm_unfused(const GemmArgs<T, Out>& args, cudaStream_t stream) {
   float* product = nullptr;
   if (args.k > 0) {
     ALPHA_CUDA_CHECK(cudaMallocAsync(reinterpret_cast<void**>(&product), size_t(args.m * args.n) * sizeof(float),
                                      stream));
-    GemmArgs<T> plain = plain_product(args);
+    GemmArgs<T, Out> plain = plain_product(args);
     plain.stride_c = args.m * args.n;
     lt_matmul(plain, CUBLASLT_EPILOGUE_DEFAULT, product, CUDA_R_32F, args.n, 0.0f, stream);
   }
   if (args.batch == 1) {
-    EpilogueArgs<T> e{product, bits(args.c), args.ldc, float(args.beta), bits(args.bias), args.epilogue,
-                      bits(args.aux), args.ld_aux, args.m, args.n};
-    constexpr auto kernel = epilogue_kernel<T>;
+    EpilogueArgs<Out> e{product, bits(args.c), args.ldc, float(args.beta), bits(args.bias), args.epilogue,
+                        bits(args.aux), args.ld_aux, args.m, args.n};
+    constexpr auto kernel = epilogue_kernel<Out>;
     ALPHA_CUDA_LAUNCH(kernel, blocks_for(args.m * args.n), kThreads, stream, e);
   } else {  // k = 0 with a batch: c = beta·c for each matrix (there is no epilogue with a batch)
     for (int64_t p = 0; p < args.batch; ++p) {
-      EpilogueArgs<T> e{nullptr, bits(args.c + p * args.stride_c), args.ldc, float(args.beta), nullptr,
-                        GemmEpilogue::none, nullptr, 0, args.m, args.n};
-      constexpr auto kernel = epilogue_kernel<T>;
+      EpilogueArgs<Out> e{nullptr, bits(args.c + p * args.stride_c), args.ldc, float(args.beta), nullptr,
+                          GemmEpilogue::none, nullptr, 0, args.m, args.n};
+      constexpr auto kernel = epilogue_kernel<Out>;
       ALPHA_CUDA_LAUNCH(kernel, blocks_for(args.m * args.n), kThreads, stream, e);
     }
   }
   if (product) ALPHA_CUDA_CHECK(cudaFreeAsync(product, stream));
-  Stream s{stream};
-  if (args.bias_grad_of == GemmBiasGrad::a_columns)
-    column_sum(ColumnSumArgs<T>{args.a, args.bias_grad, args.k, args.m, args.lda}, s);
-  if (args.bias_grad_of == GemmBiasGrad::c_columns)
-    column_sum(ColumnSumArgs<T>{args.c, args.bias_grad, args.m, args.n, args.ldc}, s);
+  bias_grads_by_column_sums(args, stream);
 }
 
 // The bf16/f16 DGELU as a plain cuBLASLt product into c, dgelu_in_place_kernel, and column_sum for the bias
@@ -416,8 +426,7 @@ void gemm_dgelu(const GemmArgs<T>& args, cudaStream_t stream) {
     launch.template operator()<kVec>();
   else
     launch.template operator()<1>();
-  if (args.bias_grad_of == GemmBiasGrad::c_columns)
-    column_sum(ColumnSumArgs<T>{args.c, args.bias_grad, args.m, args.n, args.ldc}, Stream{stream});
+  bias_grads_by_column_sums(args, stream);
 }
 
 template <class T>
@@ -460,18 +469,15 @@ __global__ void column_sum_kernel(const Bits<In>* x, int64_t rows, int64_t cols,
 void set_gemm_fused_epilogues(bool enabled) { fused_epilogues.store(enabled, std::memory_order_relaxed); }
 bool gemm_fused_epilogues() { return fused_epilogues.load(std::memory_order_relaxed); }
 
-template <class T>
-void gemm(const GemmArgs<T>& args, Stream s) {
+template <class T, class Out>
+void gemm(const GemmArgs<T, Out>& args, Stream s) {
   check_gemm_epilogue("gemm", args);
   cudaStream_t stream = alpha::cuda::stream_handle(s);
   if (args.m == 0 || args.n == 0) {  // c is empty; a bias gradient still has its length (sums over no rows: 0)
-    if (args.bias_grad_of == GemmBiasGrad::a_columns)
-      column_sum(ColumnSumArgs<T>{args.a, args.bias_grad, args.k, args.m, args.lda}, s);
-    if (args.bias_grad_of == GemmBiasGrad::c_columns)
-      column_sum(ColumnSumArgs<T>{args.c, args.bias_grad, args.m, args.n, args.ldc}, s);
+    bias_grads_by_column_sums(args, stream);
     return;
   }
-  if constexpr (!std::is_same_v<T, float>)
+  if constexpr (!std::is_same_v<T, float> && std::is_same_v<T, Out>)
     if (args.epilogue == GemmEpilogue::dgelu && args.k > 0 && gemm_fused_epilogues()) return gemm_dgelu(args, stream);
   const cublasLtEpilogue_t epilogue = epilogue_of(args);
   const bool plain = epilogue == CUBLASLT_EPILOGUE_DEFAULT;
@@ -483,7 +489,7 @@ void gemm(const GemmArgs<T>& args, Stream s) {
   // TF32's, not f32's, whose GELU and DGELU stay in our kernel with tanhf.
   const bool precise_enough = !std::is_same_v<T, float> || args.allow_tf32 || args.epilogue == GemmEpilogue::none;
   if (args.k > 0 && (plain || (gemm_fused_epilogues() && documented && precise_enough)) &&
-      lt_matmul(args, epilogue, args.c, kCudaType<T>, args.ldc, float(args.beta), stream))
+      lt_matmul(args, epilogue, args.c, kCudaType<Out>, args.ldc, float(args.beta), stream))
     return;
   gemm_unfused(args, stream);
 }
@@ -497,8 +503,8 @@ void broadcast_rows(const BroadcastRowsArgs<T>& args, Stream s) {
                     args.rows, args.cols);
 }
 
-template <class T>
-void column_sum(const ColumnSumArgs<T>& args, Stream s) {
+template <class T, class Out>
+void column_sum(const ColumnSumArgs<T, Out>& args, Stream s) {
   if (args.cols == 0) return;
   cudaStream_t stream = alpha::cuda::stream_handle(s);
   const int64_t chunk = std::max(kSumRowChunk, (args.rows + kMaxGridY - 1) / kMaxGridY);
@@ -506,7 +512,7 @@ void column_sum(const ColumnSumArgs<T>& args, Stream s) {
   const dim3 block(kSumCols, kSumRowThreads);
   const unsigned col_blocks = unsigned((args.cols + kSumCols - 1) / kSumCols);
   if (chunks == 1) {
-    constexpr auto kernel = column_sum_kernel<T, T>;
+    constexpr auto kernel = column_sum_kernel<T, Out>;
     ALPHA_CUDA_LAUNCH(kernel, dim3(col_blocks, 1), block, stream, bits(args.x), args.rows, args.cols, args.ld, chunk,
                       bits(args.out));
     return;
@@ -517,19 +523,25 @@ void column_sum(const ColumnSumArgs<T>& args, Stream s) {
   constexpr auto chunk_kernel = column_sum_kernel<T, float>;
   ALPHA_CUDA_LAUNCH(chunk_kernel, dim3(col_blocks, unsigned(chunks)), block, stream, bits(args.x), args.rows,
                     args.cols, args.ld, chunk, partials);
-  constexpr auto final_kernel = column_sum_kernel<float, T>;
+  constexpr auto final_kernel = column_sum_kernel<float, Out>;
   ALPHA_CUDA_LAUNCH(final_kernel, dim3(col_blocks, 1), block, stream, partials, chunks, args.cols, args.cols, chunks,
                     bits(args.out));
   ALPHA_CUDA_CHECK(cudaFreeAsync(partials, stream));
 }
 
 #define ALPHA_INSTANTIATE(T)                                               \
-  template void gemm<T>(const GemmArgs<T>&, Stream);                       \
+  template void gemm<T, T>(const GemmArgs<T, T>&, Stream);                 \
   template void broadcast_rows<T>(const BroadcastRowsArgs<T>&, Stream);    \
-  template void column_sum<T>(const ColumnSumArgs<T>&, Stream);
+  template void column_sum<T, T>(const ColumnSumArgs<T, T>&, Stream);
 ALPHA_INSTANTIATE(float)
 ALPHA_INSTANTIATE(bf16)
 ALPHA_INSTANTIATE(f16)
 #undef ALPHA_INSTANTIATE
+#define ALPHA_INSTANTIATE_WIDER_OUTPUT(T)                                  \
+  template void gemm<T, float>(const GemmArgs<T, float>&, Stream);         \
+  template void column_sum<T, float>(const ColumnSumArgs<T, float>&, Stream);
+ALPHA_INSTANTIATE_WIDER_OUTPUT(bf16)
+ALPHA_INSTANTIATE_WIDER_OUTPUT(f16)
+#undef ALPHA_INSTANTIATE_WIDER_OUTPUT
 
 }  // namespace alpha::kernels::cuda
