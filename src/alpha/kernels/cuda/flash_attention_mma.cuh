@@ -158,11 +158,11 @@ __device__ __forceinline__ EntryGrad entry_gradient(const AttentionParams<T>& p,
 
 template <class T>
 void flash_attention_mma_forward(const AttentionForwardArgs<T>& args, cudaStream_t stream);
-// Whether this head-dimension bucket runs the wgmma kernels (flash_attention_wgmma_forward.cuh,
+// Whether this head-dimension bucket runs the Hopper kernels (flash_attention_tma_forward.cuh,
 // flash_attention_wgmma_backward.cu) on the current device: buckets 64 and 128 on a compute capability 9.0
 // device (H100, H200), in a library built with sm_90a code. The device's answer is asked once.
 bool wgmma_kernels_run(int bucket);
-// The wgmma forward of bucket 64 or 128 (where wgmma_kernels_run).
+// The warp-specialised TMA/wgmma forward of bucket 64 or 128 (where wgmma_kernels_run).
 template <class T>
 void flash_attention_wgmma_forward(const AttentionForwardArgs<T>& args, int bucket, cudaStream_t stream);
 // The wgmma backward of bucket 64 or 128 (where wgmma_kernels_run), deterministic whatever the parameters

@@ -1,6 +1,6 @@
 // Flash attention forward for bf16/f16 on the tensor cores: the library's instantiations and the dispatch
 // over head-dimension buckets (the kernel and its design: flash_attention_mma_forward.cuh), which hands
-// buckets 64 and 128 on Hopper to the wgmma kernel (flash_attention_wgmma_forward.cu).
+// buckets 64 and 128 on Hopper to the warp-specialised TMA/wgmma kernel (flash_attention_tma_forward.cu).
 #include "alpha/kernels/cuda/flash_attention_mma_forward.cuh"
 
 namespace alpha::kernels::cuda {

@@ -1,7 +1,7 @@
 // Warpgroup-level tensor-core building blocks for Hopper (sm_90a): wgmma.mma_async products with f32
 // accumulators in registers, their shared-memory operand descriptors, and the 128-byte swizzled tile layout
 // they read. What mma.cuh is to mma.sync, this is to wgmma; the forward attention kernel for sm_90a
-// (flash_attention_wgmma_forward.cuh) is written in it.
+// (flash_attention_tma_forward.cuh) and the backward kernels (flash_attention_wgmma_backward.cu) are written in it.
 //
 // Why wgmma: mma.sync feeds the tensor cores from registers, so every operand passes through ldmatrix and
 // the register file, and a warp's 16 rows bound the reuse of each loaded fragment. wgmma lets a warpgroup
