@@ -35,19 +35,12 @@ namespace alpha::kernels::cuda::tma_forward {
 using mma::FragA;
 using mma::FragC;
 
-// A configuration: consumer warpgroups (each 64 query rows), keys per tile, stages of the ring, the
-// registers per thread of a consumer and of the producer, and the blocks per SM. setmaxnreg moves registers
-// within a block only: the warpgroups' new counts must fit what the block got at launch, the register file's
-// share per thread at kMinBlocks blocks (rounded down to 8), or setmaxnreg.inc waits for ever.
+// A configuration: head-dimension bucket, consumer warpgroups (each 64 query rows), keys per tile, stages
+// of the ring, registers of a consumer and of the producer, blocks per SM (tma::WarpSpecialised).
 template <int kHeadDimBucket, int kConsumerWarpgroups, int kKeysPerTile, int kRingStages, int kConsumerRegs,
           int kProducerRegs, int kBlocksPerSm>
-struct TmaForwardConfig {
-  static constexpr int kHeadDim = kHeadDimBucket, kConsumers = kConsumerWarpgroups, kKeys = kKeysPerTile,
-                       kStages = kRingStages, kConsumerRegisters = kConsumerRegs, kProducerRegisters = kProducerRegs,
-                       kMinBlocks = kBlocksPerSm;
-  static constexpr int kLaunchRegisters = 65536 / (128 * (kConsumerWarpgroups + 1) * kBlocksPerSm) / 8 * 8;
-  static_assert(kConsumerRegs * kConsumerWarpgroups + kProducerRegs <= kLaunchRegisters * (kConsumerWarpgroups + 1),
-                "the warpgroups' registers fit the block's allocation at launch");
+struct TmaForwardConfig : tma::WarpSpecialised<kConsumerWarpgroups, kConsumerRegs, kProducerRegs, kBlocksPerSm> {
+  static constexpr int kHeadDim = kHeadDimBucket, kKeys = kKeysPerTile, kStages = kRingStages;
 };
 // Measured on an H100 (2026-11-26, B·T 16384, H 2048/D, T 512 / 2048 / 8192, four configurations and the
 // cp.async kernel this one replaced side by side in one call; ms, non-causal then causal):
@@ -68,7 +61,7 @@ using TmaForward64Short = TmaForwardConfig<64, 2, 64, 4, 104, 24, 2>;
 template <class Traits>
 struct TmaForwardShape {
   static constexpr int kHeadDim = Traits::kHeadDim, kKeys = Traits::kKeys, kStages = Traits::kStages;
-  static constexpr int kConsumerThreads = 128 * Traits::kConsumers, kThreads = kConsumerThreads + 128;
+  static constexpr int kThreads = Traits::kThreads;
   static constexpr int kRows = 64 * Traits::kConsumers;
   using QTile = wgmma::SwizzledTile<kRows, kHeadDim>;
   using KvTile = wgmma::SwizzledTile<kKeys, kHeadDim>;
@@ -86,17 +79,6 @@ struct TmaForwardArgs {
   AttentionForwardArgs<T> args;
   CUtensorMap q, k, v;
 };
-
-// Copies rows [first_row, first_row + kRows) of one head into `tile`, one box per 64-feature block.
-template <class Tile>
-__device__ __forceinline__ void load_tile(Tile tile, const CUtensorMap& map, uint64_t* full, int64_t first_row,
-                                          int64_t head, int64_t b) {
-  tma::arrive_expect_bytes(full, Tile::kBytes);
-#pragma unroll
-  for (int block = 0; block < Tile::kBytes / Tile::kBlockBytes; ++block)
-    tma::load_box(tile.data + block * Tile::kBlockBytes / 2, &map, full, 64 * block, int(head), int(first_row),
-                  int(b));
-}
 
 template <class T, class Traits>
 __global__ void __launch_bounds__(TmaForwardShape<Traits>::kThreads, Traits::kMinBlocks)
@@ -145,15 +127,17 @@ __global__ void __launch_bounds__(TmaForwardShape<Traits>::kThreads, Traits::kMi
       tma::prefetch_map(&params.q);
       tma::prefetch_map(&params.k);
       tma::prefetch_map(&params.v);
-      load_tile(q_tile, params.q, q_full, i0, h, b);
+      tma::arrive_expect_bytes(q_full, Shape::QTile::kBytes);
+      tma::load_tile(q_tile, params.q, q_full, i0, h, b);
       int n = 0;
       for (int64_t j0 = key_begin; j0 < key_end; j0 += kKeys, ++n) {
-        const int stage = n % kStages;
-        const uint32_t refill = ((n / kStages) & 1) ^ 1;  // the parity of the fill before this one
-        tma::wait(k_empty + stage, refill);
-        load_tile(k_tiles.next(stage), params.k, k_full + stage, j0, kv_head, b);
-        tma::wait(v_empty + stage, refill);
-        load_tile(v_tiles.next(stage), params.v, v_full + stage, j0, kv_head, b);
+        const auto [stage, parity] = tma::ring_slot<kStages>(n);
+        tma::wait(k_empty + stage, parity ^ 1);
+        tma::arrive_expect_bytes(k_full + stage, Shape::KvTile::kBytes);
+        tma::load_tile(k_tiles.next(stage), params.k, k_full + stage, j0, kv_head, b);
+        tma::wait(v_empty + stage, parity ^ 1);
+        tma::arrive_expect_bytes(v_full + stage, Shape::KvTile::kBytes);
+        tma::load_tile(v_tiles.next(stage), params.v, v_full + stage, j0, kv_head, b);
       }
     }
   } else {
@@ -200,8 +184,7 @@ __global__ void __launch_bounds__(TmaForwardShape<Traits>::kThreads, Traits::kMi
     tma::wait(q_full, 0);
     int n = 0;
     for (int64_t j0 = key_begin; j0 < key_end; j0 += kKeys, ++n) {
-      const int stage = n % kStages;
-      const uint32_t parity = (n / kStages) & 1;
+      const auto [stage, parity] = tma::ring_slot<kStages>(n);
       const bool group_sees_tile =
           group_has_rows && j0 < group_last_keys.end && j0 + kKeys > group_first_keys.begin;
       if (!group_sees_tile) {

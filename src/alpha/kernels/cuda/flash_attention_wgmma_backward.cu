@@ -13,9 +13,11 @@
 //   layout); wait for Sᵀ_t and dP̃ᵀ_t only and run the entry step (P̃, dS_raw) while the tensor cores work
 //   on step t − 1's products, as the forward overlaps its softmax with P̃·V. The ring holds step t, step
 //   t − 1 (its Q and dO still read) and the step loading ahead.
-// query_grads: one block per (query tile of 64·kWarpgroups rows, b·Hq + h); Q and dO held, K and V streamed
-//   the same way: S_t = Q·Kᵀ and dP̃_t = dO·Vᵀ, behind them dQ += dS_{t−1}·K_{t−1} (K read transposed),
-//   the entry step of t meanwhile.
+// query_grads: warp-specialised as the forward (flash_attention_tma_forward.cuh): one block per (query tile
+//   of 64·kConsumers rows, b·Hq + h); a producer warpgroup copies Q and dO once and streams K_t and V_t
+//   through a TMA ring (tma.cuh); consumer warpgroup c owns rows [64c, 64c + 64) and per key tile t issues
+//   S_t = Q·Kᵀ and dP̃_t = dO·Vᵀ, behind them dQ += dS_{t−1}·K_{t−1} (K read transposed), hands V_t back
+//   once dP̃_t has landed, runs the entry step of t meanwhile, and hands K_{t−1} back after its dQ product.
 // Like the mma kernels, 7 tile products per (query tile, key tile) instead of FlashAttention-2's 5: dQ is
 // recomputed rather than added with atomics, the price of a deterministic result. The non-deterministic
 // atomic-dQ variant of the mma kernels is slower than these on Hopper, so a caller that allows
@@ -25,6 +27,7 @@
 // 10.36 ms for these two kernels, its 255 registers spilling 152 bytes. Hiding that product and its atomics
 // behind the next step's needs registers this kernel does not have.
 #include "alpha/kernels/cuda/flash_attention_mma_backward.cuh"
+#include "alpha/kernels/cuda/tma.cuh"
 #include "alpha/kernels/cuda/wgmma.cuh"
 
 namespace alpha::kernels::cuda {
@@ -40,29 +43,45 @@ struct WgmmaBackwardConfig {
   static constexpr int kHeadDim = kHeadDimBucket, kWarpgroups = kWarpgroupsPerBlock, kStream = kStreamRows,
                        kMinBlocks = kBlocksPerSm;
 };
-// Per bucket, the dK/dV kernel's (Keys) and the dQ kernel's (Queries). D 128: the dK/dV kernel runs at the
-// 255-register ceiling and spills 512 bytes (dK and dV alone hold 128 registers a thread).
+// The dQ kernel's configuration: head-dimension bucket, consumer warpgroups (64 rows each), keys per
+// streamed tile, stages of the ring, registers of a consumer and of the producer, blocks per SM.
+template <int kHeadDimBucket, int kConsumerWarpgroups, int kKeysPerTile, int kRingStages, int kConsumerRegs,
+          int kProducerRegs, int kBlocksPerSm>
+struct TmaQueryGradsConfig : tma::WarpSpecialised<kConsumerWarpgroups, kConsumerRegs, kProducerRegs, kBlocksPerSm> {
+  static constexpr int kHeadDim = kHeadDimBucket, kStream = kKeysPerTile, kStages = kRingStages;
+};
+
+// Per bucket, the dK/dV kernel's (Keys) and the dQ kernel's (Queries). The dQ kernels' configurations were
+// chosen on an H100 (2026-11-26, B·T 16384, H 2048/D, three per bucket side by side in one call, ms of the
+// whole deterministic backward); no spills in either.
+// D 128: the dK/dV kernel runs at the 255-register ceiling and spills 512 bytes (dK and dV alone hold 128
+// registers a thread). The dQ kernel: two consumers, three stages: 0.699 / 1.769 / 6.510 non-causal and
+// 0.574 / 1.152 / 3.414 causal at T 512 / 2048 / 8192 (the cp.async kernel it replaced, in the same day's
+// table: 0.757 / 2.050 / 7.435 and 0.608 / 1.280 / 4.015); one consumer at two blocks per SM 2-14% slower,
+// two stages 10-22% slower.
 template <int kHeadDim>
 struct WgmmaBackwardTraits;
 template <>
 struct WgmmaBackwardTraits<128> {
   using Keys = WgmmaBackwardConfig<128, 2, 64, 1>;
-  using Queries = WgmmaBackwardConfig<128, 2, 64, 1>;
+  using Queries = TmaQueryGradsConfig<128, 2, 64, 3, 240, 24, 1>;
 };
-// D 64. The dQ kernel: one warpgroup per block, three blocks per SM (168 registers, 80 bytes of spills), 12
-// warps per SM where two warpgroups at one block gave 8: its stalls were fixed-latency waits (ncu), which more
-// warps hide. The dK/dV kernel: two warpgroups (255 registers, 64 bytes of spills); one warpgroup at two
+// D 64. The dQ kernel: one consumer, three stages, two blocks per SM (232 registers): 0.943 / 2.598 / 9.355
+// / 18.54 non-causal and 0.691 / 1.605 / 4.920 / 9.239 causal at T 512 / 2048 / 8192 / 16384 (the cp.async
+// kernel it replaced, one warpgroup at three blocks per SM: 0.979 / 2.822 / 10.23 / 20.10 and 0.694 / 1.669 /
+// 5.459 / 10.26); two consumers at one block 0.5-8% slower; one consumer at three blocks (136 registers,
+// spilling, its wgmma serialised) 3-7% slower. The dK/dV kernel: two warpgroups (255 registers, 64 bytes of spills); one warpgroup at two
 // blocks per SM, the same warps in independent blocks, wins where the blocks are short and uneven (causal, Tk
 // up to 2048) and loses at long ones. Measured on an H100 (2026-11-26, B·T 16384, H 32, four configurations
-// side by side, ms, deterministic backward) at T 512 / 2048 / 8192 / 16384: this rule 0.979 / 2.822 / 10.23
-// / 20.10 non-causal and 0.694 / 1.669 / 5.459 / 10.26 causal, against 1.044 / 2.944 / 10.36 / 20.49 and
-// 0.870 / 1.833 / 5.517 / 10.28 for two warpgroups at one block in both kernels; the seed shape (B 20, H 8,
-// T 512, D 48, causal) 0.134 against 0.160.
+// side by side, ms, deterministic backward, with the cp.async dQ kernel then) at T 512 / 2048 / 8192 / 16384:
+// this rule 0.979 / 2.822 / 10.23 / 20.10 non-causal and 0.694 / 1.669 / 5.459 / 10.26 causal, against 1.044 /
+// 2.944 / 10.36 / 20.49 and 0.870 / 1.833 / 5.517 / 10.28 for two warpgroups at one block in both kernels;
+// the seed shape (B 20, H 8, T 512, D 48, causal) 0.134 against 0.160.
 template <>
 struct WgmmaBackwardTraits<64> {
   using Keys = WgmmaBackwardConfig<64, 2, 64, 1>;
   using ShortCausalKeys = WgmmaBackwardConfig<64, 1, 64, 2>;
-  using Queries = WgmmaBackwardConfig<64, 1, 64, 3>;
+  using Queries = TmaQueryGradsConfig<64, 1, 64, 3, 232, 24, 2>;
   template <class T>
   static bool short_causal(const AttentionParams<T>& p) {
     return p.causal && p.kv_len <= 2048;
@@ -206,91 +225,141 @@ __global__ void __launch_bounds__(WgmmaBackwardShape<Config, true>::kThreads, Co
 #endif
 }
 
+template <class Config>
+struct TmaQueryGradsShape {
+  static constexpr int kHeadDim = Config::kHeadDim, kRows = 64 * Config::kConsumers, kStages = Config::kStages;
+  using HeldTile = wgmma::SwizzledTile<kRows, kHeadDim>;
+  using StreamTile = wgmma::SwizzledTile<Config::kStream, kHeadDim>;
+  static_assert(kRows <= 256 && Config::kStream <= 256, "a tensor map's box spans at most 256 rows");
+  static constexpr size_t kTileBytes = 2 * size_t(HeldTile::kBytes) + 2 * kStages * size_t(StreamTile::kBytes);
+  // After the tiles: the held tiles' barrier, then full and empty barriers of K and of V per stage.
+  static constexpr size_t kBytes = kTileBytes + (1 + 4 * kStages) * sizeof(uint64_t);
+};
+
+// The dQ kernel's parameter: the arguments, D = rowsum(dO∘O), and the tensor maps of q, k, v and dO.
+template <class T>
+struct TmaBackwardArgs {
+  AttentionBackwardArgs<T> args;
+  const float* delta;
+  CUtensorMap q, k, v, dout;
+};
+
 template <class T, class Config>
-__global__ void __launch_bounds__(WgmmaBackwardShape<Config, false>::kThreads, Config::kMinBlocks)
-    query_grads_kernel(AttentionBackwardArgs<T> a, const float* delta) {
+__global__ void __launch_bounds__(Config::kThreads, Config::kMinBlocks)
+    query_grads_kernel(const __grid_constant__ TmaBackwardArgs<T> params) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  using Shape = WgmmaBackwardShape<Config, false>;
-  constexpr int kHeadDim = Config::kHeadDim;
-  constexpr int kK = Shape::kStream, kN = kK / 8, kO = kHeadDim / 8, kThreads = Shape::kThreads;
-  constexpr int kStages = Shape::kStages;
+  using Shape = TmaQueryGradsShape<Config>;
+  constexpr int kHeadDim = Config::kHeadDim, kStages = Config::kStages;
+  constexpr int kK = Config::kStream, kN = kK / 8, kO = kHeadDim / 8;
   extern __shared__ __align__(1024) uint16_t shared[];
   const typename Shape::HeldTile q_tile{shared}, do_tile = q_tile.next(1);
-  // Stage s of the ring: k_tiles.next(s), v_tiles.next(s).
+  // Key tile n of the block's range sits in stage n % kStages: k_tiles.next(stage), v_tiles.next(stage).
   const typename Shape::StreamTile k_tiles{do_tile.next(1).data}, v_tiles = k_tiles.next(kStages);
-
-  const AttentionParams<T>& p = a.params;
-  const int warp = int(threadIdx.x) / 32, lane = int(threadIdx.x) % 32, warpgroup = warp / 4;
-  const auto [bh, b, h, kv_head, i0, key_begin, key_end, whole_begin, whole_end] = query_tile(p, Shape::kRows);
-  const int d_qk = int(p.head_dim), d_v = int(p.value_dim);
-  const float scale_log2 = p.scale * kLog2e;
-  const Softcap softcap = softcap_of(p);
-  const uint16_t* k_rows = head_rows(a.k, p.k_strides, b, kv_head);
-  const uint16_t* v_rows = head_rows(a.v, p.v_strides, b, kv_head);
-  auto load_keys = [&](int64_t j0, int stage) {
-    wgmma::load_tile_async<kThreads>(k_tiles.next(stage), k_rows, p.k_strides.time, j0, p.kv_len, d_qk);
-    wgmma::load_tile_async<kThreads>(v_tiles.next(stage), v_rows, p.v_strides.time, j0, p.kv_len, d_v);
-  };
-  wgmma::load_tile_async<kThreads>(q_tile, head_rows(a.q, p.q_strides, b, h), p.q_strides.time, i0, p.q_len, d_qk);
-  wgmma::load_tile_async<kThreads>(do_tile, bits(a.dout) + (b * p.q_len * p.q_heads + h) * p.value_dim,
-                                   p.q_heads * p.value_dim, i0, p.q_len, d_v);
-  if (key_begin < key_end) load_keys(key_begin, 0);
-  mma::copy_async_commit();
-
-  const int row0 = 16 * warp;  // warpgroup w's warp v: rows 64w + 16v .. + 16
-  float lse2[1][2], row_delta[1][2];
-  query_row_stats(a, delta, bh, i0 + row0, lane, lse2, row_delta);
-
-  FragC dq[1][kO];
-  mma::zero(dq);
-  // dS of the previous key tile, whose dQ product is issued behind this tile's.
-  FragA dscores[1][kN / 2];
-  int previous_stage = -1;
-  auto issue_query_grads = [&](int stage) {
-    issue_ab<T, kK>(dq[0], dscores[0], k_tiles.next(stage));
-    wgmma::commit();
-  };
-  int stage = 0;
-  for (int64_t j0 = key_begin; j0 < key_end; j0 += kK) {
-    mma::copy_async_wait<0>();
-    wgmma::fence_async_proxy();
-    // This tile's k, v (and the first time q, dO) are in shared memory, and every warpgroup is done with
-    // the tile before the previous one, whose stage the next load refills.
-    __syncthreads();
-    if (j0 + kK < key_end) load_keys(j0 + kK, next_stage<kStages>(stage));
-    mma::copy_async_commit();
-
-    FragC s[1][kN], dp[1][kN];
-    wgmma::fence();
-    issue_abt<T, kN>(s[0], q_tile, 64 * warpgroup, k_tiles.next(stage));
-    issue_abt<T, kN>(dp[0], do_tile, 64 * warpgroup, v_tiles.next(stage));
-    wgmma::commit();
-    if (previous_stage >= 0) {
-      issue_query_grads(previous_stage);
-      wgmma::wait<1>();
-    } else {
-      wgmma::wait<0>();
+  uint64_t* held_full = reinterpret_cast<uint64_t*>(reinterpret_cast<char*>(shared) + Shape::kTileBytes);
+  uint64_t* k_full = held_full + 1;
+  uint64_t* k_empty = k_full + kStages;
+  uint64_t* v_full = k_empty + kStages;
+  uint64_t* v_empty = v_full + kStages;
+  if (threadIdx.x == 0) {
+    tma::barrier_init(held_full, 1);
+#pragma unroll
+    for (int s = 0; s < kStages; ++s) {
+      tma::barrier_init(k_full + s, 1);
+      tma::barrier_init(v_full + s, 1);
+      tma::barrier_init(k_empty + s, 4 * Config::kConsumers);  // one arrival per consumer warp
+      tma::barrier_init(v_empty + s, 4 * Config::kConsumers);
     }
-    wgmma::hold(s[0]);
-    wgmma::hold(dp[0]);
-
-    query_entry_grads(p, softcap, scale_log2, bh, i0 + row0, j0, whole_begin, whole_end, lane, s, dp, lse2,
-                      row_delta);
-    wgmma::wait<0>();
-    wgmma::hold(dq[0]);
-    mma::to_a_fragments<T>(dscores, s);
-    previous_stage = stage;
-    stage = next_stage<kStages>(stage);
+    tma::fence_barrier_init();
   }
-  if (previous_stage >= 0) {
-    wgmma::fence();
-    issue_query_grads(previous_stage);
-    wgmma::wait<0>();
-    wgmma::hold(dq[0]);
-  }
-  mma::copy_async_wait<0>();
+  __syncthreads();
 
-  store_query_grads(a, b, h, i0 + row0, lane, dq);
+  const AttentionBackwardArgs<T>& a = params.args;
+  const AttentionParams<T>& p = a.params;
+  const int warp = int(threadIdx.x) / 32, lane = int(threadIdx.x) % 32;
+  const int warpgroup = __shfl_sync(kFullWarp, warp / 4, 0);  // uniform, so branches on it do not diverge
+  const auto [bh, b, h, kv_head, i0, key_begin, key_end, whole_begin, whole_end] = query_tile(p, Shape::kRows);
+
+  if (warpgroup == 0) {
+    tma::shrink_registers<Config::kProducerRegisters>();
+    if (threadIdx.x == 0) {
+      tma::prefetch_map(&params.q);
+      tma::prefetch_map(&params.dout);
+      tma::prefetch_map(&params.k);
+      tma::prefetch_map(&params.v);
+      tma::arrive_expect_bytes(held_full, 2 * Shape::HeldTile::kBytes);
+      tma::load_tile(q_tile, params.q, held_full, i0, h, b);
+      tma::load_tile(do_tile, params.dout, held_full, i0, h, b);
+      int n = 0;
+      for (int64_t j0 = key_begin; j0 < key_end; j0 += kK, ++n) {
+        const auto [stage, parity] = tma::ring_slot<kStages>(n);
+        tma::wait(k_empty + stage, parity ^ 1);
+        tma::arrive_expect_bytes(k_full + stage, Shape::StreamTile::kBytes);
+        tma::load_tile(k_tiles.next(stage), params.k, k_full + stage, j0, kv_head, b);
+        tma::wait(v_empty + stage, parity ^ 1);
+        tma::arrive_expect_bytes(v_full + stage, Shape::StreamTile::kBytes);
+        tma::load_tile(v_tiles.next(stage), params.v, v_full + stage, j0, kv_head, b);
+      }
+    }
+  } else {
+    tma::grow_registers<Config::kConsumerRegisters>();
+    const int consumer = warpgroup - 1;
+    const int row0 = 64 * consumer + 16 * (warp % 4);  // this warp's rows: row0 .. row0 + 16 of the tile
+    const float scale_log2 = p.scale * kLog2e;
+    const Softcap softcap = softcap_of(p);
+    float lse2[1][2], row_delta[1][2];
+    query_row_stats(a, params.delta, bh, i0 + row0, lane, lse2, row_delta);
+
+    FragC dq[1][kO];
+    mma::zero(dq);
+    // dS of the previous key tile, whose dQ product is issued behind this tile's.
+    FragA dscores[1][kN / 2];
+    int previous_stage = -1;
+    auto hand_back = [&](uint64_t* empty) {
+      __syncwarp();
+      if (lane == 0) tma::arrive(empty);
+    };
+    auto issue_query_grads = [&](int stage) {
+      issue_ab<T, kK>(dq[0], dscores[0], k_tiles.next(stage));
+      wgmma::commit();
+    };
+    tma::wait(held_full, 0);
+    int n = 0;
+    for (int64_t j0 = key_begin; j0 < key_end; j0 += kK, ++n) {
+      const auto [stage, parity] = tma::ring_slot<kStages>(n);
+      tma::wait(k_full + stage, parity);
+      tma::wait(v_full + stage, parity);
+      FragC s[1][kN], dp[1][kN];
+      wgmma::fence();
+      issue_abt<T, kN>(s[0], q_tile, 64 * consumer, k_tiles.next(stage));
+      issue_abt<T, kN>(dp[0], do_tile, 64 * consumer, v_tiles.next(stage));
+      wgmma::commit();
+      if (previous_stage >= 0) {
+        issue_query_grads(previous_stage);
+        wgmma::wait<1>();
+      } else {
+        wgmma::wait<0>();
+      }
+      wgmma::hold(s[0]);
+      wgmma::hold(dp[0]);
+      hand_back(v_empty + stage);
+
+      query_entry_grads(p, softcap, scale_log2, bh, i0 + row0, j0, whole_begin, whole_end, lane, s, dp, lse2,
+                        row_delta);
+      wgmma::wait<0>();
+      wgmma::hold(dq[0]);
+      if (previous_stage >= 0) hand_back(k_empty + previous_stage);
+      mma::to_a_fragments<T>(dscores, s);
+      previous_stage = stage;
+    }
+    if (previous_stage >= 0) {
+      wgmma::fence();
+      issue_query_grads(previous_stage);
+      wgmma::wait<0>();
+      wgmma::hold(dq[0]);
+      hand_back(k_empty + previous_stage);
+    }
+    store_query_grads(a, b, h, i0 + row0, lane, dq);
+  }
 #else
   __trap();  // built without sm_90a: the host never launches this (wgmma_kernels_run)
 #endif
@@ -299,7 +368,8 @@ __global__ void __launch_bounds__(WgmmaBackwardShape<Config, false>::kThreads, C
 template <class T, class KeyConfig, class QueryConfig>
 void backward(const AttentionBackwardArgs<T>& args, const float* delta, cudaStream_t stream) {
   using Keys = WgmmaBackwardShape<KeyConfig, true>;
-  using Queries = WgmmaBackwardShape<QueryConfig, false>;
+  using Queries = TmaQueryGradsShape<QueryConfig>;
+  constexpr const char* kOp = "flash_attention_backward";
   const AttentionParams<T>& p = args.params;
   const dim3 key_grid(tile_count(p.kv_len, Keys::kRows),
                       heads_extent(p.batch * p.kv_heads, "flash_attention_backward"));
@@ -307,8 +377,20 @@ void backward(const AttentionBackwardArgs<T>& args, const float* delta, cudaStre
                      Keys::kBytes, stream, args, delta);
   const dim3 query_grid(tile_count(p.q_len, Queries::kRows),
                         heads_extent(p.batch * p.q_heads, "flash_attention_backward"));
+  // dO is [B, Tq, Hq, Dv], contiguous.
+  const AttentionStrides dout_strides{p.q_len * p.q_heads * p.value_dim, p.q_heads * p.value_dim, p.value_dim};
+  const TmaBackwardArgs<T> params{
+      args,
+      delta,
+      tma::head_tensor_map(args.q, p.q_strides, p.batch, p.q_len, p.q_heads, p.head_dim, Queries::kRows, kOp, "q"),
+      tma::head_tensor_map(args.k, p.k_strides, p.batch, p.kv_len, p.kv_heads, p.head_dim, QueryConfig::kStream, kOp,
+                           "k"),
+      tma::head_tensor_map(args.v, p.v_strides, p.batch, p.kv_len, p.kv_heads, p.value_dim, QueryConfig::kStream, kOp,
+                           "v"),
+      tma::head_tensor_map(args.dout, dout_strides, p.batch, p.q_len, p.q_heads, p.value_dim, Queries::kRows, kOp,
+                           "dout")};
   launch_with_shared(query_grads_kernel<T, QueryConfig>, "flash_attention_backward (dq)", query_grid,
-                     Queries::kThreads, Queries::kBytes, stream, args, delta);
+                     QueryConfig::kThreads, Queries::kBytes, stream, params);
 }
 
 }  // namespace wgmma_backward

@@ -1,7 +1,7 @@
 // Hopper's bulk tensor copies (TMA) and the shared-memory barriers they complete on, for warp-specialised
 // kernels: one producer thread moves whole tiles from global to shared memory with cp.async.bulk.tensor,
-// described by a tensor map built on the host (flash_attention_tma_forward.cu), and the consumer warps wait on an mbarrier
-// whose transaction count the copy engine pays off as the bytes land. The consumers hand a stage back by
+// described by a tensor map built on the host (head_tensor_map, tma.cu), and the consumer warps wait on an
+// mbarrier whose transaction count the copy engine pays off as the bytes land. The consumers hand a stage back by
 // arriving on a second barrier, which the producer waits on before refilling it.
 //
 // Why: with cp.async every consumer thread computes addresses and issues copies, and the block meets at
@@ -12,11 +12,29 @@
 // has completed; on a fresh barrier, parity 1 counts as completed (so a producer's first pass over the ring
 // waits on nothing).
 #pragma once
-#include <cstdint>
+#include <cuda.h>
 
+#include <cstdint>
+#include <type_traits>
+
+#include "alpha/kernels/attention_reference.h"
 #include "alpha/kernels/cuda/mma.cuh"
 
 namespace alpha::kernels::cuda::tma {
+
+// The tensor map of one attention operand [B, T, H, features] (strided; unit stride along the features):
+// rank 4, innermost first, boxes of 64 features × 1 head × box_rows rows × 1, 128-byte swizzled (wgmma's
+// layout, wgmma.cuh), zeros past every end. LayoutError naming `op` and the operand `name` when the driver
+// refuses the layout.
+CUtensorMap head_tensor_map(const void* x, bool bf16, size_t element_bytes, const AttentionStrides& strides,
+                            int64_t batch, int64_t time, int64_t heads, int64_t features, int box_rows, const char* op,
+                            const char* name);
+template <class T>
+CUtensorMap head_tensor_map(const T* x, const AttentionStrides& strides, int64_t batch, int64_t time, int64_t heads,
+                            int64_t features, int box_rows, const char* op, const char* name) {
+  return head_tensor_map(x, std::is_same_v<T, bf16>, sizeof(T), strides, batch, time, heads, features, box_rows, op,
+                         name);
+}
 
 // Initialises a barrier that completes a phase after `arrivals` arrivals (and their transaction bytes).
 __device__ __forceinline__ void barrier_init(uint64_t* barrier, int arrivals) {
@@ -62,6 +80,43 @@ __device__ __forceinline__ void load_box(void* destination, const void* map, uin
 __device__ __forceinline__ void prefetch_map(const void* map) {
   asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(map)) : "memory");
 }
+
+// Copies rows [first_row, first_row + rows) of one head of a head_tensor_map operand into `tile` (a
+// wgmma::SwizzledTile: one box per 64-feature block), paying off `full`'s transaction count; the caller
+// announces the bytes (arrive_expect_bytes, Tile::kBytes per tile) before the copies.
+template <class Tile>
+__device__ __forceinline__ void load_tile(Tile tile, const CUtensorMap& map, uint64_t* full, int64_t first_row,
+                                          int64_t head, int64_t b) {
+#pragma unroll
+  for (int block = 0; block < Tile::kBytes / Tile::kBlockBytes; ++block)
+    load_box(tile.data + block * Tile::kBlockBytes / 2, &map, full, 64 * block, int(head), int(first_row), int(b));
+}
+
+// The stage of a ring of kStages that tile n (counting from 0) fills, and the parity of that fill's phase:
+// consumers wait for it on the stage's full barrier; the producer waits on the stage's empty barrier with
+// the other parity (the fill before, handed back).
+struct RingSlot {
+  int stage;
+  uint32_t parity;
+};
+template <int kStages>
+__device__ __forceinline__ RingSlot ring_slot(int n) {
+  return {n % kStages, uint32_t((n / kStages) & 1)};
+}
+
+// A warp-specialised block: warpgroup 0 the producer, warpgroups 1..kConsumers the consumers, with the
+// registers per thread each keeps (setmaxnreg) at kMinBlocks blocks per SM. setmaxnreg moves registers within
+// a block only: the new counts must fit what the block got at launch, the register file's share per thread
+// at kMinBlocks blocks (rounded down to 8), or setmaxnreg.inc waits for ever.
+template <int kConsumerWarpgroups, int kConsumerRegs, int kProducerRegs, int kBlocksPerSm>
+struct WarpSpecialised {
+  static constexpr int kConsumers = kConsumerWarpgroups, kConsumerRegisters = kConsumerRegs,
+                       kProducerRegisters = kProducerRegs, kMinBlocks = kBlocksPerSm;
+  static constexpr int kThreads = 128 * (kConsumers + 1), kConsumerThreads = 128 * kConsumers;
+  static constexpr int kLaunchRegisters = 65536 / (kThreads * kBlocksPerSm) / 8 * 8;
+  static_assert(kConsumerRegs * kConsumers + kProducerRegs <= kLaunchRegisters * (kConsumers + 1),
+                "the warpgroups' registers fit the block's allocation at launch");
+};
 
 // Moves registers between the warpgroups of a warp-specialised block (sm_90a): the producer gives up what it
 // does not need, the consumers take it. Every warp of the warpgroup executes it.
