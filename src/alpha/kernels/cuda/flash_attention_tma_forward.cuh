@@ -93,21 +93,10 @@ __global__ void __launch_bounds__(TmaForwardShape<Traits>::kThreads, Traits::kMi
   const typename Shape::KvTile k_tiles{shared + Shape::QTile::kElements};
   const typename Shape::KvTile v_tiles = k_tiles.next(kStages);
   uint64_t* q_full = reinterpret_cast<uint64_t*>(reinterpret_cast<char*>(shared) + Shape::kTileBytes);
-  uint64_t* k_full = q_full + 1;
-  uint64_t* k_empty = k_full + kStages;
-  uint64_t* v_full = k_empty + kStages;
-  uint64_t* v_empty = v_full + kStages;
-  // Empty barriers count one arrival per consumer warp (each after its own wgmma wait).
-  constexpr int kConsumerWarps = 4 * Traits::kConsumers;
+  const tma::KeyValueRing<kStages> ring(q_full + 1);
   if (threadIdx.x == 0) {
     tma::barrier_init(q_full, 1);
-#pragma unroll
-    for (int s = 0; s < kStages; ++s) {
-      tma::barrier_init(k_full + s, 1);
-      tma::barrier_init(v_full + s, 1);
-      tma::barrier_init(k_empty + s, kConsumerWarps);
-      tma::barrier_init(v_empty + s, kConsumerWarps);
-    }
+    ring.init(4 * Traits::kConsumers);
     tma::fence_barrier_init();
   }
   __syncthreads();
@@ -129,16 +118,7 @@ __global__ void __launch_bounds__(TmaForwardShape<Traits>::kThreads, Traits::kMi
       tma::prefetch_map(&params.v);
       tma::arrive_expect_bytes(q_full, Shape::QTile::kBytes);
       tma::load_tile(q_tile, params.q, q_full, i0, h, b);
-      int n = 0;
-      for (int64_t j0 = key_begin; j0 < key_end; j0 += kKeys, ++n) {
-        const auto [stage, parity] = tma::ring_slot<kStages>(n);
-        tma::wait(k_empty + stage, parity ^ 1);
-        tma::arrive_expect_bytes(k_full + stage, Shape::KvTile::kBytes);
-        tma::load_tile(k_tiles.next(stage), params.k, k_full + stage, j0, kv_head, b);
-        tma::wait(v_empty + stage, parity ^ 1);
-        tma::arrive_expect_bytes(v_full + stage, Shape::KvTile::kBytes);
-        tma::load_tile(v_tiles.next(stage), params.v, v_full + stage, j0, kv_head, b);
-      }
+      ring.produce(k_tiles, v_tiles, params.k, params.v, key_begin, key_end, kv_head, b);
     }
   } else {
     tma::grow_registers<Traits::kConsumerRegisters>();
@@ -160,12 +140,8 @@ __global__ void __launch_bounds__(TmaForwardShape<Traits>::kThreads, Traits::kMi
     FragA probs[1][kN / 2];
     int previous_stage = -1;
     uint32_t previous_parity = 0;
-    auto hand_back = [&](uint64_t* empty) {
-      __syncwarp();
-      if (lane == 0) tma::arrive(empty);
-    };
     auto issue_pv = [&](int stage, uint32_t parity) {
-      tma::wait(v_full + stage, parity);
+      tma::wait(ring.v_full + stage, parity);
 #pragma unroll
       for (int k = 0; k < kN / 2; ++k)
         wgmma::product_rs<T, kHeadDim>(acc[0], probs[0][k], v_tiles.next(stage).mn_major(k));
@@ -177,7 +153,7 @@ __global__ void __launch_bounds__(TmaForwardShape<Traits>::kThreads, Traits::kMi
       issue_pv(previous_stage, previous_parity);
       wgmma::wait<0>();
       wgmma::hold(acc[0]);
-      hand_back(v_empty + previous_stage);
+      tma::hand_back(ring.v_empty + previous_stage, lane);
       previous_stage = -1;
     };
 
@@ -191,15 +167,15 @@ __global__ void __launch_bounds__(TmaForwardShape<Traits>::kThreads, Traits::kMi
         // The tiles this warpgroup sees are consecutive: finish the last one's P̃·V, then hand this tile back
         // once it has landed.
         finish_previous();
-        tma::wait(k_full + stage, parity);
-        hand_back(k_empty + stage);
-        tma::wait(v_full + stage, parity);
-        hand_back(v_empty + stage);
+        tma::wait(ring.k_full + stage, parity);
+        tma::hand_back(ring.k_empty + stage, lane);
+        tma::wait(ring.v_full + stage, parity);
+        tma::hand_back(ring.v_empty + stage, lane);
         continue;
       }
       // S = Q·Kᵀ, then the previous tile's O += P̃·V behind it; the softmax below runs while P̃·V does.
       FragC s[1][kN];
-      tma::wait(k_full + stage, parity);
+      tma::wait(ring.k_full + stage, parity);
       wgmma::fence();
 #pragma unroll
       for (int k = 0; k < kHeadDim / 16; ++k)
@@ -212,7 +188,7 @@ __global__ void __launch_bounds__(TmaForwardShape<Traits>::kThreads, Traits::kMi
         wgmma::wait<0>();
       }
       wgmma::hold(s[0]);
-      hand_back(k_empty + stage);
+      tma::hand_back(ring.k_empty + stage, lane);
 
       float rescale[1][2];
       if (j0 >= group_last_keys.begin && j0 + kKeys <= group_first_keys.end)
@@ -223,7 +199,7 @@ __global__ void __launch_bounds__(TmaForwardShape<Traits>::kThreads, Traits::kMi
                                                          row_sum, rescale);
       wgmma::wait<0>();
       wgmma::hold(acc[0]);
-      if (previous_stage >= 0) hand_back(v_empty + previous_stage);
+      if (previous_stage >= 0) tma::hand_back(ring.v_empty + previous_stage, lane);
       mma_forward::rescale_rows(acc, rescale);
       mma::to_a_fragments<T>(probs, s);
       previous_stage = stage;

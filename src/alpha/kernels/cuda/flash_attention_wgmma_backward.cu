@@ -256,19 +256,10 @@ __global__ void __launch_bounds__(Config::kThreads, Config::kMinBlocks)
   // Key tile n of the block's range sits in stage n % kStages: k_tiles.next(stage), v_tiles.next(stage).
   const typename Shape::StreamTile k_tiles{do_tile.next(1).data}, v_tiles = k_tiles.next(kStages);
   uint64_t* held_full = reinterpret_cast<uint64_t*>(reinterpret_cast<char*>(shared) + Shape::kTileBytes);
-  uint64_t* k_full = held_full + 1;
-  uint64_t* k_empty = k_full + kStages;
-  uint64_t* v_full = k_empty + kStages;
-  uint64_t* v_empty = v_full + kStages;
+  const tma::KeyValueRing<kStages> ring(held_full + 1);
   if (threadIdx.x == 0) {
     tma::barrier_init(held_full, 1);
-#pragma unroll
-    for (int s = 0; s < kStages; ++s) {
-      tma::barrier_init(k_full + s, 1);
-      tma::barrier_init(v_full + s, 1);
-      tma::barrier_init(k_empty + s, 4 * Config::kConsumers);  // one arrival per consumer warp
-      tma::barrier_init(v_empty + s, 4 * Config::kConsumers);
-    }
+    ring.init(4 * Config::kConsumers);
     tma::fence_barrier_init();
   }
   __syncthreads();
@@ -289,16 +280,7 @@ __global__ void __launch_bounds__(Config::kThreads, Config::kMinBlocks)
       tma::arrive_expect_bytes(held_full, 2 * Shape::HeldTile::kBytes);
       tma::load_tile(q_tile, params.q, held_full, i0, h, b);
       tma::load_tile(do_tile, params.dout, held_full, i0, h, b);
-      int n = 0;
-      for (int64_t j0 = key_begin; j0 < key_end; j0 += kK, ++n) {
-        const auto [stage, parity] = tma::ring_slot<kStages>(n);
-        tma::wait(k_empty + stage, parity ^ 1);
-        tma::arrive_expect_bytes(k_full + stage, Shape::StreamTile::kBytes);
-        tma::load_tile(k_tiles.next(stage), params.k, k_full + stage, j0, kv_head, b);
-        tma::wait(v_empty + stage, parity ^ 1);
-        tma::arrive_expect_bytes(v_full + stage, Shape::StreamTile::kBytes);
-        tma::load_tile(v_tiles.next(stage), params.v, v_full + stage, j0, kv_head, b);
-      }
+      ring.produce(k_tiles, v_tiles, params.k, params.v, key_begin, key_end, kv_head, b);
     }
   } else {
     tma::grow_registers<Config::kConsumerRegisters>();
@@ -314,10 +296,6 @@ __global__ void __launch_bounds__(Config::kThreads, Config::kMinBlocks)
     // dS of the previous key tile, whose dQ product is issued behind this tile's.
     FragA dscores[1][kN / 2];
     int previous_stage = -1;
-    auto hand_back = [&](uint64_t* empty) {
-      __syncwarp();
-      if (lane == 0) tma::arrive(empty);
-    };
     auto issue_query_grads = [&](int stage) {
       issue_ab<T, kK>(dq[0], dscores[0], k_tiles.next(stage));
       wgmma::commit();
@@ -326,8 +304,8 @@ __global__ void __launch_bounds__(Config::kThreads, Config::kMinBlocks)
     int n = 0;
     for (int64_t j0 = key_begin; j0 < key_end; j0 += kK, ++n) {
       const auto [stage, parity] = tma::ring_slot<kStages>(n);
-      tma::wait(k_full + stage, parity);
-      tma::wait(v_full + stage, parity);
+      tma::wait(ring.k_full + stage, parity);
+      tma::wait(ring.v_full + stage, parity);
       FragC s[1][kN], dp[1][kN];
       wgmma::fence();
       issue_abt<T, kN>(s[0], q_tile, 64 * consumer, k_tiles.next(stage));
@@ -341,13 +319,13 @@ __global__ void __launch_bounds__(Config::kThreads, Config::kMinBlocks)
       }
       wgmma::hold(s[0]);
       wgmma::hold(dp[0]);
-      hand_back(v_empty + stage);
+      tma::hand_back(ring.v_empty + stage, lane);
 
       query_entry_grads(p, softcap, scale_log2, bh, i0 + row0, j0, whole_begin, whole_end, lane, s, dp, lse2,
                         row_delta);
       wgmma::wait<0>();
       wgmma::hold(dq[0]);
-      if (previous_stage >= 0) hand_back(k_empty + previous_stage);
+      if (previous_stage >= 0) tma::hand_back(ring.k_empty + previous_stage, lane);
       mma::to_a_fragments<T>(dscores, s);
       previous_stage = stage;
     }
@@ -356,7 +334,7 @@ __global__ void __launch_bounds__(Config::kThreads, Config::kMinBlocks)
       issue_query_grads(previous_stage);
       wgmma::wait<0>();
       wgmma::hold(dq[0]);
-      hand_back(k_empty + previous_stage);
+      tma::hand_back(ring.k_empty + previous_stage, lane);
     }
     store_query_grads(a, b, h, i0 + row0, lane, dq);
   }

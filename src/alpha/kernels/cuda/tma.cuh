@@ -104,6 +104,49 @@ __device__ __forceinline__ RingSlot ring_slot(int n) {
   return {n % kStages, uint32_t((n / kStages) & 1)};
 }
 
+// A consumer warp's hand-back of a stage it no longer reads (after its own wgmma wait): one arrival per
+// warp, so empty barriers count the consumer warps.
+__device__ __forceinline__ void hand_back(uint64_t* empty, int lane) {
+  __syncwarp();
+  if (lane == 0) arrive(empty);
+}
+
+// The key/value ring of an attention block: kStages stages of a K tile and a V tile, each with a full
+// barrier (the copy engine completes it) and an empty one (the consumer warps complete it), K and V apart so
+// that one can be refilled while the other is still read. Laid over 4·kStages barriers in shared memory.
+template <int kStages>
+struct KeyValueRing {
+  uint64_t *k_full, *k_empty, *v_full, *v_empty;
+  __device__ explicit KeyValueRing(uint64_t* barriers)
+      : k_full(barriers), k_empty(barriers + kStages), v_full(barriers + 2 * kStages), v_empty(barriers + 3 * kStages) {}
+  // One thread, before the block's barrier that publishes the barriers (fence_barrier_init, __syncthreads).
+  __device__ void init(int consumer_warps) const {
+#pragma unroll
+    for (int s = 0; s < kStages; ++s) {
+      barrier_init(k_full + s, 1);
+      barrier_init(v_full + s, 1);
+      barrier_init(k_empty + s, consumer_warps);
+      barrier_init(v_empty + s, consumer_warps);
+    }
+  }
+  // The producer thread: the tiles of keys [j0, j0 + rows) for j0 = key_begin, key_begin + rows, ... below
+  // key_end, tile n into stage n % kStages once the consumers handed back that stage's previous fill.
+  template <class Tile>
+  __device__ void produce(Tile k_tiles, Tile v_tiles, const CUtensorMap& k_map, const CUtensorMap& v_map,
+                          int64_t key_begin, int64_t key_end, int64_t head, int64_t b) const {
+    int n = 0;
+    for (int64_t j0 = key_begin; j0 < key_end; j0 += Tile::kTileRows, ++n) {
+      const auto [stage, parity] = ring_slot<kStages>(n);
+      wait(k_empty + stage, parity ^ 1);
+      arrive_expect_bytes(k_full + stage, Tile::kBytes);
+      load_tile(k_tiles.next(stage), k_map, k_full + stage, j0, head, b);
+      wait(v_empty + stage, parity ^ 1);
+      arrive_expect_bytes(v_full + stage, Tile::kBytes);
+      load_tile(v_tiles.next(stage), v_map, v_full + stage, j0, head, b);
+    }
+  }
+};
+
 // A warp-specialised block: warpgroup 0 the producer, warpgroups 1..kConsumers the consumers, with the
 // registers per thread each keeps (setmaxnreg) at kMinBlocks blocks per SM. setmaxnreg moves registers within
 // a block only: the new counts must fit what the block got at launch, the register file's share per thread

@@ -40,6 +40,7 @@ __device__ __forceinline__ uint64_t descriptor(uint32_t address, uint32_t leadin
 template <int kRows, int kCols>
 struct SwizzledTile {
   static_assert(kCols % 64 == 0 && kRows % 8 == 0, "whole 64-column blocks of whole 8-row swizzle periods");
+  static constexpr int kTileRows = kRows;
   static constexpr int kBlockBytes = kRows * 128;
   static constexpr int kBytes = kBlockBytes * (kCols / 64);
   static constexpr int kElements = kBytes / 2;
