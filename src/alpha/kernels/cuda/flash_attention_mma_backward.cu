@@ -158,7 +158,8 @@ __global__ void __launch_bounds__(kThreads, BackwardTraits<kHeadDim>::kMinBlocks
                               d_qk);
     load_tile_async<kThreads>(do_tiles.next(stage), bits(a.dout) + (b * p.q_len * p.q_heads + s.h) * p.value_dim,
                               p.q_heads * p.value_dim, s.i0, p.q_len, d_v);
-    load_query_stats(a, delta, b, s, kQ, lse2_rows + stage * kQ, delta_rows + stage * kQ);
+    load_query_stats(a, delta, b, s, kQ, lse2_rows + stage * kQ, delta_rows + stage * kQ, int(threadIdx.x),
+                     int(blockDim.x));
   };
   QueryStep current{kv_head * group, walk.begin};
   if (walk.steps > 0) load_queries(current, 0);

@@ -41,13 +41,14 @@ __device__ __forceinline__ QueryWalk query_walk(const AttentionParams<T>& p, int
   return {queries.begin, queries.end, tiles_per_head * group, stream};
 }
 
-// The statistics of a step's kStream query rows into shared memory, by the block's threads: lse2 (+inf past
-// Tq, so P = 0 there) and D = rowsum(dO∘O) (0 past Tq).
+// The statistics of a step's kStream query rows into shared memory, by `threads` threads (this one number
+// `thread` among them): lse2 (+inf past Tq, so P = 0 there) and D = rowsum(dO∘O) (0 past Tq).
 template <class T>
 __device__ __forceinline__ void load_query_stats(const AttentionBackwardArgs<T>& a, const float* delta, int64_t b,
-                                                 QueryStep s, int stream, float* lse2_rows, float* delta_rows) {
+                                                 QueryStep s, int stream, float* lse2_rows, float* delta_rows,
+                                                 int thread, int threads) {
   const AttentionParams<T>& p = a.params;
-  for (int r = threadIdx.x; r < stream; r += blockDim.x) {
+  for (int r = thread; r < stream; r += threads) {
     const int64_t i = s.i0 + r, row = (b * p.q_heads + s.h) * p.q_len + i;
     const bool inside = i < p.q_len;
     lse2_rows[r] = inside ? log2_normaliser(a.row_max[row], a.row_sum[row]) : INFINITY;

@@ -13,6 +13,11 @@
 //   layout); wait for Sᵀ_t and dP̃ᵀ_t only and run the entry step (P̃, dS_raw) while the tensor cores work
 //   on step t − 1's products, as the forward overlaps its softmax with P̃·V. The ring holds step t, step
 //   t − 1 (its Q and dO still read) and the step loading ahead.
+//   Two kernels run this: key_grads_kernel (bucket 128), whose threads all issue cp.async copies and meet at
+//   a barrier per step, and tma_key_grads_kernel (bucket 64), warp-specialised: producer warp 0 copies K and V
+//   once and each step's Q and dO with TMA, producer warp 1 writes each step's statistics, the consumer
+//   warpgroups (64 keys each) only multiply and run the entry step, and hand a stage back after step t + 1's
+//   dK and dV products. The traits below say why each bucket has the one it has.
 // query_grads: warp-specialised as the forward (flash_attention_tma_forward.cuh): one block per (query tile
 //   of 64·kConsumers rows, b·Hq + h); a producer warpgroup copies Q and dO once and streams K_t and V_t
 //   through a TMA ring (tma.cuh); consumer warpgroup c owns rows [64c, 64c + 64) and per key tile t issues
@@ -36,12 +41,13 @@ namespace wgmma_backward {
 
 using namespace mma_backward;
 
-// One kernel's configuration: warpgroups per block (64 held rows each), the rows of each streamed tile, and
-// the blocks per SM the register allocation must allow (__launch_bounds__).
+// The cp.async dK/dV kernel's configuration: warpgroups per block (64 held keys each), the rows of each
+// streamed tile, and the blocks per SM the register allocation must allow (__launch_bounds__).
 template <int kHeadDimBucket, int kWarpgroupsPerBlock, int kStreamRows, int kBlocksPerSm>
 struct WgmmaBackwardConfig {
   static constexpr int kHeadDim = kHeadDimBucket, kWarpgroups = kWarpgroupsPerBlock, kStream = kStreamRows,
                        kMinBlocks = kBlocksPerSm;
+  static constexpr bool kTma = false;  // the cp.async dK/dV kernel
 };
 // The dQ kernel's configuration: head-dimension bucket, consumer warpgroups (64 rows each), keys per
 // streamed tile, stages of the ring, registers of a consumer and of the producer, blocks per SM.
@@ -51,11 +57,22 @@ struct TmaQueryGradsConfig : tma::WarpSpecialised<kConsumerWarpgroups, kConsumer
   static constexpr int kHeadDim = kHeadDimBucket, kStream = kKeysPerTile, kStages = kRingStages;
 };
 
+// The TMA dK/dV kernel's configuration: head-dimension bucket, consumer warpgroups (64 held keys each),
+// query rows per streamed step, stages of the ring, registers of a consumer and of the producer, blocks per SM.
+template <int kHeadDimBucket, int kConsumerWarpgroups, int kQueriesPerStep, int kRingStages, int kConsumerRegs,
+          int kProducerRegs, int kBlocksPerSm>
+struct TmaKeyGradsConfig : tma::WarpSpecialised<kConsumerWarpgroups, kConsumerRegs, kProducerRegs, kBlocksPerSm> {
+  static constexpr int kHeadDim = kHeadDimBucket, kStream = kQueriesPerStep, kStages = kRingStages;
+  static constexpr bool kTma = true;
+};
+
 // Per bucket, the dK/dV kernel's (Keys) and the dQ kernel's (Queries). The dQ kernels' configurations were
 // chosen on an H100 (2026-11-26, B·T 16384, H 2048/D, three per bucket side by side in one call, ms of the
 // whole deterministic backward); no spills in either.
 // D 128: the dK/dV kernel runs at the 255-register ceiling and spills 512 bytes (dK and dV alone hold 128
-// registers a thread). The dQ kernel: two consumers, three stages: 0.699 / 1.769 / 6.510 non-causal and
+// registers a thread); the TMA dK/dV kernel (two consumers at 240 registers, its wgmma serialised for want
+// of registers, C7512) ran 7.149 / 3.834 ms at T 8192 non-causal / causal against 6.992 / 3.762 for this one,
+// and within 1% at T 512 and 2048 (one call, 2026-11-26), so bucket 128 keeps it. The dQ kernel: two consumers, three stages: 0.699 / 1.769 / 6.510 non-causal and
 // 0.574 / 1.152 / 3.414 causal at T 512 / 2048 / 8192 (the cp.async kernel it replaced, in the same day's
 // table: 0.757 / 2.050 / 7.435 and 0.608 / 1.280 / 4.015); one consumer at two blocks per SM 2-14% slower,
 // two stages 10-22% slower.
@@ -70,17 +87,18 @@ struct WgmmaBackwardTraits<128> {
 // / 18.54 non-causal and 0.691 / 1.605 / 4.920 / 9.239 causal at T 512 / 2048 / 8192 / 16384 (the cp.async
 // kernel it replaced, one warpgroup at three blocks per SM: 0.979 / 2.822 / 10.23 / 20.10 and 0.694 / 1.669 /
 // 5.459 / 10.26); two consumers at one block 0.5-8% slower; one consumer at three blocks (136 registers,
-// spilling, its wgmma serialised) 3-7% slower. The dK/dV kernel: two warpgroups (255 registers, 64 bytes of spills); one warpgroup at two
-// blocks per SM, the same warps in independent blocks, wins where the blocks are short and uneven (causal, Tk
-// up to 2048) and loses at long ones. Measured on an H100 (2026-11-26, B·T 16384, H 32, four configurations
-// side by side, ms, deterministic backward, with the cp.async dQ kernel then) at T 512 / 2048 / 8192 / 16384:
-// this rule 0.979 / 2.822 / 10.23 / 20.10 non-causal and 0.694 / 1.669 / 5.459 / 10.26 causal, against 1.044 /
-// 2.944 / 10.36 / 20.49 and 0.870 / 1.833 / 5.517 / 10.28 for two warpgroups at one block in both kernels;
-// the seed shape (B 20, H 8, T 512, D 48, causal) 0.134 against 0.160.
+// spilling, its wgmma serialised) 3-7% slower.
+// The dK/dV kernel, on TMA: two consumers (240 registers, 168 bytes of spills); one consumer at two blocks per
+// SM (232 registers, 356 bytes), the same warps in independent blocks, where the blocks are short and uneven
+// (causal, Tk up to 2048), the rule the cp.async kernel's configurations had shown (2026-11-26: 0.694 / 1.669
+// ms causal at T 512 / 2048 against 0.870 / 1.833 for two warpgroups). The whole backward with it, against
+// the cp.async dK/dV kernel in the same call (H100, 2026-11-26, ms, T 512 / 2048 / 8192 / 16384): 0.910 /
+// 2.337 / 8.175 / 15.93 non-causal and 0.624 / 1.296 / 4.398 / 8.212 causal, against 0.937 / 2.597 / 9.416 /
+// 18.67 and 0.687 / 1.587 / 4.998 / 9.457; the seed shape (B 20, H 8, T 512, D 48, causal) 0.123 against 0.133.
 template <>
 struct WgmmaBackwardTraits<64> {
-  using Keys = WgmmaBackwardConfig<64, 2, 64, 1>;
-  using ShortCausalKeys = WgmmaBackwardConfig<64, 1, 64, 2>;
+  using Keys = TmaKeyGradsConfig<64, 2, 64, 3, 240, 24, 1>;
+  using ShortCausalKeys = TmaKeyGradsConfig<64, 1, 64, 3, 232, 24, 2>;
   using Queries = TmaQueryGradsConfig<64, 1, 64, 3, 232, 24, 2>;
   template <class T>
   static bool short_causal(const AttentionParams<T>& p) {
@@ -88,9 +106,9 @@ struct WgmmaBackwardTraits<64> {
   }
 };
 
-// A kernel's shared memory: two held tiles (K and V, or Q and dO), kStages stages of two streamed tiles,
-// and (key_grads) kStages stages of the streamed rows' lse2 and D.
-template <class Config, bool kStreamedStats>
+// The cp.async dK/dV kernel's shared memory: the held K and V tiles, kStages stages of two streamed tiles (Q
+// and dO), and kStages stages of the streamed rows' lse2 and D.
+template <class Config>
 struct WgmmaBackwardShape {
   static constexpr int kHeadDim = Config::kHeadDim;
   static constexpr int kThreads = 128 * Config::kWarpgroups, kRows = 64 * Config::kWarpgroups;
@@ -98,7 +116,7 @@ struct WgmmaBackwardShape {
   using HeldTile = wgmma::SwizzledTile<kRows, kHeadDim>;
   using StreamTile = wgmma::SwizzledTile<kStream, kHeadDim>;
   static constexpr size_t kBytes = 2 * size_t(HeldTile::kBytes) + 2 * kStages * size_t(StreamTile::kBytes) +
-                                   (kStreamedStats ? 2 * kStages * kStream * sizeof(float) : 0);
+                                   2 * kStages * kStream * sizeof(float);
 };
 
 // The stage after `stage` in a ring of kStages.
@@ -125,10 +143,10 @@ __device__ __forceinline__ void issue_ab(FragC (&c)[kHeadDim / 8], const FragA (
 }
 
 template <class T, class Config>
-__global__ void __launch_bounds__(WgmmaBackwardShape<Config, true>::kThreads, Config::kMinBlocks)
+__global__ void __launch_bounds__(WgmmaBackwardShape<Config>::kThreads, Config::kMinBlocks)
     key_grads_kernel(AttentionBackwardArgs<T> a, const float* delta) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  using Shape = WgmmaBackwardShape<Config, true>;
+  using Shape = WgmmaBackwardShape<Config>;
   constexpr int kHeadDim = Config::kHeadDim;
   constexpr int kQ = Shape::kStream, kN = kQ / 8, kO = kHeadDim / 8, kThreads = Shape::kThreads;
   constexpr int kStages = Shape::kStages;
@@ -156,7 +174,8 @@ __global__ void __launch_bounds__(WgmmaBackwardShape<Config, true>::kThreads, Co
                                      s.i0, p.q_len, d_qk);
     wgmma::load_tile_async<kThreads>(do_tiles.next(stage), bits(a.dout) + (b * p.q_len * p.q_heads + s.h) * p.value_dim,
                                      p.q_heads * p.value_dim, s.i0, p.q_len, d_v);
-    load_query_stats(a, delta, b, s, kQ, lse2_rows + stage * kQ, delta_rows + stage * kQ);
+    load_query_stats(a, delta, b, s, kQ, lse2_rows + stage * kQ, delta_rows + stage * kQ, int(threadIdx.x),
+                     kThreads);
   };
   QueryStep current{kv_head * group, walk.begin}, ahead = walk.following(current);
   if (walk.steps > 0) load_step(current, 0);
@@ -343,16 +362,180 @@ __global__ void __launch_bounds__(Config::kThreads, Config::kMinBlocks)
 #endif
 }
 
+template <class Config>
+struct TmaKeyGradsShape {
+  static constexpr int kHeadDim = Config::kHeadDim, kRows = 64 * Config::kConsumers, kStages = Config::kStages;
+  static constexpr int kStream = Config::kStream;
+  using HeldTile = wgmma::SwizzledTile<kRows, kHeadDim>;
+  using StreamTile = wgmma::SwizzledTile<kStream, kHeadDim>;
+  static_assert(kRows <= 256 && kStream <= 256, "a tensor map's box spans at most 256 rows");
+  static constexpr size_t kTileBytes = 2 * size_t(HeldTile::kBytes) + 2 * kStages * size_t(StreamTile::kBytes);
+  static constexpr size_t kStatsBytes = 2 * kStages * kStream * sizeof(float);
+  // After the tiles and the statistics: the held tiles' barrier, then each stage's full and empty barrier.
+  static constexpr size_t kBytes = kTileBytes + kStatsBytes + (1 + 2 * kStages) * sizeof(uint64_t);
+};
+
+// dK and dV, warp-specialised: K and V held, each step's Q, dO (TMA, producer warp 0) and statistics (lse2 and
+// D, producer warp 1) streamed through one ring; a stage is handed back after the step's dK and dV products,
+// in the step after.
+// Its consumers' step loop repeats key_grads_kernel's. Sharing it (the accumulators and the step as one struct
+// with inlined members, tried 2026-11-26) raised ptxas's spills from 1,276 to 2,092 bytes at D 128 and from
+// 168 to 256 at D 64, so each kernel keeps its own copy.
+template <class T, class Config>
+__global__ void __launch_bounds__(Config::kThreads, Config::kMinBlocks)
+    tma_key_grads_kernel(const __grid_constant__ TmaBackwardArgs<T> params) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  using Shape = TmaKeyGradsShape<Config>;
+  constexpr int kHeadDim = Config::kHeadDim, kStages = Config::kStages;
+  constexpr int kQ = Config::kStream, kN = kQ / 8, kO = kHeadDim / 8;
+  extern __shared__ __align__(1024) uint16_t shared[];
+  const typename Shape::HeldTile k_tile{shared}, v_tile = k_tile.next(1);
+  // Step n's stage n % kStages: q_tiles.next(stage), do_tiles.next(stage), lse2_rows + stage·kQ, delta_rows + stage·kQ.
+  const typename Shape::StreamTile q_tiles{v_tile.next(1).data}, do_tiles = q_tiles.next(kStages);
+  float* lse2_rows = reinterpret_cast<float*>(reinterpret_cast<char*>(shared) + Shape::kTileBytes);
+  float* delta_rows = lse2_rows + kStages * kQ;
+  uint64_t* held_full = reinterpret_cast<uint64_t*>(delta_rows + kStages * kQ);
+  uint64_t* step_full = held_full + 1;
+  uint64_t* step_empty = step_full + kStages;
+  if (threadIdx.x == 0) {
+    tma::barrier_init(held_full, 1);
+#pragma unroll
+    for (int s = 0; s < kStages; ++s) {
+      tma::barrier_init(step_full + s, 1 + 32);  // the copies' arrival and the statistics warp's lanes
+      tma::barrier_init(step_empty + s, 4 * Config::kConsumers);
+    }
+    tma::fence_barrier_init();
+  }
+  __syncthreads();
+
+  const AttentionBackwardArgs<T>& a = params.args;
+  const AttentionParams<T>& p = a.params;
+  const int warp = int(threadIdx.x) / 32, lane = int(threadIdx.x) % 32;
+  const int warpgroup = __shfl_sync(kFullWarp, warp / 4, 0);  // uniform, so branches on it do not diverge
+  const auto [b, head, kv_head, group] = kv_heads_of_row(p, blockIdx.y);
+  const int64_t j0 = int64_t(blockIdx.x) * Shape::kRows, j_end = tile_last_row(j0, Shape::kRows, p.kv_len) + 1;
+  const QueryWalk walk = query_walk(p, j0, j_end, kQ, group);
+  const QueryStep first{kv_head * group, walk.begin};
+
+  if (warpgroup == 0) {
+    tma::shrink_registers<Config::kProducerRegisters>();
+    if (warp == 0 && lane == 0) {
+      tma::prefetch_map(&params.q);
+      tma::prefetch_map(&params.dout);
+      tma::arrive_expect_bytes(held_full, 2 * Shape::HeldTile::kBytes);
+      tma::load_tile(k_tile, params.k, held_full, j0, kv_head, b);
+      tma::load_tile(v_tile, params.v, held_full, j0, kv_head, b);
+      QueryStep s = first;
+      for (int n = 0; n < walk.steps; ++n, s = walk.following(s)) {
+        const auto [stage, parity] = tma::ring_slot<kStages>(n);
+        tma::wait(step_empty + stage, parity ^ 1);
+        tma::arrive_expect_bytes(step_full + stage, 2 * Shape::StreamTile::kBytes);
+        tma::load_tile(q_tiles.next(stage), params.q, step_full + stage, s.i0, s.h, b);
+        tma::load_tile(do_tiles.next(stage), params.dout, step_full + stage, s.i0, s.h, b);
+      }
+    } else if (warp == 1) {
+      QueryStep s = first;
+      for (int n = 0; n < walk.steps; ++n, s = walk.following(s)) {
+        const auto [stage, parity] = tma::ring_slot<kStages>(n);
+        tma::wait(step_empty + stage, parity ^ 1);
+        load_query_stats(a, params.delta, b, s, kQ, lse2_rows + stage * kQ, delta_rows + stage * kQ, lane, 32);
+        tma::arrive(step_full + stage);
+      }
+    }
+  } else {
+    tma::grow_registers<Config::kConsumerRegisters>();
+    const int consumer = warpgroup - 1;
+    const int key_row0 = 64 * consumer + 16 * (warp % 4);  // this warp's keys: j0 + key_row0 .. + 16
+    const float scale_log2 = p.scale * kLog2e;
+    const Softcap softcap = softcap_of(p);
+    FragC dk[1][kO], dv[1][kO];
+    mma::zero(dk);
+    mma::zero(dv);
+    // P̃ᵀ and dSᵀ of the previous step, whose products are issued behind this step's.
+    FragA probs[1][kN / 2], dscores[1][kN / 2];
+    int previous_stage = -1;
+    auto issue_key_grads = [&](int stage) {
+      issue_ab<T, kQ>(dv[0], probs[0], do_tiles.next(stage));
+      issue_ab<T, kQ>(dk[0], dscores[0], q_tiles.next(stage));
+      wgmma::commit();
+    };
+    tma::wait(held_full, 0);
+    QueryStep current = first;
+    for (int n = 0; n < walk.steps; ++n, current = walk.following(current)) {
+      const auto [stage, parity] = tma::ring_slot<kStages>(n);
+      tma::wait(step_full + stage, parity);
+      const int64_t bh = b * p.q_heads + current.h, i0 = current.i0;
+      FragC st[1][kN], dpt[1][kN];  // Sᵀ and dP̃ᵀ: rows this warp's keys, columns the step's queries
+      wgmma::fence();
+      issue_abt<T, kN>(st[0], k_tile, 64 * consumer, q_tiles.next(stage));
+      issue_abt<T, kN>(dpt[0], v_tile, 64 * consumer, do_tiles.next(stage));
+      wgmma::commit();
+      if (previous_stage >= 0) {
+        issue_key_grads(previous_stage);
+        wgmma::wait<1>();
+      } else {
+        wgmma::wait<0>();
+      }
+      wgmma::hold(st[0]);
+      wgmma::hold(dpt[0]);
+      key_entry_grads(p, softcap, scale_log2, bh, i0, j0, Shape::kRows, j0 + key_row0, lane, st, dpt,
+                      lse2_rows + stage * kQ, delta_rows + stage * kQ);
+      wgmma::wait<0>();
+      wgmma::hold(dv[0]);
+      wgmma::hold(dk[0]);
+      if (previous_stage >= 0) tma::hand_back(step_empty + previous_stage, lane);
+      mma::to_a_fragments<T>(probs, st);
+      mma::to_a_fragments<T>(dscores, dpt);
+      previous_stage = stage;
+    }
+    if (previous_stage >= 0) {
+      wgmma::fence();
+      issue_key_grads(previous_stage);
+      wgmma::wait<0>();
+      wgmma::hold(dv[0]);
+      wgmma::hold(dk[0]);
+      tma::hand_back(step_empty + previous_stage, lane);
+    }
+    store_key_grads(a, b, kv_head, j0 + key_row0, lane, dk, dv);
+  }
+#else
+  __trap();  // built without sm_90a: the host never launches this (wgmma_kernels_run)
+#endif
+}
+
+template <class T, class KeyConfig>
+void launch_tma_key_grads(const AttentionBackwardArgs<T>& args, const float* delta, cudaStream_t stream) {
+  using Keys = TmaKeyGradsShape<KeyConfig>;
+  constexpr const char* kOp = "flash_attention_backward";
+  const AttentionParams<T>& p = args.params;
+  const AttentionStrides dout_strides{p.q_len * p.q_heads * p.value_dim, p.q_heads * p.value_dim, p.value_dim};
+  const TmaBackwardArgs<T> params{
+      args,
+      delta,
+      tma::head_tensor_map(args.q, p.q_strides, p.batch, p.q_len, p.q_heads, p.head_dim, Keys::kStream, kOp, "q"),
+      tma::head_tensor_map(args.k, p.k_strides, p.batch, p.kv_len, p.kv_heads, p.head_dim, Keys::kRows, kOp, "k"),
+      tma::head_tensor_map(args.v, p.v_strides, p.batch, p.kv_len, p.kv_heads, p.value_dim, Keys::kRows, kOp, "v"),
+      tma::head_tensor_map(args.dout, dout_strides, p.batch, p.q_len, p.q_heads, p.value_dim, Keys::kStream, kOp,
+                           "dout")};
+  const dim3 key_grid(tile_count(p.kv_len, Keys::kRows), heads_extent(p.batch * p.kv_heads, kOp));
+  launch_with_shared(tma_key_grads_kernel<T, KeyConfig>, "flash_attention_backward (dk, dv)", key_grid,
+                     KeyConfig::kThreads, Keys::kBytes, stream, params);
+}
+
 template <class T, class KeyConfig, class QueryConfig>
 void backward(const AttentionBackwardArgs<T>& args, const float* delta, cudaStream_t stream) {
-  using Keys = WgmmaBackwardShape<KeyConfig, true>;
   using Queries = TmaQueryGradsShape<QueryConfig>;
   constexpr const char* kOp = "flash_attention_backward";
   const AttentionParams<T>& p = args.params;
-  const dim3 key_grid(tile_count(p.kv_len, Keys::kRows),
-                      heads_extent(p.batch * p.kv_heads, "flash_attention_backward"));
-  launch_with_shared(key_grads_kernel<T, KeyConfig>, "flash_attention_backward (dk, dv)", key_grid, Keys::kThreads,
-                     Keys::kBytes, stream, args, delta);
+  if constexpr (KeyConfig::kTma) {
+    launch_tma_key_grads<T, KeyConfig>(args, delta, stream);
+  } else {
+    using Keys = WgmmaBackwardShape<KeyConfig>;
+    const dim3 key_grid(tile_count(p.kv_len, Keys::kRows), heads_extent(p.batch * p.kv_heads, kOp));
+    launch_with_shared(key_grads_kernel<T, KeyConfig>, "flash_attention_backward (dk, dv)", key_grid, Keys::kThreads,
+                       Keys::kBytes, stream, args, delta);
+  }
+
   const dim3 query_grid(tile_count(p.q_len, Queries::kRows),
                         heads_extent(p.batch * p.q_heads, "flash_attention_backward"));
   // dO is [B, Tq, Hq, Dv], contiguous.
@@ -395,7 +578,8 @@ void flash_attention_wgmma_backward(const AttentionBackwardArgs<T>& args, const 
       return backward<T, Traits::ShortCausalKeys, Traits::Queries>(args, delta, stream);
     return backward<T, Traits::Keys, Traits::Queries>(args, delta, stream);
   }
-  backward<T, WgmmaBackwardTraits<128>::Keys, WgmmaBackwardTraits<128>::Queries>(args, delta, stream);
+  using Traits = WgmmaBackwardTraits<128>;
+  backward<T, Traits::Keys, Traits::Queries>(args, delta, stream);
 }
 
 bool wgmma_backward_runs(int64_t head_dim, int64_t value_dim) {
