@@ -2,9 +2,11 @@
 // op on the same inputs (both are checked against the f64 reference kernel by kernel in the harness),
 // gradients flow through autograd, the GPT picks flash on a GPU with attention "auto" and trains, and the
 // guardrails raise (a CPU tensor, a head dimension beyond the kernels', a bf16 head dimension that is not a
-// multiple of 8, bf16 rows that are not 16-byte aligned). Skipped without a GPU, except the
-// CPU guardrail.
+// multiple of 8, bf16 rows that are not 16-byte aligned), and the kernels it runs are named for the logs.
+// Skipped without a GPU, except the CPU guardrails.
 #include <gtest/gtest.h>
+
+#include <string>
 
 #include "alpha/autograd/functions.h"
 #include "alpha/nn/gpt.h"
@@ -88,6 +90,21 @@ TEST_F(CudaFlash, Bf16RowsThatAreNot16ByteAlignedRaise) {
   Tensor base = test::random({1, 4, 2, 17}, DType::bf16).to(Device::cuda(0));
   Tensor q = base.slice(3, 1, 17);
   EXPECT_ALPHA_ERROR(ops::flash_attention(q, q, q, {}), ShapeError, "flash_attention_forward", "'q'", "16-byte aligned");
+}
+
+TEST_F(CudaFlash, KernelsAreNamedForTheLogs) {
+  const Device gpu = Device::cuda(0);
+  EXPECT_NE(ops::flash_attention_kernels(gpu, DType::f32, 64, 64).find("FMA"), std::string::npos);
+  const std::string bf16 = ops::flash_attention_kernels(gpu, DType::bf16, 48, 48);
+  EXPECT_TRUE(bf16.find("Hopper") != std::string::npos || bf16.find("mma.sync") != std::string::npos) << bf16;
+  EXPECT_NE(bf16.find("bucket 64"), std::string::npos) << bf16;
+  EXPECT_ALPHA_ERROR(ops::flash_attention_kernels(gpu, DType::bf16, 36, 36), ShapeError, "flash_attention_kernels_here",
+                     "multiples of 8", "36");
+}
+
+TEST(CudaFlashGuardrails, KernelsOfACpuDeviceRaise) {
+  EXPECT_ALPHA_ERROR(ops::flash_attention_kernels(Device::cpu(), DType::bf16, 64, 64), DeviceError,
+                     "[flash_attention_kernels]", "'device'", "a CUDA device", "cpu");
 }
 
 TEST(CudaFlashGuardrails, CpuTensorsRaise) {

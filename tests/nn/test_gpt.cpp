@@ -102,6 +102,13 @@ TEST(GPTModel, ParameterNamesShapesDecayAndCount) {
       }
 }
 
+TEST(GPTModel, NamesItsAttentionForTheLogs) {
+  GPTConfig c = tiny();
+  EXPECT_EQ(GPT(c).attention_kernels(), "materialising attention (the reference)");
+  c.attention = "nsa";
+  EXPECT_EQ(GPT(c).attention_kernels(), "Native Sparse Attention");
+}
+
 TEST(GPTModel, GPT2SmallHasTheKnownParameterCount) {
   GPTConfig c;
   c.n_layer = 12;

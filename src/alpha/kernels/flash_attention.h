@@ -28,6 +28,7 @@
 // of the two: 64, 128, 256); wider raises ShapeError.
 #pragma once
 #include <cstdint>
+#include <string>
 #include <type_traits>
 
 #include "alpha/core/stream.h"
@@ -64,6 +65,10 @@ void flash_attention_backward(const AttentionBackwardArgs<T>& args, float* works
 // (head-dim buckets 64 and 128 on a compute capability 9.0 device, in a library built with sm_90a code):
 // their result is the deterministic one whatever AttentionConfig::deterministic asks.
 bool wgmma_backward_runs(int64_t head_dim, int64_t value_dim);
+// Which kernels flash attention of these head dimensions runs on the current device, in words for the logs:
+// the Hopper kernels (TMA-fed, warp-specialised wgmma), the mma.sync tensor-core kernels, or, for f32, the
+// FMA kernels.
+std::string flash_attention_kernels_here(bool f32, int64_t head_dim, int64_t value_dim);
 // The workspace flash_attention_backward uses on the current device, in floats: as
 // flash_attention_backward_workspace, less the atomic dQ accumulator where the wgmma kernels run (they
 // recompute dQ whatever params.deterministic asks, and read only D).

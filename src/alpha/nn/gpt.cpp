@@ -221,6 +221,14 @@ GPT::GPT(const GPTConfig& config, DType dtype, Device device, std::optional<DTyp
 
 GPT::~GPT() = default;
 
+std::string GPT::attention_kernels() const {
+  if (config_.attention == "nsa") return "Native Sparse Attention";
+  const bool flash = config_.attention == "flash" || (config_.attention == "auto" && device().is_cuda());
+  if (!flash) return "materialising attention (the reference)";
+  return "flash attention, " +
+         ops::flash_attention_kernels(device(), compute_dtype(), config_.head_dim(), config_.head_dim());
+}
+
 GPTOutput GPT::forward(const Tensor& ids, const Tensor& targets, const ForwardOptions& options) const {
   constexpr const char* op = "GPT::forward";
   ops::check_defined(op, "ids", ids);

@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <string>
 #include <string_view>
 #include <vector>
 
@@ -55,6 +56,9 @@ class GPT : public Module {
   DType dtype() const { return options_.dtype; }
   DType compute_dtype() const { return options_.compute(); }
   Device device() const { return options_.device; }
+  // The attention this model runs, in words for the logs: on a GPU with flash attention, which kernels
+  // (ops::flash_attention_kernels: the Hopper ones on a compute capability 9.0 device).
+  std::string attention_kernels() const;
 
   // ids [B, T] i32 with 1 <= T <= block_size; targets [B, T] i32 (or undefined), entries in
   // [0, vocab_size) or ops::kIgnoreIndex, on the host (validated there, with no wait for the device) or on

@@ -248,6 +248,22 @@ AttentionGrads attention_materialized_backward(const Tensor& dout, const Tensor&
   return attention_backward(Algorithm::materialized, dout, q, k, v, out, row_max, row_sum, config);
 }
 
+std::string flash_attention_kernels(Device device, DType dtype, int64_t head_dim, int64_t value_dim) {
+  constexpr std::string_view op = "flash_attention_kernels";
+  if (!device.is_cuda())
+    raise<DeviceError>(op, "device", "a CUDA device (flash attention runs on the GPU)", device.str());
+  if (dtype != DType::f32 && dtype != DType::bf16 && dtype != DType::f16)
+    raise<DTypeError>(op, "dtype", "f32, bf16 or f16", std::string(dtype_name(dtype)));
+#if ALPHA_WITH_CUDA
+  cuda::require_device(op, device);
+  cuda::set_device(device.index);
+  return kernels::cuda::flash_attention_kernels_here(dtype == DType::f32, head_dim, value_dim);
+#else
+  (void)head_dim, (void)value_dim;
+  raise<DeviceError>(op, "device", "a CPU device (no CUDA backend in this build)", device.str());
+#endif
+}
+
 AttentionOutput flash_attention(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionConfig& config) {
   return attention_forward(Algorithm::flash, q, k, v, config);
 }

@@ -317,6 +317,7 @@ std::string Trainer::run(std::optional<int64_t> stop_at_step) {
     std::printf("training %lld parameters for steps %lld..%lld (%lld tokens per step) in %s\n",
                 static_cast<long long>(model_->num_parameters()), static_cast<long long>(steps_done_ + 1),
                 static_cast<long long>(last), static_cast<long long>(tokens_per_step), options_.run_dir.c_str());
+  if (options_.echo) std::printf("attention: %s\n", model_->attention_kernels().c_str());
 
   // Skipped steps in a row (non-finite loss or gradient norm), less those the loss scaler answers by halving
   // its scale: an overflow above the scale's floor is the scaler's business, not the run's.
