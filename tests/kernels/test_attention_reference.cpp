@@ -393,6 +393,13 @@ TEST(AttentionReferenceAutograd, SelfAttentionOverAFusedQkvMatchesThreeSlices) {
   EXPECT_THROW(autograd::self_attention(fused, 5, 1, config, autograd::AttentionKernel::materialized), ShapeError);
 }
 
+TEST(AttentionReferenceOps, FlashKernelsOfBadInputsRaise) {
+  EXPECT_ALPHA_ERROR(ops::flash_attention_kernels(Device::cuda(0), DType::i32, 64, 64), DTypeError,
+                     "[flash_attention_kernels]", "'dtype'", "f32, bf16 or f16", "i32");
+  EXPECT_ALPHA_ERROR(ops::flash_attention_kernels(Device::cpu(), DType::bf16, 64, 64), DeviceError,
+                     "[flash_attention_kernels]", "'device'", "a CUDA device", "cpu");
+}
+
 TEST(AttentionReferenceOps, BadInputsRaise) {
   constexpr const char* kOp = "[attention_materialized]";
   Tensor q = random({2, 4, 4, 8}), k = random({2, 6, 2, 8}), v = random({2, 6, 2, 5});

@@ -43,6 +43,11 @@ struct BlockDropout {
   }
 };
 
+// Whether the model's dense attention runs the flash kernels: asked for, or "auto" on a GPU.
+bool uses_flash(const GPTConfig& c, Device device) {
+  return c.attention == "flash" || (c.attention == "auto" && device.is_cuda());
+}
+
 autograd::LayerNormParams params_of(const LayerNorm& norm) {
   return {norm.compute_weight(), norm.compute_bias(), norm.eps()};
 }
@@ -54,7 +59,7 @@ class CausalSelfAttention : public Module {
   CausalSelfAttention(std::string prefix, const GPTConfig& c, const ParameterOptions& o)
       : Module(std::move(prefix)),
         config_(c),
-        flash_(c.attention == "flash" || (c.attention == "auto" && o.device.is_cuda())),
+        flash_(uses_flash(c, o.device)),
         qkv_(child_prefix("qkv"), c.n_embd, (c.n_head + 2 * c.n_kv_head) * c.head_dim(), c.bias, c.init_std, o),
         proj_(child_prefix("proj"), c.n_embd, c.n_embd, c.bias, c.init_std / std::sqrt(2.0 * double(c.n_layer)), o) {
     add_child(qkv_);
@@ -223,8 +228,7 @@ GPT::~GPT() = default;
 
 std::string GPT::attention_kernels() const {
   if (config_.attention == "nsa") return "Native Sparse Attention";
-  const bool flash = config_.attention == "flash" || (config_.attention == "auto" && device().is_cuda());
-  if (!flash) return "materialising attention (the reference)";
+  if (!uses_flash(config_, device())) return "materialising attention (the reference)";
   return "flash attention, " +
          ops::flash_attention_kernels(device(), compute_dtype(), config_.head_dim(), config_.head_dim());
 }

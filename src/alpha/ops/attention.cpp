@@ -250,10 +250,10 @@ AttentionGrads attention_materialized_backward(const Tensor& dout, const Tensor&
 
 std::string flash_attention_kernels(Device device, DType dtype, int64_t head_dim, int64_t value_dim) {
   constexpr std::string_view op = "flash_attention_kernels";
-  if (!device.is_cuda())
-    raise<DeviceError>(op, "device", "a CUDA device (flash attention runs on the GPU)", device.str());
   if (dtype != DType::f32 && dtype != DType::bf16 && dtype != DType::f16)
     raise<DTypeError>(op, "dtype", "f32, bf16 or f16", std::string(dtype_name(dtype)));
+  if (!device.is_cuda())
+    raise<DeviceError>(op, "device", "a CUDA device (flash attention runs on the GPU)", device.str());
 #if ALPHA_WITH_CUDA
   cuda::require_device(op, device);
   cuda::set_device(device.index);

@@ -60,8 +60,8 @@ AttentionGrads attention_materialized_backward(const Tensor& dout, const Tensor&
 // to 256 each. A CPU tensor raises DeviceError and a wider head ShapeError: nothing falls back to a slower
 // path.
 AttentionOutput flash_attention(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionConfig& config);
-// Which kernels flash_attention runs for inputs of `dtype` and these head dimensions on `device` (a CUDA
-// device; DeviceError otherwise), in words for the logs: on a compute capability 9.0 GPU the Hopper kernels
+// Which kernels flash_attention runs for inputs of `dtype` (f32, bf16 or f16; DTypeError otherwise) and these
+// head dimensions on `device` (a CUDA device; DeviceError otherwise), in words for the logs: on a compute capability 9.0 GPU the Hopper kernels
 // for head-dim buckets 64 and 128, else the mma.sync tensor-core kernels, and the FMA kernels for f32.
 // ShapeError for head dimensions flash attention cannot take.
 std::string flash_attention_kernels(Device device, DType dtype, int64_t head_dim, int64_t value_dim);

@@ -342,10 +342,7 @@ void flash_attention_backward(const AttentionBackwardArgs<T>& args, float* works
 
 std::string flash_attention_kernels_here(bool f32, int64_t head_dim, int64_t value_dim) {
   if (f32) return "f32 FMA kernels (true f32)";
-  AttentionParams<bf16> p{};
-  p.head_dim = head_dim;
-  p.value_dim = value_dim;
-  const int bucket = mma_head_dim_bucket(p, "flash_attention_kernels_here");
+  const int bucket = mma_head_dim_bucket(head_dim, value_dim, "flash_attention_kernels_here");
   if (wgmma_kernels_run(bucket))
     return "Hopper kernels (TMA-fed, warp-specialised wgmma; head-dim bucket " + std::to_string(bucket) + ")";
   return "mma.sync tensor-core kernels (head-dim bucket " + std::to_string(bucket) + ")";

@@ -26,13 +26,16 @@
 namespace alpha::kernels::cuda {
 
 // The kernels' bucket for D and Dv (raises ShapeError for what the kernels cannot take).
+inline int mma_head_dim_bucket(int64_t head_dim, int64_t value_dim, const char* op) {
+  const int64_t widest = std::max(head_dim, value_dim);
+  if (head_dim < 8 || value_dim < 8 || widest > 256 || head_dim % 8 || value_dim % 8)
+    raise<ShapeError>(op, "head_dim, value_dim", "multiples of 8 from 8 to 256 for bf16/f16 flash attention",
+                      std::to_string(head_dim) + ", " + std::to_string(value_dim));
+  return widest <= 32 ? 32 : widest <= 64 ? 64 : widest <= 96 ? 96 : widest <= 128 ? 128 : 256;
+}
 template <class T>
 int mma_head_dim_bucket(const AttentionParams<T>& p, const char* op) {
-  const int64_t widest = std::max(p.head_dim, p.value_dim);
-  if (p.head_dim < 8 || p.value_dim < 8 || widest > 256 || p.head_dim % 8 || p.value_dim % 8)
-    raise<ShapeError>(op, "head_dim, value_dim", "multiples of 8 from 8 to 256 for bf16/f16 flash attention",
-                      std::to_string(p.head_dim) + ", " + std::to_string(p.value_dim));
-  return widest <= 32 ? 32 : widest <= 64 ? 64 : widest <= 96 ? 96 : widest <= 128 ? 128 : 256;
+  return mma_head_dim_bucket(p.head_dim, p.value_dim, op);
 }
 
 // Raises ShapeError unless `rows` (an operand of [B, T, H, features]) starts 16-byte aligned with every

@@ -65,11 +65,9 @@ struct TmaForwardShape {
   static constexpr int kRows = 64 * Traits::kConsumers;
   using QTile = wgmma::SwizzledTile<kRows, kHeadDim>;
   using KvTile = wgmma::SwizzledTile<kKeys, kHeadDim>;
-  static_assert(kRows <= 256 && kKeys <= 256, "a tensor map's box spans at most 256 rows");
   static constexpr size_t kTileBytes = size_t(QTile::kBytes) + 2 * kStages * size_t(KvTile::kBytes);
   // After the tiles: the Q barrier, then full and empty barriers of K and of V per stage.
-  static constexpr int kBarriers = 1 + 4 * kStages;
-  static constexpr size_t kSharedBytes = kTileBytes + kBarriers * sizeof(uint64_t);
+  static constexpr size_t kSharedBytes = kTileBytes + (1 + 4 * kStages) * sizeof(uint64_t);
 };
 
 // The kernel's parameter: the arguments, and the operands' tensor maps (rank 4: features, heads, time,

@@ -249,7 +249,6 @@ struct TmaQueryGradsShape {
   static constexpr int kHeadDim = Config::kHeadDim, kRows = 64 * Config::kConsumers, kStages = Config::kStages;
   using HeldTile = wgmma::SwizzledTile<kRows, kHeadDim>;
   using StreamTile = wgmma::SwizzledTile<Config::kStream, kHeadDim>;
-  static_assert(kRows <= 256 && Config::kStream <= 256, "a tensor map's box spans at most 256 rows");
   static constexpr size_t kTileBytes = 2 * size_t(HeldTile::kBytes) + 2 * kStages * size_t(StreamTile::kBytes);
   // After the tiles: the held tiles' barrier, then full and empty barriers of K and of V per stage.
   static constexpr size_t kBytes = kTileBytes + (1 + 4 * kStages) * sizeof(uint64_t);
@@ -368,7 +367,6 @@ struct TmaKeyGradsShape {
   static constexpr int kStream = Config::kStream;
   using HeldTile = wgmma::SwizzledTile<kRows, kHeadDim>;
   using StreamTile = wgmma::SwizzledTile<kStream, kHeadDim>;
-  static_assert(kRows <= 256 && kStream <= 256, "a tensor map's box spans at most 256 rows");
   static constexpr size_t kTileBytes = 2 * size_t(HeldTile::kBytes) + 2 * kStages * size_t(StreamTile::kBytes);
   static constexpr size_t kStatsBytes = 2 * kStages * kStream * sizeof(float);
   // After the tiles and the statistics: the held tiles' barrier, then each stage's full and empty barrier.
@@ -503,20 +501,30 @@ __global__ void __launch_bounds__(Config::kThreads, Config::kMinBlocks)
 #endif
 }
 
+// The TMA kernels' parameter: tensor maps of q and dO in boxes of query_rows rows, of k and v in boxes of
+// key_rows rows.
+template <class T>
+TmaBackwardArgs<T> tma_backward_args(const AttentionBackwardArgs<T>& args, const float* delta, int query_rows,
+                                     int key_rows) {
+  constexpr const char* kOp = "flash_attention_backward";
+  const AttentionParams<T>& p = args.params;
+  // dO is [B, Tq, Hq, Dv], contiguous.
+  const AttentionStrides dout_strides{p.q_len * p.q_heads * p.value_dim, p.q_heads * p.value_dim, p.value_dim};
+  return {args,
+          delta,
+          tma::head_tensor_map(args.q, p.q_strides, p.batch, p.q_len, p.q_heads, p.head_dim, query_rows, kOp, "q"),
+          tma::head_tensor_map(args.k, p.k_strides, p.batch, p.kv_len, p.kv_heads, p.head_dim, key_rows, kOp, "k"),
+          tma::head_tensor_map(args.v, p.v_strides, p.batch, p.kv_len, p.kv_heads, p.value_dim, key_rows, kOp, "v"),
+          tma::head_tensor_map(args.dout, dout_strides, p.batch, p.q_len, p.q_heads, p.value_dim, query_rows, kOp,
+                               "dout")};
+}
+
 template <class T, class KeyConfig>
 void launch_tma_key_grads(const AttentionBackwardArgs<T>& args, const float* delta, cudaStream_t stream) {
   using Keys = TmaKeyGradsShape<KeyConfig>;
   constexpr const char* kOp = "flash_attention_backward";
   const AttentionParams<T>& p = args.params;
-  const AttentionStrides dout_strides{p.q_len * p.q_heads * p.value_dim, p.q_heads * p.value_dim, p.value_dim};
-  const TmaBackwardArgs<T> params{
-      args,
-      delta,
-      tma::head_tensor_map(args.q, p.q_strides, p.batch, p.q_len, p.q_heads, p.head_dim, Keys::kStream, kOp, "q"),
-      tma::head_tensor_map(args.k, p.k_strides, p.batch, p.kv_len, p.kv_heads, p.head_dim, Keys::kRows, kOp, "k"),
-      tma::head_tensor_map(args.v, p.v_strides, p.batch, p.kv_len, p.kv_heads, p.value_dim, Keys::kRows, kOp, "v"),
-      tma::head_tensor_map(args.dout, dout_strides, p.batch, p.q_len, p.q_heads, p.value_dim, Keys::kStream, kOp,
-                           "dout")};
+  const TmaBackwardArgs<T> params = tma_backward_args(args, delta, Keys::kStream, Keys::kRows);
   const dim3 key_grid(tile_count(p.kv_len, Keys::kRows), heads_extent(p.batch * p.kv_heads, kOp));
   launch_with_shared(tma_key_grads_kernel<T, KeyConfig>, "flash_attention_backward (dk, dv)", key_grid,
                      KeyConfig::kThreads, Keys::kBytes, stream, params);
@@ -536,20 +544,8 @@ void backward(const AttentionBackwardArgs<T>& args, const float* delta, cudaStre
                        Keys::kBytes, stream, args, delta);
   }
 
-  const dim3 query_grid(tile_count(p.q_len, Queries::kRows),
-                        heads_extent(p.batch * p.q_heads, "flash_attention_backward"));
-  // dO is [B, Tq, Hq, Dv], contiguous.
-  const AttentionStrides dout_strides{p.q_len * p.q_heads * p.value_dim, p.q_heads * p.value_dim, p.value_dim};
-  const TmaBackwardArgs<T> params{
-      args,
-      delta,
-      tma::head_tensor_map(args.q, p.q_strides, p.batch, p.q_len, p.q_heads, p.head_dim, Queries::kRows, kOp, "q"),
-      tma::head_tensor_map(args.k, p.k_strides, p.batch, p.kv_len, p.kv_heads, p.head_dim, QueryConfig::kStream, kOp,
-                           "k"),
-      tma::head_tensor_map(args.v, p.v_strides, p.batch, p.kv_len, p.kv_heads, p.value_dim, QueryConfig::kStream, kOp,
-                           "v"),
-      tma::head_tensor_map(args.dout, dout_strides, p.batch, p.q_len, p.q_heads, p.value_dim, Queries::kRows, kOp,
-                           "dout")};
+  const dim3 query_grid(tile_count(p.q_len, Queries::kRows), heads_extent(p.batch * p.q_heads, kOp));
+  const TmaBackwardArgs<T> params = tma_backward_args(args, delta, Queries::kRows, QueryConfig::kStream);
   launch_with_shared(query_grads_kernel<T, QueryConfig>, "flash_attention_backward (dq)", query_grid,
                      QueryConfig::kThreads, Queries::kBytes, stream, params);
 }
@@ -583,10 +579,7 @@ void flash_attention_wgmma_backward(const AttentionBackwardArgs<T>& args, const 
 }
 
 bool wgmma_backward_runs(int64_t head_dim, int64_t value_dim) {
-  AttentionParams<bf16> p{};
-  p.head_dim = head_dim;
-  p.value_dim = value_dim;
-  return wgmma_kernels_run(mma_head_dim_bucket(p, "wgmma_backward_runs"));
+  return wgmma_kernels_run(mma_head_dim_bucket(head_dim, value_dim, "wgmma_backward_runs"));
 }
 
 #define ALPHA_INSTANTIATE(T)                                                                           \

@@ -87,6 +87,7 @@ __device__ __forceinline__ void prefetch_map(const void* map) {
 template <class Tile>
 __device__ __forceinline__ void load_tile(Tile tile, const CUtensorMap& map, uint64_t* full, int64_t first_row,
                                           int64_t head, int64_t b) {
+  static_assert(Tile::kTileRows <= 256, "a tensor map's box spans at most 256 rows");
 #pragma unroll
   for (int block = 0; block < Tile::kBytes / Tile::kBlockBytes; ++block)
     load_box(tile.data + block * Tile::kBlockBytes / 2, &map, full, 64 * block, int(head), int(first_row), int(b));
@@ -170,15 +171,6 @@ __device__ __forceinline__ void shrink_registers() {
 template <int kRegisters>
 __device__ __forceinline__ void grow_registers() {
   asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kRegisters));
-}
-
-// A barrier among `threads` threads only (hardware barrier `id`, 1..15; 0 is __syncthreads'): sync waits,
-// arrive signals without waiting.
-__device__ __forceinline__ void named_sync(int id, int threads) {
-  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
-}
-__device__ __forceinline__ void named_arrive(int id, int threads) {
-  asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
 }
 
 }  // namespace alpha::kernels::cuda::tma
