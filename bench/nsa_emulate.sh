@@ -22,7 +22,7 @@ sed -e 's|#include "alpha/kernels/cuda/common.cuh"|#include "emu.h"|' \
   -e 's|alpha::cuda::check(|emu_check(|' -e 's|cuda::ld(p,|emu::ld(p,|' \
   -e 's|alpha::cuda::stream_handle(stream)|cudaStream_t(nullptr)|' \
   src/alpha/kernels/cuda/nsa.cu > "$work/nsa_emu.cpp"
-flags=(-std=c++20 -O1 -Isrc -Ibench/nsa_emulate)
+flags=(-std=c++20 -O1 -Isrc -Ibench/nsa_emulate -DALPHA_NSA_EMULATION)
 g++ "${flags[@]}" -c "$work/nsa_emu.cpp" -o "$work/nsa_emu.o"
 g++ "${flags[@]}" -c bench/nsa_emulate/main.cpp -o "$work/main.o"
 cuda_libs=()

@@ -276,12 +276,13 @@ INSTANTIATE_TEST_SUITE_P(
 class CudaNsa : public test::GpuTest<> {};
 
 // One branch at a time (the others' gate logits −inf), B = H = 1, T = 32, and a K that is the identity: the
-// layout pitfalls of issue 7 show up here first.
+// layout pitfalls of issue 7 show up here first. f32 runs the FMA kernels, bf16 the tensor-core forward.
 TEST_F(CudaNsa, OneBranchAtATimeAndAnIdentityK) {
   const NsaGpuCase c{"t32", 1, 32, 1, 1, 64, 64, nsa_config(8, 4, 8, 4, 12)};
+  for (DType dtype : {DType::f32, DType::bf16})
   for (int64_t branch = 0; branch < 3; ++branch)
     for (bool identity : {false, true}) {
-      SCOPED_TRACE("branch " + std::to_string(branch) + (identity ? " identity k" : ""));
+      SCOPED_TRACE(std::string(dtype_name(dtype)) + " branch " + std::to_string(branch) + (identity ? " identity k" : ""));
       ops::NsaInputs in = make_inputs(c);
       std::vector<double> gates = in.gates.to_vector<double>();
       for (size_t i = 0; i < gates.size(); ++i)
@@ -294,14 +295,14 @@ TEST_F(CudaNsa, OneBranchAtATimeAndAnIdentityK) {
       }
       const ops::NsaOutput ref = cpu_forward(in, c.config, nullptr);
       GpuRun gpu;
-      gpu_forward(on(in, DType::f32, Device::cuda(0)), c.config, gpu);
+      gpu_forward(on(in, dtype, Device::cuda(0)), c.config, gpu);
       EXPECT_TRUE(test::bit_equal(gpu.forward.selected, ref.selected));
-      EXPECT_TRUE(close(gpu.forward.out, ref.out, DType::f32));
+      EXPECT_TRUE(close(gpu.forward.out, ref.out, dtype));
       const Tensor dout = bf16_values({1, 32, 1, 64});
-      gpu_backward(on(in, DType::f32, Device::cuda(0)), dout.to(DType::f32).to(Device::cuda(0)), c.config, gpu);
+      gpu_backward(on(in, dtype, Device::cuda(0)), dout.to(dtype).to(Device::cuda(0)), c.config, gpu);
       const std::vector<Tensor> got = gpu.grads.list(), want = cpu_backward(dout, in, ref, c.config).list();
       for (size_t i = 0; i < got.size(); ++i)  // dk_pos in dk_weight's unit, as above
-        EXPECT_TRUE(close(got[i], want[i], DType::f32, "", i == 4 ? std::max(1.0, largest_abs(want[5])) : 1.0))
+        EXPECT_TRUE(close(got[i], want[i], dtype, "", i == 4 ? std::max(1.0, largest_abs(want[5])) : 1.0))
             << "gradient " << i;
     }
 }
@@ -313,9 +314,12 @@ TEST_F(CudaNsa, TiesGoToTheLowerBlock) {
   ops::NsaInputs in = make_inputs(c);
   in.k_weight = Tensor::zeros(in.k_weight.shape(), DType::f64);
   const ops::NsaOutput ref = cpu_forward(in, c.config, nullptr);
-  GpuRun gpu;
-  gpu_forward(on(in, DType::f32, Device::cuda(0)), c.config, gpu);
-  EXPECT_TRUE(test::bit_equal(gpu.forward.selected, ref.selected));
+  for (DType dtype : {DType::f32, DType::bf16}) {  // the FMA kernels, the tensor-core forward
+    SCOPED_TRACE(dtype_name(dtype));
+    GpuRun gpu;
+    gpu_forward(on(in, dtype, Device::cuda(0)), c.config, gpu);
+    EXPECT_TRUE(test::bit_equal(gpu.forward.selected, ref.selected));
+  }
 }
 
 // The op dispatches to the kernels: same bits as the direct call, for contiguous and for strided q, k, v (slices

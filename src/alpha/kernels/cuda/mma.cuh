@@ -113,12 +113,13 @@ struct SharedTile {
 // elements wide, width and row_stride multiples of 8, rows 16-byte aligned) into `tile`, by the kThreads
 // threads of the block; rows at or past `total` and columns at or past `width` are zero-filled. Completes at
 // copy_async_wait. When whole rows of 16-byte chunks divide among the threads, each thread's chunks sit in
-// one column at a fixed row step, so the per-chunk work is a pointer increment.
+// one column at a fixed row step, so the per-chunk work is a pointer increment. `thread` is the caller's rank
+// among the kThreads (a warp loading a tile of its own passes its lane).
 template <int kThreads, int kRows, int kCols>
 __device__ __forceinline__ void load_tile_async(SharedTile<kRows, kCols> tile, const uint16_t* rows, int64_t row_stride,
-                                                int64_t first, int64_t total, int width) {
+                                                int64_t first, int64_t total, int width,
+                                                int thread = int(threadIdx.x)) {
   constexpr int kChunksPerRow = kCols / 8;
-  const int thread = int(threadIdx.x);
   if constexpr (kThreads % kChunksPerRow == 0) {
     constexpr int kRowStep = kThreads / kChunksPerRow;
     const int col = thread % kChunksPerRow * 8, row0 = thread / kChunksPerRow;

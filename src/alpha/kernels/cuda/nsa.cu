@@ -38,6 +38,12 @@
 #include "alpha/core/error.h"
 #include "alpha/kernels/cuda/common.cuh"
 #include "alpha/kernels/nsa_reference.h"
+#ifndef ALPHA_NSA_EMULATION  // bench/nsa_emulate.sh runs the FMA kernels only
+#include <type_traits>
+
+#include "alpha/kernels/cuda/flash_attention_mma_forward.cuh"
+#include "alpha/kernels/flash_attention.h"
+#endif
 
 namespace alpha::kernels::cuda {
 
@@ -373,41 +379,61 @@ __device__ void attend(const NsaParams<T>& p, const KeyValues<T>& kv, const Bran
 // The better of two (score, block) candidates: the higher score, ties to the lower block.
 __device__ inline bool better(float sa, int a, float sb, int b) { return sa > sb || (sa == sb && a < b); }
 
+// The threads select_blocks runs on: the whole block (forward_kernel) or one warp (the tensor-core forward, a
+// query token per warp).
+struct BlockThreads {
+  static constexpr bool kOneWarp = false;
+  __device__ int rank() const { return int(threadIdx.x); }
+  __device__ int size() const { return int(blockDim.x); }
+  __device__ void sync() const { __syncthreads(); }
+};
+struct WarpThreads {
+  static constexpr bool kOneWarp = true;
+  __device__ int rank() const { return int(threadIdx.x % 32); }
+  __device__ int size() const { return 32; }
+  __device__ void sync() const { __syncwarp(); }
+};
+
 // The kept blocks of query t from scores[0, current] (the reference's select_blocks): all when at most n, else
-// the first, current − 1 and current, then n − 3 rounds of a block-wide argmax over the free blocks [1,
-// current − 2] (a chosen block's score becomes −1, below every probability sum). Writes kept[0, count)
-// ascending; returns count.
-__device__ int select_blocks(float* scores, int64_t current, int64_t n, int* kept, int* scratch) {
+// the first, current − 1 and current, then n − 3 rounds of an argmax over the free blocks [1, current − 2] (a
+// chosen block's score becomes −1, below every probability sum). Writes kept[0, count) ascending; returns count.
+// scratch (2 ints per warp) is for the block-wide argmax only.
+template <class Threads>
+__device__ int select_blocks(Threads threads, float* scores, int64_t current, int64_t n, int* kept, int* scratch) {
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, warps = blockDim.x / 32;
   if (current + 1 <= n) {
-    for (int64_t j = threadIdx.x; j <= current; j += blockDim.x) kept[j] = int(j);
-    __syncthreads();
+    for (int64_t j = threads.rank(); j <= current; j += threads.size()) kept[j] = int(j);
+    threads.sync();
     return int(current + 1);
   }
   for (int64_t round = 0; round < n - 3; ++round) {
     float best_s = -2.0f;
     int best = 1 << 30;
-    for (int64_t j = 1 + threadIdx.x; j <= current - 2; j += blockDim.x)
+    for (int64_t j = 1 + threads.rank(); j <= current - 2; j += threads.size())
       if (better(scores[j], int(j), best_s, best)) best_s = scores[j], best = int(j);
     for (int o = 16; o > 0; o /= 2) {
       const float os = __shfl_xor_sync(kFullWarp, best_s, o);
       const int ob = __shfl_xor_sync(kFullWarp, best, o);
       if (better(os, ob, best_s, best)) best_s = os, best = ob;
     }
-    if (lane == 0) scratch[2 * warp] = __float_as_int(best_s), scratch[2 * warp + 1] = best;
-    __syncthreads();
-    if (threadIdx.x == 0) {
-      float s = __int_as_float(scratch[0]);
-      int w_best = scratch[1];
-      for (int w = 1; w < warps; ++w)
-        if (better(__int_as_float(scratch[2 * w]), scratch[2 * w + 1], s, w_best))
-          s = __int_as_float(scratch[2 * w]), w_best = scratch[2 * w + 1];
-      kept[round] = w_best;
-      scores[w_best] = -1.0f;
+    if constexpr (Threads::kOneWarp) {
+      if (lane == 0) kept[round] = best, scores[best] = -1.0f;
+    } else {
+      if (lane == 0) scratch[2 * warp] = __float_as_int(best_s), scratch[2 * warp + 1] = best;
+      __syncthreads();
+      if (threadIdx.x == 0) {
+        float s = __int_as_float(scratch[0]);
+        int w_best = scratch[1];
+        for (int w = 1; w < warps; ++w)
+          if (better(__int_as_float(scratch[2 * w]), scratch[2 * w + 1], s, w_best))
+            s = __int_as_float(scratch[2 * w]), w_best = scratch[2 * w + 1];
+        kept[round] = w_best;
+        scores[w_best] = -1.0f;
+      }
     }
-    __syncthreads();
+    threads.sync();
   }
-  if (threadIdx.x == 0) {
+  if (threads.rank() == 0) {
     kept[n - 3] = 0, kept[n - 2] = int(current - 1), kept[n - 1] = int(current);
     for (int64_t i = 1; i < n; ++i)  // insertion sort: n is small
       for (int64_t j = i; j > 0 && kept[j - 1] > kept[j]; --j) {
@@ -415,8 +441,27 @@ __device__ int select_blocks(float* scores, int64_t current, int64_t n, int* kep
         kept[j] = kept[j - 1], kept[j - 1] = x;
       }
   }
-  __syncthreads();
+  threads.sync();
   return int(n);
+}
+
+// scores[j] += Σ summed[i − first] over the compressed blocks i in [first, last] that overlap selection block j, for
+// every j they overlap (i ascending: a fixed order), the j spread over `threads`. Block i covers [i·d, i·d + l) and j
+// covers [j·l', (j + 1)·l'), so the i overlapping j are those with j·l' − l < i·d < (j + 1)·l': a range worked out
+// once per j (an int64 division is a subroutine call; testing every i against every j cost more than the products).
+template <class T, class Threads>
+__device__ void add_block_scores(const NsaParams<T>& p, const float* summed, int64_t first, int64_t last, float* scores,
+                                 Threads threads) {
+  const int64_t j_lo = first * p.block_stride / p.select_len;
+  const int64_t j_hi = (last * p.block_stride + p.block_len - 1) / p.select_len;
+  for (int64_t j = j_lo + threads.rank(); j <= j_hi; j += threads.size()) {
+    const int64_t after = j * p.select_len - p.block_len;  // i·d must exceed this
+    const int64_t i_lo = after < 0 ? 0 : after / p.block_stride + 1;
+    const int64_t i_hi = ((j + 1) * p.select_len - 1) / p.block_stride;
+    float s = 0.0f;
+    for (int64_t i = i_lo > first ? i_lo : first; i <= (i_hi < last ? i_hi : last); ++i) s += summed[i - first];
+    scores[j] += s;
+  }
 }
 
 // The compressed branch's final probabilities (m, l known) summed over the group's heads, then over the
@@ -449,18 +494,7 @@ __device__ void selection_scores(const NsaParams<T>& p, const KeyValues<T>& kv, 
       summed[threadIdx.x] = s;
     }
     __syncthreads();
-    const int64_t last = (p0 + kChunk < keys.count ? p0 + kChunk : keys.count) - 1;
-    const int64_t j_lo = p0 * p.block_stride / p.select_len;
-    const int64_t j_hi = (last * p.block_stride + p.block_len - 1) / p.select_len;
-    for (int64_t j = j_lo + threadIdx.x; j <= j_hi; j += blockDim.x) {
-      float s = 0.0f;
-      for (int64_t i = p0; i <= last; ++i) {
-        const int64_t first_j = i * p.block_stride / p.select_len;
-        const int64_t last_j = (i * p.block_stride + p.block_len - 1) / p.select_len;
-        if (first_j <= j && j <= last_j) s += summed[i - p0];
-      }
-      scores[j] += s;
-    }
+    add_block_scores(p, summed, p0, (p0 + kChunk < keys.count ? p0 + kChunk : keys.count) - 1, scores, BlockThreads{});
   }
   __syncthreads();
 }
@@ -518,7 +552,7 @@ __global__ void forward_kernel(NsaForwardArgs<T> args) {
         for (int64_t s = threadIdx.x; s < kept_count; s += blockDim.x) kept[s] = given[s];
         __syncthreads();
       } else {
-        kept_count = select_blocks(scores, current, p.select_count, kept, scratch);
+        kept_count = select_blocks(BlockThreads{}, scores, current, p.select_count, kept, scratch);
       }
       int32_t* out = args.selected + ((b * p.seq_len + t) * p.kv_heads + g) * p.select_count;
       for (int64_t s = threadIdx.x; s < p.select_count; s += blockDim.x) out[s] = s < kept_count ? kept[s] : -1;
@@ -961,6 +995,357 @@ void check_head_dims(const char* op, const NsaParams<T>& p) {
                       std::to_string(p.value_dim));
 }
 
+#ifndef ALPHA_NSA_EMULATION
+// ---------------------------------------------------------------------------------------------------------
+// The tensor-core forward (bf16/f16, G <= 16): the compressed and selected branches and the gated sum on mma.sync,
+// after the window branch has run as flash attention with a causal window of w keys (flash_attention_forward takes
+// NSA's layouts and writes its output and statistics where the window branch's belong).
+//
+// One block per (kWarps consecutive query tokens, b·Hkv + g); warp w runs token t0 + w with the group's G query
+// heads as the 16 rows of its products (rows past G are zero and never stored), so every key a warp reads serves
+// all of the group's heads, as in the paper's kernel, for any G from 1 to 16 (below 16 some rows idle).
+// 1. Compressed branch: the block stages the compressed keys and values 64 at a time, shared by its tokens (each warp
+//    masks the blocks that end after its token): S = Q·K̃ᵀ, flash's online softmax step, O += P̃·Ṽ. No ring: three
+//    blocks of 4 warps per SM without one ran 10-15% faster than two blocks with a two-stage ring (the registers and
+//    shared memory of the second stage), H100, 2026-11-26.
+// 2. Selection scores, only where there are more candidates than kept blocks: a second pass over the compressed
+//    keys for the final probabilities, summed over the rows (heads) by a fixed shuffle tree and then onto the
+//    overlapping selection blocks (add_block_scores); the top-n by select_blocks on the warp.
+// 3. Selected branch: each warp walks its kept blocks' tokens (cut at t) 16 keys at a time through its own quarter
+//    of the key and value tiles: S, softmax, O += P̃·V.
+// 4. The gated sum Σ σ_c·O_c: the selected output from the registers, the compressed and window ones as stored.
+namespace tc {
+
+using namespace mma;
+
+constexpr int kWarps = 4, kThreads = 32 * kWarps;
+constexpr int kKeys = 64;                  // compressed keys per shared tile
+constexpr int kWarpKeys = kKeys / kWarps;  // selected keys per warp step: a warp's quarter of the tiles
+
+template <int kD, int kDv>
+struct Shape {
+  using QTile = SharedTile<16, kD>;
+  using KTile = SharedTile<kKeys, kD>;
+  using VTile = SharedTile<kKeys, kDv>;
+  using WarpKTile = SharedTile<kWarpKeys, kD>;
+  using WarpVTile = SharedTile<kWarpKeys, kDv>;
+  static constexpr size_t kTileBytes = size_t(kWarps * QTile::kElements + KTile::kElements + VTile::kElements) * 2;
+};
+
+// After the tiles, per warp: kKeys importances (floats), the selection scores (score_floats), the kept blocks (n ints).
+template <class T>
+int64_t score_floats(const NsaParams<T>& p) {
+  return (p.seq_len + p.select_len - 1) / p.select_len + 1;
+}
+template <class T, int kD, int kDv>
+size_t shared_bytes(const NsaParams<T>& p) {
+  return Shape<kD, kDv>::kTileBytes + size_t(kWarps) * size_t(kKeys + score_floats(p) + p.select_count) * 4;
+}
+
+// What flash's softmax step needs to know of a warp's key tile: 16 rows (the token's heads), each seeing keys [0, end).
+template <class T>
+__device__ AttentionParams<T> keys_below(const NsaParams<T>& p, int64_t end) {
+  AttentionParams<T> view{};
+  view.batch = view.q_heads = view.kv_heads = 1;
+  view.q_len = 16, view.kv_len = end;
+  view.scale = p.scale;
+  return view;
+}
+
+template <int kO>
+__device__ void start_rows(FragC (&acc)[1][kO], float (&row_max)[1][2], float (&row_sum)[1][2]) {
+  zero(acc);
+  row_max[0][0] = row_max[0][1] = -INFINITY;
+  row_sum[0][0] = row_sum[0][1] = 0.0f;
+}
+
+// One key tile of a warp's online softmax: kTileKeys keys at rows [key_row, key_row + kTileKeys) of k and v, key j0
+// first, those at or past view.kv_len masked: S = Q·Kᵀ, softmax step, O += P̃·V.
+template <class T, int kTileKeys, int kD, int kDv, int kRowsK, int kRowsV>
+__device__ void attend_tile(const AttentionParams<T>& view, float scale_log2, SharedTile<16, kD> q,
+                            SharedTile<kRowsK, kD> k, SharedTile<kRowsV, kDv> v, int key_row, int64_t j0, int lane,
+                            FragC (&acc)[1][kDv / 8], float (&row_max)[1][2], float (&row_sum)[1][2]) {
+  constexpr int kN = kTileKeys / 8;
+  FragC s[1][kN];
+  zero(s);
+  warp_product_abt<T, 1, kN, kD>(s, q, 0, k, key_row, lane);
+  float rescale[1][2];
+  const Softcap none{0.0f, 0.0f};
+  if (j0 + kTileKeys <= view.kv_len)
+    mma_forward::softmax_tile_of<T, 1, kN, false, false, false>(view, none, scale_log2, 0, 0, j0, lane, s, row_max,
+                                                                row_sum, rescale);
+  else
+    mma_forward::softmax_tile_of<T, 1, kN, true, false, false>(view, none, scale_log2, 0, 0, j0, lane, s, row_max,
+                                                               row_sum, rescale);
+  mma_forward::rescale_rows(acc, rescale);
+  FragA probs[1][kN / 2];
+  to_a_fragments<T>(probs, s);
+  warp_product_ab<T, 1, kDv / 8, kTileKeys>(acc, probs, v, key_row, 0, lane);
+}
+
+// Per row of this thread (heads lane/4 and lane/4 + 8): 1/l (0 for a row that saw no key) and the base-2 log
+// normaliser lse2 = m·log2 e + log2 l (+inf there), so that P = exp2(S·scale·log2 e − lse2).
+struct RowNorm {
+  float inverse[2], lse2[2];
+};
+
+// Writes branch c of the warp's token for its rows below G: out = O / l, row_max = m, row_sum = l.
+template <class T, int kO>
+__device__ RowNorm store_branch(const NsaForwardArgs<T>& a, int c, int64_t b, int64_t g, int64_t t, int lane,
+                                const FragC (&acc)[1][kO], const float (&row_max)[1][2], const float (&row_sum)[1][2]) {
+  const NsaParams<T>& p = a.params;
+  const int64_t G = p.q_heads / p.kv_heads;
+  RowNorm norm;
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    float sum = row_sum[0][half];
+    sum += __shfl_xor_sync(kFullWarp, sum, 1);
+    sum += __shfl_xor_sync(kFullWarp, sum, 2);
+    norm.inverse[half] = select_float(sum > 0.0f, fast_reciprocal(sum), 0.0f);
+    norm.lse2[half] = select_float(sum > 0.0f, row_max[0][half] + fast_log2(sum), INFINITY);
+    const int64_t r = lane / 4 + 8 * half;
+    if (r >= G) continue;
+    const int64_t head = g * G + r;
+    uint16_t* out = bits(a.branch_out) + (((c * p.batch + b) * p.seq_len + t) * p.q_heads + head) * p.value_dim;
+#pragma unroll
+    for (int n = 0; n < kO; ++n) {
+      const int col = 8 * n + 2 * (lane % 4);
+      if (col < p.value_dim)
+        *reinterpret_cast<uint32_t*>(out + col) =
+            pack2<T>(acc[0][n].x[2 * half] * norm.inverse[half], acc[0][n].x[2 * half + 1] * norm.inverse[half]);
+    }
+    if (lane % 4 == 0) {
+      a.row_max[stat_index(p, c, b, head, t)] = row_max[0][half] * kLn2;
+      a.row_sum[stat_index(p, c, b, head, t)] = sum;
+    }
+  }
+  return norm;
+}
+
+// Adds one compressed-key tile (keys c0 + [0, kKeys), those at or past `count` not the token's) to the warp's selection
+// scores: the final probabilities P = exp2(S·scale·log2 e − lse2) of its rows below G, summed over the rows per key
+// by a fixed shuffle tree, then onto the overlapping selection blocks.
+template <class T, int kD>
+__device__ void add_tile_scores(const NsaParams<T>& p, SharedTile<16, kD> q, SharedTile<kKeys, kD> k, int64_t c0,
+                                int64_t count, const RowNorm& cmp, float scale_log2, int lane, float* importance,
+                                float* scores) {
+  const int64_t G = p.q_heads / p.kv_heads;
+  FragC s[1][kKeys / 8];
+  zero(s);
+  warp_product_abt<T, 1, kKeys / 8, kD>(s, q, 0, k, 0, lane);
+  const bool top = lane / 4 < G, bottom = lane / 4 + 8 < G;
+#pragma unroll
+  for (int nt = 0; nt < kKeys / 8; ++nt)
+#pragma unroll
+    for (int x = 0; x < 2; ++x) {
+      const int col = 8 * nt + 2 * (lane % 4) + x;
+      const bool valid = c0 + col < count;
+      float sum = select_float(valid && top, fast_exp2(fmaf(s[0][nt].x[x], scale_log2, -cmp.lse2[0])), 0.0f) +
+                  select_float(valid && bottom, fast_exp2(fmaf(s[0][nt].x[2 + x], scale_log2, -cmp.lse2[1])), 0.0f);
+      sum += __shfl_xor_sync(kFullWarp, sum, 4);
+      sum += __shfl_xor_sync(kFullWarp, sum, 8);
+      sum += __shfl_xor_sync(kFullWarp, sum, 16);
+      if (lane < 4) importance[col] = sum;
+    }
+  __syncwarp();
+  add_block_scores(p, importance, c0, (c0 + kKeys < count ? c0 + kKeys : count) - 1, scores, WarpThreads{});
+  __syncwarp();
+}
+
+// out = σ(g_cmp)·O_cmp + σ(g_slc)·O_slc + σ(g_win)·O_win for the warp's rows below G, O_slc = acc·inverse.
+template <class T, int kO>
+__device__ void store_gated(const NsaForwardArgs<T>& a, int64_t b, int64_t g, int64_t t, int lane,
+                            const FragC (&acc)[1][kO], const RowNorm& slc) {
+  const NsaParams<T>& p = a.params;
+  const int64_t G = p.q_heads / p.kv_heads, Dv = p.value_dim;
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    const int64_t r = lane / 4 + 8 * half;
+    if (r >= G) continue;
+    const int64_t row = (b * p.seq_len + t) * p.q_heads + g * G + r;
+    const float gate_cmp = sigmoid(ld(a.in.gates, row * kNsaBranches + kNsaCompressed));
+    const float gate_slc = sigmoid(ld(a.in.gates, row * kNsaBranches + kNsaSelected));
+    const float gate_win = sigmoid(ld(a.in.gates, row * kNsaBranches + kNsaWindow));
+    const int64_t branch = p.batch * p.seq_len * p.q_heads * Dv;  // elements per branch of branch_out
+    const T* cmp = a.branch_out + kNsaCompressed * branch + row * Dv;
+    const T* win = a.branch_out + kNsaWindow * branch + row * Dv;
+#pragma unroll
+    for (int n = 0; n < kO; ++n) {
+      const int col = 8 * n + 2 * (lane % 4);
+      if (col >= Dv) continue;
+      float o[2];
+#pragma unroll
+      for (int x = 0; x < 2; ++x)
+        o[x] = gate_cmp * ld(cmp, col + x) + gate_slc * acc[0][n].x[2 * half + x] * slc.inverse[half] +
+               gate_win * ld(win, col + x);
+      *reinterpret_cast<uint32_t*>(bits(a.out) + row * Dv + col) = pack2<T>(o[0], o[1]);
+    }
+  }
+}
+
+template <class T, int kD, int kDv>
+__global__ void __launch_bounds__(kThreads, 3) forward_kernel(NsaForwardArgs<T> a, int64_t score_count) {
+  using S = Shape<kD, kDv>;
+  constexpr int kO = kDv / 8;
+  extern __shared__ __align__(16) uint16_t tiles[];
+  const NsaParams<T>& p = a.params;
+  const int warp = int(threadIdx.x) / 32, lane = int(threadIdx.x) % 32;
+  const int64_t G = p.q_heads / p.kv_heads, T_ = p.seq_len, Nc = compressed_blocks(p), n = p.select_count;
+  const int64_t b = blockIdx.y / p.kv_heads, g = blockIdx.y % p.kv_heads;
+  const int64_t t0 = int64_t(gridDim.x - 1 - blockIdx.x) * kWarps, t = t0 + warp;  // the longest rows first
+  const int64_t last_t = (t0 + kWarps < T_ ? t0 + kWarps : T_) - 1;
+  const bool live = t < T_;
+  const typename S::QTile q_tile{tiles + warp * S::QTile::kElements};
+  const typename S::KTile k_tile{tiles + kWarps * S::QTile::kElements};
+  const typename S::VTile v_tile{k_tile.data + S::KTile::kElements};
+  float* floats = reinterpret_cast<float*>(v_tile.data + S::VTile::kElements);
+  float* importance = floats + warp * kKeys;
+  float* scores = floats + kWarps * kKeys + warp * score_count;
+  int* kept = reinterpret_cast<int*>(floats + kWarps * (kKeys + score_count)) + warp * n;
+
+  if (live)
+    load_tile_async<32>(q_tile, bits(a.in.q) + offset(p.q_strides, b, t, g * G), p.q_strides.head, 0, G,
+                        int(p.head_dim), lane);
+  copy_async_commit();
+  const auto visible_blocks = [&](int64_t token) {
+    return token + 1 < p.block_len ? int64_t(0) : (token + 1 - p.block_len) / p.block_stride + 1;
+  };
+  const int64_t count = live ? visible_blocks(t) : 0, count_max = visible_blocks(last_t);
+  const uint16_t* ck = bits(a.compressed_k) + (b * Nc * p.kv_heads + g) * p.head_dim;
+  const uint16_t* cv = bits(a.compressed_v) + (b * Nc * p.kv_heads + g) * p.value_dim;
+  const float scale_log2 = float(p.scale) * kLog2e;
+
+  // Stages compressed keys [c0, c0 + kKeys) (and their values) for the whole block, once the previous tile is consumed.
+  const auto load_compressed = [&](int64_t c0, bool values) {
+    __syncthreads();
+    load_tile_async<kThreads>(k_tile, ck, p.kv_heads * p.head_dim, c0, Nc, int(p.head_dim));
+    if (values) load_tile_async<kThreads>(v_tile, cv, p.kv_heads * p.value_dim, c0, Nc, int(p.value_dim));
+    copy_async_commit();
+    copy_async_wait<0>();
+    __syncthreads();
+  };
+
+  // 1. The compressed branch.
+  FragC acc[1][kO];
+  float row_max[1][2], row_sum[1][2];
+  start_rows(acc, row_max, row_sum);
+  for (int64_t c0 = 0; c0 < count_max; c0 += kKeys) {
+    load_compressed(c0, true);
+    if (c0 < count)
+      attend_tile<T, kKeys>(keys_below(p, count), scale_log2, q_tile, k_tile, v_tile, 0, c0, lane, acc, row_max,
+                            row_sum);
+  }
+  RowNorm cmp{};
+  if (live) cmp = store_branch(a, kNsaCompressed, b, g, t, lane, acc, row_max, row_sum);
+
+  // 2. The selection scores (block-uniform test first, so that every warp meets the same barriers).
+  const int64_t current = t / p.select_len;
+  const bool choose = live && a.given_selected == nullptr && current + 1 > n;
+  if (choose)
+    for (int64_t j = lane; j <= current; j += 32) scores[j] = 0.0f;
+  if (a.given_selected == nullptr && last_t / p.select_len + 1 > n)
+    for (int64_t c0 = 0; c0 < count_max; c0 += kKeys) {
+      load_compressed(c0, false);
+      if (choose && c0 < count)
+        add_tile_scores<T, kD>(p, q_tile, k_tile, c0, count, cmp, scale_log2, lane, importance, scores);
+    }
+  __syncthreads();  // the shared tiles are free: from here each warp works in its own quarter of them
+  if (!live) return;
+  int kept_count = 0;
+  if (a.given_selected != nullptr) {
+    const int32_t* given = a.given_selected + ((b * T_ + t) * p.kv_heads + g) * n;
+    while (kept_count < n && given[kept_count] >= 0) ++kept_count;
+    for (int64_t s = lane; s < kept_count; s += 32) kept[s] = given[s];
+    __syncwarp();
+  } else {
+    kept_count = select_blocks(WarpThreads{}, scores, current, n, kept, nullptr);
+  }
+  int32_t* selected = a.selected + ((b * T_ + t) * p.kv_heads + g) * n;
+  for (int64_t s = lane; s < n; s += 32) selected[s] = s < kept_count ? kept[s] : -1;
+
+  // 3. The selected branch, 16 keys at a time.
+  const typename S::WarpKTile k_mine{k_tile.at(kWarpKeys * warp, 0)};
+  const typename S::WarpVTile v_mine{v_tile.at(kWarpKeys * warp, 0)};
+  const uint16_t* k_rows = bits(a.in.k) + offset(p.k_strides, b, 0, g);
+  const uint16_t* v_rows = bits(a.in.v) + offset(p.v_strides, b, 0, g);
+  start_rows(acc, row_max, row_sum);
+  for (int s = 0; s < kept_count; ++s) {
+    const int64_t begin = int64_t(kept[s]) * p.select_len;
+    const int64_t end = begin + p.select_len < t + 1 ? begin + p.select_len : t + 1;  // cut at t
+    for (int64_t k0 = begin; k0 < end; k0 += kWarpKeys) {
+      load_tile_async<32>(k_mine, k_rows, p.k_strides.time, k0, end, int(p.head_dim), lane);
+      load_tile_async<32>(v_mine, v_rows, p.v_strides.time, k0, end, int(p.value_dim), lane);
+      copy_async_commit();
+      copy_async_wait<0>();
+      __syncwarp();
+      attend_tile<T, kWarpKeys>(keys_below(p, end), scale_log2, q_tile, k_mine, v_mine, 0, k0, lane, acc, row_max,
+                                row_sum);
+      __syncwarp();  // every lane is done with the tiles before the next load
+    }
+  }
+  const RowNorm slc = store_branch(a, kNsaSelected, b, g, t, lane, acc, row_max, row_sum);
+
+  // 4. The gated sum.
+  store_gated(a, b, g, t, lane, acc, slc);
+}
+
+// The (kD, kDv) bucket the tensor-core forward runs these arguments in, or 0 where it does not take them (f32, G
+// above 16, head dims not multiples of 8 or above 192/128, rows not 16-byte aligned, too many selection blocks for
+// the shared memory): those run forward_kernel.
+template <class T>
+int bucket(const NsaForwardArgs<T>& a) {
+  if constexpr (std::is_same_v<T, float>) {
+    return 0;
+  } else {
+    const NsaParams<T>& p = a.params;
+    const int64_t G = p.q_heads / p.kv_heads, D = p.head_dim, Dv = p.value_dim;
+    const auto rows_aligned = [](const void* ptr, const AttentionStrides& s) {
+      return reinterpret_cast<uintptr_t>(ptr) % 16 == 0 && s.batch % 8 == 0 && s.time % 8 == 0 && s.head % 8 == 0;
+    };
+    if (G > 16 || D % 8 || Dv % 8 || !rows_aligned(a.in.q, p.q_strides) || !rows_aligned(a.in.k, p.k_strides) ||
+        !rows_aligned(a.in.v, p.v_strides) || reinterpret_cast<uintptr_t>(a.compressed_k) % 16 ||
+        reinterpret_cast<uintptr_t>(a.compressed_v) % 16)
+      return 0;
+    const int kd = D <= 64 && Dv <= 64 ? 64 : D <= 128 && Dv <= 128 ? 128 : D <= 192 && Dv <= 128 ? 192 : 0;
+    const size_t bytes = kd == 64    ? shared_bytes<T, 64, 64>(p)
+                         : kd == 128 ? shared_bytes<T, 128, 128>(p)
+                                     : shared_bytes<T, 192, 128>(p);
+    int device = 0, limit = 0;
+    ALPHA_CUDA_CHECK(cudaGetDevice(&device));
+    ALPHA_CUDA_CHECK(cudaDeviceGetAttribute(&limit, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+    return bytes <= size_t(limit) ? kd : 0;
+  }
+}
+
+template <class T, int kD, int kDv>
+void launch(const NsaForwardArgs<T>& a, cudaStream_t stream) {
+  const NsaParams<T>& p = a.params;
+  const dim3 grid{unsigned((p.seq_len + kWarps - 1) / kWarps), unsigned(p.batch * p.kv_heads)};
+  launch_shared(forward_kernel<T, kD, kDv>, "nsa", grid, kThreads, shared_bytes<T, kD, kDv>(p), stream, a,
+                score_floats(p));
+}
+
+// The window branch as flash attention over NSA's q, k, v: causal, the last w keys, into the window's slices of
+// branch_out, row_max and row_sum.
+template <class T>
+void window_as_flash(const NsaForwardArgs<T>& a, Stream stream) {
+  const NsaParams<T>& p = a.params;
+  AttentionForwardArgs<T> w{};
+  w.q = a.in.q, w.k = a.in.k, w.v = a.in.v;
+  w.out = a.branch_out + kNsaWindow * p.batch * p.seq_len * p.q_heads * p.value_dim;
+  w.row_max = a.row_max + kNsaWindow * p.batch * p.q_heads * p.seq_len;
+  w.row_sum = a.row_sum + kNsaWindow * p.batch * p.q_heads * p.seq_len;
+  AttentionParams<T>& f = w.params;
+  f.batch = p.batch, f.q_len = f.kv_len = p.seq_len, f.q_heads = p.q_heads, f.kv_heads = p.kv_heads;
+  f.head_dim = p.head_dim, f.value_dim = p.value_dim;
+  f.q_strides = p.q_strides, f.k_strides = p.k_strides, f.v_strides = p.v_strides;
+  f.scale = p.scale, f.causal = true, f.dropout_scale = 1, f.window_left = p.window - 1;
+  flash_attention_forward(w, stream);
+}
+
+}  // namespace tc
+#endif
+
 // key_grads_kernel for the bucket of max(D, Dv).
 template <class T>
 void launch_key_grads(const NsaBackwardArgs<T>& args, const float* delta, bool compressed_keys, const float* dx_k,
@@ -997,6 +1382,17 @@ void nsa_forward(const NsaForwardArgs<T>& args, Stream stream) {
        RowMajor<T>{args.in.k_weight, l * D}, Store<T>{args.compressed_k, D}, s);
   gemm(rows, Dv, l * Dv, compressor_input(p, args.in.v, p.v_strides, args.in.v_pos, Dv),
        RowMajor<T>{args.in.v_weight, l * Dv}, Store<T>{args.compressed_v, Dv}, s);
+#ifndef ALPHA_NSA_EMULATION
+  if constexpr (!std::is_same_v<T, float>) {
+    if (const int kd = tc::bucket(args)) {
+      tc::window_as_flash(args, stream);
+      if (kd == 64) tc::launch<T, 64, 64>(args, s);
+      if (kd == 128) tc::launch<T, 128, 128>(args, s);
+      if (kd == 192) tc::launch<T, 192, 128>(args, s);
+      return;
+    }
+  }
+#endif
   launch_shared(forward_kernel<T>, "nsa", dim3(query_grid(p)), query_threads(p),
                 size_t(query_layout(p, false).total) * sizeof(float), s, args);
 }
