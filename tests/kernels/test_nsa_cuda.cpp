@@ -270,7 +270,9 @@ INSTANTIATE_TEST_SUITE_P(
                       NsaGpuCase{"t600_g16_d128", 1, 600, 16, 1, 128, 128, nsa_config(32, 16, 64, 8, 256)},
                       NsaGpuCase{"t1000_g2_d192_v128_paper", 1, 1000, 4, 2, 192, 128, nsa_config(32, 16, 64, 16, 512)},
                       NsaGpuCase{"t1000_g1_d128", 1, 1000, 2, 2, 128, 128, nsa_config(32, 16, 64, 16, 100)},
-                      NsaGpuCase{"t4099_g2_d64", 1, 4099, 4, 2, 64, 64, nsa_config(32, 16, 64, 8, 128)}),
+                      NsaGpuCase{"t4099_g2_d64", 1, 4099, 4, 2, 64, 64, nsa_config(32, 16, 64, 8, 128)},
+                      // Head dims that are not multiples of 8: bf16 runs the FMA forward, not the tensor cores.
+                      NsaGpuCase{"t100_g2_d36_v20_fma_forward", 1, 100, 4, 2, 36, 20, nsa_config(8, 4, 8, 4, 12)}),
     [](const ::testing::TestParamInfo<NsaGpuCase>& info) { return info.param.name; });
 
 class CudaNsa : public test::GpuTest<> {};

@@ -1,10 +1,13 @@
 // Native Sparse Attention on CUDA: the fused twin of the CPU reference (kernels/nsa_reference.h, whose
 // conventions and argument structs it shares), for f32, bf16 and f16 storage computing in f32 (softmax
-// statistics, selection scores and every sum in f32). Plain FMA kernels, no tensor cores: correctness first.
-// No [T, T] matrix is ever materialised: scores, probabilities and dS live one chunk of 32 keys at a time in
-// shared memory.
+// statistics, selection scores and every sum in f32). No [T, T] matrix is ever materialised: scores,
+// probabilities and dS live one tile of keys at a time in registers or shared memory.
 //
-// Forward (three launches):
+// Two forwards. bf16/f16 with G <= 16 and head dims the mma tiles take run on the tensor cores (namespace tc,
+// below: the compressor and the compressed and selected branches on mma.sync, the window branch as flash
+// attention). Everything else, and every backward, runs the FMA kernels described here, which came first.
+//
+// FMA forward (three launches):
 // 1. The compressor, K̃ = W_k·flatten(k block + pos_k) and likewise Ṽ: a tiled GEMM whose left operand is
 //    gathered from the strided keys on the fly (blocks overlap when d < l; nothing is copied).
 // 2. forward_kernel: one thread block per (b, kv head g, query token t) running all G query heads of the
@@ -1289,6 +1292,67 @@ __global__ void __launch_bounds__(kThreads, 3) forward_kernel(NsaForwardArgs<T> 
   store_gated(a, b, g, t, lane, acc, slc);
 }
 
+// The compressor on the tensor cores: for each (b, kv head g), K̃_i = W·flatten(k block i) + W·flatten(pos) over the
+// blocks i, as l·⌈F/64⌉ products of 64-feature slices: slice (j, e0) of block i is k[i·d + j, g, e0 : e0 + 64], so
+// the slices of the blocks form a matrix of row stride d·(time stride), copied straight from the keys (no gathered
+// copy), and W's columns j·F + e0 : + 64 the other operand. `bias` = W·flatten(pos) in f32 (computed once), so the
+// products take the keys as stored; the reference's W·(k + pos) is the same sum. Tiles of 64 blocks × 64 output
+// features, 4 warps of 16 blocks each, single-stage cp.async.
+constexpr int kCompressTile = 64;
+
+template <class T>
+__global__ void __launch_bounds__(kThreads) compress_kernel(const T* src, AttentionStrides s, const T* weight,
+                                                            const float* bias, T* out, int64_t blocks, int64_t heads,
+                                                            int64_t block_len, int64_t block_stride, int features) {
+  using Tile = SharedTile<kCompressTile, kCompressTile>;
+  __shared__ __align__(16) uint16_t a_data[Tile::kElements], b_data[Tile::kElements];
+  const Tile a_tile{a_data}, b_tile{b_data};
+  const int warp = int(threadIdx.x) / 32, lane = int(threadIdx.x) % 32;
+  const int64_t i0 = int64_t(blockIdx.x) * kCompressTile, n0 = int64_t(blockIdx.y) * kCompressTile;
+  const int64_t b = blockIdx.z / heads, g = blockIdx.z % heads;
+  const uint16_t* rows = bits(src) + b * s.batch + g * s.head;
+  FragC acc[1][kCompressTile / 8];
+  zero(acc);
+  for (int64_t j = 0; j < block_len; ++j)
+    for (int e0 = 0; e0 < features; e0 += kCompressTile) {
+      const int width = features - e0 < kCompressTile ? features - e0 : kCompressTile;
+      __syncthreads();  // the previous slice is consumed
+      load_tile_async<kThreads>(a_tile, rows + j * s.time + e0, block_stride * s.time, i0, blocks, width);
+      load_tile_async<kThreads>(b_tile, bits(weight) + j * features + e0, block_len * features, n0, features, width);
+      copy_async_commit();
+      copy_async_wait<0>();
+      __syncthreads();
+      warp_product_abt<T, 1, kCompressTile / 8, kCompressTile>(acc, a_tile, 16 * warp, b_tile, 0, lane);
+    }
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    const int64_t i = i0 + 16 * warp + lane / 4 + 8 * half;
+    if (i >= blocks) continue;
+    uint16_t* row = bits(out) + ((b * blocks + i) * heads + g) * features;
+#pragma unroll
+    for (int nt = 0; nt < kCompressTile / 8; ++nt) {
+      const int64_t n = n0 + 8 * nt + 2 * (lane % 4);
+      if (n < features)
+        *reinterpret_cast<uint32_t*>(row + n) =
+            pack2<T>(acc[0][nt].x[2 * half] + bias[n], acc[0][nt].x[2 * half + 1] + bias[n + 1]);
+    }
+  }
+}
+
+// compressed = W·flatten(src blocks + pos) on the tensor cores ([B, Nc, Hkv, F]); `bias` is F floats of scratch.
+template <class T>
+void compress(const NsaParams<T>& p, const T* src, const AttentionStrides& s, const T* pos, const T* weight, T* out,
+              int64_t features, float* bias, cudaStream_t stream) {
+  const int64_t blocks = compressed_blocks(p), l = p.block_len;
+  if (blocks == 0) return;
+  gemm(1, features, l * features, RowMajor<T>{pos, 0}, RowMajor<T>{weight, l * features}, Store<float>{bias, features},
+       stream);  // W·flatten(pos), f32
+  const dim3 grid{unsigned((blocks + kCompressTile - 1) / kCompressTile),
+                  unsigned((features + kCompressTile - 1) / kCompressTile), unsigned(p.batch * p.kv_heads)};
+  ALPHA_CUDA_LAUNCH(compress_kernel<T>, grid, kThreads, stream, src, s, weight, bias, out, blocks, p.kv_heads, l,
+                    p.block_stride, int(features));
+}
+
 // The (kD, kDv) bucket the tensor-core forward runs these arguments in, or 0 where it does not take them (f32, G
 // above 16, head dims not multiples of 8 or above 192/128, rows not 16-byte aligned, too many selection blocks for
 // the shared memory): those run forward_kernel.
@@ -1304,7 +1368,8 @@ int bucket(const NsaForwardArgs<T>& a) {
     };
     if (G > 16 || D % 8 || Dv % 8 || !rows_aligned(a.in.q, p.q_strides) || !rows_aligned(a.in.k, p.k_strides) ||
         !rows_aligned(a.in.v, p.v_strides) || reinterpret_cast<uintptr_t>(a.compressed_k) % 16 ||
-        reinterpret_cast<uintptr_t>(a.compressed_v) % 16)
+        reinterpret_cast<uintptr_t>(a.compressed_v) % 16 || reinterpret_cast<uintptr_t>(a.in.k_weight) % 16 ||
+        reinterpret_cast<uintptr_t>(a.in.v_weight) % 16)
       return 0;
     const int kd = D <= 64 && Dv <= 64 ? 64 : D <= 128 && Dv <= 128 ? 128 : D <= 192 && Dv <= 128 ? 192 : 0;
     const size_t bytes = kd == 64    ? shared_bytes<T, 64, 64>(p)
@@ -1378,13 +1443,13 @@ void nsa_forward(const NsaForwardArgs<T>& args, Stream stream) {
   const cudaStream_t s = alpha::cuda::stream_handle(stream);
   const int64_t rows = p.batch * compressed_blocks(p) * p.kv_heads, l = p.block_len;
   const int64_t D = p.head_dim, Dv = p.value_dim;
-  gemm(rows, D, l * D, compressor_input(p, args.in.k, p.k_strides, args.in.k_pos, D),
-       RowMajor<T>{args.in.k_weight, l * D}, Store<T>{args.compressed_k, D}, s);
-  gemm(rows, Dv, l * Dv, compressor_input(p, args.in.v, p.v_strides, args.in.v_pos, Dv),
-       RowMajor<T>{args.in.v_weight, l * Dv}, Store<T>{args.compressed_v, Dv}, s);
 #ifndef ALPHA_NSA_EMULATION
   if constexpr (!std::is_same_v<T, float>) {
     if (const int kd = tc::bucket(args)) {
+      StreamScratch bias(size_t(D + Dv) * sizeof(float), s);
+      tc::compress(p, args.in.k, p.k_strides, args.in.k_pos, args.in.k_weight, args.compressed_k, D, bias.as<float>(), s);
+      tc::compress(p, args.in.v, p.v_strides, args.in.v_pos, args.in.v_weight, args.compressed_v, Dv,
+                   bias.as<float>() + D, s);
       tc::window_as_flash(args, stream);
       if (kd == 64) tc::launch<T, 64, 64>(args, s);
       if (kd == 128) tc::launch<T, 128, 128>(args, s);
@@ -1393,6 +1458,10 @@ void nsa_forward(const NsaForwardArgs<T>& args, Stream stream) {
     }
   }
 #endif
+  gemm(rows, D, l * D, compressor_input(p, args.in.k, p.k_strides, args.in.k_pos, D),
+       RowMajor<T>{args.in.k_weight, l * D}, Store<T>{args.compressed_k, D}, s);
+  gemm(rows, Dv, l * Dv, compressor_input(p, args.in.v, p.v_strides, args.in.v_pos, Dv),
+       RowMajor<T>{args.in.v_weight, l * Dv}, Store<T>{args.compressed_v, Dv}, s);
   launch_shared(forward_kernel<T>, "nsa", dim3(query_grid(p)), query_threads(p),
                 size_t(query_layout(p, false).total) * sizeof(float), s, args);
 }
