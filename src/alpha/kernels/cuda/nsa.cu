@@ -42,6 +42,7 @@
 #include "alpha/kernels/cuda/common.cuh"
 #include "alpha/kernels/nsa_reference.h"
 #ifndef ALPHA_NSA_EMULATION  // bench/nsa_emulate.sh runs the FMA kernels only
+#include <optional>
 #include <type_traits>
 
 #include "alpha/kernels/cuda/flash_attention_mma_forward.cuh"
@@ -585,11 +586,21 @@ __global__ void forward_kernel(NsaForwardArgs<T> args) {
     st(args.out, ((b * p.seq_len + t) * p.q_heads + g * G) * Dv + idx, gated[idx]);
 }
 
+// The window branch's gradients when flash attention's backward computed them (dq [B, T, Hq, D], dk and dv
+// [B, T, Hkv, D/Dv]): the attention kernels below then leave that branch's keys out and add these. nullptrs: they
+// compute it themselves.
+template <class T>
+struct WindowGrads {
+  const T* dq = nullptr;
+  const T* dk = nullptr;
+  const T* dv = nullptr;
+};
+
 // ---------------------------------------------------------------------------------------------------------
 // Backward, query side: per (b, g, t) as the forward. For each branch c and head h: dgate_c, D_c = σ_c·dO·O_c
 // (written to delta for the key side), then dq += Σ_keys dS·k with dS = P∘(σ_c·dO·v − D_c)·scale.
 template <class T>
-__global__ void query_grads_kernel(NsaBackwardArgs<T> args, float* delta) {
+__global__ void query_grads_kernel(NsaBackwardArgs<T> args, float* delta, WindowGrads<T> window) {
   extern __shared__ float smem[];
   const NsaParams<T>& p = args.params;
   const int64_t G = p.q_heads / p.kv_heads, D = p.head_dim, Dv = p.value_dim;
@@ -628,6 +639,7 @@ __global__ void query_grads_kernel(NsaBackwardArgs<T> args, float* delta) {
       }
     }
     __syncthreads();
+    if (c == kNsaWindow && window.dq != nullptr) continue;  // added at the end
     const BranchKeys keys = branch_keys(p, c, t, kept, kept_count);
     const KeyValues<T>& kv = c == kNsaCompressed ? compressed : tokens;
     for (int64_t p0 = 0; p0 < keys.count; p0 += kChunk) {
@@ -663,8 +675,9 @@ __global__ void query_grads_kernel(NsaBackwardArgs<T> args, float* delta) {
     }
   }
   __syncthreads();
+  const int64_t first = ((b * p.seq_len + t) * p.q_heads + g * G) * D;
   for (int64_t idx = threadIdx.x; idx < G * D; idx += blockDim.x)
-    st(args.dq, ((b * p.seq_len + t) * p.q_heads + g * G) * D + idx, dq[idx]);
+    st(args.dq, first + idx, window.dq != nullptr ? dq[idx] + ld(window.dq, first + idx) : dq[idx]);
 }
 
 // ---------------------------------------------------------------------------------------------------------
@@ -796,7 +809,7 @@ __global__ void csr_fill_kernel(NsaParams<T> p, const int32_t* selected, Selecti
 template <class T, int kMaxDim>
 __global__ void __launch_bounds__(kKeyThreads)
     key_grads_kernel(NsaBackwardArgs<T> args, const float* delta, bool compressed_keys, const float* dx_k,
-                     const float* dx_v, float* dck, float* dcv, SelectionCsr csr) {
+                     const float* dx_v, float* dck, float* dcv, SelectionCsr csr, WindowGrads<T> window) {
   extern __shared__ float smem[];
   constexpr int kPer = kMaxDim / kKeyWarps;
   const NsaParams<T>& p = args.params;
@@ -904,7 +917,7 @@ __global__ void __launch_bounds__(kKeyThreads)
     }
   } else {
     const int64_t t_end = key0 + nk - 1 + p.window < T_ ? key0 + nk - 1 + p.window : T_;
-    for (int64_t t0 = key0; t0 < t_end; t0 += kKeyThreads) {
+    for (int64_t t0 = key0; t0 < t_end && window.dk == nullptr; t0 += kKeyThreads) {
       const int64_t t = t0 + threadIdx.x;
       add_window(kNsaWindow, t, t < t_end ? visible_mask(p, kNsaWindow, t, key0, nk) : 0u);
     }
@@ -947,11 +960,12 @@ __global__ void __launch_bounds__(kKeyThreads)
       if (e < Dv) dv[u] += dx_v[(row * p.block_len + at) * Dv + e];
     }
   }
+  const int64_t dk_at = ((b * T_ + j) * p.kv_heads + g) * D, dv_at = ((b * T_ + j) * p.kv_heads + g) * Dv;
 #pragma unroll
   for (int u = 0; u < kPer; ++u) {
     const int64_t e = warp + kKeyWarps * u;
-    if (e < D) st(args.dk, ((b * T_ + j) * p.kv_heads + g) * D + e, dk[u]);
-    if (e < Dv) st(args.dv, ((b * T_ + j) * p.kv_heads + g) * Dv + e, dv[u]);
+    if (e < D) st(args.dk, dk_at + e, window.dk != nullptr ? dk[u] + ld(window.dk, dk_at + e) : dk[u]);
+    if (e < Dv) st(args.dv, dv_at + e, window.dv != nullptr ? dv[u] + ld(window.dv, dv_at + e) : dv[u]);
   }
 }
 
@@ -1353,6 +1367,17 @@ void compress(const NsaParams<T>& p, const T* src, const AttentionStrides& s, co
                     p.block_stride, int(features));
 }
 
+// Whether the window branch can run as flash attention on the tensor cores (bf16/f16, head dims multiples of 8, rows
+// of q, k, v 16-byte aligned): the tensor-core forward's condition, and the backward's for flash's window gradients.
+template <class T>
+bool window_on_flash(const NsaParams<T>& p, const NsaInputPointers<T>& in) {
+  const auto rows_aligned = [](const void* ptr, const AttentionStrides& s) {
+    return reinterpret_cast<uintptr_t>(ptr) % 16 == 0 && s.batch % 8 == 0 && s.time % 8 == 0 && s.head % 8 == 0;
+  };
+  return !std::is_same_v<T, float> && p.head_dim % 8 == 0 && p.value_dim % 8 == 0 && rows_aligned(in.q, p.q_strides) &&
+         rows_aligned(in.k, p.k_strides) && rows_aligned(in.v, p.v_strides);
+}
+
 // The (kD, kDv) bucket the tensor-core forward runs these arguments in, or 0 where it does not take them (f32, G
 // above 16, head dims not multiples of 8 or above 192/128, rows not 16-byte aligned, too many selection blocks for
 // the shared memory): those run forward_kernel.
@@ -1363,11 +1388,7 @@ int bucket(const NsaForwardArgs<T>& a) {
   } else {
     const NsaParams<T>& p = a.params;
     const int64_t G = p.q_heads / p.kv_heads, D = p.head_dim, Dv = p.value_dim;
-    const auto rows_aligned = [](const void* ptr, const AttentionStrides& s) {
-      return reinterpret_cast<uintptr_t>(ptr) % 16 == 0 && s.batch % 8 == 0 && s.time % 8 == 0 && s.head % 8 == 0;
-    };
-    if (G > 16 || D % 8 || Dv % 8 || !rows_aligned(a.in.q, p.q_strides) || !rows_aligned(a.in.k, p.k_strides) ||
-        !rows_aligned(a.in.v, p.v_strides) || reinterpret_cast<uintptr_t>(a.compressed_k) % 16 ||
+    if (G > 16 || !window_on_flash(p, a.in) || reinterpret_cast<uintptr_t>(a.compressed_k) % 16 ||
         reinterpret_cast<uintptr_t>(a.compressed_v) % 16 || reinterpret_cast<uintptr_t>(a.in.k_weight) % 16 ||
         reinterpret_cast<uintptr_t>(a.in.v_weight) % 16)
       return 0;
@@ -1393,19 +1414,76 @@ void launch(const NsaForwardArgs<T>& a, cudaStream_t stream) {
 // The window branch as flash attention over NSA's q, k, v: causal, the last w keys, into the window's slices of
 // branch_out, row_max and row_sum.
 template <class T>
-void window_as_flash(const NsaForwardArgs<T>& a, Stream stream) {
-  const NsaParams<T>& p = a.params;
-  AttentionForwardArgs<T> w{};
-  w.q = a.in.q, w.k = a.in.k, w.v = a.in.v;
-  w.out = a.branch_out + kNsaWindow * p.batch * p.seq_len * p.q_heads * p.value_dim;
-  w.row_max = a.row_max + kNsaWindow * p.batch * p.q_heads * p.seq_len;
-  w.row_sum = a.row_sum + kNsaWindow * p.batch * p.q_heads * p.seq_len;
-  AttentionParams<T>& f = w.params;
+AttentionParams<T> window_params(const NsaParams<T>& p) {
+  AttentionParams<T> f{};
   f.batch = p.batch, f.q_len = f.kv_len = p.seq_len, f.q_heads = p.q_heads, f.kv_heads = p.kv_heads;
   f.head_dim = p.head_dim, f.value_dim = p.value_dim;
   f.q_strides = p.q_strides, f.k_strides = p.k_strides, f.v_strides = p.v_strides;
   f.scale = p.scale, f.causal = true, f.dropout_scale = 1, f.window_left = p.window - 1;
+  return f;
+}
+template <class T>
+int64_t branch_elements(const NsaParams<T>& p) {  // of one branch's slice of branch_out
+  return p.batch * p.seq_len * p.q_heads * p.value_dim;
+}
+template <class T>
+int64_t branch_stats(const NsaParams<T>& p) {  // of one branch's slice of row_max, row_sum
+  return p.batch * p.q_heads * p.seq_len;
+}
+
+template <class T>
+void window_as_flash(const NsaForwardArgs<T>& a, Stream stream) {
+  const NsaParams<T>& p = a.params;
+  AttentionForwardArgs<T> w{};
+  w.q = a.in.q, w.k = a.in.k, w.v = a.in.v;
+  w.out = a.branch_out + kNsaWindow * branch_elements(p);
+  w.row_max = a.row_max + kNsaWindow * branch_stats(p);
+  w.row_sum = a.row_sum + kNsaWindow * branch_stats(p);
+  w.params = window_params(p);
   flash_attention_forward(w, stream);
+}
+
+// dO_win = σ(g_win)·dO, rounded to T: the window branch's output gradient.
+template <class T>
+__global__ void gate_window_kernel(const T* dout, const T* gates, T* out, int64_t rows, int64_t width) {
+  for (int64_t idx = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; idx < rows * width;
+       idx += int64_t(gridDim.x) * blockDim.x)
+    st(out, idx, sigmoid(ld(gates, idx / width * kNsaBranches + kNsaWindow)) * ld(dout, idx));
+}
+
+// The window branch's gradients by flash attention's backward, into `scratch` (window_grads_bytes of it).
+template <class T>
+size_t window_grads_bytes(const NsaParams<T>& p) {
+  const int64_t q_rows = p.batch * p.seq_len * p.q_heads, kv_rows = p.batch * p.seq_len * p.kv_heads;
+  const auto rounded = [](int64_t bytes) { return size_t((bytes + 255) / 256 * 256); };
+  return rounded(flash_attention_backward_workspace_here(window_params(p)) * 4) +
+         rounded(q_rows * p.value_dim * 2) + rounded(q_rows * p.head_dim * 2) + rounded(kv_rows * p.head_dim * 2) +
+         rounded(kv_rows * p.value_dim * 2);
+}
+template <class T>
+WindowGrads<T> window_grads_as_flash(const NsaBackwardArgs<T>& a, char* scratch, Stream stream) {
+  const NsaParams<T>& p = a.params;
+  const int64_t q_rows = p.batch * p.seq_len * p.q_heads, kv_rows = p.batch * p.seq_len * p.kv_heads;
+  const auto rounded = [](int64_t bytes) { return size_t((bytes + 255) / 256 * 256); };
+  AttentionBackwardArgs<T> w{};
+  w.params = window_params(p);
+  float* workspace = reinterpret_cast<float*>(scratch);
+  scratch += rounded(flash_attention_backward_workspace_here(w.params) * 4);
+  T* gated = reinterpret_cast<T*>(scratch);
+  T* dq = reinterpret_cast<T*>(scratch += rounded(q_rows * p.value_dim * 2));
+  T* dk = reinterpret_cast<T*>(scratch += rounded(q_rows * p.head_dim * 2));
+  T* dv = reinterpret_cast<T*>(scratch += rounded(kv_rows * p.head_dim * 2));
+  const cudaStream_t s = alpha::cuda::stream_handle(stream);
+  const int64_t total = q_rows * p.value_dim;
+  const unsigned grid = unsigned(std::min<int64_t>((total + 255) / 256, 4096));
+  ALPHA_CUDA_LAUNCH(gate_window_kernel<T>, grid, 256, s, a.dout, a.in.gates, gated, q_rows, p.value_dim);
+  w.dout = gated, w.q = a.in.q, w.k = a.in.k, w.v = a.in.v;
+  w.out = a.branch_out + kNsaWindow * branch_elements(p);
+  w.row_max = a.row_max + kNsaWindow * branch_stats(p);
+  w.row_sum = a.row_sum + kNsaWindow * branch_stats(p);
+  w.dq = dq, w.dk = dk, w.dv = dv;
+  flash_attention_backward(w, workspace, stream);
+  return {dq, dk, dv};
 }
 
 }  // namespace tc
@@ -1414,7 +1492,8 @@ void window_as_flash(const NsaForwardArgs<T>& a, Stream stream) {
 // key_grads_kernel for the bucket of max(D, Dv).
 template <class T>
 void launch_key_grads(const NsaBackwardArgs<T>& args, const float* delta, bool compressed_keys, const float* dx_k,
-                      const float* dx_v, float* dck, float* dcv, const SelectionCsr& csr, cudaStream_t stream) {
+                      const float* dx_v, float* dck, float* dcv, const SelectionCsr& csr, WindowGrads<T> window,
+                      cudaStream_t stream) {
   const NsaParams<T>& p = args.params;
   const int64_t keys = compressed_keys ? compressed_blocks(p) : p.seq_len;
   const dim3 grid{unsigned((keys + kChunk - 1) / kChunk), unsigned(p.batch * p.kv_heads)};
@@ -1422,13 +1501,13 @@ void launch_key_grads(const NsaBackwardArgs<T>& args, const float* delta, bool c
   const int64_t widest = p.head_dim > p.value_dim ? p.head_dim : p.value_dim;
   if (widest <= 64)
     launch_shared(key_grads_kernel<T, 64>, "nsa_backward", grid, kKeyThreads, bytes, stream, args, delta,
-                  compressed_keys, dx_k, dx_v, dck, dcv, csr);
+                  compressed_keys, dx_k, dx_v, dck, dcv, csr, window);
   else if (widest <= 128)
     launch_shared(key_grads_kernel<T, 128>, "nsa_backward", grid, kKeyThreads, bytes, stream, args, delta,
-                  compressed_keys, dx_k, dx_v, dck, dcv, csr);
+                  compressed_keys, dx_k, dx_v, dck, dcv, csr, window);
   else
     launch_shared(key_grads_kernel<T, 256>, "nsa_backward", grid, kKeyThreads, bytes, stream, args, delta,
-                  compressed_keys, dx_k, dx_v, dck, dcv, csr);
+                  compressed_keys, dx_k, dx_v, dck, dcv, csr, window);
 }
 
 }  // namespace
@@ -1489,10 +1568,20 @@ void nsa_backward(const NsaBackwardArgs<T>& args, Stream stream) {
   csr.chunk_first = reinterpret_cast<int32_t*>(total_v + Dv);
   csr.offsets = csr.chunk_first + groups * chunks * NB;
   csr.queries = csr.offsets + groups * (NB + 1);
+  // bf16/f16 on the tensor cores: the window branch by flash attention's backward, which the kernels below add.
+  WindowGrads<T> window{};
+#ifndef ALPHA_NSA_EMULATION
+  std::optional<StreamScratch> window_scratch;
+  if constexpr (!std::is_same_v<T, float>)
+    if (p.batch * p.seq_len * p.q_heads > 0 && tc::window_on_flash(p, args.in)) {
+      window_scratch.emplace(tc::window_grads_bytes(p), s);
+      window = tc::window_grads_as_flash(args, window_scratch->template as<char>(), stream);
+    }
+#endif
   if (p.batch * p.seq_len * p.q_heads > 0) {
     launch_shared(query_grads_kernel<T>, "nsa_backward", dim3(query_grid(p)), query_threads(p),
-                  size_t(query_layout(p, true).total) * sizeof(float), s, args, delta);
-    launch_key_grads(args, delta, true, nullptr, nullptr, dck, dcv, csr, s);
+                  size_t(query_layout(p, true).total) * sizeof(float), s, args, delta, window);
+    launch_key_grads(args, delta, true, nullptr, nullptr, dck, dcv, csr, window, s);
     const dim3 chunk_grid{unsigned(chunks), unsigned(groups)};
     launch_shared(csr_count_kernel<T>, "nsa_backward", chunk_grid, kCsrChunk, size_t(NB) * sizeof(int32_t), s, p,
                   args.selected, csr);
@@ -1504,7 +1593,8 @@ void nsa_backward(const NsaBackwardArgs<T>& args, Stream stream) {
   gemm(rows, l * D, D, RowMajor<float>{dck, D}, ColMajor<T>{args.in.k_weight, l * D}, Store<float>{dx_k, l * D}, s);
   gemm(rows, l * Dv, Dv, RowMajor<float>{dcv, Dv}, ColMajor<T>{args.in.v_weight, l * Dv}, Store<float>{dx_v, l * Dv},
        s);
-  if (p.batch * p.seq_len * p.q_heads > 0) launch_key_grads(args, delta, false, dx_k, dx_v, nullptr, nullptr, csr, s);
+  if (p.batch * p.seq_len * p.q_heads > 0)
+    launch_key_grads(args, delta, false, dx_k, dx_v, nullptr, nullptr, csr, window, s);
   // dW[e, f] = Σ_rows dK̃[row, e]·X[row, f]; dpos[f] = Σ_e W[e, f]·Σ_rows dK̃[row, e].
   using InputK = Transposed<CompressorInput<T>>;
   gemm(D, l * D, rows, ColMajor<float>{dck, D}, InputK{compressor_input(p, args.in.k, p.k_strides, args.in.k_pos, D)},
