@@ -5,7 +5,8 @@
 //
 // Two forwards. bf16/f16 with G <= 16 and head dims the mma tiles take run on the tensor cores (namespace tc,
 // below: the compressor and the compressed and selected branches on mma.sync, the window branch as flash
-// attention). Everything else, and every backward, runs the FMA kernels described here, which came first.
+// attention); so does the backward's query side there, its window branch through flash attention's backward.
+// Everything else (f32, other shapes, the backward's key side) runs the FMA kernels described here, which came first.
 //
 // FMA forward (three launches):
 // 1. The compressor, K̃ = W_k·flatten(k block + pos_k) and likewise Ṽ: a tiled GEMM whose left operand is
@@ -1039,6 +1040,15 @@ constexpr int kWarps = 4, kThreads = 32 * kWarps;
 constexpr int kKeys = 64;                  // compressed keys per shared tile
 constexpr int kWarpKeys = kKeys / kWarps;  // selected keys per warp step: a warp's quarter of the tiles
 
+template <class T>
+__host__ __device__ int64_t branch_elements(const NsaParams<T>& p) {  // of one branch's slice of branch_out
+  return p.batch * p.seq_len * p.q_heads * p.value_dim;
+}
+template <class T>
+int64_t branch_stats(const NsaParams<T>& p) {  // of one branch's slice of row_max, row_sum
+  return p.batch * p.q_heads * p.seq_len;
+}
+
 template <int kD, int kDv>
 struct Shape {
   using QTile = SharedTile<16, kD>;
@@ -1067,6 +1077,20 @@ __device__ AttentionParams<T> keys_below(const NsaParams<T>& p, int64_t end) {
   view.q_len = 16, view.kv_len = end;
   view.scale = p.scale;
   return view;
+}
+
+// Stages compressed keys [c0, c0 + kKeys) of (b, g) (ck, cv: their first rows), and with `values` their values, for
+// the whole block, once every warp is done with the previous tile.
+template <class T, int kD, int kDv>
+__device__ void stage_compressed(const NsaParams<T>& p, SharedTile<kKeys, kD> k, SharedTile<kKeys, kDv> v,
+                                 const uint16_t* ck, const uint16_t* cv, int64_t c0, bool values) {
+  const int64_t Nc = compressed_blocks(p);
+  __syncthreads();
+  load_tile_async<kThreads>(k, ck, p.kv_heads * p.head_dim, c0, Nc, int(p.head_dim));
+  if (values) load_tile_async<kThreads>(v, cv, p.kv_heads * p.value_dim, c0, Nc, int(p.value_dim));
+  copy_async_commit();
+  copy_async_wait<0>();
+  __syncthreads();
 }
 
 template <int kO>
@@ -1232,14 +1256,8 @@ __global__ void __launch_bounds__(kThreads, 3) forward_kernel(NsaForwardArgs<T> 
   const uint16_t* cv = bits(a.compressed_v) + (b * Nc * p.kv_heads + g) * p.value_dim;
   const float scale_log2 = float(p.scale) * kLog2e;
 
-  // Stages compressed keys [c0, c0 + kKeys) (and their values) for the whole block, once the previous tile is consumed.
   const auto load_compressed = [&](int64_t c0, bool values) {
-    __syncthreads();
-    load_tile_async<kThreads>(k_tile, ck, p.kv_heads * p.head_dim, c0, Nc, int(p.head_dim));
-    if (values) load_tile_async<kThreads>(v_tile, cv, p.kv_heads * p.value_dim, c0, Nc, int(p.value_dim));
-    copy_async_commit();
-    copy_async_wait<0>();
-    __syncthreads();
+    stage_compressed(p, k_tile, v_tile, ck, cv, c0, values);
   };
 
   // 1. The compressed branch.
@@ -1367,6 +1385,168 @@ void compress(const NsaParams<T>& p, const T* src, const AttentionStrides& s, co
                     p.block_stride, int(features));
 }
 
+// The backward's query side on the tensor cores (bf16/f16, the forward's shapes, the window's gradients from flash
+// attention's backward): per (4 tokens, b·Hkv + g), warp w runs token t0 + w with the group's heads as its 16 rows, as
+// the forward. Per branch c and row: D_c = σ_c·(dO·O_c), written for the key side, and dgate_c; then for the
+// compressed keys (staged per block) and the selected ones (16 per warp step): S = Q·Kᵀ and dP = dO·Vᵀ on the tensor
+// cores, P = exp2(S·scale·log2 e − lse2), dS = P∘(σ_c·dP − D_c) (flash's entry_gradient with σ_c in the dropout
+// factor's place), dq += dS·K; at the end dq·scale plus the window's.
+template <int kD, int kDv>
+struct GradShape {
+  using QTile = SharedTile<16, kD>;
+  using OTile = SharedTile<16, kDv>;
+  using KTile = SharedTile<kKeys, kD>;
+  using VTile = SharedTile<kKeys, kDv>;
+  using WarpKTile = SharedTile<kWarpKeys, kD>;
+  using WarpVTile = SharedTile<kWarpKeys, kDv>;
+  static constexpr size_t kBytes =
+      size_t(kWarps * (QTile::kElements + OTile::kElements) + KTile::kElements + VTile::kElements) * 2;
+};
+
+// Per row of this thread (heads lane/4 and lane/4 + 8) for one branch: lse2 (+inf where the row has no keys or is past
+// G), D_c and σ_c.
+struct RowGrad {
+  float lse2[2], delta[2], gate[2];
+};
+
+// dq += dS·K over kTileKeys keys at rows [key_row, +kTileKeys) of k and v, key j0 first, those at or past `end` masked.
+template <class T, int kTileKeys, int kD, int kDv, int kRowsK, int kRowsV>
+__device__ void dq_tile(const AttentionParams<T>& view, float scale_log2, SharedTile<16, kD> q, SharedTile<16, kDv> dout,
+                        SharedTile<kRowsK, kD> k, SharedTile<kRowsV, kDv> v, int key_row, int64_t j0, int64_t end,
+                        const RowGrad& rows, int lane, FragC (&dq)[1][kD / 8]) {
+  constexpr int kN = kTileKeys / 8;
+  FragC s[1][kN], dp[1][kN];
+  zero(s);
+  zero(dp);
+  warp_product_abt<T, 1, kN, kD>(s, q, 0, k, key_row, lane);
+  warp_product_abt<T, 1, kN, kDv>(dp, dout, 0, v, key_row, lane);
+  const Softcap none{0.0f, 0.0f};
+#pragma unroll
+  for (int nt = 0; nt < kN; ++nt)
+#pragma unroll
+    for (int x = 0; x < 4; ++x) {
+      const int half = x / 2;
+      const bool valid = j0 + 8 * nt + 2 * (lane % 4) + x % 2 < end;
+      const EntryGrad e = entry_gradient<false>(view, none, scale_log2, s[0][nt].x[x], dp[0][nt].x[x], rows.lse2[half],
+                                                rows.delta[half], rows.gate[half]);
+      s[0][nt].x[x] = select_float(valid, e.dscore, 0.0f);
+    }
+  FragA ds[1][kN / 2];
+  to_a_fragments<T>(ds, s);
+  warp_product_ab<T, 1, kD / 8, kTileKeys>(dq, ds, k, key_row, 0, lane);
+}
+
+template <class T, int kD, int kDv>
+__global__ void __launch_bounds__(kThreads, kD > 128 ? 2 : 3)  // D 192 spilled 352 bytes at 3 blocks per SM
+    query_grads_kernel(NsaBackwardArgs<T> a, float* delta, WindowGrads<T> window) {
+  using S = GradShape<kD, kDv>;
+  extern __shared__ __align__(16) uint16_t tiles[];
+  const NsaParams<T>& p = a.params;
+  const int warp = int(threadIdx.x) / 32, lane = int(threadIdx.x) % 32;
+  const int64_t G = p.q_heads / p.kv_heads, T_ = p.seq_len, Nc = compressed_blocks(p), n = p.select_count;
+  const int64_t b = blockIdx.y / p.kv_heads, g = blockIdx.y % p.kv_heads;
+  const int64_t t0 = int64_t(gridDim.x - 1 - blockIdx.x) * kWarps, t = t0 + warp;
+  const int64_t last_t = (t0 + kWarps < T_ ? t0 + kWarps : T_) - 1;
+  const bool live = t < T_;
+  const typename S::QTile q_tile{tiles + warp * S::QTile::kElements};
+  const typename S::OTile do_tile{tiles + kWarps * S::QTile::kElements + warp * S::OTile::kElements};
+  const typename S::KTile k_tile{tiles + kWarps * (S::QTile::kElements + S::OTile::kElements)};
+  const typename S::VTile v_tile{k_tile.data + S::KTile::kElements};
+  const int64_t first_row = (b * T_ + t) * p.q_heads + g * G;  // the token's first head
+  if (live) {
+    load_tile_async<32>(q_tile, bits(a.in.q) + offset(p.q_strides, b, t, g * G), p.q_strides.head, 0, G,
+                        int(p.head_dim), lane);
+    load_tile_async<32>(do_tile, bits(a.dout) + first_row * p.value_dim, p.value_dim, 0, G, int(p.value_dim), lane);
+  }
+  copy_async_commit();
+  copy_async_wait<0>();
+  __syncwarp();
+
+  // Every branch's D_c and dgate_c (the window's too); the compressed and selected branches' rows kept for dq.
+  RowGrad rows[2];
+  for (int c = 0; c < kNsaBranches; ++c) {
+    const T* o = a.branch_out + c * branch_elements(p) + first_row * p.value_dim;
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const int64_t r = lane / 4 + 8 * half;
+      const bool row_live = live && r < G;
+      float dot_o = 0.0f;
+      if (row_live)
+        for (int64_t col = 2 * (lane % 4); col < p.value_dim; col += 8)
+          for (int x = 0; x < 2; ++x)
+            dot_o = fmaf(Elem<T>::load(*do_tile.at(int(r), int(col + x))), ld(o, r * p.value_dim + col + x), dot_o);
+      dot_o += __shfl_xor_sync(kFullWarp, dot_o, 1);
+      dot_o += __shfl_xor_sync(kFullWarp, dot_o, 2);
+      float gate = 0.0f, lse2 = INFINITY;
+      if (row_live) {
+        const int64_t si = stat_index(p, c, b, g * G + r, t);
+        gate = sigmoid(ld(a.in.gates, (first_row + r) * kNsaBranches + c));
+        lse2 = log2_normaliser(a.row_max[si], a.row_sum[si]);
+        if (lane % 4 == 0) {
+          st(a.dgates, (first_row + r) * kNsaBranches + c, dot_o * gate * (1.0f - gate));
+          delta[si] = gate * dot_o;
+        }
+      }
+      if (c < 2) rows[c].lse2[half] = lse2, rows[c].delta[half] = gate * dot_o, rows[c].gate[half] = gate;
+    }
+  }
+
+  const float scale_log2 = float(p.scale) * kLog2e;
+  AttentionParams<T> view{};
+  view.scale = p.scale;
+  FragC dq[1][kD / 8];
+  zero(dq);
+  const auto visible_blocks = [&](int64_t token) {
+    return token + 1 < p.block_len ? int64_t(0) : (token + 1 - p.block_len) / p.block_stride + 1;
+  };
+  const int64_t count = live ? visible_blocks(t) : 0, count_max = visible_blocks(last_t);
+  const uint16_t* ck = bits(a.compressed_k) + (b * Nc * p.kv_heads + g) * p.head_dim;
+  const uint16_t* cv = bits(a.compressed_v) + (b * Nc * p.kv_heads + g) * p.value_dim;
+  for (int64_t c0 = 0; c0 < count_max; c0 += kKeys) {
+    stage_compressed(p, k_tile, v_tile, ck, cv, c0, true);
+    if (c0 < count)
+      dq_tile<T, kKeys>(view, scale_log2, q_tile, do_tile, k_tile, v_tile, 0, c0, count, rows[kNsaCompressed], lane, dq);
+  }
+  __syncthreads();  // the shared tiles are free: from here each warp works in its own quarter of them
+  if (!live) return;
+
+  const typename S::WarpKTile k_mine{k_tile.at(kWarpKeys * warp, 0)};
+  const typename S::WarpVTile v_mine{v_tile.at(kWarpKeys * warp, 0)};
+  const uint16_t* k_rows = bits(a.in.k) + offset(p.k_strides, b, 0, g);
+  const uint16_t* v_rows = bits(a.in.v) + offset(p.v_strides, b, 0, g);
+  const int32_t* kept = a.selected + ((b * T_ + t) * p.kv_heads + g) * n;
+  for (int64_t s = 0; s < n && kept[s] >= 0; ++s) {
+    const int64_t begin = int64_t(kept[s]) * p.select_len;
+    const int64_t end = begin + p.select_len < t + 1 ? begin + p.select_len : t + 1;  // cut at t
+    for (int64_t k0 = begin; k0 < end; k0 += kWarpKeys) {
+      load_tile_async<32>(k_mine, k_rows, p.k_strides.time, k0, end, int(p.head_dim), lane);
+      load_tile_async<32>(v_mine, v_rows, p.v_strides.time, k0, end, int(p.value_dim), lane);
+      copy_async_commit();
+      copy_async_wait<0>();
+      __syncwarp();
+      dq_tile<T, kWarpKeys>(view, scale_log2, q_tile, do_tile, k_mine, v_mine, 0, k0, end, rows[kNsaSelected], lane, dq);
+      __syncwarp();  // every lane is done with the tiles before the next load
+    }
+  }
+
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    const int64_t r = lane / 4 + 8 * half;
+    if (r >= G) continue;
+    const int64_t at = (first_row + r) * p.head_dim;
+#pragma unroll
+    for (int nt = 0; nt < kD / 8; ++nt) {
+      const int64_t col = 8 * nt + 2 * (lane % 4);
+      if (col >= p.head_dim) continue;
+      float v[2];
+#pragma unroll
+      for (int x = 0; x < 2; ++x)
+        v[x] = dq[0][nt].x[2 * half + x] * float(p.scale) + (window.dq ? ld(window.dq, at + col + x) : 0.0f);
+      *reinterpret_cast<uint32_t*>(bits(a.dq) + at + col) = pack2<T>(v[0], v[1]);
+    }
+  }
+}
+
 // Whether the window branch can run as flash attention on the tensor cores (bf16/f16, head dims multiples of 8, rows
 // of q, k, v 16-byte aligned): the tensor-core forward's condition, and the backward's for flash's window gradients.
 template <class T>
@@ -1378,21 +1558,26 @@ bool window_on_flash(const NsaParams<T>& p, const NsaInputPointers<T>& in) {
          rows_aligned(in.k, p.k_strides) && rows_aligned(in.v, p.v_strides);
 }
 
-// The (kD, kDv) bucket the tensor-core forward runs these arguments in, or 0 where it does not take them (f32, G
-// above 16, head dims not multiples of 8 or above 192/128, rows not 16-byte aligned, too many selection blocks for
-// the shared memory): those run forward_kernel.
+// The (kD, kDv) bucket the tensor-core kernels run these arguments in, or 0 where they do not take them (G above 16,
+// head dims not multiples of 8 or above 192/128, rows not 16-byte aligned); bucket() adds the forward's own
+// conditions (f32, the compressor's weights, the selection scores' shared memory). The rest runs the FMA kernels.
+template <class T>
+int head_bucket(const NsaParams<T>& p, const NsaInputPointers<T>& in, const T* compressed_k, const T* compressed_v) {
+  const int64_t G = p.q_heads / p.kv_heads, D = p.head_dim, Dv = p.value_dim;
+  if (G > 16 || !window_on_flash(p, in) || reinterpret_cast<uintptr_t>(compressed_k) % 16 ||
+      reinterpret_cast<uintptr_t>(compressed_v) % 16)
+    return 0;
+  return D <= 64 && Dv <= 64 ? 64 : D <= 128 && Dv <= 128 ? 128 : D <= 192 && Dv <= 128 ? 192 : 0;
+}
 template <class T>
 int bucket(const NsaForwardArgs<T>& a) {
   if constexpr (std::is_same_v<T, float>) {
     return 0;
   } else {
     const NsaParams<T>& p = a.params;
-    const int64_t G = p.q_heads / p.kv_heads, D = p.head_dim, Dv = p.value_dim;
-    if (G > 16 || !window_on_flash(p, a.in) || reinterpret_cast<uintptr_t>(a.compressed_k) % 16 ||
-        reinterpret_cast<uintptr_t>(a.compressed_v) % 16 || reinterpret_cast<uintptr_t>(a.in.k_weight) % 16 ||
-        reinterpret_cast<uintptr_t>(a.in.v_weight) % 16)
-      return 0;
-    const int kd = D <= 64 && Dv <= 64 ? 64 : D <= 128 && Dv <= 128 ? 128 : D <= 192 && Dv <= 128 ? 192 : 0;
+    if (reinterpret_cast<uintptr_t>(a.in.k_weight) % 16 || reinterpret_cast<uintptr_t>(a.in.v_weight) % 16) return 0;
+    const int kd = head_bucket(p, a.in, a.compressed_k, a.compressed_v);
+    if (kd == 0) return 0;
     const size_t bytes = kd == 64    ? shared_bytes<T, 64, 64>(p)
                          : kd == 128 ? shared_bytes<T, 128, 128>(p)
                                      : shared_bytes<T, 192, 128>(p);
@@ -1411,6 +1596,14 @@ void launch(const NsaForwardArgs<T>& a, cudaStream_t stream) {
                 score_floats(p));
 }
 
+template <class T, int kD, int kDv>
+void launch_query_grads(const NsaBackwardArgs<T>& a, float* delta, WindowGrads<T> window, cudaStream_t stream) {
+  const NsaParams<T>& p = a.params;
+  const dim3 grid{unsigned((p.seq_len + kWarps - 1) / kWarps), unsigned(p.batch * p.kv_heads)};
+  launch_shared(query_grads_kernel<T, kD, kDv>, "nsa_backward", grid, kThreads, GradShape<kD, kDv>::kBytes, stream, a,
+                delta, window);
+}
+
 // The window branch as flash attention over NSA's q, k, v: causal, the last w keys, into the window's slices of
 // branch_out, row_max and row_sum.
 template <class T>
@@ -1421,14 +1614,6 @@ AttentionParams<T> window_params(const NsaParams<T>& p) {
   f.q_strides = p.q_strides, f.k_strides = p.k_strides, f.v_strides = p.v_strides;
   f.scale = p.scale, f.causal = true, f.dropout_scale = 1, f.window_left = p.window - 1;
   return f;
-}
-template <class T>
-int64_t branch_elements(const NsaParams<T>& p) {  // of one branch's slice of branch_out
-  return p.batch * p.seq_len * p.q_heads * p.value_dim;
-}
-template <class T>
-int64_t branch_stats(const NsaParams<T>& p) {  // of one branch's slice of row_max, row_sum
-  return p.batch * p.q_heads * p.seq_len;
 }
 
 template <class T>
@@ -1579,8 +1764,20 @@ void nsa_backward(const NsaBackwardArgs<T>& args, Stream stream) {
     }
 #endif
   if (p.batch * p.seq_len * p.q_heads > 0) {
-    launch_shared(query_grads_kernel<T>, "nsa_backward", dim3(query_grid(p)), query_threads(p),
-                  size_t(query_layout(p, true).total) * sizeof(float), s, args, delta, window);
+    int kd = 0;
+#ifndef ALPHA_NSA_EMULATION
+    if (window.dq != nullptr) kd = tc::head_bucket(p, args.in, args.compressed_k, args.compressed_v);
+#endif
+    if (kd == 0)
+      launch_shared(query_grads_kernel<T>, "nsa_backward", dim3(query_grid(p)), query_threads(p),
+                    size_t(query_layout(p, true).total) * sizeof(float), s, args, delta, window);
+#ifndef ALPHA_NSA_EMULATION
+    if constexpr (!std::is_same_v<T, float>) {
+      if (kd == 64) tc::launch_query_grads<T, 64, 64>(args, delta, window, s);
+      if (kd == 128) tc::launch_query_grads<T, 128, 128>(args, delta, window, s);
+      if (kd == 192) tc::launch_query_grads<T, 192, 128>(args, delta, window, s);
+    }
+#endif
     launch_key_grads(args, delta, true, nullptr, nullptr, dck, dcv, csr, window, s);
     const dim3 chunk_grid{unsigned(chunks), unsigned(groups)};
     launch_shared(csr_count_kernel<T>, "nsa_backward", chunk_grid, kCsrChunk, size_t(NB) * sizeof(int32_t), s, p,
