@@ -422,6 +422,7 @@ __device__ int select_blocks(Threads threads, float* scores, int64_t current, in
       if (better(os, ob, best_s, best)) best_s = os, best = ob;
     }
     if constexpr (Threads::kOneWarp) {
+      __syncwarp();  // every lane has read the scores before one is rewritten
       if (lane == 0) kept[round] = best, scores[best] = -1.0f;
     } else {
       if (lane == 0) scratch[2 * warp] = __float_as_int(best_s), scratch[2 * warp + 1] = best;
@@ -1093,6 +1094,29 @@ __device__ void stage_compressed(const NsaParams<T>& p, SharedTile<kKeys, kD> k,
   __syncthreads();
 }
 
+// Walks the kept selection blocks of token t (kept[0, count), ascending; each cut at t) 16 keys at a time through a
+// warp's own tiles: loads keys and values [k0, k0 + 16) of (b, g) (zero past the block's end), then visit(k0, end).
+template <class T, int kD, int kDv, class Visit>
+__device__ void walk_selected(const NsaParams<T>& p, const NsaInputPointers<T>& in, int64_t b, int64_t g, int64_t t,
+                              const int32_t* kept, int64_t count, SharedTile<kWarpKeys, kD> k,
+                              SharedTile<kWarpKeys, kDv> v, int lane, Visit visit) {
+  const uint16_t* k_rows = bits(in.k) + offset(p.k_strides, b, 0, g);
+  const uint16_t* v_rows = bits(in.v) + offset(p.v_strides, b, 0, g);
+  for (int64_t s = 0; s < count; ++s) {
+    const int64_t begin = int64_t(kept[s]) * p.select_len;
+    const int64_t end = begin + p.select_len < t + 1 ? begin + p.select_len : t + 1;
+    for (int64_t k0 = begin; k0 < end; k0 += kWarpKeys) {
+      load_tile_async<32>(k, k_rows, p.k_strides.time, k0, end, int(p.head_dim), lane);
+      load_tile_async<32>(v, v_rows, p.v_strides.time, k0, end, int(p.value_dim), lane);
+      copy_async_commit();
+      copy_async_wait<0>();
+      __syncwarp();
+      visit(k0, end);
+      __syncwarp();  // every lane is done with the tiles before the next load
+    }
+  }
+}
+
 template <int kO>
 __device__ void start_rows(FragC (&acc)[1][kO], float (&row_max)[1][2], float (&row_sum)[1][2]) {
   zero(acc);
@@ -1301,23 +1325,11 @@ __global__ void __launch_bounds__(kThreads, 3) forward_kernel(NsaForwardArgs<T> 
   // 3. The selected branch, 16 keys at a time.
   const typename S::WarpKTile k_mine{k_tile.at(kWarpKeys * warp, 0)};
   const typename S::WarpVTile v_mine{v_tile.at(kWarpKeys * warp, 0)};
-  const uint16_t* k_rows = bits(a.in.k) + offset(p.k_strides, b, 0, g);
-  const uint16_t* v_rows = bits(a.in.v) + offset(p.v_strides, b, 0, g);
   start_rows(acc, row_max, row_sum);
-  for (int s = 0; s < kept_count; ++s) {
-    const int64_t begin = int64_t(kept[s]) * p.select_len;
-    const int64_t end = begin + p.select_len < t + 1 ? begin + p.select_len : t + 1;  // cut at t
-    for (int64_t k0 = begin; k0 < end; k0 += kWarpKeys) {
-      load_tile_async<32>(k_mine, k_rows, p.k_strides.time, k0, end, int(p.head_dim), lane);
-      load_tile_async<32>(v_mine, v_rows, p.v_strides.time, k0, end, int(p.value_dim), lane);
-      copy_async_commit();
-      copy_async_wait<0>();
-      __syncwarp();
-      attend_tile<T, kWarpKeys>(keys_below(p, end), scale_log2, q_tile, k_mine, v_mine, 0, k0, lane, acc, row_max,
-                                row_sum);
-      __syncwarp();  // every lane is done with the tiles before the next load
-    }
-  }
+  walk_selected(p, a.in, b, g, t, kept, kept_count, k_mine, v_mine, lane, [&](int64_t k0, int64_t end) {
+    attend_tile<T, kWarpKeys>(keys_below(p, end), scale_log2, q_tile, k_mine, v_mine, 0, k0, lane, acc, row_max,
+                              row_sum);
+  });
   const RowNorm slc = store_branch(a, kNsaSelected, b, g, t, lane, acc, row_max, row_sum);
 
   // 4. The gated sum.
@@ -1512,22 +1524,12 @@ __global__ void __launch_bounds__(kThreads, kD > 128 ? 2 : 3)  // D 192 spilled 
 
   const typename S::WarpKTile k_mine{k_tile.at(kWarpKeys * warp, 0)};
   const typename S::WarpVTile v_mine{v_tile.at(kWarpKeys * warp, 0)};
-  const uint16_t* k_rows = bits(a.in.k) + offset(p.k_strides, b, 0, g);
-  const uint16_t* v_rows = bits(a.in.v) + offset(p.v_strides, b, 0, g);
   const int32_t* kept = a.selected + ((b * T_ + t) * p.kv_heads + g) * n;
-  for (int64_t s = 0; s < n && kept[s] >= 0; ++s) {
-    const int64_t begin = int64_t(kept[s]) * p.select_len;
-    const int64_t end = begin + p.select_len < t + 1 ? begin + p.select_len : t + 1;  // cut at t
-    for (int64_t k0 = begin; k0 < end; k0 += kWarpKeys) {
-      load_tile_async<32>(k_mine, k_rows, p.k_strides.time, k0, end, int(p.head_dim), lane);
-      load_tile_async<32>(v_mine, v_rows, p.v_strides.time, k0, end, int(p.value_dim), lane);
-      copy_async_commit();
-      copy_async_wait<0>();
-      __syncwarp();
-      dq_tile<T, kWarpKeys>(view, scale_log2, q_tile, do_tile, k_mine, v_mine, 0, k0, end, rows[kNsaSelected], lane, dq);
-      __syncwarp();  // every lane is done with the tiles before the next load
-    }
-  }
+  int64_t kept_count = 0;
+  while (kept_count < n && kept[kept_count] >= 0) ++kept_count;
+  walk_selected(p, a.in, b, g, t, kept, kept_count, k_mine, v_mine, lane, [&](int64_t k0, int64_t end) {
+    dq_tile<T, kWarpKeys>(view, scale_log2, q_tile, do_tile, k_mine, v_mine, 0, k0, end, rows[kNsaSelected], lane, dq);
+  });
 
 #pragma unroll
   for (int half = 0; half < 2; ++half) {
