@@ -4,8 +4,9 @@ our dense causal flash attention, our flash attention with a 512-token causal sl
 has it on this machine, FlexAttention with the same sliding window, all in the same run (issue 7).
 
 Rows: T in 8192, 16384 (--long adds 32768 and 65536), B 1, 4 kv heads of 16 query heads each (Hq 64), D 128,
-bf16, the paper's NSA blocks (l 32, d 16, l' 64, n 16, w 512). Reported: milliseconds, and NSA's speedup over
-dense (the issue's target at 64k: 9x forward, 6x backward, the paper's figures against FlashAttention-2).
+bf16, the paper's NSA blocks (l 32, d 16, l' 64, n 16, w 512). Reported: milliseconds, NSA's speedup over
+dense (the issue's target at 64k: 9x forward, 6x backward, the paper's figures against FlashAttention-2), and
+each forward's rate in TFLOP/s of its own work (nsa_forward_flops, dense_causal_flops).
 Alpha is timed by alpha_nsa_bench (median of CUDA-event timings); FlexAttention by CUDA events around a
 torch.compile'd flex_attention: the forward alone, and forward plus backward less the forward (its compiled
 backward refuses a retained graph).
@@ -63,6 +64,29 @@ def flex_row(r, window, forward_only):
         return {"error": str(e).splitlines()[0][:160]}
 
 
+def nsa_forward_flops(r, l=32, d=16, lp=64, n=16, w=512):
+    """The NSA forward's work in FLOPs (a multiply-add is 2): per query and head, q·k and p·v over the compressed
+    blocks it sees, its kept blocks' keys and its window (4·D per key); q·k again over the compressed blocks for the
+    selection scores where there are more than n candidate blocks; and the compressor's two products."""
+    t_len, dim, heads = r["seq"], r["head_dim"], r["batch"] * r["heads"]
+    keys = scores = 0
+    for t in range(t_len):
+        compressed = 0 if t + 1 < l else (t + 1 - l) // d + 1
+        current = t // lp
+        selected = t + 1 if current + 1 <= n else (n - 1) * lp + (t - current * lp + 1)
+        keys += compressed + selected + min(w, t + 1)
+        scores += compressed if current + 1 > n else 0
+    blocks = (t_len - l) // d + 1 if t_len >= l else 0
+    compressor = 2 * 2 * r["batch"] * blocks * r["kv_heads"] * dim * l * dim
+    return heads * (4 * dim * keys + 2 * dim * scores) + compressor
+
+
+def dense_causal_flops(r):
+    """Causal attention's forward: 4·D per (query, visible key) and head."""
+    t_len = r["seq"]
+    return 4 * r["head_dim"] * t_len * (t_len + 1) // 2 * r["batch"] * r["heads"]
+
+
 def fmt(x):
     return f"{x:9.2f}" if isinstance(x, (int, float)) else f"{'-':>9s}"
 
@@ -94,10 +118,16 @@ def main():
         speed_b = (a["dense_backward_ms"] / a["nsa_backward_ms"]
                    if "nsa_backward_ms" in a and "dense_backward_ms" in a else float("nan"))
         entry["speedup_forward"], entry["speedup_backward"] = speed_f, speed_b
+        entry["nsa_forward_tflops"] = nsa_forward_flops(r) / a["nsa_forward_ms"] / 1e9
+        if "dense_forward_ms" in a:
+            entry["dense_forward_tflops"] = dense_causal_flops(r) / a["dense_forward_ms"] / 1e9
         print(f"{r['seq']:6d} | {fmt(a['nsa_forward_ms'])} {fmt(a.get('dense_forward_ms'))} "
               f"{fmt(a.get('window_forward_ms'))} {fmt(flex.get('forward_ms'))} {speed_f:7.2f}x | "
               f"{fmt(a.get('nsa_backward_ms'))} {fmt(a.get('dense_backward_ms'))} {fmt(a.get('window_backward_ms'))} "
               f"{fmt(flex.get('backward_ms'))} {speed_b:7.2f}x", flush=True)
+        print(f"    forward TFLOP/s: NSA {entry['nsa_forward_tflops']:.0f} ({nsa_forward_flops(r) / 1e12:.2f} TFLOP)"
+              + (f", dense {entry['dense_forward_tflops']:.0f} ({dense_causal_flops(r) / 1e12:.1f} TFLOP)"
+                 if "dense_forward_tflops" in entry else ""))
         if "error" in flex:
             print(f"    flex: {flex['error']}")
     os.makedirs(args.out, exist_ok=True)
