@@ -35,6 +35,7 @@
 #include <cstdint>
 
 #include "alpha/core/dtype.h"
+#include "alpha/core/hd.h"
 #include "alpha/core/stream.h"
 #include "alpha/kernels/attention_reference.h"
 
@@ -60,12 +61,13 @@ struct NsaParams {
   int64_t window;        // w >= 1
 };
 
-// Complete compression blocks of a sequence of length T: (T − l)/d + 1, or 0 when T < l.
-inline int64_t nsa_compressed_blocks(int64_t seq_len, int64_t block_len, int64_t block_stride) {
+// Complete compression blocks of a sequence of length T: (T − l)/d + 1, or 0 when T < l. With T = t + 1, the
+// compressed blocks query t sees. Shared with the CUDA kernels.
+ALPHA_HD int64_t nsa_compressed_blocks(int64_t seq_len, int64_t block_len, int64_t block_stride) {
   return seq_len < block_len ? 0 : (seq_len - block_len) / block_stride + 1;
 }
 template <class T>
-int64_t nsa_compressed_blocks(const NsaParams<T>& p) {
+ALPHA_HD int64_t nsa_compressed_blocks(const NsaParams<T>& p) {
   return nsa_compressed_blocks(p.seq_len, p.block_len, p.block_stride);
 }
 

@@ -56,16 +56,22 @@ inline unsigned heads_extent(int64_t heads, const char* op) {
   return unsigned(heads);
 }
 
+// The shared memory the current device offers a block (its opt-in maximum), in bytes.
+inline size_t block_shared_memory_limit() {
+  int device = 0, limit = 0;
+  ALPHA_CUDA_CHECK(cudaGetDevice(&device));
+  ALPHA_CUDA_CHECK(cudaDeviceGetAttribute(&limit, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+  return size_t(limit);
+}
+
 // Launches kernel<<<grid, threads, bytes of dynamic shared memory, stream>>>(args...), after checking the
 // device offers that much shared memory to a block and raising the kernel's limit to it.
 template <class... Params, class... Args>
 void launch_with_shared(void (*kernel)(Params...), const char* name, dim3 grid, int threads, size_t bytes,
                         cudaStream_t stream, const Args&... args) {
   if (grid.x == 0 || grid.y == 0) return;
-  int device = 0, limit = 0;
-  ALPHA_CUDA_CHECK(cudaGetDevice(&device));
-  ALPHA_CUDA_CHECK(cudaDeviceGetAttribute(&limit, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
-  if (bytes > size_t(limit))
+  const size_t limit = block_shared_memory_limit();
+  if (bytes > limit)
     raise<BackendError>(name, "shared memory", "at most " + std::to_string(limit) + " bytes per block on this device",
                         std::to_string(bytes));
   ALPHA_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes)));

@@ -38,13 +38,16 @@ int mma_head_dim_bucket(const AttentionParams<T>& p, const char* op) {
   return mma_head_dim_bucket(p.head_dim, p.value_dim, op);
 }
 
-// Raises ShapeError unless `rows` (an operand of [B, T, H, features]) starts 16-byte aligned with every
-// stride a multiple of 8 elements.
+// Whether `rows` (an operand of [B, T, H, features]) starts 16-byte aligned with every stride a multiple of 8
+// elements, as cp.async and TMA need.
+inline bool mma_rows_aligned(const void* rows, const AttentionStrides& s) {
+  return reinterpret_cast<uintptr_t>(rows) % 16 == 0 && s.batch % 8 == 0 && s.time % 8 == 0 && s.head % 8 == 0;
+}
+
+// Raises ShapeError unless mma_rows_aligned.
 template <class T>
 void require_mma_rows(const T* rows, const AttentionStrides& s, const char* op, const char* name) {
-  const bool aligned =
-      reinterpret_cast<uintptr_t>(rows) % 16 == 0 && s.batch % 8 == 0 && s.time % 8 == 0 && s.head % 8 == 0;
-  if (!aligned)
+  if (!mma_rows_aligned(rows, s))
     raise<ShapeError>(
         op, name, "16-byte aligned rows (pointer 16-byte aligned, batch/time/head strides multiples of 8)",
         "strides " + std::to_string(s.batch) + ", " + std::to_string(s.time) + ", " + std::to_string(s.head));

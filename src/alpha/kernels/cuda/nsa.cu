@@ -172,16 +172,11 @@ void gemm(int64_t M, int64_t N, int64_t K, LoadA a, LoadB b, Out out, cudaStream
   ALPHA_CUDA_LAUNCH((gemm_kernel<LoadA, LoadB, Out>), grid, kGemmThreads, stream, M, N, K, a, b, out);
 }
 
-// nsa_compressed_blocks, callable on the device.
-template <class T>
-__host__ __device__ int64_t compressed_blocks(const NsaParams<T>& p) {
-  return p.seq_len < p.block_len ? 0 : (p.seq_len - p.block_len) / p.block_stride + 1;
-}
 
 template <class T>
 CompressorInput<T> compressor_input(const NsaParams<T>& p, const T* src, const AttentionStrides& s, const T* pos,
                                     int64_t features) {
-  return {src, s, pos, features, compressed_blocks(p), p.kv_heads, p.block_stride};
+  return {src, s, pos, features, nsa_compressed_blocks(p), p.kv_heads, p.block_stride};
 }
 
 // ---------------------------------------------------------------------------------------------------------
@@ -206,7 +201,7 @@ struct BranchKeys {
 template <class T>
 __device__ BranchKeys branch_keys(const NsaParams<T>& p, int kind, int64_t t, const int* kept, int kept_count) {
   BranchKeys k{kind, 0, 0, kept, p.select_len, t};
-  if (kind == kNsaCompressed) k.count = t + 1 < p.block_len ? 0 : (t + 1 - p.block_len) / p.block_stride + 1;
+  if (kind == kNsaCompressed) k.count = nsa_compressed_blocks(t + 1, p.block_len, p.block_stride);
   if (kind == kNsaWindow) {
     k.first = t - p.window + 1 > 0 ? t - p.window + 1 : 0;
     k.count = t + 1 - k.first;
@@ -225,7 +220,7 @@ struct KeyValues {
 };
 template <class T>
 __host__ __device__ KeyValues<T> compressed_kv(const NsaParams<T>& p, const T* ck, const T* cv) {
-  const int64_t blocks = compressed_blocks(p);
+  const int64_t blocks = nsa_compressed_blocks(p);
   return {ck,
           {blocks * p.kv_heads * p.head_dim, p.kv_heads * p.head_dim, p.head_dim},
           cv,
@@ -711,8 +706,7 @@ template <class T>
 __device__ unsigned visible_mask(const NsaParams<T>& p, int c, int64_t t, int64_t key0, int64_t nk) {
   const int64_t last = key0 + nk - 1;
   if (c == kNsaCompressed) {
-    if (t + 1 < p.block_len) return 0u;
-    const int64_t hi = (t + 1 - p.block_len) / p.block_stride;
+    const int64_t hi = nsa_compressed_blocks(t + 1, p.block_len, p.block_stride) - 1;
     return lane_bits(key0, hi < last ? hi : last, key0);
   }
   if (c == kNsaWindow) {
@@ -816,7 +810,7 @@ __global__ void __launch_bounds__(kKeyThreads)
   constexpr int kPer = kMaxDim / kKeyWarps;
   const NsaParams<T>& p = args.params;
   const int64_t G = p.q_heads / p.kv_heads, D = p.head_dim, Dv = p.value_dim, T_ = p.seq_len;
-  const int64_t blocks = compressed_blocks(p);
+  const int64_t blocks = nsa_compressed_blocks(p);
   const int64_t b = blockIdx.y / p.kv_heads, g = blockIdx.y % p.kv_heads;
   const int64_t keys_total = compressed_keys ? blocks : T_;
   const int64_t key0 = int64_t(blockIdx.x) * kChunk, nk = keys_total - key0 < kChunk ? keys_total - key0 : kChunk;
@@ -1085,7 +1079,7 @@ __device__ AttentionParams<T> keys_below(const NsaParams<T>& p, int64_t end) {
 template <class T, int kD, int kDv>
 __device__ void stage_compressed(const NsaParams<T>& p, SharedTile<kKeys, kD> k, SharedTile<kKeys, kDv> v,
                                  const uint16_t* ck, const uint16_t* cv, int64_t c0, bool values) {
-  const int64_t Nc = compressed_blocks(p);
+  const int64_t Nc = nsa_compressed_blocks(p);
   __syncthreads();
   load_tile_async<kThreads>(k, ck, p.kv_heads * p.head_dim, c0, Nc, int(p.head_dim));
   if (values) load_tile_async<kThreads>(v, cv, p.kv_heads * p.value_dim, c0, Nc, int(p.value_dim));
@@ -1255,7 +1249,7 @@ __global__ void __launch_bounds__(kThreads, 3) forward_kernel(NsaForwardArgs<T> 
   extern __shared__ __align__(16) uint16_t tiles[];
   const NsaParams<T>& p = a.params;
   const int warp = int(threadIdx.x) / 32, lane = int(threadIdx.x) % 32;
-  const int64_t G = p.q_heads / p.kv_heads, T_ = p.seq_len, Nc = compressed_blocks(p), n = p.select_count;
+  const int64_t G = p.q_heads / p.kv_heads, T_ = p.seq_len, Nc = nsa_compressed_blocks(p), n = p.select_count;
   const int64_t b = blockIdx.y / p.kv_heads, g = blockIdx.y % p.kv_heads;
   const int64_t t0 = int64_t(gridDim.x - 1 - blockIdx.x) * kWarps, t = t0 + warp;  // the longest rows first
   const int64_t last_t = (t0 + kWarps < T_ ? t0 + kWarps : T_) - 1;
@@ -1272,10 +1266,8 @@ __global__ void __launch_bounds__(kThreads, 3) forward_kernel(NsaForwardArgs<T> 
     load_tile_async<32>(q_tile, bits(a.in.q) + offset(p.q_strides, b, t, g * G), p.q_strides.head, 0, G,
                         int(p.head_dim), lane);
   copy_async_commit();
-  const auto visible_blocks = [&](int64_t token) {
-    return token + 1 < p.block_len ? int64_t(0) : (token + 1 - p.block_len) / p.block_stride + 1;
-  };
-  const int64_t count = live ? visible_blocks(t) : 0, count_max = visible_blocks(last_t);
+  const int64_t count = live ? nsa_compressed_blocks(t + 1, p.block_len, p.block_stride) : 0;  // the token's
+  const int64_t count_max = nsa_compressed_blocks(last_t + 1, p.block_len, p.block_stride);   // the block's
   const uint16_t* ck = bits(a.compressed_k) + (b * Nc * p.kv_heads + g) * p.head_dim;
   const uint16_t* cv = bits(a.compressed_v) + (b * Nc * p.kv_heads + g) * p.value_dim;
   const float scale_log2 = float(p.scale) * kLog2e;
@@ -1387,7 +1379,7 @@ __global__ void __launch_bounds__(kThreads) compress_kernel(const T* src, Attent
 template <class T>
 void compress(const NsaParams<T>& p, const T* src, const AttentionStrides& s, const T* pos, const T* weight, T* out,
               int64_t features, float* bias, cudaStream_t stream) {
-  const int64_t blocks = compressed_blocks(p), l = p.block_len;
+  const int64_t blocks = nsa_compressed_blocks(p), l = p.block_len;
   if (blocks == 0) return;
   gemm(1, features, l * features, RowMajor<T>{pos, 0}, RowMajor<T>{weight, l * features}, Store<float>{bias, features},
        stream);  // W·flatten(pos), f32
@@ -1402,7 +1394,8 @@ void compress(const NsaParams<T>& p, const T* src, const AttentionStrides& s, co
 // the forward. Per branch c and row: D_c = σ_c·(dO·O_c), written for the key side, and dgate_c; then for the
 // compressed keys (staged per block) and the selected ones (16 per warp step): S = Q·Kᵀ and dP = dO·Vᵀ on the tensor
 // cores, P = exp2(S·scale·log2 e − lse2), dS = P∘(σ_c·dP − D_c) (flash's entry_gradient with σ_c in the dropout
-// factor's place), dq += dS·K; at the end dq·scale plus the window's.
+// factor's place), dq += dS·K; at the end dq·scale plus the window's (this kernel runs only where flash attention's
+// backward took the window: window.dq is set).
 template <int kD, int kDv>
 struct GradShape {
   using QTile = SharedTile<16, kD>;
@@ -1455,7 +1448,7 @@ __global__ void __launch_bounds__(kThreads, kD > 128 ? 2 : 3)  // D 192 spilled 
   extern __shared__ __align__(16) uint16_t tiles[];
   const NsaParams<T>& p = a.params;
   const int warp = int(threadIdx.x) / 32, lane = int(threadIdx.x) % 32;
-  const int64_t G = p.q_heads / p.kv_heads, T_ = p.seq_len, Nc = compressed_blocks(p), n = p.select_count;
+  const int64_t G = p.q_heads / p.kv_heads, T_ = p.seq_len, Nc = nsa_compressed_blocks(p), n = p.select_count;
   const int64_t b = blockIdx.y / p.kv_heads, g = blockIdx.y % p.kv_heads;
   const int64_t t0 = int64_t(gridDim.x - 1 - blockIdx.x) * kWarps, t = t0 + warp;
   const int64_t last_t = (t0 + kWarps < T_ ? t0 + kWarps : T_) - 1;
@@ -1508,10 +1501,8 @@ __global__ void __launch_bounds__(kThreads, kD > 128 ? 2 : 3)  // D 192 spilled 
   view.scale = p.scale;
   FragC dq[1][kD / 8];
   zero(dq);
-  const auto visible_blocks = [&](int64_t token) {
-    return token + 1 < p.block_len ? int64_t(0) : (token + 1 - p.block_len) / p.block_stride + 1;
-  };
-  const int64_t count = live ? visible_blocks(t) : 0, count_max = visible_blocks(last_t);
+  const int64_t count = live ? nsa_compressed_blocks(t + 1, p.block_len, p.block_stride) : 0;  // the token's
+  const int64_t count_max = nsa_compressed_blocks(last_t + 1, p.block_len, p.block_stride);   // the block's
   const uint16_t* ck = bits(a.compressed_k) + (b * Nc * p.kv_heads + g) * p.head_dim;
   const uint16_t* cv = bits(a.compressed_v) + (b * Nc * p.kv_heads + g) * p.value_dim;
   for (int64_t c0 = 0; c0 < count_max; c0 += kKeys) {
@@ -1543,7 +1534,7 @@ __global__ void __launch_bounds__(kThreads, kD > 128 ? 2 : 3)  // D 192 spilled 
       float v[2];
 #pragma unroll
       for (int x = 0; x < 2; ++x)
-        v[x] = dq[0][nt].x[2 * half + x] * float(p.scale) + (window.dq ? ld(window.dq, at + col + x) : 0.0f);
+        v[x] = dq[0][nt].x[2 * half + x] * float(p.scale) + ld(window.dq, at + col + x);
       *reinterpret_cast<uint32_t*>(bits(a.dq) + at + col) = pack2<T>(v[0], v[1]);
     }
   }
@@ -1553,11 +1544,9 @@ __global__ void __launch_bounds__(kThreads, kD > 128 ? 2 : 3)  // D 192 spilled 
 // of q, k, v 16-byte aligned): the tensor-core forward's condition, and the backward's for flash's window gradients.
 template <class T>
 bool window_on_flash(const NsaParams<T>& p, const NsaInputPointers<T>& in) {
-  const auto rows_aligned = [](const void* ptr, const AttentionStrides& s) {
-    return reinterpret_cast<uintptr_t>(ptr) % 16 == 0 && s.batch % 8 == 0 && s.time % 8 == 0 && s.head % 8 == 0;
-  };
-  return !std::is_same_v<T, float> && p.head_dim % 8 == 0 && p.value_dim % 8 == 0 && rows_aligned(in.q, p.q_strides) &&
-         rows_aligned(in.k, p.k_strides) && rows_aligned(in.v, p.v_strides);
+  return !std::is_same_v<T, float> && p.head_dim % 8 == 0 && p.value_dim % 8 == 0 &&
+         mma_rows_aligned(in.q, p.q_strides) && mma_rows_aligned(in.k, p.k_strides) &&
+         mma_rows_aligned(in.v, p.v_strides);
 }
 
 // The (kD, kDv) bucket the tensor-core kernels run these arguments in, or 0 where they do not take them (G above 16,
@@ -1583,10 +1572,7 @@ int bucket(const NsaForwardArgs<T>& a) {
     const size_t bytes = kd == 64    ? shared_bytes<T, 64, 64>(p)
                          : kd == 128 ? shared_bytes<T, 128, 128>(p)
                                      : shared_bytes<T, 192, 128>(p);
-    int device = 0, limit = 0;
-    ALPHA_CUDA_CHECK(cudaGetDevice(&device));
-    ALPHA_CUDA_CHECK(cudaDeviceGetAttribute(&limit, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
-    return bytes <= size_t(limit) ? kd : 0;
+    return bytes <= block_shared_memory_limit() ? kd : 0;
   }
 }
 
@@ -1638,28 +1624,37 @@ __global__ void gate_window_kernel(const T* dout, const T* gates, T* out, int64_
     st(out, idx, sigmoid(ld(gates, idx / width * kNsaBranches + kNsaWindow)) * ld(dout, idx));
 }
 
-// The window branch's gradients by flash attention's backward, into `scratch` (window_grads_bytes of it).
+// Where the window branch's backward keeps its pieces in one scratch allocation, in bytes from its start (each piece
+// 256-byte aligned): flash's f32 workspace, the gated dO, then the window's dq, dk and dv (in T).
+struct WindowScratch {
+  size_t gated, dq, dk, dv, total;
+};
 template <class T>
-size_t window_grads_bytes(const NsaParams<T>& p) {
+WindowScratch window_scratch(const NsaParams<T>& p) {
   const int64_t q_rows = p.batch * p.seq_len * p.q_heads, kv_rows = p.batch * p.seq_len * p.kv_heads;
   const auto rounded = [](int64_t bytes) { return size_t((bytes + 255) / 256 * 256); };
-  return rounded(flash_attention_backward_workspace_here(window_params(p)) * 4) +
-         rounded(q_rows * p.value_dim * 2) + rounded(q_rows * p.head_dim * 2) + rounded(kv_rows * p.head_dim * 2) +
-         rounded(kv_rows * p.value_dim * 2);
+  WindowScratch at{};
+  at.gated = rounded(flash_attention_backward_workspace_here(window_params(p)) * int64_t(sizeof(float)));
+  at.dq = at.gated + rounded(q_rows * p.value_dim * int64_t(sizeof(T)));
+  at.dk = at.dq + rounded(q_rows * p.head_dim * int64_t(sizeof(T)));
+  at.dv = at.dk + rounded(kv_rows * p.head_dim * int64_t(sizeof(T)));
+  at.total = at.dv + rounded(kv_rows * p.value_dim * int64_t(sizeof(T)));
+  return at;
 }
+
+// The window branch's gradients by flash attention's backward, into `scratch` (window_scratch(p).total bytes).
 template <class T>
 WindowGrads<T> window_grads_as_flash(const NsaBackwardArgs<T>& a, char* scratch, Stream stream) {
   const NsaParams<T>& p = a.params;
-  const int64_t q_rows = p.batch * p.seq_len * p.q_heads, kv_rows = p.batch * p.seq_len * p.kv_heads;
-  const auto rounded = [](int64_t bytes) { return size_t((bytes + 255) / 256 * 256); };
+  const WindowScratch at = window_scratch(p);
+  const int64_t q_rows = p.batch * p.seq_len * p.q_heads;
   AttentionBackwardArgs<T> w{};
   w.params = window_params(p);
   float* workspace = reinterpret_cast<float*>(scratch);
-  scratch += rounded(flash_attention_backward_workspace_here(w.params) * 4);
-  T* gated = reinterpret_cast<T*>(scratch);
-  T* dq = reinterpret_cast<T*>(scratch += rounded(q_rows * p.value_dim * 2));
-  T* dk = reinterpret_cast<T*>(scratch += rounded(q_rows * p.head_dim * 2));
-  T* dv = reinterpret_cast<T*>(scratch += rounded(kv_rows * p.head_dim * 2));
+  T* gated = reinterpret_cast<T*>(scratch + at.gated);
+  T* dq = reinterpret_cast<T*>(scratch + at.dq);
+  T* dk = reinterpret_cast<T*>(scratch + at.dk);
+  T* dv = reinterpret_cast<T*>(scratch + at.dv);
   const cudaStream_t s = alpha::cuda::stream_handle(stream);
   const int64_t total = q_rows * p.value_dim;
   const unsigned grid = unsigned(std::min<int64_t>((total + 255) / 256, 4096));
@@ -1682,7 +1677,7 @@ void launch_key_grads(const NsaBackwardArgs<T>& args, const float* delta, bool c
                       const float* dx_v, float* dck, float* dcv, const SelectionCsr& csr, WindowGrads<T> window,
                       cudaStream_t stream) {
   const NsaParams<T>& p = args.params;
-  const int64_t keys = compressed_keys ? compressed_blocks(p) : p.seq_len;
+  const int64_t keys = compressed_keys ? nsa_compressed_blocks(p) : p.seq_len;
   const dim3 grid{unsigned((keys + kChunk - 1) / kChunk), unsigned(p.batch * p.kv_heads)};
   const size_t bytes = size_t(key_layout(p).total) * sizeof(float);
   const int64_t widest = p.head_dim > p.value_dim ? p.head_dim : p.value_dim;
@@ -1707,7 +1702,7 @@ void nsa_forward(const NsaForwardArgs<T>& args, Stream stream) {
   if (p.batch * p.kv_heads > 65535)
     raise<ShapeError>("nsa", "batch·kv_heads", "at most 65535", std::to_string(p.batch * p.kv_heads));
   const cudaStream_t s = alpha::cuda::stream_handle(stream);
-  const int64_t rows = p.batch * compressed_blocks(p) * p.kv_heads, l = p.block_len;
+  const int64_t rows = p.batch * nsa_compressed_blocks(p) * p.kv_heads, l = p.block_len;
   const int64_t D = p.head_dim, Dv = p.value_dim;
 #ifndef ALPHA_NSA_EMULATION
   if constexpr (!std::is_same_v<T, float>) {
@@ -1737,7 +1732,7 @@ void nsa_backward(const NsaBackwardArgs<T>& args, Stream stream) {
   const NsaParams<T>& p = args.params;
   check_head_dims("nsa_backward", p);
   const cudaStream_t s = alpha::cuda::stream_handle(stream);
-  const int64_t blocks = compressed_blocks(p), rows = p.batch * blocks * p.kv_heads, l = p.block_len;
+  const int64_t blocks = nsa_compressed_blocks(p), rows = p.batch * blocks * p.kv_heads, l = p.block_len;
   const int64_t D = p.head_dim, Dv = p.value_dim;
   if (p.batch * p.kv_heads > 65535)
     raise<ShapeError>("nsa_backward", "batch·kv_heads", "at most 65535", std::to_string(p.batch * p.kv_heads));
@@ -1758,11 +1753,11 @@ void nsa_backward(const NsaBackwardArgs<T>& args, Stream stream) {
   // bf16/f16 on the tensor cores: the window branch by flash attention's backward, which the kernels below add.
   WindowGrads<T> window{};
 #ifndef ALPHA_NSA_EMULATION
-  std::optional<StreamScratch> window_scratch;
+  std::optional<StreamScratch> window_memory;
   if constexpr (!std::is_same_v<T, float>)
     if (p.batch * p.seq_len * p.q_heads > 0 && tc::window_on_flash(p, args.in)) {
-      window_scratch.emplace(tc::window_grads_bytes(p), s);
-      window = tc::window_grads_as_flash(args, window_scratch->template as<char>(), stream);
+      window_memory.emplace(tc::window_scratch(p).total, s);
+      window = tc::window_grads_as_flash(args, window_memory->template as<char>(), stream);
     }
 #endif
   if (p.batch * p.seq_len * p.q_heads > 0) {
