@@ -5,8 +5,8 @@
 //
 // Two forwards. bf16/f16 with G <= 16 and head dims the mma tiles take run on the tensor cores (namespace tc,
 // below: the compressor and the compressed and selected branches on mma.sync, the window branch as flash
-// attention); so does the backward's query side there, its window branch through flash attention's backward.
-// Everything else (f32, other shapes, the backward's key side) runs the FMA kernels described here, which came first.
+// attention); so does the backward there (tc::query_grads_kernel and tc::key_grads_kernel), its window branch through
+// flash attention's backward. Everything else (f32, other shapes) runs the FMA kernels described here, which came first.
 //
 // FMA forward (three launches):
 // 1. The compressor, K̃ = W_k·flatten(k block + pos_k) and likewise Ṽ: a tiled GEMM whose left operand is
@@ -46,6 +46,7 @@
 #include <optional>
 #include <type_traits>
 
+#include "alpha/kernels/cuda/flash_attention_mma_backward.cuh"
 #include "alpha/kernels/cuda/flash_attention_mma_forward.cuh"
 #include "alpha/kernels/flash_attention.h"
 #endif
@@ -1540,6 +1541,263 @@ __global__ void __launch_bounds__(kThreads, kD > 128 ? 2 : 3)  // D 192 spilled 
   }
 }
 
+// The backward's key side on the tensor cores (the compressed keys, then the tokens): one block of kWarps warps per
+// (kKeys keys, b·Hkv + g) holds those keys' K and V in shared memory, each warp 16 keys as the mma rows, and walks the
+// query tokens that see them, two tokens (32 rows: each token's G heads, padded to 16) per step through a two-stage
+// cp.async ring of q, dO and the rows' statistics. Per step, transposed so that the keys are the rows:
+//   Sᵀ = K·Qᵀ and dPᵀ = V·dOᵀ, then per entry P̃ = P·σ_c and dS = P∘(σ_c·dP − D_c) (flash's entry_gradient with σ_c in
+//   the dropout factor's place), dV += P̃ᵀ·dO and dK += dSᵀ·Q.
+// The compressed keys [c0, c0 + kKeys) are seen by every token t >= c0·d + l − 1 (each the keys below its own count);
+// the tokens' are seen by the queries that kept their selection blocks: the CSR lists of the blocks overlapping the
+// tile, in list order (each up to the token itself). Then the compressed keys' dK̃, dṼ go to the f32 workspace; the
+// tokens' get the compressor's token gradients and the window's (flash attention's backward) added, and are stored.
+// Every sum runs in a fixed order: no atomics.
+constexpr int kStepRows = 32;  // two tokens' 16 head rows
+
+// A step's rows in shared memory: lse2 (+inf for a padded row), D_c and σ_c per row, and per token the keys it sees.
+struct StepRows {
+  float lse2[kStepRows], delta[kStepRows], gate[kStepRows];
+  int64_t begin[2], end[2];
+};
+
+template <int kD, int kDv>
+struct KeyGradShape {
+  using KTile = SharedTile<kKeys, kD>;
+  using VTile = SharedTile<kKeys, kDv>;
+  using QTile = SharedTile<kStepRows, kD>;
+  using OTile = SharedTile<kStepRows, kDv>;
+  using TokenQTile = SharedTile<16, kD>;
+  using TokenOTile = SharedTile<16, kDv>;
+  static constexpr int kElements = KTile::kElements + VTile::kElements + 2 * (QTile::kElements + OTile::kElements);
+  static constexpr size_t kBytes = size_t(kElements) * 2 + 2 * sizeof(StepRows);
+};
+
+// The lists of query tokens a key tile walks. Compressed keys: one list, the tokens from c0·d + l − 1 on. Tokens: the
+// selection blocks overlapping the tile, each with the CSR's list of the queries that kept it.
+template <bool kCompressed>
+struct TokenLists {
+  int64_t seq_len, block_len, block_stride, select_len;
+  int64_t j0, nk, first, last;  // the tile's keys [j0, j0 + nk); its lists [first, last]
+  int64_t first_token;          // compressed keys: the first token that sees key j0
+  const int32_t* offsets;       // tokens: the CSR of (b, g)
+  const int32_t* queries;
+
+  __device__ int64_t count(int64_t list) const {
+    if constexpr (kCompressed) return first_token < seq_len ? seq_len - first_token : 0;
+    else return offsets[list + 1] - offsets[list];
+  }
+  __device__ int64_t token(int64_t list, int64_t i) const {
+    if constexpr (kCompressed) return first_token + i;
+    else return queries[offsets[list] + i];
+  }
+  // The tile's keys token t of `list` sees: [begin, end).
+  __device__ void visible(int64_t list, int64_t t, int64_t& begin, int64_t& end) const {
+    if constexpr (kCompressed) {
+      begin = j0;
+      end = nsa_compressed_blocks(t + 1, block_len, block_stride);
+    } else {
+      const int64_t block = list * select_len;
+      begin = block > j0 ? block : j0;
+      end = block + select_len < t + 1 ? block + select_len : t + 1;
+    }
+    if (end > j0 + nk) end = j0 + nk;
+  }
+};
+struct ListCursor {
+  int64_t list, i;  // the step's first token is entry i of `list`
+};
+template <class Lists>
+__device__ ListCursor skip_empty(const Lists& lists, ListCursor c) {
+  while (c.list <= lists.last && c.i >= lists.count(c.list)) c.list += 1, c.i = 0;
+  return c;
+}
+
+// Stores token j's row of a key-side accumulator (16 × 8·kO; this thread's half of its fragment rows) as T, `width`
+// columns: acc·scale, plus the compressor's token gradients dx of the blocks i with i·d <= j < i·d + l (ascending),
+// plus the window's (flash attention's backward).
+template <class T, int kO>
+__device__ void store_token_grads(const NsaParams<T>& p, int64_t b, int64_t g, int64_t j, int half, int lane,
+                                  int64_t width, float scale, const FragC (&acc)[1][kO], const float* dx,
+                                  const T* from_window, T* out) {
+  const int64_t Nc = nsa_compressed_blocks(p), l = p.block_len, d = p.block_stride;
+  const int64_t i_lo = j + 1 - l <= 0 ? 0 : (j + 1 - l + d - 1) / d, i_hi = j / d < Nc - 1 ? j / d : Nc - 1;
+  const int64_t at = ((b * p.seq_len + j) * p.kv_heads + g) * width;
+#pragma unroll
+  for (int n = 0; n < kO; ++n) {
+    const int64_t col = mma_backward::fragment_col(lane, n, 0);
+    if (col >= width) continue;
+    float v[2] = {acc[0][n].x[2 * half] * scale, acc[0][n].x[2 * half + 1] * scale};
+    for (int64_t i = i_lo; i <= i_hi; ++i) {
+      const float* row = dx + (((b * Nc + i) * p.kv_heads + g) * l + j - i * d) * width;
+      v[0] += row[col], v[1] += row[col + 1];
+    }
+    v[0] += ld(from_window, at + col), v[1] += ld(from_window, at + col + 1);
+    *reinterpret_cast<uint32_t*>(bits(out) + at + col) = pack2<T>(v[0], v[1]);
+  }
+}
+
+template <class T, int kD, int kDv, bool kCompressed>
+__global__ void __launch_bounds__(kThreads, 2)
+    key_grads_kernel(NsaBackwardArgs<T> a, const float* delta, const float* dx_k, const float* dx_v, float* dck,
+                     float* dcv, SelectionCsr csr, WindowGrads<T> window) {
+  using S = KeyGradShape<kD, kDv>;
+  constexpr int kN = kStepRows / 8;
+  extern __shared__ __align__(16) uint16_t tiles[];
+  const NsaParams<T>& p = a.params;
+  const int warp = int(threadIdx.x) / 32, lane = int(threadIdx.x) % 32;
+  const int64_t G = p.q_heads / p.kv_heads, T_ = p.seq_len, Nc = nsa_compressed_blocks(p);
+  const int64_t bg = blockIdx.y, b = bg / p.kv_heads, g = bg % p.kv_heads;
+  const int64_t keys_total = kCompressed ? Nc : T_, j0 = int64_t(blockIdx.x) * kKeys;
+  const int64_t nk = keys_total - j0 < kKeys ? keys_total - j0 : kKeys;
+  const int branch = kCompressed ? kNsaCompressed : kNsaSelected;
+  const typename S::KTile k_tile{tiles};
+  const typename S::VTile v_tile{k_tile.data + S::KTile::kElements};
+  const typename S::QTile q_tiles{v_tile.data + S::VTile::kElements};  // stage s: q_tiles.next(s)
+  const typename S::OTile do_tiles{q_tiles.data + 2 * S::QTile::kElements};
+  StepRows* step_rows = reinterpret_cast<StepRows*>(tiles + S::kElements);
+
+  if constexpr (kCompressed) {
+    load_tile_async<kThreads>(k_tile, bits(a.compressed_k) + (b * Nc * p.kv_heads + g) * p.head_dim,
+                              p.kv_heads * p.head_dim, j0, Nc, int(p.head_dim));
+    load_tile_async<kThreads>(v_tile, bits(a.compressed_v) + (b * Nc * p.kv_heads + g) * p.value_dim,
+                              p.kv_heads * p.value_dim, j0, Nc, int(p.value_dim));
+  } else {
+    load_tile_async<kThreads>(k_tile, bits(a.in.k) + offset(p.k_strides, b, 0, g), p.k_strides.time, j0, T_,
+                              int(p.head_dim));
+    load_tile_async<kThreads>(v_tile, bits(a.in.v) + offset(p.v_strides, b, 0, g), p.v_strides.time, j0, T_,
+                              int(p.value_dim));
+  }
+  TokenLists<kCompressed> lists{T_, p.block_len, p.block_stride, p.select_len, j0, nk, 0, 0,
+                                j0 * p.block_stride + p.block_len - 1, nullptr, nullptr};
+  if constexpr (!kCompressed) {
+    const int64_t NB = selection_blocks(p);
+    lists.first = j0 / p.select_len, lists.last = (j0 + nk - 1) / p.select_len;
+    lists.offsets = csr.offsets + bg * (NB + 1);
+    lists.queries = csr.queries + bg * T_ * p.select_count;
+  }
+
+  // Starts loading the step at `c` into stage s: the two tokens' q and dO rows, their statistics and visible keys.
+  auto load_step = [&](ListCursor c, int s) {
+    const int64_t count = lists.count(c.list);
+    StepRows& rows = step_rows[s];
+#pragma unroll
+    for (int slot = 0; slot < 2; ++slot) {
+      const int64_t t = c.i + slot < count ? lists.token(c.list, c.i + slot) : -1;
+      const int64_t first_row = (b * T_ + t) * p.q_heads + g * G;
+      const typename S::TokenQTile q{q_tiles.next(s).at(16 * slot, 0)};
+      const typename S::TokenOTile dout{do_tiles.next(s).at(16 * slot, 0)};
+      load_tile_async<kThreads>(q, t >= 0 ? bits(a.in.q) + offset(p.q_strides, b, t, g * G) : bits(a.in.q),
+                                p.q_strides.head, 0, t >= 0 ? G : 0, int(p.head_dim));
+      load_tile_async<kThreads>(dout, t >= 0 ? bits(a.dout) + first_row * p.value_dim : bits(a.dout), p.value_dim, 0,
+                                t >= 0 ? G : 0, int(p.value_dim));
+      const int r = int(threadIdx.x) - 16 * slot;
+      if (r >= 0 && r < 16) {
+        const bool live = t >= 0 && r < G;
+        const int64_t si = live ? stat_index(p, branch, b, g * G + r, t) : 0;
+        rows.lse2[16 * slot + r] = live ? log2_normaliser(a.row_max[si], a.row_sum[si]) : INFINITY;
+        rows.delta[16 * slot + r] = live ? delta[si] : 0.0f;
+        rows.gate[16 * slot + r] = live ? sigmoid(ld(a.in.gates, (first_row + r) * kNsaBranches + branch)) : 0.0f;
+      }
+      if (threadIdx.x == 32 + slot) {
+        int64_t begin = 0, end = 0;
+        if (t >= 0) lists.visible(c.list, t, begin, end);
+        rows.begin[slot] = begin, rows.end[slot] = end;
+      }
+    }
+  };
+
+  const float scale_log2 = float(p.scale) * kLog2e;
+  AttentionParams<T> view{};
+  view.scale = p.scale;
+  const Softcap none{0.0f, 0.0f};
+  const int key_row0 = 16 * warp;
+  FragC dk[1][kD / 8], dv[1][kDv / 8];
+  zero(dk);
+  zero(dv);
+  ListCursor current = skip_empty(lists, {lists.first, 0});
+  if (current.list <= lists.last) load_step(current, 0);
+  copy_async_commit();
+  for (int stage = 0; current.list <= lists.last; stage ^= 1) {
+    const ListCursor next = skip_empty(lists, {current.list, current.i + 2});
+    if (next.list <= lists.last) load_step(next, stage ^ 1);
+    copy_async_commit();
+    copy_async_wait<1>();
+    __syncthreads();  // this stage's rows (and the first time K and V) are in place
+
+    FragC st[1][kN], dpt[1][kN];  // Sᵀ and dPᵀ: rows this warp's keys, columns the step's 32 rows
+    zero(st);
+    zero(dpt);
+    warp_product_abt<T, 1, kN, kD>(st, k_tile, key_row0, q_tiles.next(stage), 0, lane);
+    warp_product_abt<T, 1, kN, kDv>(dpt, v_tile, key_row0, do_tiles.next(stage), 0, lane);
+    const StepRows& rows = step_rows[stage];
+#pragma unroll
+    for (int n = 0; n < kN; ++n)
+#pragma unroll
+      for (int x = 0; x < 4; ++x) {
+        const int col = mma_backward::fragment_col(lane, n, x), slot = n / 2;
+        const int64_t j = j0 + key_row0 + mma_backward::fragment_row(lane, x);
+        const EntryGrad e = entry_gradient<false>(view, none, scale_log2, st[0][n].x[x], dpt[0][n].x[x],
+                                                  rows.lse2[col], rows.delta[col], rows.gate[col]);
+        const bool visible = j >= rows.begin[slot] && j < rows.end[slot];
+        st[0][n].x[x] = select_float(visible, e.prob_dropped, 0.0f);
+        dpt[0][n].x[x] = select_float(visible, e.dscore, 0.0f);
+      }
+    FragA probs[1][kN / 2], dscores[1][kN / 2];
+    to_a_fragments<T>(probs, st);
+    to_a_fragments<T>(dscores, dpt);
+    warp_product_ab<T, 1, kDv / 8, kStepRows>(dv, probs, do_tiles.next(stage), 0, 0, lane);
+    warp_product_ab<T, 1, kD / 8, kStepRows>(dk, dscores, q_tiles.next(stage), 0, 0, lane);
+    __syncthreads();  // every warp is done with this stage before the next step refills it
+    current = next;
+  }
+  copy_async_wait<0>();
+
+  const float scale = float(p.scale);
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    const int64_t j = j0 + key_row0 + mma_backward::fragment_row(lane, 2 * half);
+    if (j >= keys_total) continue;
+    if constexpr (kCompressed) {
+      const int64_t row = (b * Nc + j) * p.kv_heads + g;
+#pragma unroll
+      for (int n = 0; n < kD / 8; ++n) {
+        const int64_t col = mma_backward::fragment_col(lane, n, 0);
+        if (col < p.head_dim) {  // the workspace's rows are only 4-byte aligned
+          dck[row * p.head_dim + col] = dk[0][n].x[2 * half] * scale;
+          dck[row * p.head_dim + col + 1] = dk[0][n].x[2 * half + 1] * scale;
+        }
+      }
+#pragma unroll
+      for (int n = 0; n < kDv / 8; ++n) {
+        const int64_t col = mma_backward::fragment_col(lane, n, 0);
+        if (col < p.value_dim) {
+          dcv[row * p.value_dim + col] = dv[0][n].x[2 * half];
+          dcv[row * p.value_dim + col + 1] = dv[0][n].x[2 * half + 1];
+        }
+      }
+    } else {
+      store_token_grads(p, b, g, j, half, lane, p.head_dim, scale, dk, dx_k, window.dk, a.dk);
+      store_token_grads(p, b, g, j, half, lane, p.value_dim, 1.0f, dv, dx_v, window.dv, a.dv);
+    }
+  }
+}
+
+template <class T, int kD, int kDv>
+void launch_key_grads(const NsaBackwardArgs<T>& a, const float* delta, bool compressed_keys, const float* dx_k,
+                      const float* dx_v, float* dck, float* dcv, const SelectionCsr& csr, WindowGrads<T> window,
+                      cudaStream_t stream) {
+  const NsaParams<T>& p = a.params;
+  const int64_t keys = compressed_keys ? nsa_compressed_blocks(p) : p.seq_len;
+  const dim3 grid{unsigned((keys + kKeys - 1) / kKeys), unsigned(p.batch * p.kv_heads)};
+  const size_t bytes = KeyGradShape<kD, kDv>::kBytes;
+  if (compressed_keys)
+    launch_shared(key_grads_kernel<T, kD, kDv, true>, "nsa_backward", grid, kThreads, bytes, stream, a, delta, dx_k,
+                  dx_v, dck, dcv, csr, window);
+  else
+    launch_shared(key_grads_kernel<T, kD, kDv, false>, "nsa_backward", grid, kThreads, bytes, stream, a, delta, dx_k,
+                  dx_v, dck, dcv, csr, window);
+}
+
 // Whether the window branch can run as flash attention on the tensor cores (bf16/f16, head dims multiples of 8, rows
 // of q, k, v 16-byte aligned): the tensor-core forward's condition, and the backward's for flash's window gradients.
 template <class T>
@@ -1760,11 +2018,29 @@ void nsa_backward(const NsaBackwardArgs<T>& args, Stream stream) {
       window = tc::window_grads_as_flash(args, window_memory->template as<char>(), stream);
     }
 #endif
-  if (p.batch * p.seq_len * p.q_heads > 0) {
-    int kd = 0;
+  // The tensor-core query and key kernels where flash attention took the window and the shapes fit; else the FMA ones.
+  int kd = 0;
 #ifndef ALPHA_NSA_EMULATION
-    if (window.dq != nullptr) kd = tc::head_bucket(p, args.in, args.compressed_k, args.compressed_v);
+  if (window.dq != nullptr) kd = tc::head_bucket(p, args.in, args.compressed_k, args.compressed_v);
 #endif
+  auto key_grads = [&](bool compressed_keys, const float* dx_k_in, const float* dx_v_in, float* dck_out,
+                       float* dcv_out) {
+#ifndef ALPHA_NSA_EMULATION
+    if constexpr (!std::is_same_v<T, float>) {
+      if (kd == 64)
+        return tc::launch_key_grads<T, 64, 64>(args, delta, compressed_keys, dx_k_in, dx_v_in, dck_out, dcv_out, csr,
+                                               window, s);
+      if (kd == 128)
+        return tc::launch_key_grads<T, 128, 128>(args, delta, compressed_keys, dx_k_in, dx_v_in, dck_out, dcv_out, csr,
+                                                 window, s);
+      if (kd == 192)
+        return tc::launch_key_grads<T, 192, 128>(args, delta, compressed_keys, dx_k_in, dx_v_in, dck_out, dcv_out, csr,
+                                                 window, s);
+    }
+#endif
+    launch_key_grads(args, delta, compressed_keys, dx_k_in, dx_v_in, dck_out, dcv_out, csr, window, s);
+  };
+  if (p.batch * p.seq_len * p.q_heads > 0) {
     if (kd == 0)
       launch_shared(query_grads_kernel<T>, "nsa_backward", dim3(query_grid(p)), query_threads(p),
                     size_t(query_layout(p, true).total) * sizeof(float), s, args, delta, window);
@@ -1775,7 +2051,7 @@ void nsa_backward(const NsaBackwardArgs<T>& args, Stream stream) {
       if (kd == 192) tc::launch_query_grads<T, 192, 128>(args, delta, window, s);
     }
 #endif
-    launch_key_grads(args, delta, true, nullptr, nullptr, dck, dcv, csr, window, s);
+    key_grads(true, nullptr, nullptr, dck, dcv);
     const dim3 chunk_grid{unsigned(chunks), unsigned(groups)};
     launch_shared(csr_count_kernel<T>, "nsa_backward", chunk_grid, kCsrChunk, size_t(NB) * sizeof(int32_t), s, p,
                   args.selected, csr);
@@ -1787,8 +2063,7 @@ void nsa_backward(const NsaBackwardArgs<T>& args, Stream stream) {
   gemm(rows, l * D, D, RowMajor<float>{dck, D}, ColMajor<T>{args.in.k_weight, l * D}, Store<float>{dx_k, l * D}, s);
   gemm(rows, l * Dv, Dv, RowMajor<float>{dcv, Dv}, ColMajor<T>{args.in.v_weight, l * Dv}, Store<float>{dx_v, l * Dv},
        s);
-  if (p.batch * p.seq_len * p.q_heads > 0)
-    launch_key_grads(args, delta, false, dx_k, dx_v, nullptr, nullptr, csr, window, s);
+  if (p.batch * p.seq_len * p.q_heads > 0) key_grads(false, dx_k, dx_v, nullptr, nullptr);
   // dW[e, f] = Σ_rows dK̃[row, e]·X[row, f]; dpos[f] = Σ_e W[e, f]·Σ_rows dK̃[row, e].
   using InputK = Transposed<CompressorInput<T>>;
   gemm(D, l * D, rows, ColMajor<float>{dck, D}, InputK{compressor_input(p, args.in.k, p.k_strides, args.in.k_pos, D)},
