@@ -400,7 +400,11 @@ __global__ void __launch_bounds__(Config::kThreads, Config::kMinBlocks)
 #pragma unroll
     for (int s = 0; s < kStages; ++s) {
       tma::barrier_init(step_full + s, 1 + 32);  // the copies' arrival and the statistics warp's lanes
-      tma::barrier_init(step_empty + s, 4 * Config::kConsumers);
+      // Every consumer lane arrives (not one lane per warp after __syncwarp, as for the TMA-written tiles): the
+      // statistics warp writes a stage's lse2 and D rows with plain stores after this barrier, and compute-sanitizer's
+      // racecheck reported those writes against the lanes' reads when one lane arrived for its warp (4 errors, H100,
+      // 2026-11-27); with every lane arriving it reports none (docs/SECURITY.md).
+      tma::barrier_init(step_empty + s, 128 * Config::kConsumers);
     }
     tma::fence_barrier_init();
   }
@@ -481,7 +485,7 @@ __global__ void __launch_bounds__(Config::kThreads, Config::kMinBlocks)
       wgmma::wait<0>();
       wgmma::hold(dv[0]);
       wgmma::hold(dk[0]);
-      if (previous_stage >= 0) tma::hand_back(step_empty + previous_stage, lane);
+      if (previous_stage >= 0) tma::arrive(step_empty + previous_stage);
       mma::to_a_fragments<T>(probs, st);
       mma::to_a_fragments<T>(dscores, dpt);
       previous_stage = stage;
@@ -492,7 +496,7 @@ __global__ void __launch_bounds__(Config::kThreads, Config::kMinBlocks)
       wgmma::wait<0>();
       wgmma::hold(dv[0]);
       wgmma::hold(dk[0]);
-      tma::hand_back(step_empty + previous_stage, lane);
+      tma::arrive(step_empty + previous_stage);
     }
     store_key_grads(a, b, kv_head, j0 + key_row0, lane, dk, dv);
   }

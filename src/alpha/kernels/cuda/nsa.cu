@@ -1541,18 +1541,20 @@ __global__ void __launch_bounds__(kThreads, kD > 128 ? 2 : 3)  // D 192 spilled 
   }
 }
 
-// The backward's key side on the tensor cores (the compressed keys, then the tokens): one block of kWarps warps per
-// (kKeys keys, b·Hkv + g) holds those keys' K and V in shared memory, each warp 16 keys as the mma rows, and walks the
-// query tokens that see them, two tokens (32 rows: each token's G heads, padded to 16) per step through a two-stage
-// cp.async ring of q, dO and the rows' statistics. Per step, transposed so that the keys are the rows:
+// The backward's key side on the tensor cores (the compressed keys, then the tokens). A key tile is kKeys keys of one
+// (b, g); its walk is the query tokens that see them: for compressed keys [c0, c0 + kKeys) the tokens t >= c0·d + l − 1
+// (each the keys below its own count); for tokens, the queries that kept the selection blocks overlapping the tile (the
+// CSR lists, concatenated, each query up to itself). Walks are uneven (compressed tile 0 and selection block 0, which
+// every query keeps, are walked by all T tokens), so each is cut into spans of kSpanTokens tokens, one block each:
+// span_table_kernel counts them, key_grads_kernel runs them into partial sums, key_grads_epilogue_kernel adds a tile's
+// partial sums in span order (so the result does not depend on scheduling: no atomics).
+// key_grads_kernel: kWarps warps hold the tile's K and V in shared memory, each warp 16 keys as the mma rows, and step
+// through the span two tokens (32 rows: each token's G heads, padded to 16) at a time, through a two-stage cp.async
+// ring of q, dO and the rows' statistics. Per step, transposed so that the keys are the rows:
 //   Sᵀ = K·Qᵀ and dPᵀ = V·dOᵀ, then per entry P̃ = P·σ_c and dS = P∘(σ_c·dP − D_c) (flash's entry_gradient with σ_c in
 //   the dropout factor's place), dV += P̃ᵀ·dO and dK += dSᵀ·Q.
-// The compressed keys [c0, c0 + kKeys) are seen by every token t >= c0·d + l − 1 (each the keys below its own count);
-// the tokens' are seen by the queries that kept their selection blocks: the CSR lists of the blocks overlapping the
-// tile, in list order (each up to the token itself). Then the compressed keys' dK̃, dṼ go to the f32 workspace; the
-// tokens' get the compressor's token gradients and the window's (flash attention's backward) added, and are stored.
-// Every sum runs in a fixed order: no atomics.
-constexpr int kStepRows = 32;  // two tokens' 16 head rows
+constexpr int kStepRows = 32;            // two tokens' 16 head rows
+constexpr int64_t kSpanTokens = 2048;    // tokens per block of a key tile's walk (even: steps take two)
 
 // A step's rows in shared memory: lse2 (+inf for a padded row), D_c and σ_c per row, and per token the keys it sees.
 struct StepRows {
@@ -1572,22 +1574,27 @@ struct KeyGradShape {
   static constexpr size_t kBytes = size_t(kElements) * 2 + 2 * sizeof(StepRows);
 };
 
-// The lists of query tokens a key tile walks. Compressed keys: one list, the tokens from c0·d + l − 1 on. Tokens: the
-// selection blocks overlapping the tile, each with the CSR's list of the queries that kept it.
+// The token lists a key tile walks. Compressed keys: one list, the tokens from c0·d + l − 1 on. Tokens: the selection
+// blocks overlapping the tile, each with the CSR's list of the queries that kept it.
 template <bool kCompressed>
 struct TokenLists {
   int64_t seq_len, block_len, block_stride, select_len;
   int64_t j0, nk, first, last;  // the tile's keys [j0, j0 + nk); its lists [first, last]
-  int64_t first_token;          // compressed keys: the first token that sees key j0
   const int32_t* offsets;       // tokens: the CSR of (b, g)
   const int32_t* queries;
 
+  __device__ int64_t first_token() const { return j0 * block_stride + block_len - 1; }
   __device__ int64_t count(int64_t list) const {
-    if constexpr (kCompressed) return first_token < seq_len ? seq_len - first_token : 0;
+    if constexpr (kCompressed) return first_token() < seq_len ? seq_len - first_token() : 0;
     else return offsets[list + 1] - offsets[list];
   }
+  __device__ int64_t total() const {
+    int64_t n = 0;
+    for (int64_t list = first; list <= last; ++list) n += count(list);
+    return n;
+  }
   __device__ int64_t token(int64_t list, int64_t i) const {
-    if constexpr (kCompressed) return first_token + i;
+    if constexpr (kCompressed) return first_token() + i;
     else return queries[offsets[list] + i];
   }
   // The tile's keys token t of `list` sees: [begin, end).
@@ -1603,8 +1610,23 @@ struct TokenLists {
     if (end > j0 + nk) end = j0 + nk;
   }
 };
+template <bool kCompressed, class T>
+__device__ TokenLists<kCompressed> token_lists(const NsaParams<T>& p, const SelectionCsr& csr, int64_t bg, int64_t j0) {
+  const int64_t keys = kCompressed ? nsa_compressed_blocks(p) : p.seq_len;
+  TokenLists<kCompressed> lists{p.seq_len, p.block_len, p.block_stride, p.select_len, j0,
+                                keys - j0 < kKeys ? keys - j0 : kKeys, 0, 0, nullptr, nullptr};
+  if constexpr (!kCompressed) {
+    const int64_t NB = selection_blocks(p);
+    lists.first = j0 / p.select_len, lists.last = (j0 + lists.nk - 1) / p.select_len;
+    lists.offsets = csr.offsets + bg * (NB + 1);
+    lists.queries = csr.queries + bg * p.seq_len * p.select_count;
+  }
+  return lists;
+}
+
+// A step's place in a span: its first token is entry i of `list`, with `left` entries of the span to go.
 struct ListCursor {
-  int64_t list, i;  // the step's first token is entry i of `list`
+  int64_t list, i, left;
 };
 template <class Lists>
 __device__ ListCursor skip_empty(const Lists& lists, ListCursor c) {
@@ -1612,43 +1634,85 @@ __device__ ListCursor skip_empty(const Lists& lists, ListCursor c) {
   return c;
 }
 
-// Stores token j's row of a key-side accumulator (16 × 8·kO; this thread's half of its fragment rows) as T, `width`
-// columns: acc·scale, plus the compressor's token gradients dx of the blocks i with i·d <= j < i·d + l (ascending),
-// plus the window's (flash attention's backward).
-template <class T, int kO>
-__device__ void store_token_grads(const NsaParams<T>& p, int64_t b, int64_t g, int64_t j, int half, int lane,
-                                  int64_t width, float scale, const FragC (&acc)[1][kO], const float* dx,
-                                  const T* from_window, T* out) {
-  const int64_t Nc = nsa_compressed_blocks(p), l = p.block_len, d = p.block_stride;
-  const int64_t i_lo = j + 1 - l <= 0 ? 0 : (j + 1 - l + d - 1) / d, i_hi = j / d < Nc - 1 ? j / d : Nc - 1;
-  const int64_t at = ((b * p.seq_len + j) * p.kv_heads + g) * width;
-#pragma unroll
-  for (int n = 0; n < kO; ++n) {
-    const int64_t col = mma_backward::fragment_col(lane, n, 0);
-    if (col >= width) continue;
-    float v[2] = {acc[0][n].x[2 * half] * scale, acc[0][n].x[2 * half + 1] * scale};
-    for (int64_t i = i_lo; i <= i_hi; ++i) {
-      const float* row = dx + (((b * Nc + i) * p.kv_heads + g) * l + j - i * d) * width;
-      v[0] += row[col], v[1] += row[col + 1];
+// Per (b, g): first[tile] = the first span of each key tile (a running sum of ceil(walk / kSpanTokens)), first[tiles]
+// the total. spans_bound(...) spans per (b, g) is what the partial sums' memory holds.
+struct SpanTable {
+  int32_t* first;  // [B·Hkv, tiles + 1]
+  float* dk;       // [B·Hkv, bound, kKeys, D]: the spans' partial dK (scaled) and dV
+  float* dv;       // [B·Hkv, bound, kKeys, Dv]
+  int64_t tiles, bound;
+};
+template <class T>
+int64_t key_tiles(const NsaParams<T>& p, bool compressed_keys) {
+  return ((compressed_keys ? nsa_compressed_blocks(p) : p.seq_len) + kKeys - 1) / kKeys;
+}
+template <class T>
+int64_t spans_bound(const NsaParams<T>& p, bool compressed_keys) {
+  const int64_t tiles = key_tiles(p, compressed_keys);
+  if (compressed_keys) {  // exact: tile c walks the tokens from c·kKeys·d + l − 1 on
+    int64_t spans = 0;
+    for (int64_t c = 0; c < tiles; ++c) {
+      const int64_t walk = p.seq_len - (c * kKeys * p.block_stride + p.block_len - 1);
+      spans += walk > 0 ? (walk + kSpanTokens - 1) / kSpanTokens : 0;
     }
-    v[0] += ld(from_window, at + col), v[1] += ld(from_window, at + col + 1);
-    *reinterpret_cast<uint32_t*>(bits(out) + at + col) = pack2<T>(v[0], v[1]);
+    return spans;
+  }
+  // Each query keeps at most n blocks, each overlapping at most `tiles_per_block` tiles.
+  const int64_t tiles_per_block = p.select_len % kKeys == 0 ? p.select_len / kKeys : p.select_len / kKeys + 2;
+  return tiles + (p.seq_len * p.select_count * tiles_per_block + kSpanTokens - 1) / kSpanTokens;
+}
+
+// grid (B·Hkv), 256 threads: the tiles' span counts in parallel, then their running sum.
+template <bool kCompressed, class T>
+__global__ void span_table_kernel(NsaParams<T> p, SelectionCsr csr, SpanTable table) {
+  int32_t* first = table.first + blockIdx.x * (table.tiles + 1);
+  for (int64_t tile = threadIdx.x; tile < table.tiles; tile += blockDim.x) {
+    const int64_t walk = token_lists<kCompressed>(p, csr, blockIdx.x, tile * kKeys).total();
+    first[tile + 1] = int32_t((walk + kSpanTokens - 1) / kSpanTokens);
+  }
+  __syncthreads();
+  if (threadIdx.x != 0) return;
+  first[0] = 0;
+  for (int64_t tile = 0; tile < table.tiles; ++tile) first[tile + 1] += first[tile];
+}
+
+// Writes a warp's 16 × 8·kO accumulator, times `scale`, into 16 rows of a row-major f32 array (`width` columns, rows
+// 8-byte aligned).
+template <int kO>
+__device__ void store_f32_rows(const FragC (&acc)[1][kO], float* rows, int64_t width, int lane, float scale) {
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    float* row = rows + mma_backward::fragment_row(lane, 2 * half) * width;
+#pragma unroll
+    for (int n = 0; n < kO; ++n) {
+      const int64_t col = mma_backward::fragment_col(lane, n, 0);
+      if (col < width)
+        *reinterpret_cast<float2*>(row + col) = make_float2(acc[0][n].x[2 * half] * scale, acc[0][n].x[2 * half + 1] * scale);
+    }
   }
 }
 
 template <class T, int kD, int kDv, bool kCompressed>
 __global__ void __launch_bounds__(kThreads, 2)
-    key_grads_kernel(NsaBackwardArgs<T> a, const float* delta, const float* dx_k, const float* dx_v, float* dck,
-                     float* dcv, SelectionCsr csr, WindowGrads<T> window) {
+    key_grads_kernel(NsaBackwardArgs<T> a, const float* delta, SelectionCsr csr, SpanTable table) {
   using S = KeyGradShape<kD, kDv>;
   constexpr int kN = kStepRows / 8;
   extern __shared__ __align__(16) uint16_t tiles[];
   const NsaParams<T>& p = a.params;
   const int warp = int(threadIdx.x) / 32, lane = int(threadIdx.x) % 32;
   const int64_t G = p.q_heads / p.kv_heads, T_ = p.seq_len, Nc = nsa_compressed_blocks(p);
-  const int64_t bg = blockIdx.y, b = bg / p.kv_heads, g = bg % p.kv_heads;
-  const int64_t keys_total = kCompressed ? Nc : T_, j0 = int64_t(blockIdx.x) * kKeys;
-  const int64_t nk = keys_total - j0 < kKeys ? keys_total - j0 : kKeys;
+  const int64_t bg = blockIdx.y, b = bg / p.kv_heads, g = bg % p.kv_heads, span_id = blockIdx.x;
+  // This block's tile: the last whose first span is at or below span_id (none: the grid's bound exceeds the spans).
+  const int32_t* first = table.first + bg * (table.tiles + 1);
+  if (span_id >= first[table.tiles]) return;
+  int64_t lo = 0, hi = table.tiles - 1;
+  while (lo < hi) {
+    const int64_t mid = (lo + hi + 1) / 2;
+    if (first[mid] <= span_id) lo = mid;
+    else hi = mid - 1;
+  }
+  const int64_t j0 = lo * kKeys, span = span_id - first[lo];
+  const TokenLists<kCompressed> lists = token_lists<kCompressed>(p, csr, bg, j0);
   const int branch = kCompressed ? kNsaCompressed : kNsaSelected;
   const typename S::KTile k_tile{tiles};
   const typename S::VTile v_tile{k_tile.data + S::KTile::kElements};
@@ -1667,14 +1731,6 @@ __global__ void __launch_bounds__(kThreads, 2)
     load_tile_async<kThreads>(v_tile, bits(a.in.v) + offset(p.v_strides, b, 0, g), p.v_strides.time, j0, T_,
                               int(p.value_dim));
   }
-  TokenLists<kCompressed> lists{T_, p.block_len, p.block_stride, p.select_len, j0, nk, 0, 0,
-                                j0 * p.block_stride + p.block_len - 1, nullptr, nullptr};
-  if constexpr (!kCompressed) {
-    const int64_t NB = selection_blocks(p);
-    lists.first = j0 / p.select_len, lists.last = (j0 + nk - 1) / p.select_len;
-    lists.offsets = csr.offsets + bg * (NB + 1);
-    lists.queries = csr.queries + bg * T_ * p.select_count;
-  }
 
   // Starts loading the step at `c` into stage s: the two tokens' q and dO rows, their statistics and visible keys.
   auto load_step = [&](ListCursor c, int s) {
@@ -1682,7 +1738,7 @@ __global__ void __launch_bounds__(kThreads, 2)
     StepRows& rows = step_rows[s];
 #pragma unroll
     for (int slot = 0; slot < 2; ++slot) {
-      const int64_t t = c.i + slot < count ? lists.token(c.list, c.i + slot) : -1;
+      const int64_t t = c.i + slot < count && slot < c.left ? lists.token(c.list, c.i + slot) : -1;
       const int64_t first_row = (b * T_ + t) * p.q_heads + g * G;
       const typename S::TokenQTile q{q_tiles.next(s).at(16 * slot, 0)};
       const typename S::TokenOTile dout{do_tiles.next(s).at(16 * slot, 0)};
@@ -1705,6 +1761,12 @@ __global__ void __launch_bounds__(kThreads, 2)
       }
     }
   };
+  // The step after c: two entries on within its list, or the next non-empty list.
+  auto following = [&](ListCursor c) {
+    const int64_t taken = lists.count(c.list) - c.i < 2 ? lists.count(c.list) - c.i : 2;
+    return skip_empty(lists, {c.list, c.i + taken, c.left - taken});
+  };
+  auto walking = [&](ListCursor c) { return c.left > 0 && c.list <= lists.last; };
 
   const float scale_log2 = float(p.scale) * kLog2e;
   AttentionParams<T> view{};
@@ -1714,12 +1776,16 @@ __global__ void __launch_bounds__(kThreads, 2)
   FragC dk[1][kD / 8], dv[1][kDv / 8];
   zero(dk);
   zero(dv);
-  ListCursor current = skip_empty(lists, {lists.first, 0});
-  if (current.list <= lists.last) load_step(current, 0);
+  // The span's first entry: entry span·kSpanTokens of the tile's lists, concatenated.
+  ListCursor current{lists.first, span * kSpanTokens, kSpanTokens};
+  while (current.list < lists.last && current.i >= lists.count(current.list))
+    current.i -= lists.count(current.list), current.list += 1;
+  current = skip_empty(lists, current);
+  if (walking(current)) load_step(current, 0);
   copy_async_commit();
-  for (int stage = 0; current.list <= lists.last; stage ^= 1) {
-    const ListCursor next = skip_empty(lists, {current.list, current.i + 2});
-    if (next.list <= lists.last) load_step(next, stage ^ 1);
+  for (int stage = 0; walking(current); stage ^= 1) {
+    const ListCursor next = following(current);
+    if (walking(next)) load_step(next, stage ^ 1);
     copy_async_commit();
     copy_async_wait<1>();
     __syncthreads();  // this stage's rows (and the first time K and V) are in place
@@ -1752,50 +1818,91 @@ __global__ void __launch_bounds__(kThreads, 2)
   }
   copy_async_wait<0>();
 
-  const float scale = float(p.scale);
-#pragma unroll
-  for (int half = 0; half < 2; ++half) {
-    const int64_t j = j0 + key_row0 + mma_backward::fragment_row(lane, 2 * half);
-    if (j >= keys_total) continue;
-    if constexpr (kCompressed) {
-      const int64_t row = (b * Nc + j) * p.kv_heads + g;
-#pragma unroll
-      for (int n = 0; n < kD / 8; ++n) {
-        const int64_t col = mma_backward::fragment_col(lane, n, 0);
-        if (col < p.head_dim) {  // the workspace's rows are only 4-byte aligned
-          dck[row * p.head_dim + col] = dk[0][n].x[2 * half] * scale;
-          dck[row * p.head_dim + col + 1] = dk[0][n].x[2 * half + 1] * scale;
-        }
-      }
-#pragma unroll
-      for (int n = 0; n < kDv / 8; ++n) {
-        const int64_t col = mma_backward::fragment_col(lane, n, 0);
-        if (col < p.value_dim) {
-          dcv[row * p.value_dim + col] = dv[0][n].x[2 * half];
-          dcv[row * p.value_dim + col + 1] = dv[0][n].x[2 * half + 1];
-        }
-      }
+  // The span's partial sums: its rows of the tile's kKeys.
+  const int64_t span_rows = (bg * table.bound + span_id) * kKeys;
+  store_f32_rows(dk, table.dk + (span_rows + key_row0) * p.head_dim, p.head_dim, lane, float(p.scale));
+  store_f32_rows(dv, table.dv + (span_rows + key_row0) * p.value_dim, p.value_dim, lane, 1.0f);
+}
+
+// out[(b, j, g), e] (width columns) = Σ over the spans of j's tile, in span order, of partial[span, j mod kKeys, e];
+// for tokens (Out = T) plus the compressor's token gradients dx of the blocks i with i·d <= j < i·d + l (ascending)
+// and the window's (flash attention's backward); for the compressed keys (Out = float) that alone.
+template <class T, class Out>
+__global__ void key_grads_epilogue_kernel(NsaParams<T> p, SpanTable table, const float* partial, int64_t keys,
+                                          int64_t width, const float* dx, const T* from_window, Out* out) {
+  const int64_t total = p.batch * keys * p.kv_heads * width, Nc = nsa_compressed_blocks(p);
+  const int64_t l = p.block_len, d = p.block_stride;
+  for (int64_t idx = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; idx < total;
+       idx += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t e = idx % width, g = idx / width % p.kv_heads, j = idx / width / p.kv_heads % keys;
+    const int64_t b = idx / width / p.kv_heads / keys, bg = b * p.kv_heads + g, tile = j / kKeys;
+    const int32_t* first = table.first + bg * (table.tiles + 1);
+    float sum = 0.0f;
+    for (int64_t span = first[tile]; span < first[tile + 1]; ++span)
+      sum += partial[((bg * table.bound + span) * kKeys + j % kKeys) * width + e];
+    if constexpr (std::is_same_v<Out, float>) {
+      out[idx] = sum;
     } else {
-      store_token_grads(p, b, g, j, half, lane, p.head_dim, scale, dk, dx_k, window.dk, a.dk);
-      store_token_grads(p, b, g, j, half, lane, p.value_dim, 1.0f, dv, dx_v, window.dv, a.dv);
+      const int64_t i_lo = j + 1 - l <= 0 ? 0 : (j + 1 - l + d - 1) / d, i_hi = j / d < Nc - 1 ? j / d : Nc - 1;
+      for (int64_t i = i_lo; i <= i_hi; ++i) sum += dx[(((b * Nc + i) * p.kv_heads + g) * l + j - i * d) * width + e];
+      st(out, idx, sum + ld(from_window, idx));
     }
   }
 }
 
+// The memory of the key side's span tables and partial sums, in bytes (256-byte aligned pieces): the larger of the
+// compressed keys' and the tokens', as the two run one after the other.
+struct KeySideScratch {
+  size_t dk, dv, total;
+};
+template <class T>
+KeySideScratch key_side_scratch(const NsaParams<T>& p) {
+  const auto rounded = [](int64_t bytes) { return size_t((bytes + 255) / 256 * 256); };
+  const int64_t groups = p.batch * p.kv_heads;
+  const int64_t tiles = std::max(key_tiles(p, true), key_tiles(p, false));
+  const int64_t bound = std::max(spans_bound(p, true), spans_bound(p, false));
+  KeySideScratch at{};
+  at.dk = rounded(groups * (tiles + 1) * int64_t(sizeof(int32_t)));
+  at.dv = at.dk + rounded(groups * bound * kKeys * p.head_dim * int64_t(sizeof(float)));
+  at.total = at.dv + rounded(groups * bound * kKeys * p.value_dim * int64_t(sizeof(float)));
+  return at;
+}
+
+// The key side over the compressed keys (dck, dcv: dK̃, dṼ in f32) or the tokens (dk, dv, with the compressor's token
+// gradients dx_k, dx_v and the window's); `scratch`: key_side_scratch(p).total bytes.
 template <class T, int kD, int kDv>
-void launch_key_grads(const NsaBackwardArgs<T>& a, const float* delta, bool compressed_keys, const float* dx_k,
-                      const float* dx_v, float* dck, float* dcv, const SelectionCsr& csr, WindowGrads<T> window,
-                      cudaStream_t stream) {
+void key_side(const NsaBackwardArgs<T>& a, const float* delta, bool compressed_keys, const SelectionCsr& csr,
+              char* scratch, const float* dx_k, const float* dx_v, WindowGrads<T> window, float* dck, float* dcv,
+              cudaStream_t stream) {
   const NsaParams<T>& p = a.params;
+  const KeySideScratch at = key_side_scratch(p);
+  const int64_t groups = p.batch * p.kv_heads;
+  const SpanTable table{reinterpret_cast<int32_t*>(scratch), reinterpret_cast<float*>(scratch + at.dk),
+                        reinterpret_cast<float*>(scratch + at.dv), key_tiles(p, compressed_keys),
+                        spans_bound(p, compressed_keys)};
+  if (groups == 0 || table.tiles == 0) return;
+  const dim3 grid{unsigned(table.bound), unsigned(groups)};
   const int64_t keys = compressed_keys ? nsa_compressed_blocks(p) : p.seq_len;
-  const dim3 grid{unsigned((keys + kKeys - 1) / kKeys), unsigned(p.batch * p.kv_heads)};
-  const size_t bytes = KeyGradShape<kD, kDv>::kBytes;
-  if (compressed_keys)
-    launch_shared(key_grads_kernel<T, kD, kDv, true>, "nsa_backward", grid, kThreads, bytes, stream, a, delta, dx_k,
-                  dx_v, dck, dcv, csr, window);
-  else
-    launch_shared(key_grads_kernel<T, kD, kDv, false>, "nsa_backward", grid, kThreads, bytes, stream, a, delta, dx_k,
-                  dx_v, dck, dcv, csr, window);
+  auto epilogue_grid = [&](int64_t width) {
+    return unsigned(std::min<int64_t>((groups * keys * width + 255) / 256, 4096));
+  };
+  const auto span_table = compressed_keys ? span_table_kernel<true, T> : span_table_kernel<false, T>;
+  ALPHA_CUDA_LAUNCH(span_table, unsigned(groups), 256, stream, p, csr, table);
+  launch_shared(compressed_keys ? key_grads_kernel<T, kD, kDv, true> : key_grads_kernel<T, kD, kDv, false>,
+                "nsa_backward", grid, kThreads, KeyGradShape<kD, kDv>::kBytes, stream, a, delta, csr, table);
+  if (compressed_keys) {
+    const auto sum_spans = key_grads_epilogue_kernel<T, float>;
+    ALPHA_CUDA_LAUNCH(sum_spans, epilogue_grid(p.head_dim), 256, stream, p, table, table.dk, keys, p.head_dim, nullptr,
+                      nullptr, dck);
+    ALPHA_CUDA_LAUNCH(sum_spans, epilogue_grid(p.value_dim), 256, stream, p, table, table.dv, keys, p.value_dim,
+                      nullptr, nullptr, dcv);
+  } else {
+    const auto sum_spans = key_grads_epilogue_kernel<T, T>;
+    ALPHA_CUDA_LAUNCH(sum_spans, epilogue_grid(p.head_dim), 256, stream, p, table, table.dk, keys, p.head_dim, dx_k,
+                      window.dk, a.dk);
+    ALPHA_CUDA_LAUNCH(sum_spans, epilogue_grid(p.value_dim), 256, stream, p, table, table.dv, keys, p.value_dim, dx_v,
+                      window.dv, a.dv);
+  }
 }
 
 // Whether the window branch can run as flash attention on the tensor cores (bf16/f16, head dims multiples of 8, rows
@@ -2022,23 +2129,23 @@ void nsa_backward(const NsaBackwardArgs<T>& args, Stream stream) {
   int kd = 0;
 #ifndef ALPHA_NSA_EMULATION
   if (window.dq != nullptr) kd = tc::head_bucket(p, args.in, args.compressed_k, args.compressed_v);
+  std::optional<StreamScratch> key_memory;  // the tensor-core key side's span tables and partial sums
+  if (kd != 0) key_memory.emplace(tc::key_side_scratch(p).total, s);
 #endif
-  auto key_grads = [&](bool compressed_keys, const float* dx_k_in, const float* dx_v_in, float* dck_out,
-                       float* dcv_out) {
+  auto key_grads = [&](bool compressed_keys) {
 #ifndef ALPHA_NSA_EMULATION
     if constexpr (!std::is_same_v<T, float>) {
+      char* scratch = kd != 0 ? key_memory->template as<char>() : nullptr;
       if (kd == 64)
-        return tc::launch_key_grads<T, 64, 64>(args, delta, compressed_keys, dx_k_in, dx_v_in, dck_out, dcv_out, csr,
-                                               window, s);
+        return tc::key_side<T, 64, 64>(args, delta, compressed_keys, csr, scratch, dx_k, dx_v, window, dck, dcv, s);
       if (kd == 128)
-        return tc::launch_key_grads<T, 128, 128>(args, delta, compressed_keys, dx_k_in, dx_v_in, dck_out, dcv_out, csr,
-                                                 window, s);
+        return tc::key_side<T, 128, 128>(args, delta, compressed_keys, csr, scratch, dx_k, dx_v, window, dck, dcv, s);
       if (kd == 192)
-        return tc::launch_key_grads<T, 192, 128>(args, delta, compressed_keys, dx_k_in, dx_v_in, dck_out, dcv_out, csr,
-                                                 window, s);
+        return tc::key_side<T, 192, 128>(args, delta, compressed_keys, csr, scratch, dx_k, dx_v, window, dck, dcv, s);
     }
 #endif
-    launch_key_grads(args, delta, compressed_keys, dx_k_in, dx_v_in, dck_out, dcv_out, csr, window, s);
+    if (compressed_keys) launch_key_grads(args, delta, true, nullptr, nullptr, dck, dcv, csr, window, s);
+    else launch_key_grads(args, delta, false, dx_k, dx_v, nullptr, nullptr, csr, window, s);
   };
   if (p.batch * p.seq_len * p.q_heads > 0) {
     if (kd == 0)
@@ -2051,7 +2158,7 @@ void nsa_backward(const NsaBackwardArgs<T>& args, Stream stream) {
       if (kd == 192) tc::launch_query_grads<T, 192, 128>(args, delta, window, s);
     }
 #endif
-    key_grads(true, nullptr, nullptr, dck, dcv);
+    key_grads(true);
     const dim3 chunk_grid{unsigned(chunks), unsigned(groups)};
     launch_shared(csr_count_kernel<T>, "nsa_backward", chunk_grid, kCsrChunk, size_t(NB) * sizeof(int32_t), s, p,
                   args.selected, csr);
@@ -2063,7 +2170,7 @@ void nsa_backward(const NsaBackwardArgs<T>& args, Stream stream) {
   gemm(rows, l * D, D, RowMajor<float>{dck, D}, ColMajor<T>{args.in.k_weight, l * D}, Store<float>{dx_k, l * D}, s);
   gemm(rows, l * Dv, Dv, RowMajor<float>{dcv, Dv}, ColMajor<T>{args.in.v_weight, l * Dv}, Store<float>{dx_v, l * Dv},
        s);
-  if (p.batch * p.seq_len * p.q_heads > 0) key_grads(false, dx_k, dx_v, nullptr, nullptr);
+  if (p.batch * p.seq_len * p.q_heads > 0) key_grads(false);
   // dW[e, f] = Σ_rows dK̃[row, e]·X[row, f]; dpos[f] = Σ_e W[e, f]·Σ_rows dK̃[row, e].
   using InputK = Transposed<CompressorInput<T>>;
   gemm(D, l * D, rows, ColMajor<float>{dck, D}, InputK{compressor_input(p, args.in.k, p.k_strides, args.in.k_pos, D)},
