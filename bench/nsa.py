@@ -6,7 +6,7 @@ has it on this machine, FlexAttention with the same sliding window, all in the s
 Rows: T in 8192, 16384 (--long adds 32768 and 65536), B 1, 4 kv heads of 16 query heads each (Hq 64), D 128,
 bf16, the paper's NSA blocks (l 32, d 16, l' 64, n 16, w 512). Reported: milliseconds, NSA's speedup over
 dense (the issue's target at 64k: 9x forward, 6x backward, the paper's figures against FlashAttention-2), and
-each forward's rate in TFLOP/s of its own work (nsa_forward_flops, dense_causal_flops).
+each pass's rate in TFLOP/s of its own work (nsa_forward_flops, nsa_backward_flops, dense_causal_flops).
 Alpha is timed by alpha_nsa_bench (median of CUDA-event timings); FlexAttention by CUDA events around a
 torch.compile'd flex_attention: the forward alone, and forward plus backward less the forward (its compiled
 backward refuses a retained graph).
@@ -64,11 +64,11 @@ def flex_row(r, window, forward_only):
         return {"error": str(e).splitlines()[0][:160]}
 
 
-def nsa_forward_flops(r, l=32, d=16, lp=64, n=16, w=512):
-    """The NSA forward's work in FLOPs (a multiply-add is 2): per query and head, q·k and p·v over the compressed
-    blocks it sees, its kept blocks' keys and its window (4·D per key); q·k again over the compressed blocks for the
-    selection scores where there are more than n candidate blocks; and the compressor's two products."""
-    t_len, dim, heads = r["seq"], r["head_dim"], r["batch"] * r["heads"]
+def nsa_entries(r, l=32, d=16, lp=64, n=16, w=512):
+    """Per head, summed over the queries: the (query, key) entries of the three branches (the compressed blocks a
+    query sees, its kept blocks' keys, its window); the compressed blocks the selection scores read again (where a
+    query has more than n candidate blocks); and the number of compressed blocks."""
+    t_len = r["seq"]
     keys = scores = 0
     for t in range(t_len):
         compressed = 0 if t + 1 < l else (t + 1 - l) // d + 1
@@ -77,8 +77,28 @@ def nsa_forward_flops(r, l=32, d=16, lp=64, n=16, w=512):
         keys += compressed + selected + min(w, t + 1)
         scores += compressed if current + 1 > n else 0
     blocks = (t_len - l) // d + 1 if t_len >= l else 0
-    compressor = 2 * 2 * r["batch"] * blocks * r["kv_heads"] * dim * l * dim
-    return heads * (4 * dim * keys + 2 * dim * scores) + compressor
+    return keys, scores, blocks
+
+
+def compressor_flops(r, blocks, l=32):
+    """The compressor's two products (keys and values), [B·Nc·Hkv, l·D] by [l·D, D]."""
+    return 2 * 2 * r["batch"] * blocks * r["kv_heads"] * r["head_dim"] * l * r["head_dim"]
+
+
+def nsa_forward_flops(r):
+    """The NSA forward's work in FLOPs (a multiply-add is 2): per entry and head q·k and p·v (4·D); q·k again for
+    the selection scores (2·D per compressed block read again); and the compressor."""
+    keys, scores, blocks = nsa_entries(r)
+    dim, heads = r["head_dim"], r["batch"] * r["heads"]
+    return heads * (4 * dim * keys + 2 * dim * scores) + compressor_flops(r, blocks)
+
+
+def nsa_backward_flops(r):
+    """The NSA backward's work as our kernels do it: per entry and head 14·D, S and dP computed on the query side
+    (with dq) and again on the key side (with dK and dV), as in our deterministic flash backward, which takes the
+    window; no selection scores (the choice is not differentiated); the compressor's dX and dW."""
+    keys, _, blocks = nsa_entries(r)
+    return r["batch"] * r["heads"] * 14 * r["head_dim"] * keys + 2 * compressor_flops(r, blocks)
 
 
 def dense_causal_flops(r):
@@ -121,6 +141,10 @@ def main():
         entry["nsa_forward_tflops"] = nsa_forward_flops(r) / a["nsa_forward_ms"] / 1e9
         if "dense_forward_ms" in a:
             entry["dense_forward_tflops"] = dense_causal_flops(r) / a["dense_forward_ms"] / 1e9
+        if "nsa_backward_ms" in a:
+            entry["nsa_backward_tflops"] = nsa_backward_flops(r) / a["nsa_backward_ms"] / 1e9
+        if "dense_backward_ms" in a:  # 7 products to the forward's 2: 3.5 times its work, as executed
+            entry["dense_backward_tflops"] = 3.5 * dense_causal_flops(r) / a["dense_backward_ms"] / 1e9
         print(f"{r['seq']:6d} | {fmt(a['nsa_forward_ms'])} {fmt(a.get('dense_forward_ms'))} "
               f"{fmt(a.get('window_forward_ms'))} {fmt(flex.get('forward_ms'))} {speed_f:7.2f}x | "
               f"{fmt(a.get('nsa_backward_ms'))} {fmt(a.get('dense_backward_ms'))} {fmt(a.get('window_backward_ms'))} "
@@ -128,6 +152,10 @@ def main():
         print(f"    forward TFLOP/s: NSA {entry['nsa_forward_tflops']:.0f} ({nsa_forward_flops(r) / 1e12:.2f} TFLOP)"
               + (f", dense {entry['dense_forward_tflops']:.0f} ({dense_causal_flops(r) / 1e12:.1f} TFLOP)"
                  if "dense_forward_tflops" in entry else ""))
+        if "nsa_backward_tflops" in entry:
+            print(f"    backward TFLOP/s: NSA {entry['nsa_backward_tflops']:.0f} ({nsa_backward_flops(r) / 1e12:.2f} TFLOP)"
+                  + (f", dense {entry['dense_backward_tflops']:.0f} ({3.5 * dense_causal_flops(r) / 1e12:.1f} TFLOP)"
+                     if "dense_backward_tflops" in entry else ""))
         if "error" in flex:
             print(f"    flex: {flex['error']}")
     os.makedirs(args.out, exist_ok=True)
