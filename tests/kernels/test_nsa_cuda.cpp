@@ -271,6 +271,10 @@ INSTANTIATE_TEST_SUITE_P(
                       NsaGpuCase{"t1000_g2_d192_v128_paper", 1, 1000, 4, 2, 192, 128, nsa_config(32, 16, 64, 16, 512)},
                       NsaGpuCase{"t1000_g1_d128", 1, 1000, 2, 2, 128, 128, nsa_config(32, 16, 64, 16, 100)},
                       NsaGpuCase{"t4099_g2_d64", 1, 4099, 4, 2, 64, 64, nsa_config(32, 16, 64, 8, 128)},
+                      // The tensor-core key side's spans of 2,048 list entries: each 64-key tile overlaps 4 selection
+                      // blocks and block 0's list holds all 4099 queries, so tile 0's third span takes that list's last
+                      // 3 entries (a pair, then one alone) and runs on into the next lists.
+                      NsaGpuCase{"t4099_g1_d64_spans_across_lists", 1, 4099, 2, 2, 64, 64, nsa_config(16, 8, 16, 8, 64)},
                       // Head dims that are not multiples of 8: bf16 runs the FMA forward, not the tensor cores.
                       NsaGpuCase{"t100_g2_d36_v20_fma_forward", 1, 100, 4, 2, 36, 20, nsa_config(8, 4, 8, 4, 12)}),
     [](const ::testing::TestParamInfo<NsaGpuCase>& info) { return info.param.name; });
