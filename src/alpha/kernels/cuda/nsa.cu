@@ -18,7 +18,7 @@
 //    probabilities, summed over the group's heads (fixed order) and mapped onto the selection blocks; then the top-n by
 //    the reference's rule (first block, the two local blocks, then n − 3 rounds of a block-wide argmax, ties to the
 //    lower index); then the selected and window branches over the kept tokens; then the gated sum.
-// Backward (the compressor's GEMMs plus three attention kernels, all deterministic: no atomics, every
+// FMA backward (the compressor's GEMMs plus three attention kernels, all deterministic: no atomics, every
 // output element owned by one thread adding in a fixed order):
 // 1. query_grads_kernel, per (b, g, t) as the forward: D_c = σ_c·dO·O_c (saved for 2 and 3), dgates, dq.
 // 2. key_grads_kernel over the compressed keys: one block per (32 compressed keys, b, g) walks the queries
