@@ -6,7 +6,7 @@ has it on this machine, FlexAttention with the same sliding window, all in the s
 Rows: T in 8192, 16384 (--long adds 32768 and 65536), B 1, 4 kv heads of 16 query heads each (Hq 64), D 128,
 bf16, the paper's NSA blocks (l 32, d 16, l' 64, n 16, w 512). Reported: milliseconds, NSA's speedup over
 dense (the issue's target at 64k: 9x forward, 6x backward, the paper's figures against FlashAttention-2), and
-each pass's rate in TFLOP/s of its own work (nsa_forward_flops, nsa_backward_flops, dense_causal_flops).
+each pass's rate in TFLOP/s of its own work (nsa_flops, dense_causal_flops).
 Alpha is timed by alpha_nsa_bench (median of CUDA-event timings); FlexAttention by CUDA events around a
 torch.compile'd flex_attention: the forward alone, and forward plus backward less the forward (its compiled
 backward refuses a retained graph).
@@ -85,26 +85,24 @@ def compressor_flops(r, blocks, l=32):
     return 2 * 2 * r["batch"] * blocks * r["kv_heads"] * r["head_dim"] * l * r["head_dim"]
 
 
-def nsa_forward_flops(r):
-    """The NSA forward's work in FLOPs (a multiply-add is 2): per entry and head q·k and p·v (4·D); q·k again for
-    the selection scores (2·D per compressed block read again); and the compressor."""
+def nsa_flops(r):
+    """NSA's work in FLOPs (a multiply-add is 2), as {"forward": ..., "backward": ...}. Forward: per entry and head
+    q·k and p·v (4·D); q·k again for the selection scores (2·D per compressed block read again); the compressor.
+    Backward, as our kernels do it: per entry and head 14·D, S and dP computed on the query side (with dq) and
+    again on the key side (with dK and dV), as in our deterministic flash backward, which takes the window; no
+    selection scores (the choice is not differentiated); the compressor's dX and dW."""
     keys, scores, blocks = nsa_entries(r)
     dim, heads = r["head_dim"], r["batch"] * r["heads"]
-    return heads * (4 * dim * keys + 2 * dim * scores) + compressor_flops(r, blocks)
-
-
-def nsa_backward_flops(r):
-    """The NSA backward's work as our kernels do it: per entry and head 14·D, S and dP computed on the query side
-    (with dq) and again on the key side (with dK and dV), as in our deterministic flash backward, which takes the
-    window; no selection scores (the choice is not differentiated); the compressor's dX and dW."""
-    keys, _, blocks = nsa_entries(r)
-    return r["batch"] * r["heads"] * 14 * r["head_dim"] * keys + 2 * compressor_flops(r, blocks)
+    return {"forward": heads * (4 * dim * keys + 2 * dim * scores) + compressor_flops(r, blocks),
+            "backward": heads * 14 * dim * keys + 2 * compressor_flops(r, blocks)}
 
 
 def dense_causal_flops(r):
-    """Causal attention's forward: 4·D per (query, visible key) and head."""
+    """Causal attention's work as {"forward": ..., "backward": ...}: the forward 4·D per (query, visible key) and
+    head; the backward as our deterministic kernels execute it, 7 products to the forward's 2 (3.5 times)."""
     t_len = r["seq"]
-    return 4 * r["head_dim"] * t_len * (t_len + 1) // 2 * r["batch"] * r["heads"]
+    forward = 4 * r["head_dim"] * t_len * (t_len + 1) // 2 * r["batch"] * r["heads"]
+    return {"forward": forward, "backward": 3.5 * forward}
 
 
 def fmt(x):
@@ -138,24 +136,20 @@ def main():
         speed_b = (a["dense_backward_ms"] / a["nsa_backward_ms"]
                    if "nsa_backward_ms" in a and "dense_backward_ms" in a else float("nan"))
         entry["speedup_forward"], entry["speedup_backward"] = speed_f, speed_b
-        entry["nsa_forward_tflops"] = nsa_forward_flops(r) / a["nsa_forward_ms"] / 1e9
-        if "dense_forward_ms" in a:
-            entry["dense_forward_tflops"] = dense_causal_flops(r) / a["dense_forward_ms"] / 1e9
-        if "nsa_backward_ms" in a:
-            entry["nsa_backward_tflops"] = nsa_backward_flops(r) / a["nsa_backward_ms"] / 1e9
-        if "dense_backward_ms" in a:  # 7 products to the forward's 2: 3.5 times its work, as executed
-            entry["dense_backward_tflops"] = 3.5 * dense_causal_flops(r) / a["dense_backward_ms"] / 1e9
+        work = {"nsa": nsa_flops(r), "dense": dense_causal_flops(r)}
+        for kind in work:
+            for direction in ("forward", "backward"):
+                if f"{kind}_{direction}_ms" in a:
+                    entry[f"{kind}_{direction}_tflops"] = work[kind][direction] / a[f"{kind}_{direction}_ms"] / 1e9
         print(f"{r['seq']:6d} | {fmt(a['nsa_forward_ms'])} {fmt(a.get('dense_forward_ms'))} "
               f"{fmt(a.get('window_forward_ms'))} {fmt(flex.get('forward_ms'))} {speed_f:7.2f}x | "
               f"{fmt(a.get('nsa_backward_ms'))} {fmt(a.get('dense_backward_ms'))} {fmt(a.get('window_backward_ms'))} "
               f"{fmt(flex.get('backward_ms'))} {speed_b:7.2f}x", flush=True)
-        print(f"    forward TFLOP/s: NSA {entry['nsa_forward_tflops']:.0f} ({nsa_forward_flops(r) / 1e12:.2f} TFLOP)"
-              + (f", dense {entry['dense_forward_tflops']:.0f} ({dense_causal_flops(r) / 1e12:.1f} TFLOP)"
-                 if "dense_forward_tflops" in entry else ""))
-        if "nsa_backward_tflops" in entry:
-            print(f"    backward TFLOP/s: NSA {entry['nsa_backward_tflops']:.0f} ({nsa_backward_flops(r) / 1e12:.2f} TFLOP)"
-                  + (f", dense {entry['dense_backward_tflops']:.0f} ({3.5 * dense_causal_flops(r) / 1e12:.1f} TFLOP)"
-                     if "dense_backward_tflops" in entry else ""))
+        for direction in ("forward", "backward"):
+            rates = [f"{name} {entry[f'{kind}_{direction}_tflops']:.0f} ({work[kind][direction] / 1e12:.2f} TFLOP)"
+                     for kind, name in (("nsa", "NSA"), ("dense", "dense")) if f"{kind}_{direction}_tflops" in entry]
+            if rates:
+                print(f"    {direction} TFLOP/s: " + ", ".join(rates))
         if "error" in flex:
             print(f"    flex: {flex['error']}")
     os.makedirs(args.out, exist_ok=True)

@@ -106,7 +106,9 @@ __device__ __forceinline__ RingSlot ring_slot(int n) {
 }
 
 // A consumer warp's hand-back of a stage it no longer reads (after its own wgmma wait): one arrival per
-// warp, so empty barriers count the consumer warps.
+// warp, so empty barriers count the consumer warps. For stages the copy engine refills. A stage that threads
+// refill with plain stores (the dK/dV kernel's statistics rows) takes every consumer lane's arrive instead:
+// compute-sanitizer's racecheck reported the one-lane hand-back there (docs/SECURITY.md).
 __device__ __forceinline__ void hand_back(uint64_t* empty, int lane) {
   __syncwarp();
   if (lane == 0) arrive(empty);
