@@ -5,8 +5,8 @@
 // most twice the error of naive attention in the same precision, plus a floor that takes that row's abs
 // (the kernels round P and dS to T before their matrix products, as FlashAttention does). The cases cover
 // every head-dimension bucket and tile shape of the kernels (D = 32, 48, 64, 96, 128, 256; Dv != D within
-// and across buckets), lengths that are not multiples of the tiles (1, 17, 127, 1000, 4099), causal and
-// not, Tq < Tk and Tq > Tk (leading rows that see no key), softcap, dropout, GQA ratios 1, 2, 8 and MQA,
+// and across buckets), lengths that are not multiples of the tiles (1, 17, 127, 1000, 1100, 1300, 1500,
+// 4099; on Hopper the D 64 forward's two configurations meet at 1024 keys, 2048 causal), causal and not, Tq < Tk and Tq > Tk (leading rows that see no key), softcap, dropout, GQA ratios 1, 2, 8 and MQA,
 // strided q/k/v slices of one fused qkv tensor, and sliding windows (left, right, both, empty rows, zero
 // width) whose edges fall inside tiles, so that the kernels skip key tiles on both sides and query tiles in
 // the dK/dV pass. bf16/f16 run every case twice: with the deterministic backward, and with the opt-in
@@ -36,6 +36,7 @@ constexpr AttentionCase kCases[] = {
     {"causal_t1000_d64", 1, 1000, 1000, 2, 2, 64, 64, true, 0.0, 0.0, false},
     {"tq1000_tk300_gqa2_dropout_d128", 1, 1000, 300, 4, 2, 128, 128, false, 0.0, 0.1, false},
     {"causal_t4099_gqa2_d64", 1, 4099, 4099, 2, 1, 64, 64, true, 0.0, 0.0, false},
+    {"tq1300_tk1100_gqa2_softcap_dropout_d64", 1, 1300, 1100, 4, 2, 64, 64, false, 0.3, 0.1, false},
     {"window_left63_causal_gqa_dropout", 2, 200, 200, 8, 2, 64, 64, true, 0.0, 0.1, false, 63, -1},
     {"window_left100_causal_t1000_d32", 1, 1000, 1000, 2, 2, 32, 32, true, 0.0, 0.0, false, 100, -1},
     {"window_right70_fused_qkv_dropout", 2, 130, 130, 8, 2, 64, 64, false, 0.0, 0.1, true, -1, 70},
@@ -43,6 +44,7 @@ constexpr AttentionCase kCases[] = {
     {"window_empty_rows_tq_gt_tk_mqa_dv64", 2, 300, 100, 4, 1, 48, 64, false, 0.0, 0.1, false, 10, 5},
     {"window_causal_empty_rows_tq_gt_tk_d256", 1, 150, 70, 2, 2, 256, 256, true, 0.0, 0.0, false, 30, 0},
     {"window_zero_width_causal", 1, 65, 65, 2, 2, 64, 64, true, 0.0, 0.0, false, 0, 0},
+    {"window_left300_right200_t1500_d64", 1, 1500, 1500, 2, 2, 64, 64, false, 0.0, 0.0, false, 300, 200},
 };
 
 template <class T>

@@ -49,13 +49,18 @@ struct TmaForwardConfig : tma::WarpSpecialised<kConsumerWarpgroups, kConsumerReg
 //   240 registers. 64 keys (four stages) and ping-pong (the consumers taking turns at the tensor cores
 //   through named barriers, FlashAttention-3's schedule) were 3-57% slower at every T but 512 causal.
 using TmaForward128 = TmaForwardConfig<128, 2, 128, 2, 240, 24, 1>;
-// - D 64, long key ranges: the same shape: 0.833 / 2.985 non-causal at T 2048 / 8192, 1.585 causal at
-//   T 8192 (cp.async 0.891 / 3.346 and 1.782).
-using TmaForward64Long = TmaForwardConfig<64, 2, 128, 2, 240, 24, 1>;
-// - D 64, short key ranges (TmaForward64Long at most 1024 keys, or 2048 under a causal mask): 64 keys, four
+// - D 64, long key ranges: three consumers (192 query rows a block, 160 registers each, 1476 bytes of
+//   spills), 128 keys, two stages. On an H200 (2026-11-27, bench/tma_forward_configs.cu, ms, one call):
+//   0.804 / 2.864 non-causal at T 2048 / 8192 and 1.581 causal at T 8192, against 0.838 / 2.985 and 1.599
+//   for two consumers at 240 registers without spills (this bucket's configuration until then; 2.985 /
+//   1.585 / 0.833 on the H100 above); a third stage 2-3% slower; 192 keys with two consumers 11-18% slower
+//   (1420 bytes of spills), as were 176 keys at D 128 (1724 bytes): what the wider tiles save in
+//   per-tile work the spills of their 96-register S tiles take back.
+using TmaForward64Long = TmaForwardConfig<64, 3, 128, 2, 160, 32, 1>;
+// - D 64, short key ranges (at most 1024 keys, or 2048 under a causal mask): 64 keys, four
 //   stages, two blocks per SM at 104 registers (200 bytes of spills, and ptxas serialises the wgmma for want
 //   of registers, C7512), so one block's start and end overlap the other's work: 0.265 non-causal and 0.204 / 0.498 causal at T 512 / 512 / 2048, against 0.300 and
-//   0.247 / 0.516 for the long shape and 0.272 and 0.198 / 0.517 for cp.async. Ping-pong lost here too.
+//   0.247 / 0.516 for the two-consumer long shape and 0.272 and 0.198 / 0.517 for cp.async. Ping-pong lost here too.
 using TmaForward64Short = TmaForwardConfig<64, 2, 64, 4, 104, 24, 2>;
 
 template <class Traits>
@@ -209,6 +214,22 @@ __global__ void __launch_bounds__(TmaForwardShape<Traits>::kThreads, Traits::kMi
 #else
   __trap();  // built without sm_90a: the host never launches this (wgmma_kernels_run)
 #endif
+}
+
+// Launches the kernel of configuration Traits (the library's choice per bucket: flash_attention_tma_forward.cu;
+// bench/tma_forward_configs.cu times others).
+template <class T, class Traits>
+void launch_tma_forward(const AttentionForwardArgs<T>& args, cudaStream_t stream) {
+  using Shape = TmaForwardShape<Traits>;
+  constexpr const char* kOp = "flash_attention_forward";
+  const AttentionParams<T>& p = args.params;
+  const TmaForwardArgs<T> params{
+      args,
+      tma::head_tensor_map(args.q, p.q_strides, p.batch, p.q_len, p.q_heads, p.head_dim, Shape::kRows, kOp, "q"),
+      tma::head_tensor_map(args.k, p.k_strides, p.batch, p.kv_len, p.kv_heads, p.head_dim, Shape::kKeys, kOp, "k"),
+      tma::head_tensor_map(args.v, p.v_strides, p.batch, p.kv_len, p.kv_heads, p.value_dim, Shape::kKeys, kOp, "v")};
+  const dim3 grid(tile_count(p.q_len, Shape::kRows), heads_extent(p.batch * p.q_heads, kOp));
+  launch_with_shared(tma_forward_kernel<T, Traits>, kOp, grid, Shape::kThreads, Shape::kSharedBytes, stream, params);
 }
 
 }  // namespace alpha::kernels::cuda::tma_forward

@@ -1,0 +1,158 @@
+// Times configurations of the Hopper flash attention forward (tma_forward_kernel,
+// kernels/cuda/flash_attention_tma_forward.cuh) side by side on the same inputs, to choose the library's
+// configuration per head-dimension bucket and key range (flash_attention_tma_forward.cu). Each
+// configuration's output is first compared with the library's call (its current choice) on fresh N(0, 1)
+// inputs, the output poisoned before each run: a configuration that is wrong is reported, not timed. A
+// benchmark, not a test (the GPU tests check the library's choices against the CPU reference).
+//
+// Output: one JSON line per (shape, configuration): milliseconds (mean of --iters calls queued back to
+// back after --warmup, the best of three such rounds), TFLOP/s (4·B·H·T·T·D, halved when causal), and the
+// largest difference from the library's output.
+//
+// Usage: alpha_tma_forward_configs [--iters 30] [--warmup 5]   (needs an sm_90a GPU)
+#include <cuda_runtime.h>
+
+#include <CLI/CLI.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "alpha/kernels/cuda/flash_attention_tma_forward.cuh"
+#include "alpha/kernels/flash_attention.h"
+#include "attention_shape.h"
+
+namespace {
+
+using alpha::bf16;
+using alpha::kernels::AttentionForwardArgs;
+using alpha::kernels::AttentionParams;
+namespace tf = alpha::kernels::cuda::tma_forward;
+
+using Shape = alpha::bench::AttentionShape;
+
+void check(cudaError_t status, const char* what) { alpha::bench::check_cuda(status, "tma_forward_configs", what); }
+
+struct Problem {
+  Shape shape;
+  AttentionParams<bf16> params;
+  bf16 *q = nullptr, *k = nullptr, *v = nullptr, *out = nullptr, *expected = nullptr;
+  float *row_max = nullptr, *row_sum = nullptr;
+  size_t elements = 0;
+
+  Problem(const Shape& s, std::mt19937_64& rng) : shape(s), params(s.params()) {
+    elements = size_t(s.elements());
+    const size_t rows = size_t(s.rows());
+    std::normal_distribution<float> normal(0.0f, 1.0f);
+    std::vector<bf16> host(elements);
+    for (bf16** operand : {&q, &k, &v}) {
+      for (bf16& x : host) x = bf16(normal(rng));
+      check(cudaMalloc(operand, elements * sizeof(bf16)), "cudaMalloc");
+      check(cudaMemcpy(*operand, host.data(), elements * sizeof(bf16), cudaMemcpyHostToDevice), "copy");
+    }
+    for (bf16** operand : {&out, &expected}) check(cudaMalloc(operand, elements * sizeof(bf16)), "cudaMalloc");
+    check(cudaMalloc(&row_max, rows * sizeof(float)), "cudaMalloc");
+    check(cudaMalloc(&row_sum, rows * sizeof(float)), "cudaMalloc");
+    alpha::kernels::cuda::flash_attention_forward(args(expected), alpha::Stream{nullptr});
+    check(cudaDeviceSynchronize(), "library forward");
+  }
+  ~Problem() {
+    for (void* p : {(void*)q, (void*)k, (void*)v, (void*)out, (void*)expected, (void*)row_max, (void*)row_sum})
+      cudaFree(p);
+  }
+  AttentionForwardArgs<bf16> args(bf16* o) const { return {q, k, v, o, row_max, row_sum, params}; }
+  double tflop() const {
+    const double f = 4.0 * double(shape.batch * shape.heads) * double(shape.seq) * double(shape.seq) * double(shape.head_dim);
+    return (shape.causal ? f / 2 : f) / 1e12;
+  }
+};
+
+// The largest |out − expected|, after a run on an output poisoned with NaN.
+template <class Traits>
+double difference(const Problem& problem) {
+  check(cudaMemset(problem.out, 0xff, problem.elements * sizeof(bf16)), "poison");
+  tf::launch_tma_forward<bf16, Traits>(problem.args(problem.out), nullptr);
+  std::vector<bf16> got(problem.elements), want(problem.elements);
+  check(cudaMemcpy(got.data(), problem.out, got.size() * sizeof(bf16), cudaMemcpyDeviceToHost), "copy");
+  check(cudaMemcpy(want.data(), problem.expected, want.size() * sizeof(bf16), cudaMemcpyDeviceToHost), "copy");
+  double worst = 0;
+  for (size_t e = 0; e < got.size(); ++e) {
+    const double d = std::abs(double(float(got[e])) - double(float(want[e])));
+    worst = std::isnan(d) ? INFINITY : std::max(worst, d);
+  }
+  return worst;
+}
+
+template <class Traits>
+double milliseconds(const Problem& problem, int warmup, int iters) {
+  const auto args = problem.args(problem.out);
+  for (int i = 0; i < warmup; ++i) tf::launch_tma_forward<bf16, Traits>(args, nullptr);
+  cudaEvent_t start, stop;
+  check(cudaEventCreate(&start), "event");
+  check(cudaEventCreate(&stop), "event");
+  double best = INFINITY;
+  for (int round = 0; round < 3; ++round) {
+    check(cudaEventRecord(start), "record");
+    for (int i = 0; i < iters; ++i) tf::launch_tma_forward<bf16, Traits>(args, nullptr);
+    check(cudaEventRecord(stop), "record");
+    check(cudaEventSynchronize(stop), "sync");
+    float ms = 0;
+    check(cudaEventElapsedTime(&ms, start, stop), "elapsed");
+    best = std::min(best, double(ms) / iters);
+  }
+  cudaEventDestroy(start);
+  cudaEventDestroy(stop);
+  return best;
+}
+
+template <class Traits>
+void measure(const char* name, const Problem& problem, int warmup, int iters) {
+  const Shape& s = problem.shape;
+  const double diff = difference<Traits>(problem);
+  // bf16 outputs of two summation orders differ by a few units in the last place of values below ~4.
+  const bool agrees = diff <= 0.0625;
+  const double ms = agrees ? milliseconds<Traits>(problem, warmup, iters) : NAN;
+  std::printf("{\"batch\": %ld, \"heads\": %ld, \"seq\": %ld, \"head_dim\": %ld, \"causal\": %s, \"config\": \"%s\", "
+              "\"max_diff\": %.4g, \"ms\": %.4f, \"tflops\": %.1f}\n",
+              long(s.batch), long(s.heads), long(s.seq), long(s.head_dim), s.causal ? "true" : "false", name, diff,
+              ms, agrees ? problem.tflop() / (ms * 1e-3) : 0.0);
+  std::fflush(stdout);
+}
+
+// The configurations compared: TmaForwardConfig<bucket, consumer warpgroups, keys per tile, stages,
+// consumer registers, producer registers, blocks per SM>.
+using D64Short = tf::TmaForward64Short;
+using D64Long = tf::TmaForward64Long;
+using D64TwoConsumers = tf::TmaForwardConfig<64, 2, 128, 2, 240, 24, 1>;
+using D64ThreeStages = tf::TmaForwardConfig<64, 3, 128, 3, 160, 32, 1>;
+using D128 = tf::TmaForward128;
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"Configurations of the Hopper flash attention forward, side by side"};
+  int iters = 30, warmup = 5;
+  app.add_option("--iters", iters);
+  app.add_option("--warmup", warmup);
+  CLI11_PARSE(app, argc, argv);
+  std::mt19937_64 rng(7);
+  for (const bool causal : {false, true}) {
+    for (const Shape& s : {Shape{32, 32, 512, 64, causal}, Shape{16, 12, 1024, 64, causal},
+                           Shape{8, 32, 2048, 64, causal}, Shape{2, 32, 8192, 64, causal}}) {
+      const Problem problem(s, rng);
+      measure<D64Short>("64 short: 2 consumers, 64 keys, 4 stages, 2 blocks/SM", problem, warmup, iters);
+      measure<D64Long>("64 long: 3 consumers, 128 keys, 2 stages", problem, warmup, iters);
+      measure<D64TwoConsumers>("64: 2 consumers, 128 keys, 2 stages", problem, warmup, iters);
+      measure<D64ThreeStages>("64: 3 consumers, 128 keys, 3 stages", problem, warmup, iters);
+    }
+    for (const Shape& s : {Shape{32, 16, 512, 128, causal}, Shape{8, 16, 2048, 128, causal},
+                           Shape{2, 16, 8192, 128, causal}}) {
+      const Problem problem(s, rng);
+      measure<D128>("128: 2 consumers, 128 keys, 2 stages", problem, warmup, iters);
+    }
+  }
+  return 0;
+}
