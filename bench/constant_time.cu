@@ -15,8 +15,18 @@
 //             |t| >= 4.5. With --leaky it times the positive control instead (the same kernel with a
 //             branch on the sign of each score, flash_attention_mma_forward.cuh) and fails unless a class
 //             is flagged.
-//   counters  one warm-up and one measured launch of a class, for Nsight Compute (bench/constant_time.py
-//             compares executed instructions, branches and memory sectors across classes).
+//             With --pad P each timed launch is padded on the GPU to a time budget: a one-thread kernel
+//             stamps %globaltimer before the forward and another spins on it after the forward until the
+//             budget has passed since the stamp (pad_* below); the budget is P times the 99.9th
+//             percentile of the constant-time kernel's time on random inputs, measured first (the leaky
+//             control gets the same budget, which it overruns); launches that overrun are counted. An
+//             experiment (docs/SECURITY.md: it did not remove the difference), not a library feature.
+//             With --record FILE it also writes each timed launch's class and time, in launch order, for
+//             bench/constant_time_clocks.py, which runs it under Nsight Compute to read each launch's clock
+//             cycles beside its duration.
+//   counters  one warm-up and --repeats measured launches of a class, for Nsight Compute
+//             (bench/constant_time.py compares executed instructions, branches and memory sectors across
+//             classes, and across the repeats of one class).
 //   repeat    the forward run --runs times on random inputs: every output bit must match the first run.
 //
 // The constant-time kernel is the library's own (kernels::cuda::flash_attention_forward on bf16, the tensor-core
@@ -36,6 +46,7 @@
 
 #include "alpha/kernels/cuda/flash_attention_mma_forward.cuh"
 #include "alpha/kernels/flash_attention.h"
+#include "attention_shape.h"
 
 namespace {
 
@@ -43,17 +54,9 @@ using alpha::bf16;
 using alpha::kernels::AttentionForwardArgs;
 using alpha::kernels::AttentionParams;
 
-void check(cudaError_t status, const char* what) {
-  if (status != cudaSuccess) {
-    std::fprintf(stderr, "constant_time: %s: %s\n", what, cudaGetErrorString(status));
-    std::exit(2);
-  }
-}
+using Shape = alpha::bench::AttentionShape;
 
-struct Shape {
-  int64_t batch, heads, seq, head_dim;
-  bool causal;
-};
+void check(cudaError_t status, const char* what) { alpha::bench::check_cuda(status, "constant_time", what); }
 
 const std::vector<std::string> kClasses = {"zeros", "one_hot", "denormal", "huge", "masked_rows", "random"};
 
@@ -73,6 +76,30 @@ std::vector<float> class_values(const std::string& name, int which, size_t n, st
   return x;
 }
 
+// The time budget of --pad: the stamp kernel reads the GPU's nanosecond timer (the same for every SM), the
+// wait kernel spins on it until `nanoseconds` have passed since the stamp and counts the launches that
+// reached it late.
+struct TimeBudget {
+  uint64_t nanoseconds = 0;  // 0: launches are not padded
+  uint64_t* stamp = nullptr;
+  unsigned long long* overruns = nullptr;
+};
+
+__device__ __forceinline__ uint64_t global_nanoseconds() {
+  uint64_t now;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now));
+  return now;
+}
+
+__global__ void pad_stamp_kernel(uint64_t* stamp) { *stamp = global_nanoseconds(); }
+
+__global__ void pad_wait_kernel(const uint64_t* stamp, uint64_t nanoseconds, unsigned long long* overruns) {
+  const uint64_t deadline = *stamp + nanoseconds;
+  uint64_t now = global_nanoseconds();
+  if (now > deadline) atomicAdd(overruns, 1ull);
+  while (now < deadline) now = global_nanoseconds();
+}
+
 // Device buffers of q, k and v (and, for the working set, out and the row statistics).
 struct Buffers {
   bf16 *q = nullptr, *k = nullptr, *v = nullptr, *out = nullptr;
@@ -85,25 +112,15 @@ struct Buffers {
 // timing test would measure placement, not values.
 struct Problem {
   Shape shape;
-  AttentionParams<bf16> params{};
+  AttentionParams<bf16> params;
   std::map<std::string, Buffers> inputs;
   Buffers work;
   size_t operand_bytes = 0;
+  TimeBudget budget;
 
-  explicit Problem(const Shape& s, uint64_t seed) : shape(s) {
-    const int64_t elements = s.batch * s.seq * s.heads * s.head_dim, rows = s.batch * s.heads * s.seq;
+  explicit Problem(const Shape& s, uint64_t seed) : shape(s), params(s.params()) {
+    const int64_t elements = s.elements(), rows = s.rows();
     operand_bytes = size_t(elements) * sizeof(bf16);
-    params.batch = s.batch;
-    params.q_len = params.kv_len = s.seq;
-    params.q_heads = params.kv_heads = s.heads;
-    params.head_dim = params.value_dim = s.head_dim;
-    params.q_strides = params.k_strides = params.v_strides = {s.seq * s.heads * s.head_dim, s.heads * s.head_dim,
-                                                              s.head_dim};
-    params.scale = 1.0f / std::sqrt(float(s.head_dim));
-    params.softcap = 0.0f;
-    params.causal = s.causal;
-    params.dropout_p = 0.0f;
-    params.dropout_scale = 1.0f;
     std::mt19937_64 rng(seed);
     for (const std::string& name : kClasses) {
       Buffers& b = inputs[name];
@@ -119,6 +136,9 @@ struct Problem {
     for (bf16** operand : {&work.q, &work.k, &work.v, &work.out}) check(cudaMalloc(operand, operand_bytes), "cudaMalloc");
     check(cudaMalloc(&work.row_max, size_t(rows) * sizeof(float)), "cudaMalloc");
     check(cudaMalloc(&work.row_sum, size_t(rows) * sizeof(float)), "cudaMalloc");
+    check(cudaMalloc(&budget.stamp, sizeof(uint64_t)), "cudaMalloc");
+    check(cudaMalloc(&budget.overruns, sizeof(unsigned long long)), "cudaMalloc");
+    check(cudaMemset(budget.overruns, 0, sizeof(unsigned long long)), "cudaMemset");
   }
 
   // Copies a class's inputs into the working set (queued on `stream`).
@@ -128,7 +148,22 @@ struct Problem {
       check(cudaMemcpyAsync(to, source, operand_bytes, cudaMemcpyDeviceToDevice, stream), "stage");
   }
 
+  // The forward, padded to the time budget when one is set.
   void launch(bool leaky, cudaStream_t stream) const {
+    if (budget.nanoseconds == 0) return launch_kernel(leaky, stream);
+    pad_stamp_kernel<<<1, 1, 0, stream>>>(budget.stamp);
+    launch_kernel(leaky, stream);
+    pad_wait_kernel<<<1, 1, 0, stream>>>(budget.stamp, budget.nanoseconds, budget.overruns);
+    check(cudaGetLastError(), "padding");
+  }
+  unsigned long long overruns() const {
+    unsigned long long n = 0;
+    check(cudaMemcpy(&n, budget.overruns, sizeof(n), cudaMemcpyDeviceToHost), "copy");
+    return n;
+  }
+
+ private:
+  void launch_kernel(bool leaky, cudaStream_t stream) const {
     const AttentionForwardArgs<bf16> args{work.q, work.k, work.v, work.out, work.row_max, work.row_sum, params};
     if (leaky) {
       if (shape.head_dim != 64) {
@@ -161,22 +196,14 @@ Welch welch(const std::vector<double>& a, const std::vector<double>& b) {
   return {(ma - mb) / std::sqrt(va / double(a.size()) + vb / double(b.size())), a.size(), b.size(), ma, mb};
 }
 
-int run_timing(Problem& problem, bool leaky, int64_t per_class, uint64_t seed) {
-  const std::vector<std::string> classes = leaky ? std::vector<std::string>{"zeros", "random"} : kClasses;
-  std::vector<int> order;
-  for (size_t c = 0; c < classes.size(); ++c) order.insert(order.end(), size_t(per_class), int(c));
-  std::mt19937_64 rng(seed);
-  std::shuffle(order.begin(), order.end(), rng);
-  cudaStream_t stream;
-  check(cudaStreamCreate(&stream), "stream");
-  for (const std::string& name : classes)
-    for (int w = 0; w < 20; ++w) problem.stage(name, stream), problem.launch(leaky, stream);
-  // Batches of launches between one host synchronisation; each launch timed by the events around it,
-  // after its inputs are staged.
+// Each launch's microseconds: launches of the classes order[l] names (indices into `classes`), each after its
+// inputs are staged, timed by the events around it, in batches between one host synchronisation.
+std::vector<double> timed_launches(const Problem& problem, bool leaky, const std::vector<std::string>& classes,
+                                   const std::vector<int>& order, cudaStream_t stream) {
   constexpr size_t kBatch = 2048;
   std::vector<cudaEvent_t> starts(kBatch), stops(kBatch);
   for (size_t l = 0; l < kBatch; ++l) check(cudaEventCreate(&starts[l]), "event"), check(cudaEventCreate(&stops[l]), "event");
-  std::vector<std::vector<double>> times(classes.size());
+  std::vector<double> times;
   for (size_t first = 0; first < order.size(); first += kBatch) {
     const size_t count = std::min(kBatch, order.size() - first);
     for (size_t l = 0; l < count; ++l) {
@@ -189,8 +216,45 @@ int run_timing(Problem& problem, bool leaky, int64_t per_class, uint64_t seed) {
     for (size_t l = 0; l < count; ++l) {
       float ms = 0;
       check(cudaEventElapsedTime(&ms, starts[l], stops[l]), "elapsed");
-      times[size_t(order[first + l])].push_back(1000.0 * ms);
+      times.push_back(1000.0 * ms);
     }
+  }
+  for (size_t l = 0; l < kBatch; ++l) cudaEventDestroy(starts[l]), cudaEventDestroy(stops[l]);
+  return times;
+}
+
+int run_timing(Problem& problem, bool leaky, int64_t per_class, uint64_t seed, double pad, const std::string& record) {
+  const std::vector<std::string> classes = leaky ? std::vector<std::string>{"zeros", "random"} : kClasses;
+  std::vector<int> order;
+  for (size_t c = 0; c < classes.size(); ++c) order.insert(order.end(), size_t(per_class), int(c));
+  std::mt19937_64 rng(seed);
+  std::shuffle(order.begin(), order.end(), rng);
+  cudaStream_t stream;
+  check(cudaStreamCreate(&stream), "stream");
+  for (const std::string& name : classes)
+    for (int w = 0; w < 20; ++w) problem.stage(name, stream), problem.launch(leaky, stream);
+  double random_p999 = 0;
+  if (pad > 0) {  // the budget: pad × the constant-time kernel's 99.9th percentile on random inputs
+    std::vector<double> calibration = timed_launches(problem, false, {"random"}, std::vector<int>(4000, 0), stream);
+    std::sort(calibration.begin(), calibration.end());
+    random_p999 = calibration[size_t(0.999 * double(calibration.size() - 1))];
+    problem.budget.nanoseconds = uint64_t(pad * random_p999 * 1e3);
+  }
+  const unsigned long long overruns_before = problem.overruns();
+  const std::vector<double> in_order = timed_launches(problem, leaky, classes, order, stream);
+  const unsigned long long overruns = problem.overruns() - overruns_before;
+  std::vector<std::vector<double>> times(classes.size());
+  for (size_t l = 0; l < order.size(); ++l) times[size_t(order[l])].push_back(in_order[l]);
+  if (!record.empty()) {
+    FILE* file = std::fopen(record.c_str(), "w");
+    if (file == nullptr) {
+      std::fprintf(stderr, "constant_time: cannot write %s\n", record.c_str());
+      std::exit(2);
+    }
+    std::fprintf(file, "launch,class,microseconds\n");
+    for (size_t l = 0; l < order.size(); ++l)
+      std::fprintf(file, "%zu,%s,%.4f\n", l, classes[size_t(order[l])].c_str(), in_order[l]);
+    std::fclose(file);
   }
   std::vector<double> pooled;
   for (const auto& t : times) pooled.insert(pooled.end(), t.begin(), t.end());
@@ -206,6 +270,10 @@ int run_timing(Problem& problem, bool leaky, int64_t per_class, uint64_t seed) {
               leaky ? "leaky control" : "constant-time", long(problem.shape.batch), long(problem.shape.heads),
               long(problem.shape.seq), long(problem.shape.head_dim), problem.shape.causal ? " causal" : "",
               long(per_class), order.size());
+  if (pad > 0)
+    std::printf("padded to %.2f us (%.2f x the constant-time kernel's 99.9th percentile on random inputs, %.2f us); "
+                "%llu of %zu launches overran it\n",
+                1e-3 * double(problem.budget.nanoseconds), pad, random_p999, overruns, order.size());
   std::printf("%-12s %10s %10s %9s %9s\n", "class", "mean", "random", "t", "t(p90)");
   double worst = 0;
   for (size_t c = 0; c + 1 < classes.size(); ++c) {
@@ -254,24 +322,30 @@ int main(int argc, char** argv) {
   bool leaky = false;
   int64_t per_class = 100000;
   std::string class_name = "random";
-  int runs = 1000;
+  int runs = 1000, repeats = 1;
+  std::string record;
+  double pad = 0;
   CLI::App* timing = app.add_subcommand("timing", "dudect timing test");
   timing->add_flag("--leaky", leaky, "time the positive control");
   timing->add_option("--launches-per-class", per_class);
+  timing->add_option("--record", record, "write each timed launch's class and microseconds here (CSV)");
+  timing->add_option("--pad", pad, "pad each launch to this multiple of the random class's 99.9th percentile")
+      ->check(CLI::NonNegativeNumber);
   CLI::App* counters = app.add_subcommand("counters", "one warm-up and one measured launch, for ncu");
   counters->add_option("--class", class_name)->check(CLI::IsMember(kClasses));
   counters->add_flag("--leaky", leaky, "launch the positive control");
+  counters->add_option("--repeats", repeats, "measured launches after the warm-up")->check(CLI::PositiveNumber);
   CLI::App* repeat = app.add_subcommand("repeat", "bitwise reproducibility");
   repeat->add_option("--runs", runs);
   CLI11_PARSE(app, argc, argv);
 
   Problem problem(shape, seed);
-  if (timing->parsed()) return run_timing(problem, leaky, per_class, seed);
+  if (timing->parsed()) return run_timing(problem, leaky, per_class, seed, pad, record);
   if (repeat->parsed()) return run_repeat(problem, runs);
   problem.stage(class_name, nullptr);
-  problem.launch(leaky, nullptr);
-  problem.launch(leaky, nullptr);
+  for (int r = 0; r <= repeats; ++r) problem.launch(leaky, nullptr);
   check(cudaDeviceSynchronize(), "sync");
-  std::printf("counters: launched class %s%s twice\n", class_name.c_str(), leaky ? " (leaky control)" : "");
+  std::printf("counters: launched class %s%s %d times after a warm-up\n", class_name.c_str(),
+              leaky ? " (leaky control)" : "", repeats);
   return 0;
 }

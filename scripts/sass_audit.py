@@ -246,10 +246,33 @@ def find_tool(name, folders):
     return shutil.which(name)
 
 
+def top_level_alternatives(pattern):
+    """The alternatives of a regular expression's outermost '|' (not inside brackets or parentheses)."""
+    parts, depth, current, escaped = [], 0, "", False
+    for c in pattern:
+        if escaped:
+            current, escaped = current + c, False
+            continue
+        if c == "\\":
+            escaped = True
+        elif c in "([":
+            depth += 1
+        elif c in ")]":
+            depth -= 1
+        elif c == "|" and depth == 0:
+            parts.append(current)
+            current = ""
+            continue
+        current += c
+    return parts + [current]
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("binary", help="an executable, library or object with sm_90a code")
-    parser.add_argument("--kernels", required=True, help="regular expression over mangled kernel names")
+    parser.add_argument("--kernels", required=True,
+                        help="regular expression over mangled kernel names; each of its top-level alternatives "
+                             "(A|B|...) must match at least one kernel, so a renamed kernel cannot drop out unseen")
     parser.add_argument("--expect-leak", action="store_true",
                         help="the positive control: succeed only if every matched kernel has a finding")
     parser.add_argument("--show", type=int, default=5, help="findings printed per kernel")
@@ -265,6 +288,10 @@ def main():
     if not kernels:
         print(f"sass_audit: no kernel of {args.binary} matches {args.kernels!r}")
         return 2
+    unmatched = [a for a in top_level_alternatives(args.kernels) if not any(re.search(a, name) for name in kernels)]
+    if unmatched:
+        print(f"sass_audit: no kernel of {args.binary} matches {', '.join(repr(a) for a in unmatched)}: FAIL")
+        return 1
     failed = False
     for name, code in sorted(kernels.items()):
         findings = audit(code)

@@ -122,7 +122,9 @@ TEST_F(CudaDeterminism, AtomicDqBackwardDiffersFromTheDeterministicOneOnlyInDqRo
       // Where Hopper's wgmma backward runs, allowing atomics changes nothing: it is the faster and is used
       // either way (elsewhere the atomic dQ may round differently, within the tolerance above).
 #if ALPHA_WITH_CUDA
-      if (kernels::cuda::wgmma_backward_runs(head_dim, head_dim)) EXPECT_TRUE(test::bit_equal(atomic.dq, fixed.dq));
+      if (kernels::cuda::wgmma_backward_runs(head_dim, head_dim)) {
+        EXPECT_TRUE(test::bit_equal(atomic.dq, fixed.dq));
+      }
 #endif
     }
   }

@@ -103,7 +103,7 @@ void gpu_kernels(const ops::NsaInputs& in, const Tensor& dout, const ops::NsaCon
 #endif
 
 // The GPU kernels called directly (in and dout on the GPU in one dtype), into poisoned outputs.
-void gpu_forward(const ops::NsaInputs& in, const ops::NsaConfig& config, GpuRun& r) {
+void gpu_forward(const ops::NsaInputs& in, [[maybe_unused]] const ops::NsaConfig& config, GpuRun& r) {
   r.forward = ops::nsa_allocate_output(in, config, poisoned_on(in.q.device()));
 #if ALPHA_WITH_CUDA
   if (in.q.dtype() == DType::bf16)
@@ -114,7 +114,8 @@ void gpu_forward(const ops::NsaInputs& in, const ops::NsaConfig& config, GpuRun&
     gpu_kernels<float>(in, Tensor(), config, r, false);
 #endif
 }
-void gpu_backward(const ops::NsaInputs& in, const Tensor& dout, const ops::NsaConfig& config, GpuRun& r) {
+void gpu_backward(const ops::NsaInputs& in, [[maybe_unused]] const Tensor& dout,
+                  [[maybe_unused]] const ops::NsaConfig& config, GpuRun& r) {
   r.grads = ops::nsa_allocate_grads(in, poisoned_on(in.q.device()));
 #if ALPHA_WITH_CUDA
   if (in.q.dtype() == DType::bf16)

@@ -20,7 +20,7 @@ constexpr int64_t kB = 2, kT = 5, kC = 8, kHeads = 2, kKvHeads = 1, kHeadDim = k
 constexpr double kSoftcap = 2.0;
 
 struct Block {
-  ParameterOptions options{.seed = test::fresh_seed(), .dtype = DType::f64};
+  ParameterOptions options{.seed = test::fresh_seed(), .dtype = DType::f64, .device = Device::cpu(), .compute_dtype = {}};
   Linear qkv{"qkv", kC, (kHeads + 2 * kKvHeads) * kHeadDim, true, 0.5, options};
   Linear proj{"proj", kC, kC, true, 0.5, options};
   // Bias values away from their initial zeros, so that a bias wrongly kept in a tangent would show.
