@@ -9,6 +9,7 @@
 // back after --warmup, the best of three such rounds), TFLOP/s (4·B·H·T·T·D, halved when causal), and the
 // largest difference from the library's output.
 //
+// Build: cmake --build build/cuda --target alpha_tma_forward_configs (it is not part of `all`).
 // Usage: alpha_tma_forward_configs [--iters 30] [--warmup 5]   (needs an sm_90a GPU)
 #include <cuda_runtime.h>
 
