@@ -22,8 +22,8 @@
 //             control gets the same budget, which it overruns); launches that overrun are counted. An
 //             experiment (docs/SECURITY.md: it did not remove the difference), not a library feature.
 //             With --record FILE it also writes each timed launch's class and time, in launch order, for
-//             bench/constant_time_clocks.py, which runs it under Nsight Compute to read each launch's clock
-//             cycles beside its duration.
+//             `bench/constant_time.py --mode clocks`, which runs it under Nsight Compute to read each
+//             launch's clock cycles beside its duration.
 //   counters  one warm-up and --repeats measured launches of a class, for Nsight Compute
 //             (bench/constant_time.py compares executed instructions, branches and memory sectors across
 //             classes, and across the repeats of one class).
@@ -224,6 +224,12 @@ std::vector<double> timed_launches(const Problem& problem, bool leaky, const std
 }
 
 int run_timing(Problem& problem, bool leaky, int64_t per_class, uint64_t seed, double pad, const std::string& record) {
+  // Opened before the run, so that a path that cannot be written fails at once, not after it.
+  FILE* record_file = record.empty() ? nullptr : std::fopen(record.c_str(), "w");
+  if (!record.empty() && record_file == nullptr) {
+    std::fprintf(stderr, "constant_time: timing --record: cannot write %s\n", record.c_str());
+    return 2;
+  }
   const std::vector<std::string> classes = leaky ? std::vector<std::string>{"zeros", "random"} : kClasses;
   std::vector<int> order;
   for (size_t c = 0; c < classes.size(); ++c) order.insert(order.end(), size_t(per_class), int(c));
@@ -245,19 +251,13 @@ int run_timing(Problem& problem, bool leaky, int64_t per_class, uint64_t seed, d
   const unsigned long long overruns = problem.overruns() - overruns_before;
   std::vector<std::vector<double>> times(classes.size());
   for (size_t l = 0; l < order.size(); ++l) times[size_t(order[l])].push_back(in_order[l]);
-  if (!record.empty()) {
-    FILE* file = std::fopen(record.c_str(), "w");
-    if (file == nullptr) {
-      std::fprintf(stderr, "constant_time: cannot write %s\n", record.c_str());
-      std::exit(2);
-    }
-    std::fprintf(file, "launch,class,microseconds\n");
+  if (record_file != nullptr) {
+    std::fprintf(record_file, "launch,class,microseconds\n");
     for (size_t l = 0; l < order.size(); ++l)
-      std::fprintf(file, "%zu,%s,%.4f\n", l, classes[size_t(order[l])].c_str(), in_order[l]);
-    std::fclose(file);
+      std::fprintf(record_file, "%zu,%s,%.4f\n", l, classes[size_t(order[l])].c_str(), in_order[l]);
+    std::fclose(record_file);
   }
-  std::vector<double> pooled;
-  for (const auto& t : times) pooled.insert(pooled.end(), t.begin(), t.end());
+  std::vector<double> pooled = in_order;
   std::sort(pooled.begin(), pooled.end());
   const double crop = pooled[size_t(0.9 * double(pooled.size() - 1))];
   auto cropped = [crop](const std::vector<double>& x) {
@@ -327,11 +327,11 @@ int main(int argc, char** argv) {
   double pad = 0;
   CLI::App* timing = app.add_subcommand("timing", "dudect timing test");
   timing->add_flag("--leaky", leaky, "time the positive control");
-  timing->add_option("--launches-per-class", per_class);
+  timing->add_option("--launches-per-class", per_class)->check(CLI::Range(int64_t(2), int64_t(1) << 40));
   timing->add_option("--record", record, "write each timed launch's class and microseconds here (CSV)");
   timing->add_option("--pad", pad, "pad each launch to this multiple of the random class's 99.9th percentile")
       ->check(CLI::NonNegativeNumber);
-  CLI::App* counters = app.add_subcommand("counters", "one warm-up and one measured launch, for ncu");
+  CLI::App* counters = app.add_subcommand("counters", "one warm-up and --repeats measured launches, for ncu");
   counters->add_option("--class", class_name)->check(CLI::IsMember(kClasses));
   counters->add_flag("--leaky", leaky, "launch the positive control");
   counters->add_option("--repeats", repeats, "measured launches after the warm-up")->check(CLI::PositiveNumber);

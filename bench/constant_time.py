@@ -98,13 +98,12 @@ def compare(runs, classes, reference="random"):
         if len({v for c in classes for v in values[c]}) == 1:
             verdicts[m] = {"verdict": "identical", "t": 0.0}
             continue
-        varies = any(len(set(values[c])) > 1 for c in classes)
-        worst = max((abs(welch(values[c], values[reference])) for c in classes if c != reference), default=0.0)
-        if not varies:
+        if not any(len(set(values[c])) > 1 for c in classes):
             verdicts[m] = {"verdict": "differs", "t": math.inf}
-        else:
-            verdicts[m] = {"verdict": "differs (|t| >= 4.5)" if worst >= T_LIMIT else "varies per launch, not by class",
-                           "t": worst}
+            continue
+        worst = max(abs(welch(values[c], values[reference])) for c in classes if c != reference)
+        verdicts[m] = {"verdict": "differs (|t| >= 4.5)" if worst >= T_LIMIT else "varies per launch, not by class",
+                       "t": worst}
     return verdicts
 
 
@@ -181,14 +180,26 @@ def run_clocks(args):
     return 0
 
 
+def at_least_two(text):
+    """A sample count Welch's t can use (it needs a variance)."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = None
+    if value is None or value < 2:
+        raise argparse.ArgumentTypeError(f"expected an integer of at least 2 (Welch's t needs a variance), got {text!r}")
+    return value
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--tool", required=True, help="the alpha_constant_time executable")
     parser.add_argument("--mode", choices=["counters", "clocks"], default="counters")
     parser.add_argument("--ncu", default="ncu")
     parser.add_argument("--out", default=".")
-    parser.add_argument("--repeats", type=int, default=20, help="counters: measured launches per class")
-    parser.add_argument("--launches-per-class", type=int, default=2000, help="clocks: timed launches per class")
+    parser.add_argument("--repeats", type=at_least_two, default=20, help="counters: measured launches per class")
+    parser.add_argument("--launches-per-class", type=at_least_two, default=2000,
+                        help="clocks: timed launches per class")
     parser.add_argument("--clock-controls", default="none,base", help="clocks: ncu --clock-control values")
     args = parser.parse_args()
     os.makedirs(args.out, exist_ok=True)

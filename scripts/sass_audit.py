@@ -267,6 +267,11 @@ def top_level_alternatives(pattern):
     return parts + [current]
 
 
+def unmatched_alternatives(pattern, names):
+    """The top-level alternatives of `pattern` that match none of `names` (a stale kernel name, say)."""
+    return [a for a in top_level_alternatives(pattern) if not any(re.search(a, name) for name in names)]
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("binary", help="an executable, library or object with sm_90a code")
@@ -288,7 +293,7 @@ def main():
     if not kernels:
         print(f"sass_audit: no kernel of {args.binary} matches {args.kernels!r}")
         return 2
-    unmatched = [a for a in top_level_alternatives(args.kernels) if not any(re.search(a, name) for name in kernels)]
+    unmatched = unmatched_alternatives(args.kernels, kernels)
     if unmatched:
         print(f"sass_audit: no kernel of {args.binary} matches {', '.join(repr(a) for a in unmatched)}: FAIL")
         return 1

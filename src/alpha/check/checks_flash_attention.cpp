@@ -6,7 +6,8 @@
 // (the kernels round P and dS to T before their matrix products, as FlashAttention does). The cases cover
 // every head-dimension bucket and tile shape of the kernels (D = 32, 48, 64, 96, 128, 256; Dv != D within
 // and across buckets), lengths that are not multiples of the tiles (1, 17, 127, 1000, 1100, 1300, 1500,
-// 4099; on Hopper the D 64 forward's two configurations meet at 1024 keys, 2048 causal), causal and not, Tq < Tk and Tq > Tk (leading rows that see no key), softcap, dropout, GQA ratios 1, 2, 8 and MQA,
+// 4099; on Hopper the D 64 forward's two configurations meet at 1024 keys, 2048 causal), causal and not,
+// Tq < Tk and Tq > Tk (leading rows that see no key), softcap, dropout, GQA ratios 1, 2, 8 and MQA,
 // strided q/k/v slices of one fused qkv tensor, and sliding windows (left, right, both, empty rows, zero
 // width) whose edges fall inside tiles, so that the kernels skip key tiles on both sides and query tiles in
 // the dK/dV pass. bf16/f16 run every case twice: with the deterministic backward, and with the opt-in
