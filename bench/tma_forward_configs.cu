@@ -127,9 +127,9 @@ void measure(const char* name, const Problem& problem, int warmup, int iters) {
 // consumer registers, producer registers, blocks per SM>.
 using D64Short = tf::TmaForward64Short;
 using D64Long = tf::TmaForward64Long;
-using D64TwoConsumers = tf::TmaForwardConfig<64, 2, 128, 2, 240, 24, 1>;
-using D64ThreeStages = tf::TmaForwardConfig<64, 3, 128, 3, 160, 32, 1>;
-using D128 = tf::TmaForward128;
+using D64TwoConsumersShort = tf::TmaForwardConfig<64, 2, 64, 4, 104, 24, 2>;
+using D128Short = tf::TmaForward128Short;
+using D128Long = tf::TmaForward128;
 
 }  // namespace
 
@@ -144,15 +144,15 @@ int main(int argc, char** argv) {
     for (const Shape& s : {Shape{32, 32, 512, 64, causal}, Shape{16, 12, 1024, 64, causal},
                            Shape{8, 32, 2048, 64, causal}, Shape{2, 32, 8192, 64, causal}}) {
       const Problem problem(s, rng);
-      measure<D64Short>("64 short: 2 consumers, 64 keys, 4 stages, 2 blocks/SM", problem, warmup, iters);
+      measure<D64Short>("64 short: 1 consumer, 64 keys, 4 stages, 3 blocks/SM", problem, warmup, iters);
       measure<D64Long>("64 long: 3 consumers, 128 keys, 2 stages", problem, warmup, iters);
-      measure<D64TwoConsumers>("64: 2 consumers, 128 keys, 2 stages", problem, warmup, iters);
-      measure<D64ThreeStages>("64: 3 consumers, 128 keys, 3 stages", problem, warmup, iters);
+      measure<D64TwoConsumersShort>("64: 2 consumers, 64 keys, 4 stages, 2 blocks/SM", problem, warmup, iters);
     }
-    for (const Shape& s : {Shape{32, 16, 512, 128, causal}, Shape{8, 16, 2048, 128, causal},
-                           Shape{2, 16, 8192, 128, causal}}) {
+    for (const Shape& s : {Shape{32, 16, 512, 128, causal}, Shape{16, 16, 1024, 128, causal},
+                           Shape{8, 16, 2048, 128, causal}, Shape{2, 16, 8192, 128, causal}}) {
       const Problem problem(s, rng);
-      measure<D128>("128: 2 consumers, 128 keys, 2 stages", problem, warmup, iters);
+      measure<D128Short>("128 short: 1 consumer, 64 keys, 3 stages, 2 blocks/SM", problem, warmup, iters);
+      measure<D128Long>("128 long: 2 consumers, 128 keys, 2 stages", problem, warmup, iters);
     }
   }
   return 0;

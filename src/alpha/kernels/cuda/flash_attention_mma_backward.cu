@@ -183,8 +183,8 @@ __global__ void __launch_bounds__(kThreads, BackwardTraits<kHeadDim>::kMinBlocks
     warp_product_abt<T, kM, kN, kHeadDim>(st, k_tile, key_row0, q_tiles.next(stage), 0, lane);
     warp_product_abt<T, kM, kN, kHeadDim>(dpt, v_tile, key_row0, do_tiles.next(stage), 0, lane);
 
-    key_entry_grads(p, softcap, scale_log2, bh, i0, j0, Shape::kRows, j0 + key_row0, lane, st, dpt,
-                    lse2_rows + stage * kQ, delta_rows + stage * kQ);
+    key_entry_grads<true>(p, softcap, scale_log2, bh, i0, j0, Shape::kRows, j0 + key_row0, lane, st, dpt,
+                          lse2_rows + stage * kQ, delta_rows + stage * kQ);
 
     FragA probs[kM][kN / 2], dscores[kM][kN / 2];
     to_a_fragments<T>(probs, st);
@@ -252,8 +252,8 @@ __global__ void __launch_bounds__(kThreads, BackwardTraits<kHeadDim>::kMinBlocks
     warp_product_abt<T, kM, kN, kHeadDim>(s, q_tile, row0, k_tiles.next(stage), 0, lane);
     warp_product_abt<T, kM, kN, kHeadDim>(dp, do_tile, row0, v_tiles.next(stage), 0, lane);
 
-    query_entry_grads(p, softcap, scale_log2, bh, i0 + row0, j0, whole_begin, whole_end, lane, s, dp, lse2,
-                      row_delta);
+    query_entry_grads<true>(p, softcap, scale_log2, bh, i0 + row0, j0, whole_begin, whole_end, lane, s, dp, lse2,
+                            row_delta);
 
     FragA dscores[kM][kN / 2];
     to_a_fragments<T>(dscores, s);

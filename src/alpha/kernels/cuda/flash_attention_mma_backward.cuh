@@ -142,30 +142,32 @@ __device__ __forceinline__ void query_entries(const AttentionParams<T>& p, Softc
 }
 
 // Calls entry(std::bool_constant<softcap>, std::bool_constant<dropout>) for the parameters' softcap and
-// dropout: one uniform branch per tile step instead of one per entry.
-template <class T, class Entry>
+// dropout: one uniform branch per tile step instead of one per entry. kMayDrop = false is for kernels
+// instantiated for p.dropout_p = 0 (the wgmma dK/dV ones), which then hold no dropout code: its Philox state
+// cost registers even untaken (-Xptxas -v: the D 128 dK/dV kernel spilled 1276 bytes with it, 56 without).
+template <bool kMayDrop, class T, class Entry>
 __device__ __forceinline__ void with_entry_options(const AttentionParams<T>& p, const Entry& entry) {
-  if (p.softcap > 0) {
-    if (p.dropout_p > 0) entry(std::true_type{}, std::true_type{});
-    else entry(std::true_type{}, std::false_type{});
-  } else {
-    if (p.dropout_p > 0) entry(std::false_type{}, std::true_type{});
-    else entry(std::false_type{}, std::false_type{});
-  }
+  const bool dropped = kMayDrop && p.dropout_p > 0;
+  const auto with_dropout = [&](auto softcapped) {
+    if (dropped) entry(softcapped, std::bool_constant<kMayDrop>{});
+    else entry(softcapped, std::false_type{});
+  };
+  if (p.softcap > 0) with_dropout(std::true_type{});
+  else with_dropout(std::false_type{});
 }
 
 // The key-major entry step: st and dpt hold Sᵀ and dP̃ᵀ (rows: this warp's keys from key_row0 of the
 // block's keys [j0, j0 + block_keys); columns: the step's kN·8 queries from i0, whose lse2 and D are in
 // shared memory); each entry becomes P̃ (in st) and dS_raw (in dpt). When every query of the step sees every
 // key of the block, the per-entry visibility test is skipped (the choice depends on positions only).
-template <class T, int kM, int kN>
+template <bool kMayDrop, class T, int kM, int kN>
 __device__ __forceinline__ void key_entry_grads(const AttentionParams<T>& p, Softcap softcap, float scale_log2,
                                                 int64_t bh, int64_t i0, int64_t j0, int block_keys, int64_t key_row0,
                                                 int lane, FragC (&st)[kM][kN], FragC (&dpt)[kM][kN],
                                                 const float* lse2_rows, const float* delta_rows) {
   const int64_t last_row = tile_last_row(i0, 8 * kN, p.q_len);
   const bool whole = j0 >= visible_key_range(p, last_row).begin && j0 + block_keys <= visible_key_range(p, i0).end;
-  with_entry_options(p, [&](auto softcapped, auto dropped) {
+  with_entry_options<kMayDrop>(p, [&](auto softcapped, auto dropped) {
     constexpr bool kSoftcap = decltype(softcapped)::value, kDropout = decltype(dropped)::value;
     if (whole)
       key_entries<false, kSoftcap, kDropout>(p, softcap, scale_log2, bh, i0, key_row0, lane, st, dpt, lse2_rows,
@@ -179,14 +181,14 @@ __device__ __forceinline__ void key_entry_grads(const AttentionParams<T>& p, Sof
 // The query-major entry step: s and dp hold S and dP̃ (rows: this thread's queries from row0, with their
 // statistics; columns: the kN·8 keys from j0); each entry becomes dS_raw (in s). Keys in [whole_begin,
 // whole_end) are seen by every query of the block: tiles inside it skip the visibility test.
-template <class T, int kM, int kN>
+template <bool kMayDrop, class T, int kM, int kN>
 __device__ __forceinline__ void query_entry_grads(const AttentionParams<T>& p, Softcap softcap, float scale_log2,
                                                   int64_t bh, int64_t row0, int64_t j0, int64_t whole_begin,
                                                   int64_t whole_end, int lane, FragC (&s)[kM][kN],
                                                   const FragC (&dp)[kM][kN], const float (&lse2)[kM][2],
                                                   const float (&row_delta)[kM][2]) {
   const bool whole = j0 >= whole_begin && j0 + 8 * kN <= whole_end;
-  with_entry_options(p, [&](auto softcapped, auto dropped) {
+  with_entry_options<kMayDrop>(p, [&](auto softcapped, auto dropped) {
     constexpr bool kSoftcap = decltype(softcapped)::value, kDropout = decltype(dropped)::value;
     if (whole)
       query_entries<false, kSoftcap, kDropout>(p, softcap, scale_log2, bh, row0, j0, lane, s, dp, lse2, row_delta);

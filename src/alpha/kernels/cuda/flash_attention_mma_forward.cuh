@@ -50,7 +50,10 @@ __device__ __forceinline__ float leak_on_positive(float logit) {
 // kSoftcap is p.softcap > 0, as a template so that the element loop carries no per-entry test of it (the
 // compiler had put a branch around each entry's tanh: +15% forward at D 128 on wgmma, +2-12% on mma.sync,
 // measured on an H100 side by side, 2026-11-22).
-template <class T, int kM, int kN, bool kMasked, bool kSoftcap, bool kLeakyControl>
+// kMayDrop = false is for callers that know p.dropout_p is 0 (the TMA forward instantiates both; NSA has
+// no dropout): the dropout branch, though never taken, made ptxas keep the Philox state's registers live
+// and spill (TMA forward, -Xptxas -v: 1476 -> 216 bytes at D 64 with three consumers, 144 -> 0 at D 128).
+template <class T, int kM, int kN, bool kMasked, bool kSoftcap, bool kLeakyControl, bool kMayDrop>
 __device__ __forceinline__ void softmax_tile_of(const AttentionParams<T>& p, Softcap softcap, float scale_log2,
                                                 int64_t bh, int64_t first_row, int64_t j0, int lane, FragC (&s)[kM][kN],
                                                 float (&row_max)[kM][2], float (&row_sum)[kM][2],
@@ -103,7 +106,7 @@ __device__ __forceinline__ void softmax_tile_of(const AttentionParams<T>& p, Sof
           row_sum[m][half] += prob;
           s[m][n].x[x] = prob;
         }
-      if (p.dropout_p > 0 && i < p.q_len)
+      if (kMayDrop && p.dropout_p > 0 && i < p.q_len)
 #pragma unroll
         for (int n = 0; n < kN; ++n)
 #pragma unroll
@@ -112,17 +115,17 @@ __device__ __forceinline__ void softmax_tile_of(const AttentionParams<T>& p, Sof
     }
 }
 
-template <class T, int kM, int kN, bool kMasked, bool kLeakyControl>
+template <class T, int kM, int kN, bool kMasked, bool kLeakyControl, bool kMayDrop>
 __device__ __forceinline__ void softmax_tile(const AttentionParams<T>& p, Softcap softcap, float scale_log2, int64_t bh,
                                              int64_t first_row, int64_t j0, int lane, FragC (&s)[kM][kN],
                                              float (&row_max)[kM][2], float (&row_sum)[kM][2],
                                              float (&rescale)[kM][2]) {
   if (softcap.cap > 0)
-    softmax_tile_of<T, kM, kN, kMasked, true, kLeakyControl>(p, softcap, scale_log2, bh, first_row, j0, lane, s,
-                                                             row_max, row_sum, rescale);
+    softmax_tile_of<T, kM, kN, kMasked, true, kLeakyControl, kMayDrop>(p, softcap, scale_log2, bh, first_row, j0, lane,
+                                                                       s, row_max, row_sum, rescale);
   else
-    softmax_tile_of<T, kM, kN, kMasked, false, kLeakyControl>(p, softcap, scale_log2, bh, first_row, j0, lane, s,
-                                                              row_max, row_sum, rescale);
+    softmax_tile_of<T, kM, kN, kMasked, false, kLeakyControl, kMayDrop>(p, softcap, scale_log2, bh, first_row, j0, lane,
+                                                                        s, row_max, row_sum, rescale);
 }
 
 // acc (this thread's rows, as softmax_tile's) *= the rows' rescale factors.
@@ -260,11 +263,11 @@ __global__ void __launch_bounds__(ForwardShape<kHeadDim>::kThreads, ForwardTrait
 
     float rescale[kM][2];
     if (j0 >= whole_begin && j0 + Traits::kKeys <= whole_end)
-      softmax_tile<T, kM, kN, false, kLeakyControl>(p, softcap, scale_log2, bh, i0 + row0, j0, lane, s, row_max,
-                                                    row_sum, rescale);
+      softmax_tile<T, kM, kN, false, kLeakyControl, true>(p, softcap, scale_log2, bh, i0 + row0, j0, lane, s, row_max,
+                                                          row_sum, rescale);
     else
-      softmax_tile<T, kM, kN, true, kLeakyControl>(p, softcap, scale_log2, bh, i0 + row0, j0, lane, s, row_max, row_sum,
-                                                   rescale);
+      softmax_tile<T, kM, kN, true, kLeakyControl, true>(p, softcap, scale_log2, bh, i0 + row0, j0, lane, s, row_max,
+                                                         row_sum, rescale);
     rescale_rows(acc, rescale);
 
     FragA probs[kM][kN / 2];

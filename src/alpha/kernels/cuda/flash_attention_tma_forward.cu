@@ -34,8 +34,11 @@ bool wgmma_kernels_run(int bucket) {
 template <class T>
 void flash_attention_wgmma_forward(const AttentionForwardArgs<T>& args, int bucket, cudaStream_t stream) {
   using namespace tma_forward;
-  if (bucket == 128) return launch_tma_forward<T, TmaForward128>(args, stream);
   const AttentionParams<T>& p = args.params;
+  if (bucket == 128) {
+    if (p.kv_len <= (p.causal ? 1024 : 512)) return launch_tma_forward<T, TmaForward128Short>(args, stream);
+    return launch_tma_forward<T, TmaForward128>(args, stream);
+  }
   if (p.kv_len <= (p.causal ? 2048 : 1024)) return launch_tma_forward<T, TmaForward64Short>(args, stream);
   launch_tma_forward<T, TmaForward64Long>(args, stream);
 }

@@ -42,26 +42,31 @@ template <int kHeadDimBucket, int kConsumerWarpgroups, int kKeysPerTile, int kRi
 struct TmaForwardConfig : tma::WarpSpecialised<kConsumerWarpgroups, kConsumerRegs, kProducerRegs, kBlocksPerSm> {
   static constexpr int kHeadDim = kHeadDimBucket, kKeys = kKeysPerTile, kStages = kRingStages;
 };
-// Measured on an H100 (2026-11-26, B·T 16384, H 2048/D, T 512 / 2048 / 8192, four configurations and the
-// cp.async kernel this one replaced side by side in one call; ms, non-causal then causal):
-// - D 128: two consumers, 128 keys, two stages, one block per SM: 0.212 / 0.536 / 1.816 and 0.170 / 0.345
-//   / 1.000 (the cp.async kernel 0.253 / 0.770 / 2.846 and 0.198 / 0.468 / 1.573). 144 bytes of spills at
-//   240 registers. 64 keys (four stages) and ping-pong (the consumers taking turns at the tensor cores
-//   through named barriers, FlashAttention-3's schedule) were 3-57% slower at every T but 512 causal.
+// Chosen with bench/tma_forward_configs.cu (the configurations side by side on the same inputs, one call on
+// an H200, 2026-11-27, after the kernel lost its dropout code where p = 0, which took most of its spills; ms
+// at B·T 16384, H 2048/D; docs/PERFORMANCE.md has the whole table):
+// - D 128, long key ranges: two consumers, 128 keys, two stages, one block per SM (240 registers, no
+//   spills): 0.289 / 0.482 / 1.722 non-causal at T 1024 / 2048 / 8192, against 0.317 / 0.577 / 2.149 for the
+//   short configuration; 176 keys (FlashAttention-3's) 1-8% slower (256 bytes of spills); 64 keys and
+//   ping-pong (the consumers taking turns at the tensor cores, FlashAttention-3's schedule) 3-57% slower
+//   (H100, 2026-11-26).
 using TmaForward128 = TmaForwardConfig<128, 2, 128, 2, 240, 24, 1>;
-// - D 64, long key ranges: three consumers (192 query rows a block, 160 registers each, 1476 bytes of
-//   spills), 128 keys, two stages. On an H200 (2026-11-27, bench/tma_forward_configs.cu, ms, one call):
-//   0.804 / 2.864 non-causal at T 2048 / 8192 and 1.581 causal at T 8192, against 0.838 / 2.985 and 1.599
-//   for two consumers at 240 registers without spills (this bucket's configuration until then; 2.985 /
-//   1.585 / 0.833 on the H100 above); a third stage 2-3% slower; 192 keys with two consumers 11-18% slower
-//   (1420 bytes of spills), as were 176 keys at D 128 (1724 bytes): what the wider tiles save in
-//   per-tile work the spills of their 96-register S tiles take back.
+// - D 128, short key ranges (at most 512 keys, or 1024 under a causal mask): one consumer, 64 keys, three
+//   stages, two blocks per SM (232 registers, no spills), so that one block's start and end overlap the
+//   other's work: 0.190 non-causal at T 512 and 0.137 / 0.202 causal at T 512 / 1024, against 0.193 and
+//   0.161 / 0.211 for the long configuration; two stages 1-2% slower.
+using TmaForward128Short = TmaForwardConfig<128, 1, 64, 3, 232, 24, 2>;
+// - D 64, long key ranges: three consumers (192 query rows a block, 160 registers each, 216 bytes of spills),
+//   128 keys, two stages: 0.638 / 2.221 non-causal at T 2048 / 8192 and 1.228 causal at T 8192, against
+//   0.700 / 2.706 and 1.403 for the short configuration. Two consumers at 240 registers were 4-19% slower,
+//   a third stage 1-3% slower, 176 keys with two consumers 23-35% slower (H200, the same day).
 using TmaForward64Long = TmaForwardConfig<64, 3, 128, 2, 160, 32, 1>;
-// - D 64, short key ranges (at most 1024 keys, or 2048 under a causal mask): 64 keys, four
-//   stages, two blocks per SM at 104 registers (200 bytes of spills, and ptxas serialises the wgmma for want
-//   of registers, C7512), so one block's start and end overlap the other's work: 0.265 non-causal and 0.204 / 0.498 causal at T 512 / 512 / 2048, against 0.300 and
-//   0.247 / 0.516 for the two-consumer long shape and 0.272 and 0.198 / 0.517 for cp.async. Ping-pong lost here too.
-using TmaForward64Short = TmaForwardConfig<64, 2, 64, 4, 104, 24, 2>;
+// - D 64, short key ranges (at most 1024 keys, or 2048 under a causal mask): one consumer, 64 keys, four
+//   stages, three blocks per SM (136 registers, no spills): 0.218 / 0.148 non-causal at T 512 / 1024 and
+//   0.163 / 0.100 / 0.406 causal at T 512 / 1024 / 2048, against 0.240 / 0.164 and 0.172 / 0.111 / 0.449 for
+//   two consumers at two blocks per SM (this range's configuration until then) and 0.242 / 0.151 and 0.210 /
+//   0.117 / 0.411 for the long configuration.
+using TmaForward64Short = TmaForwardConfig<64, 1, 64, 4, 136, 24, 3>;
 
 template <class Traits>
 struct TmaForwardShape {
@@ -83,7 +88,8 @@ struct TmaForwardArgs {
   CUtensorMap q, k, v;
 };
 
-template <class T, class Traits>
+// kDropout: p.dropout_p > 0, as a template (mma_forward::softmax_tile_of's kMayDrop says why).
+template <class T, class Traits, bool kDropout>
 __global__ void __launch_bounds__(TmaForwardShape<Traits>::kThreads, Traits::kMinBlocks)
     tma_forward_kernel(const __grid_constant__ TmaForwardArgs<T> params) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -195,11 +201,11 @@ __global__ void __launch_bounds__(TmaForwardShape<Traits>::kThreads, Traits::kMi
 
       float rescale[1][2];
       if (j0 >= group_last_keys.begin && j0 + kKeys <= group_first_keys.end)
-        mma_forward::softmax_tile<T, 1, kN, false, false>(p, softcap, scale_log2, bh, i0 + row0, j0, lane, s, row_max,
-                                                          row_sum, rescale);
+        mma_forward::softmax_tile<T, 1, kN, false, false, kDropout>(p, softcap, scale_log2, bh, i0 + row0, j0, lane, s,
+                                                                    row_max, row_sum, rescale);
       else
-        mma_forward::softmax_tile<T, 1, kN, true, false>(p, softcap, scale_log2, bh, i0 + row0, j0, lane, s, row_max,
-                                                         row_sum, rescale);
+        mma_forward::softmax_tile<T, 1, kN, true, false, kDropout>(p, softcap, scale_log2, bh, i0 + row0, j0, lane, s,
+                                                                   row_max, row_sum, rescale);
       wgmma::wait<0>();
       wgmma::hold(acc[0]);
       if (previous_stage >= 0) tma::hand_back(ring.v_empty + previous_stage, lane);
@@ -229,7 +235,8 @@ void launch_tma_forward(const AttentionForwardArgs<T>& args, cudaStream_t stream
       tma::head_tensor_map(args.k, p.k_strides, p.batch, p.kv_len, p.kv_heads, p.head_dim, Shape::kKeys, kOp, "k"),
       tma::head_tensor_map(args.v, p.v_strides, p.batch, p.kv_len, p.kv_heads, p.value_dim, Shape::kKeys, kOp, "v")};
   const dim3 grid(tile_count(p.q_len, Shape::kRows), heads_extent(p.batch * p.q_heads, kOp));
-  launch_with_shared(tma_forward_kernel<T, Traits>, kOp, grid, Shape::kThreads, Shape::kSharedBytes, stream, params);
+  const auto kernel = p.dropout_p > 0 ? tma_forward_kernel<T, Traits, true> : tma_forward_kernel<T, Traits, false>;
+  launch_with_shared(kernel, kOp, grid, Shape::kThreads, Shape::kSharedBytes, stream, params);
 }
 
 }  // namespace alpha::kernels::cuda::tma_forward

@@ -142,7 +142,7 @@ __device__ __forceinline__ void issue_ab(FragC (&c)[kHeadDim / 8], const FragA (
   for (int k = 0; k < kK / 16; ++k) wgmma::product_rs<T, kHeadDim>(c, a[k], b.mn_major(k));
 }
 
-template <class T, class Config>
+template <class T, class Config, bool kDropout>
 __global__ void __launch_bounds__(WgmmaBackwardShape<Config>::kThreads, Config::kMinBlocks)
     key_grads_kernel(AttentionBackwardArgs<T> a, const float* delta) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -219,8 +219,8 @@ __global__ void __launch_bounds__(WgmmaBackwardShape<Config>::kThreads, Config::
     wgmma::hold(st[0]);
     wgmma::hold(dpt[0]);
 
-    key_entry_grads(p, softcap, scale_log2, bh, i0, j0, Shape::kRows, j0 + key_row0, lane, st, dpt,
-                    lse2_rows + stage * kQ, delta_rows + stage * kQ);
+    key_entry_grads<kDropout>(p, softcap, scale_log2, bh, i0, j0, Shape::kRows, j0 + key_row0, lane, st, dpt,
+                              lse2_rows + stage * kQ, delta_rows + stage * kQ);
     wgmma::wait<0>();
     wgmma::hold(dv[0]);
     wgmma::hold(dk[0]);
@@ -339,8 +339,10 @@ __global__ void __launch_bounds__(Config::kThreads, Config::kMinBlocks)
       wgmma::hold(dp[0]);
       tma::hand_back(ring.v_empty + stage, lane);
 
-      query_entry_grads(p, softcap, scale_log2, bh, i0 + row0, j0, whole_begin, whole_end, lane, s, dp, lse2,
-                        row_delta);
+      // Dropout stays a run-time choice here: this kernel does not spill with it (-Xptxas -v), and a template
+      // would add its compile time twice over.
+      query_entry_grads<true>(p, softcap, scale_log2, bh, i0 + row0, j0, whole_begin, whole_end, lane, s, dp, lse2,
+                              row_delta);
       wgmma::wait<0>();
       wgmma::hold(dq[0]);
       if (previous_stage >= 0) tma::hand_back(ring.k_empty + previous_stage, lane);
@@ -379,7 +381,7 @@ struct TmaKeyGradsShape {
 // Its consumers' step loop repeats key_grads_kernel's. Sharing it (the accumulators and the step as one struct
 // with inlined members, tried 2026-11-26) raised ptxas's spills from 1,276 to 2,092 bytes at D 128 and from
 // 168 to 256 at D 64, so each kernel keeps its own copy.
-template <class T, class Config>
+template <class T, class Config, bool kDropout>
 __global__ void __launch_bounds__(Config::kThreads, Config::kMinBlocks)
     tma_key_grads_kernel(const __grid_constant__ TmaBackwardArgs<T> params) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -480,8 +482,8 @@ __global__ void __launch_bounds__(Config::kThreads, Config::kMinBlocks)
       }
       wgmma::hold(st[0]);
       wgmma::hold(dpt[0]);
-      key_entry_grads(p, softcap, scale_log2, bh, i0, j0, Shape::kRows, j0 + key_row0, lane, st, dpt,
-                      lse2_rows + stage * kQ, delta_rows + stage * kQ);
+      key_entry_grads<kDropout>(p, softcap, scale_log2, bh, i0, j0, Shape::kRows, j0 + key_row0, lane, st, dpt,
+                                lse2_rows + stage * kQ, delta_rows + stage * kQ);
       wgmma::wait<0>();
       wgmma::hold(dv[0]);
       wgmma::hold(dk[0]);
@@ -530,8 +532,10 @@ void launch_tma_key_grads(const AttentionBackwardArgs<T>& args, const float* del
   const AttentionParams<T>& p = args.params;
   const TmaBackwardArgs<T> params = tma_backward_args(args, delta, Keys::kStream, Keys::kRows);
   const dim3 key_grid(tile_count(p.kv_len, Keys::kRows), heads_extent(p.batch * p.kv_heads, kOp));
-  launch_with_shared(tma_key_grads_kernel<T, KeyConfig>, "flash_attention_backward (dk, dv)", key_grid,
-                     KeyConfig::kThreads, Keys::kBytes, stream, params);
+  const auto kernel =
+      p.dropout_p > 0 ? tma_key_grads_kernel<T, KeyConfig, true> : tma_key_grads_kernel<T, KeyConfig, false>;
+  launch_with_shared(kernel, "flash_attention_backward (dk, dv)", key_grid, KeyConfig::kThreads, Keys::kBytes, stream,
+                     params);
 }
 
 template <class T, class KeyConfig, class QueryConfig>
@@ -544,8 +548,9 @@ void backward(const AttentionBackwardArgs<T>& args, const float* delta, cudaStre
   } else {
     using Keys = WgmmaBackwardShape<KeyConfig>;
     const dim3 key_grid(tile_count(p.kv_len, Keys::kRows), heads_extent(p.batch * p.kv_heads, kOp));
-    launch_with_shared(key_grads_kernel<T, KeyConfig>, "flash_attention_backward (dk, dv)", key_grid, Keys::kThreads,
-                       Keys::kBytes, stream, args, delta);
+    const auto kernel = p.dropout_p > 0 ? key_grads_kernel<T, KeyConfig, true> : key_grads_kernel<T, KeyConfig, false>;
+    launch_with_shared(kernel, "flash_attention_backward (dk, dv)", key_grid, Keys::kThreads, Keys::kBytes, stream,
+                       args, delta);
   }
 
   const dim3 query_grid(tile_count(p.q_len, Queries::kRows), heads_extent(p.batch * p.q_heads, kOp));

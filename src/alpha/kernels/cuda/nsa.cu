@@ -1132,11 +1132,11 @@ __device__ void attend_tile(const AttentionParams<T>& view, float scale_log2, Sh
   float rescale[1][2];
   const Softcap none{0.0f, 0.0f};
   if (j0 + kTileKeys <= view.kv_len)
-    mma_forward::softmax_tile_of<T, 1, kN, false, false, false>(view, none, scale_log2, 0, 0, j0, lane, s, row_max,
-                                                                row_sum, rescale);
+    mma_forward::softmax_tile_of<T, 1, kN, false, false, false, false>(view, none, scale_log2, 0, 0, j0, lane, s,
+                                                                       row_max, row_sum, rescale);
   else
-    mma_forward::softmax_tile_of<T, 1, kN, true, false, false>(view, none, scale_log2, 0, 0, j0, lane, s, row_max,
-                                                               row_sum, rescale);
+    mma_forward::softmax_tile_of<T, 1, kN, true, false, false, false>(view, none, scale_log2, 0, 0, j0, lane, s,
+                                                                      row_max, row_sum, rescale);
   mma_forward::rescale_rows(acc, rescale);
   FragA probs[1][kN / 2];
   to_a_fragments<T>(probs, s);
