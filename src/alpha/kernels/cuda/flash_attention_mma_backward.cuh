@@ -197,8 +197,8 @@ __device__ __forceinline__ void query_entry_grads(const AttentionParams<T>& p, S
   });
 }
 
-// Stores rows [row0, row0 + 16·kM) of a warp's f32 accumulator (16·kM × 8·kO), times `scale`, as T into
-// out_row(r) (null for a row past the operand), columns below `width`.
+// Stores rows [row0, row0 + 16·kM) of a warp's f32 accumulator (16·kM × 8·kO), times `scale`, as T (bf16 or
+// f16 into uint16_t rows, or float) into out_row(r) (null for a row past the operand), columns below `width`.
 template <class T, int kM, int kO, class RowPointer>
 __device__ __forceinline__ void store_rows(const FragC (&acc)[kM][kO], float scale, int width, int lane,
                                            const RowPointer& out_row) {
@@ -206,14 +206,17 @@ __device__ __forceinline__ void store_rows(const FragC (&acc)[kM][kO], float sca
   for (int m = 0; m < kM; ++m)
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
-      uint16_t* row = out_row(16 * m + fragment_row(lane, 2 * half));
+      auto* row = out_row(16 * m + fragment_row(lane, 2 * half));
       if (row == nullptr) continue;
 #pragma unroll
       for (int n = 0; n < kO; ++n) {
         const int col = fragment_col(lane, n, 0);
-        if (col < width)
-          *reinterpret_cast<uint32_t*>(row + col) =
-              mma::pack2<T>(acc[m][n].x[2 * half] * scale, acc[m][n].x[2 * half + 1] * scale);
+        if (col >= width) continue;
+        const float lo = acc[m][n].x[2 * half] * scale, hi = acc[m][n].x[2 * half + 1] * scale;
+        if constexpr (std::is_same_v<T, float>)
+          *reinterpret_cast<float2*>(row + col) = make_float2(lo, hi);
+        else
+          *reinterpret_cast<uint32_t*>(row + col) = mma::pack2<T>(lo, hi);
       }
     }
 }

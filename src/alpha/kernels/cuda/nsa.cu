@@ -77,6 +77,17 @@ __device__ inline int64_t offset(const AttentionStrides& s, int64_t b, int64_t t
   return b * s.batch + t * s.time + h * s.head;
 }
 
+// The compressed blocks that hold token j, [first, last] (empty when first > last): the blocks i < `blocks`
+// with i·stride <= j < i·stride + len.
+struct BlockSpan {
+  int64_t first, last;
+};
+__device__ inline BlockSpan blocks_covering(int64_t j, int64_t len, int64_t stride, int64_t blocks) {
+  const int64_t first = j + 1 - len <= 0 ? 0 : (j + 1 - len + stride - 1) / stride;
+  const int64_t last = j / stride < blocks - 1 ? j / stride : blocks - 1;
+  return {first, last};
+}
+
 // Bits [lo − base, hi − base] set (lanes of a 32-key tile starting at base); 0 when lo > hi.
 __device__ inline unsigned lane_bits(int64_t lo, int64_t hi, int64_t base) {
   if (lo > hi) return 0u;
@@ -946,9 +957,8 @@ __global__ void __launch_bounds__(kKeyThreads)
     return;
   }
   // The compressor's token gradients: blocks i with i·d <= j < i·d + l, ascending.
-  const int64_t i_lo = j + 1 - p.block_len <= 0 ? 0 : (j + 1 - p.block_len + p.block_stride - 1) / p.block_stride;
-  const int64_t i_hi = j / p.block_stride < blocks - 1 ? j / p.block_stride : blocks - 1;
-  for (int64_t i = i_lo; i <= i_hi; ++i) {
+  const BlockSpan covering = blocks_covering(j, p.block_len, p.block_stride, blocks);
+  for (int64_t i = covering.first; i <= covering.last; ++i) {
     const int64_t row = (b * blocks + i) * p.kv_heads + g, at = j - i * p.block_stride;
 #pragma unroll
     for (int u = 0; u < kPer; ++u) {
@@ -1676,22 +1686,6 @@ __global__ void span_table_kernel(NsaParams<T> p, SelectionCsr csr, SpanTable ta
   for (int64_t tile = 0; tile < table.tiles; ++tile) first[tile + 1] += first[tile];
 }
 
-// Writes a warp's 16 × 8·kO accumulator, times `scale`, into 16 rows of a row-major f32 array (`width` columns, rows
-// 8-byte aligned).
-template <int kO>
-__device__ void store_f32_rows(const FragC (&acc)[1][kO], float* rows, int64_t width, int lane, float scale) {
-#pragma unroll
-  for (int half = 0; half < 2; ++half) {
-    float* row = rows + mma_backward::fragment_row(lane, 2 * half) * width;
-#pragma unroll
-    for (int n = 0; n < kO; ++n) {
-      const int64_t col = mma_backward::fragment_col(lane, n, 0);
-      if (col < width)
-        *reinterpret_cast<float2*>(row + col) = make_float2(acc[0][n].x[2 * half] * scale, acc[0][n].x[2 * half + 1] * scale);
-    }
-  }
-}
-
 template <class T, int kD, int kDv, bool kCompressed>
 __global__ void __launch_bounds__(kThreads, 2)
     key_grads_kernel(NsaBackwardArgs<T> a, const float* delta, SelectionCsr csr, SpanTable table) {
@@ -1820,8 +1814,12 @@ __global__ void __launch_bounds__(kThreads, 2)
 
   // The span's partial sums: its rows of the tile's kKeys.
   const int64_t span_rows = (bg * table.bound + span_id) * kKeys;
-  store_f32_rows(dk, table.dk + (span_rows + key_row0) * p.head_dim, p.head_dim, lane, float(p.scale));
-  store_f32_rows(dv, table.dv + (span_rows + key_row0) * p.value_dim, p.value_dim, lane, 1.0f);
+  // Into the span's f32 rows (row-major, D or Dv columns), summed in span order by the epilogue.
+  float* dk_rows = table.dk + (span_rows + key_row0) * p.head_dim;
+  float* dv_rows = table.dv + (span_rows + key_row0) * p.value_dim;
+  mma_backward::store_rows<float>(dk, float(p.scale), int(p.head_dim), lane,
+                                  [&](int r) { return dk_rows + r * p.head_dim; });
+  mma_backward::store_rows<float>(dv, 1.0f, int(p.value_dim), lane, [&](int r) { return dv_rows + r * p.value_dim; });
 }
 
 // out[(b, j, g), e] (width columns) = Σ over the spans of j's tile, in span order, of partial[span, j mod kKeys, e];
@@ -1843,8 +1841,9 @@ __global__ void key_grads_epilogue_kernel(NsaParams<T> p, SpanTable table, const
     if constexpr (std::is_same_v<Out, float>) {
       out[idx] = sum;
     } else {
-      const int64_t i_lo = j + 1 - l <= 0 ? 0 : (j + 1 - l + d - 1) / d, i_hi = j / d < Nc - 1 ? j / d : Nc - 1;
-      for (int64_t i = i_lo; i <= i_hi; ++i) sum += dx[(((b * Nc + i) * p.kv_heads + g) * l + j - i * d) * width + e];
+      const BlockSpan covering = blocks_covering(j, l, d, Nc);
+      for (int64_t i = covering.first; i <= covering.last; ++i)
+        sum += dx[(((b * Nc + i) * p.kv_heads + g) * l + j - i * d) * width + e];
       st(out, idx, sum + ld(from_window, idx));
     }
   }
