@@ -198,15 +198,18 @@ __device__ __forceinline__ void query_entry_grads(const AttentionParams<T>& p, S
 }
 
 // Stores rows [row0, row0 + 16·kM) of a warp's f32 accumulator (16·kM × 8·kO), times `scale`, as T (bf16 or
-// f16 into uint16_t rows, or float) into out_row(r) (null for a row past the operand), columns below `width`.
+// f16 into uint16_t rows, or float into float rows) into out_row(r) (null for a row past the operand), columns
+// below `width`. Each thread writes two adjacent columns at once, so rows must be 4-byte aligned (8 for float).
 template <class T, int kM, int kO, class RowPointer>
 __device__ __forceinline__ void store_rows(const FragC (&acc)[kM][kO], float scale, int width, int lane,
                                            const RowPointer& out_row) {
+  using Row = std::conditional_t<std::is_same_v<T, float>, float*, uint16_t*>;
+  static_assert(std::is_same_v<decltype(out_row(0)), Row>, "out_row gives float rows for float, uint16_t for bf16/f16");
 #pragma unroll
   for (int m = 0; m < kM; ++m)
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
-      auto* row = out_row(16 * m + fragment_row(lane, 2 * half));
+      Row row = out_row(16 * m + fragment_row(lane, 2 * half));
       if (row == nullptr) continue;
 #pragma unroll
       for (int n = 0; n < kO; ++n) {

@@ -106,12 +106,14 @@ __device__ __forceinline__ void softmax_tile_of(const AttentionParams<T>& p, Sof
           row_sum[m][half] += prob;
           s[m][n].x[x] = prob;
         }
-      if (kMayDrop && p.dropout_p > 0 && i < p.q_len)
+      if constexpr (kMayDrop) {
+        if (p.dropout_p > 0 && i < p.q_len)
 #pragma unroll
-        for (int n = 0; n < kN; ++n)
+          for (int n = 0; n < kN; ++n)
 #pragma unroll
-          for (int x = 2 * half; x < 2 * half + 2; ++x)
-            s[m][n].x[x] *= attention_dropout_factor(p, bh, i, j0 + 8 * n + 2 * t + x % 2);
+            for (int x = 2 * half; x < 2 * half + 2; ++x)
+              s[m][n].x[x] *= attention_dropout_factor(p, bh, i, j0 + 8 * n + 2 * t + x % 2);
+      }
     }
 }
 

@@ -42,14 +42,16 @@ template <int kHeadDimBucket, int kConsumerWarpgroups, int kKeysPerTile, int kRi
 struct TmaForwardConfig : tma::WarpSpecialised<kConsumerWarpgroups, kConsumerRegs, kProducerRegs, kBlocksPerSm> {
   static constexpr int kHeadDim = kHeadDimBucket, kKeys = kKeysPerTile, kStages = kRingStages;
 };
-// Chosen with bench/tma_forward_configs.cu (the configurations side by side on the same inputs, one call on
-// an H200, 2026-11-27, after the kernel lost its dropout code where p = 0, which took most of its spills; ms
-// at B·T 16384, H 2048/D; docs/PERFORMANCE.md has the whole table):
+// Chosen with bench/tma_forward_configs.cu (the configurations side by side on the same inputs; the numbers
+// below from one call on an H200, 2026-11-27, the rejected ones from an earlier call that day; after the kernel
+// lost its dropout code where p = 0, which took most of its spills; ms at B·T 16384, H 2048/D but 12 at D 64
+// T 1024; docs/PERFORMANCE.md has the whole table). Spills are ptxas's without dropout; with it they are
+// 1,476 bytes (D 64 long) and 144 (D 128 long), as before the split.
 // - D 128, long key ranges: two consumers, 128 keys, two stages, one block per SM (240 registers, no
 //   spills): 0.289 / 0.482 / 1.722 non-causal at T 1024 / 2048 / 8192, against 0.317 / 0.577 / 2.149 for the
-//   short configuration; 176 keys (FlashAttention-3's) 1-8% slower (256 bytes of spills); 64 keys and
-//   ping-pong (the consumers taking turns at the tensor cores, FlashAttention-3's schedule) 3-57% slower
-//   (H100, 2026-11-26).
+//   short configuration; 176 keys (FlashAttention-3's) 1-8% slower (256 bytes of spills); two consumers at
+//   64 keys and four stages, and ping-pong (the consumers taking turns at the tensor cores,
+//   FlashAttention-3's schedule), 3-57% slower at every T but 512 causal (H100, 2026-11-26).
 using TmaForward128 = TmaForwardConfig<128, 2, 128, 2, 240, 24, 1>;
 // - D 128, short key ranges (at most 512 keys, or 1024 under a causal mask): one consumer, 64 keys, three
 //   stages, two blocks per SM (232 registers, no spills), so that one block's start and end overlap the

@@ -69,10 +69,11 @@ struct TmaKeyGradsConfig : tma::WarpSpecialised<kConsumerWarpgroups, kConsumerRe
 // Per bucket, the dK/dV kernel's (Keys) and the dQ kernel's (Queries). The dQ kernels' configurations were
 // chosen on an H100 (2026-11-26, B·T 16384, H 2048/D, three per bucket side by side in one call, ms of the
 // whole deterministic backward); no spills in either.
-// D 128: the dK/dV kernel runs at the 255-register ceiling and spills 512 bytes (dK and dV alone hold 128
-// registers a thread); the TMA dK/dV kernel (two consumers at 240 registers, its wgmma serialised for want
-// of registers, C7512) ran 7.149 / 3.834 ms at T 8192 non-causal / causal against 6.992 / 3.762 for this one,
-// and within 1% at T 512 and 2048 (one call, 2026-11-26), so bucket 128 keeps it. The dQ kernel: two consumers, three stages: 0.699 / 1.769 / 6.510 non-causal and
+// D 128: the dK/dV kernel runs at the 255-register ceiling (dK and dV alone hold 128 registers a thread) and
+// spills 56 bytes without dropout, 1,276 with it (-Xptxas -v, 2026-11-27); the TMA dK/dV kernel (two consumers at 240
+// registers, its wgmma serialised for want of registers, C7512, still so without the dropout code) ran 7.149 / 3.834 ms
+// at T 8192 non-causal / causal against 6.992 / 3.762 for this one, and within 1% at T 512 and 2048 (one call,
+// 2026-11-26), so bucket 128 keeps it. The dQ kernel: two consumers, three stages: 0.699 / 1.769 / 6.510 non-causal and
 // 0.574 / 1.152 / 3.414 causal at T 512 / 2048 / 8192 (the cp.async kernel it replaced, in the same day's
 // table: 0.757 / 2.050 / 7.435 and 0.608 / 1.280 / 4.015); one consumer at two blocks per SM 2-14% slower,
 // two stages 10-22% slower.
@@ -88,12 +89,12 @@ struct WgmmaBackwardTraits<128> {
 // kernel it replaced, one warpgroup at three blocks per SM: 0.979 / 2.822 / 10.23 / 20.10 and 0.694 / 1.669 /
 // 5.459 / 10.26); two consumers at one block 0.5-8% slower; one consumer at three blocks (136 registers,
 // spilling, its wgmma serialised) 3-7% slower.
-// The dK/dV kernel, on TMA: two consumers (240 registers, 168 bytes of spills); one consumer at two blocks per
-// SM (232 registers, 356 bytes), the same warps in independent blocks, where the blocks are short and uneven
-// (causal, Tk up to 2048), the rule the cp.async kernel's configurations had shown (2026-11-26: 0.694 / 1.669
-// ms causal at T 512 / 2048 against 0.870 / 1.833 for two warpgroups). The whole backward with it, against
-// the cp.async dK/dV kernel in the same call (H100, 2026-11-26, ms, T 512 / 2048 / 8192 / 16384): 0.910 /
-// 2.337 / 8.175 / 15.93 non-causal and 0.624 / 1.296 / 4.398 / 8.212 causal, against 0.937 / 2.597 / 9.416 /
+// The dK/dV kernel, on TMA: two consumers (240 registers; spills 64 bytes without dropout, 172 with); one
+// consumer at two blocks per SM (232 registers; 68 and 352 bytes), the same warps in independent blocks, where the
+// blocks are short and uneven (causal, Tk up to 2048), the rule the cp.async kernel's configurations had shown
+// (2026-11-26: 0.694 / 1.669 ms causal at T 512 / 2048 against 0.870 / 1.833 for two warpgroups). The whole backward
+// with it, against the cp.async dK/dV kernel in the same call (H100, 2026-11-26, ms, T 512 / 2048 / 8192 / 16384):
+// 0.910 / 2.337 / 8.175 / 15.93 non-causal and 0.624 / 1.296 / 4.398 / 8.212 causal, against 0.937 / 2.597 / 9.416 /
 // 18.67 and 0.687 / 1.587 / 4.998 / 9.457; the seed shape (B 20, H 8, T 512, D 48, causal) 0.123 against 0.133.
 template <>
 struct WgmmaBackwardTraits<64> {
@@ -379,8 +380,8 @@ struct TmaKeyGradsShape {
 // D, producer warp 1) streamed through one ring; a stage is handed back after the step's dK and dV products,
 // in the step after.
 // Its consumers' step loop repeats key_grads_kernel's. Sharing it (the accumulators and the step as one struct
-// with inlined members, tried 2026-11-26) raised ptxas's spills from 1,276 to 2,092 bytes at D 128 and from
-// 168 to 256 at D 64, so each kernel keeps its own copy.
+// with inlined members, tried 2026-11-26, when both kernels still held the dropout code) raised ptxas's spills
+// from 1,276 to 2,092 bytes at D 128 and from 168 to 256 at D 64, so each kernel keeps its own copy.
 template <class T, class Config, bool kDropout>
 __global__ void __launch_bounds__(Config::kThreads, Config::kMinBlocks)
     tma_key_grads_kernel(const __grid_constant__ TmaBackwardArgs<T> params) {
