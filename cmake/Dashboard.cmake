@@ -37,5 +37,6 @@ endfunction()
 # rest of the target keeps its flags and is not rebuilt when the dashboard is switched on or off.
 function(alpha_use_httplib source)
   set_source_files_properties(${source} PROPERTIES
-    COMPILE_DEFINITIONS ALPHA_WITH_DASHBOARD=1 COMPILE_OPTIONS "${HTTPLIB_CFLAGS_OTHER}")
+    COMPILE_DEFINITIONS ALPHA_WITH_DASHBOARD=1 COMPILE_OPTIONS "${HTTPLIB_CFLAGS_OTHER}"
+    SKIP_PRECOMPILE_HEADERS ON)  # its definitions differ from the target's precompiled header's
 endfunction()

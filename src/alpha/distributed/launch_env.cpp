@@ -37,12 +37,13 @@ void read_master(const EnvLookup& getenv, LaunchEnv& env) {
 std::string first_slurm_host(const std::string& nodelist) {
   size_t end = nodelist.find_first_of(",[");
   std::string prefix = nodelist.substr(0, end);
-  if (prefix.empty()) raise<ConfigError>(kOp, "SLURM_NODELIST", "a node list such as 'gpu[01-04]'", quoted(nodelist));
+  if (prefix.empty())
+    raise<ConfigError>(kOp, "SLURM_NODELIST", "a node list such as 'gpu[01-04]'", alpha::quoted(nodelist));
   if (end == std::string::npos || nodelist[end] == ',') return prefix;
   size_t close = nodelist.find(']', end);
   size_t first_end = nodelist.find_first_of(",-]", end + 1);
   if (close == std::string::npos || first_end == end + 1)
-    raise<ConfigError>(kOp, "SLURM_NODELIST", "a node list such as 'gpu[01-04]'", quoted(nodelist));
+    raise<ConfigError>(kOp, "SLURM_NODELIST", "a node list such as 'gpu[01-04]'", alpha::quoted(nodelist));
   return prefix + nodelist.substr(end + 1, first_end - end - 1);
 }
 
