@@ -58,6 +58,17 @@ TEST_F(CudaProfiler, TraceTagsEveryKernelWithTheOpThatQueuedIt) {
   EXPECT_LE(report["host_s"].get<double>(), report["wall_s"].get<double>()) << "host times counted once";
   EXPECT_EQ(op_time.count("(outside launches)"), 0u) << "GPU work no launch queued: " << report["ops"].dump(1);
   EXPECT_GT(op_time["Tensor::copy_from"], 0.0) << "the casts of the f32 weights to bf16: " << report["ops"].dump(1);
+  // One stream, no collectives: the active time is the summed time (nothing ran concurrently) within the span.
+  EXPECT_NEAR(report["active_s"].get<double>(), busy, 1e-6 * busy);
+  EXPECT_LE(report["active_s"].get<double>(), report["span_s"].get<double>());
+  EXPECT_EQ(report["collectives_s"].get<double>(), 0.0);
+  ASSERT_EQ(report["timeline"].size(), size_t(traced));
+  double previous_start = 0;
+  for (const auto& a : report["timeline"]) {
+    EXPECT_GE(a["start_us"].get<double>(), previous_start) << a.dump();
+    EXPECT_GE(a["end_us"].get<double>(), a["start_us"].get<double>()) << a.dump();
+    previous_start = a["start_us"];
+  }
 }
 
 }  // namespace

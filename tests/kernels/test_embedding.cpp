@@ -104,6 +104,23 @@ TEST(Embedding, GradientMatchesFiniteDifferences) {
                               {random({6, 3}, DType::f64)}));
 }
 
+// ids_checked (autograd's backward, whose forward checked them) skips the range check; an id outside the
+// table then adds to no row instead of writing out of bounds.
+TEST(Embedding, BackwardOfCheckedIdsSkipsTheCheckAndAnyIdOutsideTheTable) {
+  Tensor dy = random({6, 3}, DType::f64);
+  Tensor ids = Tensor::from_vector<int32_t>({2, 9, 0, -1, 2, 4}, {6});
+  Tensor valid = Tensor::from_vector<int32_t>({2, 0, 2, 4}, {4});
+  Tensor valid_dy = Tensor::from_vector<double>(
+      [&] {
+        std::vector<double> all = dy.to_vector<double>(), kept;
+        for (int64_t row : {0, 2, 4, 5}) kept.insert(kept.end(), all.begin() + row * 3, all.begin() + row * 3 + 3);
+        return kept;
+      }(),
+      {4, 3});
+  EXPECT_TRUE(all_close(ops::embedding_backward(dy, ids, 5, /*ids_checked=*/true),
+                        naive_embedding_backward(valid_dy, valid, 5), "embedding"));
+}
+
 TEST(Embedding, BadInputsRaise) {
   Tensor table = random({10, 4});
   Tensor too_big = Tensor::from_vector<int32_t>({0, 9, 3, 10, 2}, {5});

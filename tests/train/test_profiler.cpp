@@ -18,6 +18,24 @@ namespace {
 
 nlohmann::json read_json(const std::filesystem::path& path) { return nlohmann::json::parse(test::read_raw(path)); }
 
+// Intervals in ns: a kernel [0, 100), a collective [50, 300) beside kernels [60, 80) and [200, 250), a gap,
+// then a kernel [400, 500). Active: [0, 300) and [400, 500) = 400 ns; the collective's 250 ns had nothing
+// beside it in [100, 200) and [250, 300) = 150 ns.
+TEST(Profiler, GpuOccupancyCountsConcurrentWorkOnceAndTheCollectivesExposedPart) {
+  GpuOccupancy o =
+      gpu_occupancy({{0, 100, false}, {50, 300, true}, {60, 80, false}, {200, 250, false}, {400, 500, false}});
+  EXPECT_NEAR(o.span_s, 500e-9, 1e-15);
+  EXPECT_NEAR(o.active_s, 400e-9, 1e-15);
+  EXPECT_NEAR(o.selected_s, 250e-9, 1e-15);
+  EXPECT_NEAR(o.selected_exposed_s, 150e-9, 1e-15);
+  // Touching intervals leave no gap; two collectives at once count once.
+  o = gpu_occupancy({{0, 10, true}, {10, 20, false}, {5, 10, true}});
+  EXPECT_NEAR(o.active_s, 20e-9, 1e-15);
+  EXPECT_NEAR(o.selected_s, 10e-9, 1e-15);
+  EXPECT_NEAR(o.selected_exposed_s, 10e-9, 1e-15);
+  EXPECT_EQ(gpu_occupancy({}).span_s, 0.0);
+}
+
 TEST(Profiler, CpuStepReportsEveryLaunchOfTheStepByOp) {
   test::TempDir dir;
   TrainerOptions options = tiny_options(dir.path(), 4);

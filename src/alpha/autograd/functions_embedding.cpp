@@ -6,8 +6,9 @@ namespace alpha::autograd {
 Variable embedding(const Tensor& ids, const Variable& table) {
   return record("embedding", ops::embedding(ids, table.value()), {table}, [&] {
     int64_t vocab_size = table.size(0);
+    // The forward range-checked these ids: backward need not wait for the device to read them again.
     return BackwardFn([ids, vocab_size](const Tensor& g, const std::vector<bool>&) {
-      return std::vector<Tensor>{ops::embedding_backward(g, ids, vocab_size)};
+      return std::vector<Tensor>{ops::embedding_backward(g, ids, vocab_size, /*ids_checked=*/true)};
     });
   });
 }

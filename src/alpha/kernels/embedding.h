@@ -3,7 +3,8 @@
 // id (a stable counting sort), then each table row sums its contributions in increasing position
 // order (accumulating in f64), rows in parallel, so the bits never depend on the thread count (no
 // atomics, no races).
-// ids must already be validated to lie in [0, vocab) (the tensor-op layer raises on bad ids).
+// The tensor-op layer raises on ids outside [0, vocab). Given one anyway, the backward (either backend)
+// adds that position to no row, and the GPU's lookup gives a row of NaN.
 #pragma once
 #include <cstdint>
 

@@ -9,12 +9,13 @@ namespace alpha::ops {
 namespace {
 
 // Validated, contiguous ids on the reference tensor's device. On a GPU the range check reads the ids on the
-// host (index_check.h: one device-to-host copy that waits for the device's stream).
-Tensor checked_ids(std::string_view op, const Tensor& ids, const Tensor& reference, int64_t vocab_size) {
+// host (index_check.h: one device-to-host copy that waits for the device's stream); range_checked skips it.
+Tensor checked_ids(std::string_view op, const Tensor& ids, const Tensor& reference, int64_t vocab_size,
+                   bool range_checked = false) {
   check_dtype(op, "ids", ids, {DType::i32});
   check_same_device(op, "ids", ids, reference);
   Tensor contiguous_ids = ids.contiguous();
-  check_index_range(op, "ids", contiguous_ids, vocab_size, "position");
+  if (!range_checked) check_index_range(op, "ids", contiguous_ids, vocab_size, "position");
   return contiguous_ids;
 }
 
@@ -37,13 +38,13 @@ Tensor embedding(const Tensor& ids, const Tensor& table) {
   return out;
 }
 
-Tensor embedding_backward(const Tensor& dy, const Tensor& ids, int64_t vocab_size) {
+Tensor embedding_backward(const Tensor& dy, const Tensor& ids, int64_t vocab_size, bool ids_checked) {
   check_backend_float("embedding_backward", "dy", dy);
   if (vocab_size < 1)
     raise<ValueError>("embedding_backward", "vocab_size", "at least 1", std::to_string(vocab_size));
   check_min_dim("embedding_backward", "dy", dy, 1);
   const int64_t C = dy.size(-1);
-  Tensor idc = checked_ids("embedding_backward", ids, dy, vocab_size);
+  Tensor idc = checked_ids("embedding_backward", ids, dy, vocab_size, ids_checked);
   Shape dy_shape = ids.shape();
   dy_shape.push_back(C);
   check_shape("embedding_backward", "dy", dy, dy_shape);

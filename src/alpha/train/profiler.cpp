@@ -30,6 +30,36 @@ nlohmann::json by_time(std::map<std::string, nlohmann::json> totals, double busy
 
 }  // namespace
 
+GpuOccupancy gpu_occupancy(const std::vector<TimedInterval>& intervals) {
+  GpuOccupancy o;
+  if (intervals.empty()) return o;
+  // A sweep over the starts and ends: (time, +1 or -1, selected); at equal times ends come first.
+  struct Event {
+    uint64_t at;
+    int delta;
+    bool selected;
+  };
+  std::vector<Event> events;
+  for (const TimedInterval& t : intervals) {
+    events.push_back({t.start_ns, +1, t.selected});
+    events.push_back({t.end_ns, -1, t.selected});
+  }
+  std::sort(events.begin(), events.end(),
+            [](const Event& a, const Event& b) { return a.at != b.at ? a.at < b.at : a.delta < b.delta; });
+  int selected = 0, others = 0;
+  uint64_t previous = events.front().at;
+  for (const Event& e : events) {
+    const double gap_s = double(e.at - previous) * 1e-9;
+    if (selected + others > 0) o.active_s += gap_s;
+    if (selected > 0) o.selected_s += gap_s;
+    if (selected > 0 && others == 0) o.selected_exposed_s += gap_s;
+    (e.selected ? selected : others) += e.delta;
+    previous = e.at;
+  }
+  o.span_s = double(events.back().at - events.front().at) * 1e-9;
+  return o;
+}
+
 #if ALPHA_WITH_CUDA
 struct StepProfiler::Trace {
   cuda::KernelTrace trace;
@@ -96,9 +126,13 @@ nlohmann::json StepProfiler::finish(const StepPhases& phases) {
   std::map<std::string, nlohmann::json> kernels;
   double traced_s = 0;
   int64_t traced = 0;
+  nlohmann::json timeline = nlohmann::json::array();
+  GpuOccupancy occupancy;
 #if ALPHA_WITH_CUDA
   if (trace_) {
     std::vector<cuda::TracedActivity> activities = trace_->trace.stop();
+    std::vector<TimedInterval> intervals;
+    const uint64_t first_ns = activities.empty() ? 0 : activities.front().start_ns;
     size_t outside = 0;
     for (const cuda::TracedActivity& a : activities) {
       const double seconds = double(a.end_ns - a.start_ns) * 1e-9;
@@ -115,7 +149,13 @@ nlohmann::json StepProfiler::finish(const StepPhases& phases) {
       if (row.is_null()) row = {{"name", a.name}, {"op", op_names_[op]}, {"calls", 0}, {"time_s", 0.0}};
       row["calls"] = row["calls"].get<int64_t>() + 1;
       row["time_s"] = row["time_s"].get<double>() + seconds;
+      intervals.push_back({a.start_ns, a.end_ns, a.name.rfind("nccl", 0) == 0});
+      timeline.push_back({{"start_us", double(a.start_ns - first_ns) * 1e-3},
+                          {"end_us", double(a.end_ns - first_ns) * 1e-3},
+                          {"name", a.name},
+                          {"op", op_names_[op]}});
     }
+    occupancy = gpu_occupancy(intervals);
   }
 #endif
   const double wall_s = wall_.seconds();
@@ -151,7 +191,12 @@ nlohmann::json StepProfiler::finish(const StepPhases& phases) {
                            {"ops", by_time(std::move(op_rows), busy_s)}};
   if (trace_) {
     report["traced"] = traced;
+    report["span_s"] = occupancy.span_s;
+    report["active_s"] = occupancy.active_s;
+    report["collectives_s"] = occupancy.selected_s;
+    report["collectives_exposed_s"] = occupancy.selected_exposed_s;
     report["kernels"] = by_time(std::move(kernels), busy_s);
+    report["timeline"] = std::move(timeline);
   }
   return report;
 }
@@ -171,6 +216,15 @@ std::string profile_table(const nlohmann::json& report, size_t rows) {
                 static_cast<long long>(report["launches"].get<int64_t>()),
                 gpu ? (", " + std::to_string(report["traced"].get<int64_t>()) + " GPU activities").c_str() : "");
   out += line;
+  if (gpu) {
+    const double span = report["span_s"].get<double>(), active = report["active_s"].get<double>();
+    std::snprintf(line, sizeof line,
+                  "GPU span %.3f ms: active %.3f ms, idle %.3f ms; NCCL collectives %.3f ms, %.3f ms of it with "
+                  "nothing beside\n",
+                  span * 1e3, active * 1e3, (span - active) * 1e3, report["collectives_s"].get<double>() * 1e3,
+                  report["collectives_exposed_s"].get<double>() * 1e3);
+    out += line;
+  }
   out += gpu ? "      ms  share   calls   mean us  kernel [op]\n" : "      ms  share   calls  op\n";
   for (size_t i = 0; i < std::min(rows, list.size()); ++i) {
     const nlohmann::json& r = list[i];

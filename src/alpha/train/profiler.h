@@ -46,7 +46,10 @@ class StepProfiler : public LaunchObserver {
   // profiler's start to the device's last work, the phases, the op launches (as metrics.jsonl counts them),
   // and per launch name (layer, calls, kernels, time, and the host's time inside its launches: on a GPU the
   // cost of queuing, which bounds the step when it exceeds the GPU's) and per kernel (calls, time, mean), each
-  // list by time, largest first. Shares are of the summed time ("busy_s"); "host_s" sums the host's.
+  // list by time, largest first. Shares are of the summed time ("busy_s"); "host_s" sums the host's. On a GPU
+  // also its occupancy (gpu_occupancy: "span_s", "active_s", and NCCL's "collectives_s" and
+  // "collectives_exposed_s") and the timeline: every activity's start and end in µs from the first start,
+  // its name and the op that queued it, in order of start.
   nlohmann::json finish(const StepPhases& phases);
 
  private:
@@ -79,6 +82,19 @@ class StepProfiler : public LaunchObserver {
   std::unique_ptr<Trace> trace_;  // CUDA devices: the kernel trace
   bool finished_ = false;
 };
+
+// How a GPU's time over a step was spent, from its traced activities' [start, end) intervals (ns): span, from the
+// first start to the last end; active, the union of the intervals (time with anything running: the summed
+// kernel times count concurrent work twice); and for the activities marked `selected` (NCCL's collectives),
+// their union and its exposed part, when nothing else ran beside them.
+struct GpuOccupancy {
+  double span_s = 0, active_s = 0, selected_s = 0, selected_exposed_s = 0;
+};
+struct TimedInterval {
+  uint64_t start_ns, end_ns;
+  bool selected;
+};
+GpuOccupancy gpu_occupancy(const std::vector<TimedInterval>& intervals);
 
 // The report as a table for a terminal: the step's totals, then the `rows` largest kernels (CUDA) or ops (CPU).
 std::string profile_table(const nlohmann::json& report, size_t rows = 20);

@@ -24,12 +24,16 @@ void embedding_backward(const EmbeddingBackwardArgs<T>& args) {
   using A = double;
   const int64_t N = args.positions, V = args.vocab, C = args.channels;
   // bucket_start[v] .. bucket_start[v + 1] indexes the positions holding id v, in increasing order.
+  // An id outside [0, V) (which the op layer rejects before calling) adds to no row, as on the GPU.
+  auto valid = [&](int64_t i) { return args.ids[i] >= 0 && args.ids[i] < V; };
   std::vector<int64_t> bucket_start(size_t(V) + 1, 0);
-  for (int64_t i = 0; i < N; ++i) ++bucket_start[size_t(args.ids[i]) + 1];
+  for (int64_t i = 0; i < N; ++i)
+    if (valid(i)) ++bucket_start[size_t(args.ids[i]) + 1];
   for (int64_t v = 0; v < V; ++v) bucket_start[size_t(v) + 1] += bucket_start[size_t(v)];
   std::vector<int64_t> positions(static_cast<size_t>(N));
   std::vector<int64_t> next(bucket_start.begin(), bucket_start.end() - 1);
-  for (int64_t i = 0; i < N; ++i) positions[size_t(next[size_t(args.ids[i])]++)] = i;
+  for (int64_t i = 0; i < N; ++i)
+    if (valid(i)) positions[size_t(next[size_t(args.ids[i])]++)] = i;
 
 #pragma omp parallel
   {
