@@ -7,6 +7,8 @@
 
 #include <chrono>
 #include <cmath>
+#include <map>
+#include <vector>
 
 #include "alpha/distributed/data_parallel.h"
 #include "alpha/train/checkpoint.h"
@@ -66,6 +68,33 @@ TEST(DistributedTrainer, TwoRanksMatchOneRankWithTheSameGlobalBatch) {
   CheckpointData ckpt = load_checkpoint(dir / "two");
   EXPECT_EQ(ckpt.state["parallel"]["world_size"], 2);
   EXPECT_FALSE(ckpt.optimizer.empty()) << "without ZeRO-1 rank 0 writes the whole optimizer state";
+}
+
+// --profile on two ranks: both line up (one barrier) before the profiled step, rank 0 profiles it.
+TEST(DistributedTrainer, RanksLineUpBeforeTheProfiledStepAndRankZeroProfilesIt) {
+  test::TempDir dir;
+  Trainer(options_for(dir / "prep", 4, 1)).run();
+  std::map<bool, std::vector<int64_t>> collectives;
+  for (bool profile : {false, true}) {
+    TrainerOptions two = options_for(dir / (profile ? "profiled" : "plain"), 4);
+    two.data = {(dir / "prep" / "data").string()};
+    two.profile = profile;
+    collectives[profile].resize(2);
+    auto group = std::make_shared<InProcessGroup>(2, std::chrono::seconds(60));
+    run_ranks(2, [&](int rank) {
+      TrainerOptions mine = two;
+      auto comm = std::make_shared<InProcessCommunicator>(group, rank);
+      mine.communicator = comm;
+      Trainer(mine).run();
+      collectives[profile][size_t(rank)] = comm->collectives();
+    });
+  }
+  for (size_t rank = 0; rank < 2; ++rank) EXPECT_EQ(collectives[true][rank], collectives[false][rank] + 1);
+  EXPECT_TRUE(fs::exists(dir / "profiled" / "profile.json"));
+  EXPECT_FALSE(fs::exists(dir / "plain" / "profile.json"));
+  std::vector<nlohmann::json> m = metrics_of(dir / "profiled");
+  ASSERT_EQ(m.size(), size_t(kSteps));
+  EXPECT_TRUE(m[2].value("profiled", false)) << "the third step, as on one rank";
 }
 
 // Two ranks of batch B against one rank accumulating two micro-batches of B (the same sequences: a step's

@@ -115,9 +115,10 @@ namespace {
 
 int rank_of(const TrainerOptions& o) { return o.communicator ? o.communicator->rank() : 0; }
 
-// The step --profile asks for (0: none), checked against the steps this run makes, (first, last].
+// The step --profile asks for (0: none), checked against the steps this run makes, (first, last]. Every rank
+// knows it (the ranks line up before it); rank 0 alone profiles it.
 int64_t resolved_profile_step(const TrainerOptions& o, int64_t first, int64_t last) {
-  if (!o.profile || rank_of(o) != 0 || last <= first) return 0;
+  if (!o.profile || last <= first) return 0;
   if (o.profile_step == 0) return std::min(first + 3, last);
   if (o.profile_step <= first || o.profile_step > last)
     raise<ValueError>(kOp, "--profile-step",
@@ -327,7 +328,12 @@ std::string Trainer::run(std::optional<int64_t> stop_at_step) {
   const int64_t profile_step = resolved_profile_step(options_, steps_done_, last);
   for (int64_t step = steps_done_; step < last; ++step) {
     std::optional<StepProfiler> profiler;
-    if (step + 1 == profile_step) profiler.emplace(device);
+    if (step + 1 == profile_step) {
+      // The ranks start the profiled step together, so that rank 0's trace shows its own step rather than
+      // its wait for a peer that its profiler's start left behind.
+      if (options_.communicator) distributed::barrier(*options_.communicator);
+      if (rank_of(options_) == 0) profiler.emplace(device);
+    }
     CounterSnapshot counters = CounterSnapshot::take(device);
     Stopwatch clock;
     double lr = data_->schedule->lr(step), loss_sum = 0, forward_s = 0, backward_s = 0;
