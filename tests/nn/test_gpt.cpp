@@ -180,6 +180,11 @@ TEST(GPTModel, ForwardRejectsBadInputs) {
   EXPECT_ALPHA_ERROR(model.forward(test::random_ids({1, c.block_size + 1}, c.vocab_size)), ShapeError, "GPT::forward",
                      "ids", "block_size (64)");
   EXPECT_ALPHA_ERROR(model.forward(ids, test::random_ids({2, 7}, c.vocab_size)), ShapeError, "GPT::forward", "targets");
+  // A token outside the vocabulary, named by its flat position (checked on the host, before the lookup).
+  std::vector<int32_t> bad = ids.to_vector<int32_t>();
+  bad[11] = -3;
+  EXPECT_ALPHA_ERROR(model.forward(Tensor::from_vector(bad, {2, 8})), ValueError, "GPT::forward", "'ids'", "got -3",
+                     "position 11");
   autograd::clear_tape();
 }
 

@@ -77,7 +77,8 @@ Variable checkpoint(const Segment& segment, const std::vector<Variable>& inputs,
 
 // Embedding and loss (functions_embedding.cpp, functions_cross_entropy.cpp). ids and targets are i32
 // tensors (not differentiable).
-Variable embedding(const Tensor& ids, const Variable& table);
+// ids_checked: the caller range-checked ids already (ops::embedding); backward never checks them again.
+Variable embedding(const Tensor& ids, const Variable& table, bool ids_checked = false);
 Variable cross_entropy(const Variable& logits, const Tensor& targets);  // mean over non-ignored rows
 // cross_entropy(linear(x, weight, bias), targets), of softcap(logits, logit_softcap) when that is > 0, without
 // holding the logits (ops/linear_cross_entropy.h: chunks of rows, their gradients computed in the forward

@@ -3,8 +3,8 @@
 
 namespace alpha::autograd {
 
-Variable embedding(const Tensor& ids, const Variable& table) {
-  return record("embedding", ops::embedding(ids, table.value()), {table}, [&] {
+Variable embedding(const Tensor& ids, const Variable& table, bool ids_checked) {
+  return record("embedding", ops::embedding(ids, table.value(), ids_checked), {table}, [&] {
     int64_t vocab_size = table.size(0);
     // The forward range-checked these ids: backward need not wait for the device to read them again.
     return BackwardFn([ids, vocab_size](const Tensor& g, const std::vector<bool>&) {

@@ -6,6 +6,7 @@
 
 #include "alpha/autograd/functions.h"
 #include "alpha/ops/check.h"
+#include "alpha/ops/index_check.h"
 
 namespace alpha::nn {
 
@@ -255,7 +256,13 @@ GPTOutput GPT::forward(const Tensor& ids, const Tensor& targets, const ForwardOp
   for (int64_t i = 0; i < B * T; ++i) positions[size_t(i)] = int32_t(i % T);
   Tensor position_ids = Tensor::from_vector(positions, {B, T}).to(device());
 
-  Variable x = autograd::add(wte_.forward(ids.to(device())), wpe_.forward(position_ids));  // (B, T, C)
+  // Token ids on the host (the loader's) are range-checked there, before they move: the lookup on a GPU then
+  // need not read them back, a read that would wait for the work still queued (the last step's update).
+  // Positions are in range by construction.
+  const bool ids_on_host = ids.device().is_cpu();
+  if (ids_on_host) ops::check_index_range(op, "ids", ids.contiguous(), config_.vocab_size, "position");
+  Variable tokens = wte_.forward(ids.to(device()), /*ids_checked=*/ids_on_host);
+  Variable x = autograd::add(tokens, wpe_.forward(position_ids, /*ids_checked=*/true));  // (B, T, C)
   if (dropout.active()) x = autograd::dropout(x, dropout.next());
   const bool recompute_norms = options.recompute == Recompute::ln_gelu;
   for (const auto& block : blocks_) {

@@ -58,8 +58,8 @@ Embedding::Embedding(std::string prefix, int64_t num, int64_t dim, double init_s
   weight_ = &add_parameter("weight", normal_init(child_prefix("weight"), {num, dim}, init_std, options), false);
 }
 
-autograd::Variable Embedding::forward(const Tensor& ids) const {
-  return autograd::embedding(ids, options_.for_compute(*weight_));
+autograd::Variable Embedding::forward(const Tensor& ids, bool ids_checked) const {
+  return autograd::embedding(ids, options_.for_compute(*weight_), ids_checked);
 }
 
 }  // namespace alpha::nn

@@ -88,7 +88,8 @@ class NsaCompressor : public Module {
 class Embedding : public Module {
  public:
   Embedding(std::string prefix, int64_t num, int64_t dim, double init_std, const ParameterOptions& options);
-  autograd::Variable forward(const Tensor& ids) const;  // i32 [...] -> [..., dim]
+  // i32 [...] -> [..., dim]; ids_checked: the caller range-checked them (autograd::embedding).
+  autograd::Variable forward(const Tensor& ids, bool ids_checked = false) const;
   const autograd::Variable& weight() const { return *weight_; }
 
  private:

@@ -21,11 +21,11 @@ Tensor checked_ids(std::string_view op, const Tensor& ids, const Tensor& referen
 
 }  // namespace
 
-Tensor embedding(const Tensor& ids, const Tensor& table) {
+Tensor embedding(const Tensor& ids, const Tensor& table, bool ids_checked) {
   check_backend_float("embedding", "table", table);
   check_dim("embedding", "table", table, 2);
   const int64_t V = table.size(0), C = table.size(1);
-  Tensor idc = checked_ids("embedding", ids, table, V);
+  Tensor idc = checked_ids("embedding", ids, table, V, ids_checked);
   Tensor tc = table.contiguous();
   Shape out_shape = ids.shape();
   out_shape.push_back(C);

@@ -4,11 +4,13 @@
 
 namespace alpha::ops {
 
+// ids_checked (both ops): the caller has range-checked these very ids (on the host before moving them to the
+// device, or in the forward), so the op's own check, whose device-to-host copy waits for the device's queue,
+// is skipped. An id outside [0, V) then gives NaN on the GPU (the lookup) and adds to no row (the backward).
+
 // ids [...] (i32), table [V, C] -> [..., C].
-Tensor embedding(const Tensor& ids, const Tensor& table);
-// Deterministic: each table row sums its gradient contributions in the order of the positions. ids_checked:
-// the caller has range-checked these very ids (autograd's embedding: its forward did), so the check, whose
-// device-to-host copy waits for the device's queue, is skipped; an id outside [0, V) then adds to no row.
+Tensor embedding(const Tensor& ids, const Tensor& table, bool ids_checked = false);
+// Deterministic: each table row sums its gradient contributions in the order of the positions.
 Tensor embedding_backward(const Tensor& dy, const Tensor& ids, int64_t vocab_size, bool ids_checked = false);
 
 }  // namespace alpha::ops
