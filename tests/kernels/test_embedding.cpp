@@ -20,7 +20,8 @@ using test::all_close;
 using test::random;
 using test::random_indices;
 
-// Naive references: out[..., c] = table[ids[...], c]; dtable[v, c] = Σ_{i: ids[i] = v} dy[i, c].
+// Naive references: out[..., c] = table[ids[...], c]; dtable[v, c] = Σ_{i: ids[i] = v} dy[i, c] (an id
+// outside [0, V) adds to no row).
 Tensor naive_embedding(const Tensor& ids, const Tensor& table) {
   std::vector<int32_t> idv = ids.contiguous().to_vector<int32_t>();
   std::vector<double> tv = table.contiguous().to_vector<double>(), out;
@@ -37,8 +38,10 @@ Tensor naive_embedding_backward(const Tensor& dy, const Tensor& ids, int64_t V) 
   std::vector<double> dyv = dy.contiguous().to_vector<double>();
   const int64_t C = dy.size(-1);
   std::vector<double> dtable(size_t(V * C), 0.0);
-  for (size_t i = 0; i < idv.size(); ++i)
+  for (size_t i = 0; i < idv.size(); ++i) {
+    if (idv[i] < 0 || idv[i] >= V) continue;
     for (int64_t c = 0; c < C; ++c) dtable[size_t(idv[i] * C + c)] += dyv[i * size_t(C) + size_t(c)];
+  }
   return Tensor::from_vector(dtable, {V, C});
 }
 
@@ -109,16 +112,8 @@ TEST(Embedding, GradientMatchesFiniteDifferences) {
 TEST(Embedding, BackwardOfCheckedIdsSkipsTheCheckAndAnyIdOutsideTheTable) {
   Tensor dy = random({6, 3}, DType::f64);
   Tensor ids = Tensor::from_vector<int32_t>({2, 9, 0, -1, 2, 4}, {6});
-  Tensor valid = Tensor::from_vector<int32_t>({2, 0, 2, 4}, {4});
-  Tensor valid_dy = Tensor::from_vector<double>(
-      [&] {
-        std::vector<double> all = dy.to_vector<double>(), kept;
-        for (int64_t row : {0, 2, 4, 5}) kept.insert(kept.end(), all.begin() + row * 3, all.begin() + row * 3 + 3);
-        return kept;
-      }(),
-      {4, 3});
-  EXPECT_TRUE(all_close(ops::embedding_backward(dy, ids, 5, /*ids_checked=*/true),
-                        naive_embedding_backward(valid_dy, valid, 5), "embedding"));
+  EXPECT_TRUE(all_close(ops::embedding_backward(dy, ids, 5, /*ids_checked=*/true), naive_embedding_backward(dy, ids, 5),
+                        "embedding"));
 }
 
 TEST(Embedding, BadInputsRaise) {
