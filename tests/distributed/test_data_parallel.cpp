@@ -120,6 +120,24 @@ TEST(DataParallel, AllReduceLeavesTheAverageOnEveryRank) {
   }
 }
 
+TEST(DataParallel, StepLossesAreGatheredRankByRankInTheGradientsSynchronisation) {
+  constexpr int kWorld = 3;
+  auto group = std::make_shared<InProcessGroup>(kWorld, milliseconds(10000));
+  std::vector<Replica> replicas;
+  for (int r = 0; r < kWorld; ++r) replicas.emplace_back(r);
+  std::vector<std::vector<float>> got(kWorld);
+  run_ranks(kWorld, [&](int rank) {
+    InProcessCommunicator comm(group, rank);
+    DataParallel dp(comm, replicas[size_t(rank)].parameters, {/*bucket_bytes=*/32, false});
+    // Two micro-batches a rank; values no other rank or slot has.
+    Tensor losses = Tensor::from_vector(std::vector<float>{1.5f + rank, -0.25f * float(rank + 1)}, {2});
+    got[size_t(rank)] = dp.reduce_gradients(losses);
+    EXPECT_EQ(comm.collectives(), int64_t(dp.buckets().size()) + 1) << "the buckets and one gather";
+  });
+  const std::vector<float> expected{1.5f, -0.25f, 2.5f, -0.5f, 3.5f, -0.75f};
+  for (int r = 0; r < kWorld; ++r) EXPECT_EQ(got[size_t(r)], expected) << "rank " << r;
+}
+
 // The deterministic reduction gives the bits of one process accumulating the ranks' gradients as
 // micro-batches: each scaled by 1/world first (the trainer scales the loss by 1/grad_accum), then added
 // in rank order with autograd's accumulation add. Plain and ZeRO-1 (its shards); powers of two.
@@ -291,6 +309,14 @@ TEST(DataParallel, RejectsParametersWithoutGradientsAndBadOptions) {
   autograd::Variable no_grad(Tensor::zeros({4}, DType::f32), true, "w");
   DataParallel dp(comm, {{"w", no_grad, true}}, {64, false});
   EXPECT_THROW(dp.reduce_gradients(), ValueError);
+  autograd::backward(no_grad, Tensor::normal({4}, 0.0, 1.0, 5));
+  try {
+    dp.reduce_gradients(Tensor::zeros({2}, DType::f64));
+    FAIL() << "no error";
+  } catch (const ValueError& e) {
+    EXPECT_NE(std::string(e.what()).find("step_losses"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("f32 vector"), std::string::npos) << e.what();
+  }
   EXPECT_THROW(DataParallel(comm, {}, {64, false}), ValueError);
   EXPECT_THROW(DataParallel(comm, {{"w", no_grad, true}}, {0, false}), ConfigError);
 }

@@ -93,8 +93,9 @@ TEST(TcpStore, AHungRankIsTheOneBehind) {
   rank0.post_progress(7);
   rank1.post_progress(6);
   rank2.post_progress(7);
+  // Posts get no reply: the server may read them after another connection's status request.
+  ASSERT_TRUE(eventually([&] { return rank2.failed_rank().rank == 1; }));
   FailedRank failed = rank2.failed_rank();
-  EXPECT_EQ(failed.rank, 1);
   EXPECT_NE(failed.why.find("step 6"), std::string::npos) << failed.why;
 }
 
@@ -104,7 +105,15 @@ TEST(TcpStore, WhenRankZeroIsGoneItIsTheOneNamed) {
   rank0.reset();
   FailedRank failed = rank1.failed_rank();
   EXPECT_EQ(failed.rank, 0);
-  EXPECT_THROW(rank1.post_progress(1), IOError);
+  // The first post after the server closed may still reach the socket's buffer; a later one fails.
+  EXPECT_TRUE(eventually([&] {
+    try {
+      rank1.post_progress(1);
+      return false;
+    } catch (const IOError&) {
+      return true;
+    }
+  }));
 }
 
 TEST(FindFailedRank, PrefersADeadRankThenAMissingOneThenTheOneBehind) {

@@ -145,17 +145,33 @@ autograd::LeafReadyFn DataParallel::gradient_ready_hook() {
   return [this](const autograd::VariableState& leaf) { on_gradient_ready(leaf); };
 }
 
-void DataParallel::reduce_gradients() {
+std::vector<float> DataParallel::reduce_gradients(const Tensor& step_losses) {
+  constexpr const char* op = "DataParallel::reduce_gradients";
+  if (step_losses.defined()) {
+    if (step_losses.dtype() != DType::f32 || step_losses.dim() != 1 || !step_losses.is_contiguous())
+      raise<ValueError>(op, "step_losses", "a contiguous f32 vector", step_losses.describe());
+    if (step_losses.device() != communicator_.device())
+      raise<DeviceError>(op, "step_losses", "a tensor on the communicator's device " + communicator_.device().str(),
+                         step_losses.device().str());
+  }
   // Buckets the backward did not complete (no hook, or gradients that never arrived) go now; on a GPU
   // packing one overlaps the collective of the one before.
   while (launched_ < buckets_.size()) launch_bucket(launched_++);
+  Tensor gathered_losses;
+  if (step_losses.defined()) {
+    gathered_losses =
+        Tensor::empty({communicator_.world_size() * step_losses.numel()}, DType::f32, communicator_.device());
+    communicator_.all_gather(step_losses.raw_data(), gathered_losses.raw_data(), size_t(step_losses.numel()),
+                             DType::f32);
+  }
   communicator_.synchronize();
   launched_ = 0;
   for (size_t b = 0; b < buckets_.size(); ++b) not_ready_[b] = buckets_[b].entries.size();
+  std::vector<float> losses = gathered_losses.defined() ? gathered_losses.to_vector<float>() : std::vector<float>();
   if (options_.deterministic) add_in_rank_order();
   if (options_.zero1) {
     for (auto& p : parameters_) p.variable.clear_grad();  // the shards hold what the step needs
-    return;
+    return losses;
   }
   // The averaged gradients stay in the buckets: each parameter's gradient becomes its view there (no copy
   // back). The next backward makes fresh gradients (the optimiser releases these after its step).
@@ -167,6 +183,7 @@ void DataParallel::reduce_gradients() {
       else Tensor(v.grad()).copy_from(averaged);
     }
   }
+  return losses;
 }
 
 void DataParallel::add_in_rank_order() {
@@ -243,13 +260,6 @@ double DataParallel::sharded_step(double lr, double grad_clip, double norm, cons
   if (adamw.stochastic_rounding_seed)
     nn::keep_stochastic_compute_copies(parameters_, held, *adamw.stochastic_rounding_seed, step_count_);
   return coef;
-}
-
-double DataParallel::average(double value) {
-  scalar_.fill_(value);
-  communicator_.all_reduce(scalar_.raw_data(), 1, DType::f64, ReduceOp::average);
-  communicator_.synchronize();
-  return scalar_.item();
 }
 
 std::vector<std::pair<std::string, Tensor>> DataParallel::shard_state() const {

@@ -83,7 +83,12 @@ class DataParallel {
   // After the last micro-step's backward. Without ZeRO-1: every rank's gradients become the average over
   // the ranks. With ZeRO-1: this rank's shards of the buckets hold the averaged gradient, and the model's
   // gradients are released (consumed: the next backward's gradients become them afresh).
-  void reduce_gradients();
+  // `step_losses`, when given, is this rank's loss of each micro-batch (a contiguous f32 vector on the
+  // communicator's device, as long on every rank): every rank's are gathered in the same synchronisation as
+  // the gradients, so a step waits for its peers once, and returned on the host, rank by rank (the order of
+  // the global batch). Gathered, not reduced: every rank can sum them in f64 in that order, so the loss is
+  // the same bits on every rank and as one process accumulating the global batch.
+  std::vector<float> reduce_gradients(const Tensor& step_losses = Tensor());
   // For autograd::backward in the last micro-step: launches each bucket's collective as soon as its
   // gradients are complete (buckets in order, the same on every rank). reduce_gradients() then finishes.
   autograd::LeafReadyFn gradient_ready_hook();
@@ -104,9 +109,6 @@ class DataParallel {
     std::optional<uint64_t> stochastic_rounding_seed = std::nullopt;
   };
   double sharded_step(double lr, double grad_clip, double norm, const AdamW& adamw, double loss_scale = 1.0);
-
-  // The average of one value over the ranks (the logged loss); a collective.
-  double average(double value);
 
   // ZeRO-1 state of this rank: m/bucket_<b> and v/bucket_<b> (its shard of each bucket), and the step.
   std::vector<std::pair<std::string, Tensor>> shard_state() const;
@@ -144,7 +146,7 @@ class DataParallel {
   std::vector<ShardSegment> segments_;  // ZeRO-1: this rank's shards, parameter by parameter
   std::vector<Tensor> m_, v_;           // ZeRO-1: AdamW moments of this rank's shard of each bucket
   int64_t step_count_ = 0;
-  Tensor scalar_;  // one element on the device, for grad_norm() and average()
+  Tensor scalar_;  // one element on the device, for grad_norm()
 };
 
 // Returns once every rank of the group has called it (RankFailureError after the communicator's timeout).

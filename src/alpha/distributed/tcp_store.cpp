@@ -281,9 +281,9 @@ class TcpStore::Server {
         waiting_[key].push_back(fd);
         return;
       }
-      case kProgress:
+      case kProgress:  // posted, not asked: no reply
         if (c.rank >= 0) statuses_[size_t(c.rank)].progress = std::atoll(value.c_str());
-        return reply(fd, "");
+        return;
       case kStatus: {
         std::string out;
         for (const auto& s : statuses_)
@@ -358,7 +358,14 @@ std::string TcpStore::request(uint8_t op, const std::string& key, const std::str
 
 void TcpStore::set(const std::string& key, const std::string& value) { request(kSet, key, value); }
 std::string TcpStore::get(const std::string& key) { return request(kGet, key, ""); }
-void TcpStore::post_progress(int64_t progress) { request(kProgress, "", std::to_string(progress)); }
+// A training step's every synchronisation posts; waiting for a reply would add a round trip to rank 0's
+// server thread to each.
+void TcpStore::post_progress(int64_t progress) {
+  if (!broken_ && send_all(socket_, frame_request(kProgress, "", std::to_string(progress)))) return;
+  std::string what = broken_ ? "the connection failed earlier" : "the connection closed (rank 0 ended)";
+  broken_ = true;
+  raise_net("rank " + std::to_string(env_.rank) + " posting to rank 0 at " + endpoint(env_), what);
+}
 
 std::vector<RankStatus> TcpStore::statuses() { return parse_statuses(request(kStatus, "", "")); }
 

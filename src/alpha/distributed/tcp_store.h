@@ -5,7 +5,8 @@
 // rank posts its progress (the step it reached), so a hung rank shows as the one behind.
 //
 // Wire format, one request per message: u8 op, u32 key length, key, u32 value length, value (lengths in
-// little-endian); every request gets one reply: u32 length, bytes. A get is answered when the key is set.
+// little-endian); every request but a progress post gets one reply: u32 length, bytes. A get is answered
+// when the key is set.
 #pragma once
 #include <chrono>
 #include <cstdint>
@@ -47,6 +48,8 @@ class TcpStore {
   void set(const std::string& key, const std::string& value);
   // Waits until some rank has set `key`; IOError naming the key after the timeout.
   std::string get(const std::string& key);
+  // Sends without waiting for the server: IOError only when the connection is known to be gone (a post
+  // may succeed after rank 0 ended; a later one fails).
   void post_progress(int64_t progress);
   // Every rank's status as the server sees it. IOError when the server (rank 0) is unreachable.
   std::vector<RankStatus> statuses();
