@@ -356,18 +356,21 @@ std::string Trainer::run(std::optional<int64_t> stop_at_step) {
       autograd::backward(loss, {}, data_->parallel && last_micro ? data_->parallel->gradient_ready_hook() : nullptr);
       backward_s += phase.seconds();
     }
-    // The micro-batches' losses in one device vector, read once: with several ranks, gathered from all of
-    // them in the gradients' synchronisation, so every rank sums the same values in the same order (the
-    // global batch's) and then skips the step, or not, together.
-    Tensor step_losses = Tensor::empty({t.grad_accum}, DType::f32, device);
-    std::vector<Tensor> loss_slots;
-    for (int64_t micro = 0; micro < t.grad_accum; ++micro) loss_slots.push_back(step_losses.slice(0, micro, micro + 1));
-    for (Tensor& micro_loss : micro_losses) micro_loss = micro_loss.reshape({1}).to(DType::f32);
-    copy_many(loss_slots, micro_losses);
-    std::vector<float> losses =
-        data_->parallel ? data_->parallel->reduce_gradients(step_losses) : step_losses.to_vector<float>();
-    for (float micro_loss : losses) loss_sum += double(micro_loss);
-    loss_sum /= double(world_of(options_));
+    if (data_->parallel) {
+      // The micro-batches' losses in one device vector, gathered from every rank in the gradients'
+      // synchronisation: every rank sums the same values in the same order (the global batch's) and then
+      // skips the step, or not, together.
+      Tensor step_losses = Tensor::empty({t.grad_accum}, DType::f32, device);
+      std::vector<Tensor> loss_slots;
+      for (int64_t micro = 0; micro < t.grad_accum; ++micro)
+        loss_slots.push_back(step_losses.slice(0, micro, micro + 1));
+      for (Tensor& micro_loss : micro_losses) micro_loss = micro_loss.reshape({1}).to(DType::f32);
+      copy_many(loss_slots, micro_losses);
+      for (float micro_loss : data_->parallel->reduce_gradients(step_losses)) loss_sum += double(micro_loss);
+      loss_sum /= double(world_of(options_));
+    } else {
+      for (const Tensor& micro_loss : micro_losses) loss_sum += micro_loss.item();  // in micro-step order
+    }
     inject_gradient_fault(*model_, step + 1);  // test-only, off unless ALPHA_FAULT_* is set
     Stopwatch phase;
     // A NaN or Inf in the loss or the gradients skips the step: no parameter or optimizer-state update.
