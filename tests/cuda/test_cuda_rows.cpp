@@ -10,6 +10,7 @@
 #include <string>
 #include <utility>
 
+#include "alpha/kernels/embedding.h"
 #include "alpha/ops/activation.h"
 #include "alpha/ops/check.h"
 #include "alpha/ops/cross_entropy.h"
@@ -199,24 +200,59 @@ TEST_F(CudaRows, LinearCrossEntropyMatchesCpu) {
 #endif
 }
 
+#if ALPHA_WITH_CUDA
+// Ids whose sorted runs meet the backward's tiles of 32 sorted positions every way: id 0 fills the first tile
+// exactly, id 1 runs one position past the second, a frequent id spans many tiles, and the rest are spread.
+Tensor skewed_ids(int64_t positions, int32_t vocab) {
+  std::vector<int32_t> ids(static_cast<size_t>(positions));
+  for (int64_t i = 0; i < positions; ++i) ids[size_t(i)] = int32_t(3 + (i * 7919) % (vocab - 3));
+  for (int64_t i = 0; i < positions; i += 2) ids[size_t(i)] = 2;  // half the positions: dozens of tiles
+  for (int64_t i = 0; i < 32; ++i) ids[size_t(1 + 2 * i)] = 0;
+  for (int64_t i = 32; i < 65; ++i) ids[size_t(1 + 2 * i)] = 1;
+  return Tensor::from_vector(ids, {positions});
+}
+
+// The CUDA backward kernel itself, into a poisoned table: a row it leaves unwritten fails the comparison.
+Tensor cuda_embedding_backward(const Tensor& dy, const Tensor& ids, int64_t vocab) {
+  const int64_t channels = dy.size(-1);
+  Tensor dtable = test::poisoned({vocab, channels}, dy.dtype()).to(kGpu);
+  auto run = [&]<class T>() {
+    kernels::cuda::embedding_backward(kernels::EmbeddingBackwardArgs<T>{dy.data<T>(), ids.data<int32_t>(),
+                                                                        dtable.data<T>(), ids.numel(), vocab, channels},
+                                      Stream{});
+  };
+  if (dy.dtype() == DType::bf16)
+    run.operator()<bf16>();
+  else if (dy.dtype() == DType::f16)
+    run.operator()<f16>();
+  else
+    run.operator()<float>();
+  return dtable;
+}
+#endif
+
 TEST_F(CudaRows, EmbeddingMatchesCpu) {
 #if ALPHA_WITH_CUDA
-  for (DType dtype : test::kGpuDtypes) {
-    SCOPED_TRACE(dtype_name(dtype));
-    Tensor table = test::random({1000, 64}, dtype);
-    Tensor ids = test::random_indices({4, 33}, 20);  // ids repeat
-    Tensor out = ops::embedding(ids.to(kGpu), table.to(kGpu));
-    EXPECT_EQ(out.shape(), (Shape{4, 33, 64}));
-    EXPECT_TRUE(test::bit_equal(out, ops::embedding(ids, table.to(DType::f32)).to(dtype)));
-    test::GpuInput dy = test::gpu_input({4, 33, 64}, dtype);
-    Tensor dtable = ops::embedding_backward(dy.gpu, ids.to(kGpu), 1000);
-    Tensor want = ops::embedding_backward(dy.cpu, ids, 1000);
-    EXPECT_TRUE(gpu_close(dtable, want, "cuda.embedding"));
-    EXPECT_TRUE(test::bit_equal(dtable, ops::embedding_backward(dy.gpu, ids.to(kGpu), 1000)));
-    if (dtype == DType::f32) {
-      EXPECT_TRUE(test::bit_equal(dtable, want));  // both round the same f64 sums
+  struct Case {
+    Tensor ids;
+    int64_t channels;  // 64: vectorised; 37: element by element
+  };
+  for (DType dtype : test::kGpuDtypes)
+    for (const Case& c : {Case{test::random_indices({4, 33}, 20), 64}, Case{skewed_ids(3001, 1000), 64},
+                          Case{skewed_ids(3001, 1000), 37}}) {
+      SCOPED_TRACE(std::string(dtype_name(dtype)) + " " + std::to_string(c.ids.numel()) + " positions, C " +
+                   std::to_string(c.channels));
+      Tensor table = test::random({1000, c.channels}, dtype);
+      Tensor out = ops::embedding(c.ids.to(kGpu), table.to(kGpu));
+      Shape rows_shape = c.ids.shape();
+      rows_shape.push_back(c.channels);
+      EXPECT_EQ(out.shape(), rows_shape);
+      EXPECT_TRUE(test::bit_equal(out, ops::embedding(c.ids, table.to(DType::f32)).to(dtype)));
+      test::GpuInput dy = test::gpu_input(rows_shape, dtype);
+      Tensor dtable = cuda_embedding_backward(dy.gpu, c.ids.to(kGpu), 1000);
+      EXPECT_TRUE(gpu_close(dtable, ops::embedding_backward(dy.cpu, c.ids, 1000), "cuda.embedding"));
+      EXPECT_TRUE(test::bit_equal(dtable, ops::embedding_backward(dy.gpu, c.ids.to(kGpu), 1000)));
     }
-  }
 #endif
 }
 

@@ -66,7 +66,9 @@ Tensor reference_softmax_backward(const Tensor& dy, const Tensor& y) {
 class PointwiseKernels : public ::testing::TestWithParam<std::tuple<int64_t, DType>> {};
 
 TEST_P(PointwiseKernels, MatchF64Loops) {
-  auto [n, dtype] = GetParam();
+  const auto& param = GetParam();
+  const auto n = std::get<0>(param);
+  const auto dtype = std::get<1>(param);
   Tensor x = random({n}, dtype, -4.0, 4.0), dy = random({n}, dtype);
   Tensor capped = random({n}, dtype, -0.99 * kCap, 0.99 * kCap);  // a softcap output, inside (−cap, cap)
   Tensor want_gelu = map_f64(x, x, [](double v, double) { return reference_gelu(v); });
@@ -99,7 +101,9 @@ INSTANTIATE_TEST_SUITE_P(AllSizes, PointwiseKernels,
 class SoftmaxKernel : public ::testing::TestWithParam<std::tuple<Shape, DType>> {};
 
 TEST_P(SoftmaxKernel, ForwardAndBackwardMatchF64Loops) {
-  auto [shape, dtype] = GetParam();
+  const auto& param = GetParam();
+  const auto shape = std::get<0>(param);
+  const auto dtype = std::get<1>(param);
   int64_t cols = shape.back(), rows = shape_numel(shape) / cols;
   Tensor x = random(shape, dtype, -5.0, 5.0), dy = random(shape, dtype);
   Tensor want_y = reference_softmax(x);

@@ -74,7 +74,9 @@ Tensor scalar(double value) { return Tensor::from_vector<double>({value}, {}); }
 class CrossEntropySizes : public ::testing::TestWithParam<std::tuple<int64_t, DType>> {};
 
 TEST_P(CrossEntropySizes, KernelsMatchF64Loops) {
-  auto [n, dtype] = GetParam();
+  const auto& param = GetParam();
+  const auto n = std::get<0>(param);
+  const auto dtype = std::get<1>(param);
   // n logits as N rows of V classes.
   const int64_t V = n == 1 ? 1 : n == 64 ? 16 : n == 4096 ? 64 : 512, N = n / V;
   Tensor logits = random({N, V}, dtype, -4.0, 4.0);

@@ -40,7 +40,9 @@ ops::DropoutConfig config(double p, uint64_t offset = 12345) { return {p, test::
 class DropoutSizes : public ::testing::TestWithParam<std::tuple<int64_t, DType>> {};
 
 TEST_P(DropoutSizes, KernelsMatchF64Loops) {
-  auto [n, dtype] = GetParam();
+  const auto& param = GetParam();
+  const auto n = std::get<0>(param);
+  const auto dtype = std::get<1>(param);
   // An offset that is not a multiple of 4 starts mid-way through a Philox block.
   ops::DropoutConfig c = config(0.3, 4099);
   Tensor x = random({n}, dtype), dy = random({n}, dtype), residual = random({n}, dtype);

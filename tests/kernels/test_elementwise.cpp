@@ -21,7 +21,9 @@ using test::random;
 class ElementwiseSizes : public ::testing::TestWithParam<std::tuple<int64_t, DType>> {};
 
 TEST_P(ElementwiseSizes, KernelsMatchF64Loops) {
-  auto [n, dtype] = GetParam();
+  const auto& param = GetParam();
+  const auto n = std::get<0>(param);
+  const auto dtype = std::get<1>(param);
   Tensor a = random({n}, dtype), b = random({n}, dtype);
   std::vector<double> av = a.to_vector<double>(), bv = b.to_vector<double>();
   std::vector<double> want_add(n), want_mul(n), want_scale(n), want_axpy(n);

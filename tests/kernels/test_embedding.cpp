@@ -48,7 +48,9 @@ Tensor naive_embedding_backward(const Tensor& dy, const Tensor& ids, int64_t V) 
 class EmbeddingSizes : public ::testing::TestWithParam<std::tuple<int64_t, DType>> {};
 
 TEST_P(EmbeddingSizes, KernelsMatchF64Loops) {
-  auto [n, dtype] = GetParam();
+  const auto& param = GetParam();
+  const auto n = std::get<0>(param);
+  const auto dtype = std::get<1>(param);
   // n output elements as N positions of C channels; V = 37 leaves unused rows at small N and makes
   // rows repeat at large N.
   const int64_t C = std::min<int64_t>(n, 16), N = n / C, V = 37;

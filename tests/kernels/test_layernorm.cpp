@@ -67,7 +67,10 @@ const Shape kShapes[] = {{1, 1}, {4, 16}, {64, 64}, {256, 256}, {7, 13}, {3, 5, 
 class LayerNormKernel : public ::testing::TestWithParam<std::tuple<Shape, DType, bool>> {};
 
 TEST_P(LayerNormKernel, ForwardAndBackwardMatchF64Loops) {
-  auto [shape, dtype, with_bias] = GetParam();
+  const auto& param = GetParam();
+  const auto shape = std::get<0>(param);
+  const auto dtype = std::get<1>(param);
+  const auto with_bias = std::get<2>(param);
   int64_t cols = shape.back(), rows = shape_numel(shape) / cols;
   DType acc = accumulation_dtype(dtype);
   Tensor x = random(shape, dtype, -2.0, 3.0), weight = random({cols}, dtype, 0.5, 1.5), dy = random(shape, dtype);

@@ -71,8 +71,12 @@ void for_gemm_types(DType dtype, Fn&& fn) {
 class GemmKernel : public ::testing::TestWithParam<std::tuple<GemmCase, DType, bool, bool>> {};
 
 TEST_P(GemmKernel, MatchesF64Loops) {
-  auto [shape, dtype, trans_a, trans_b] = GetParam();
-  auto [batch, m, k, n] = shape;
+  const auto& param = GetParam();
+  const auto shape = std::get<0>(param);
+  const auto dtype = std::get<1>(param);
+  const auto trans_a = std::get<2>(param);
+  const auto trans_b = std::get<3>(param);
+  const int64_t batch = shape.batch, m = shape.m, k = shape.k, n = shape.n;
   Tensor a = random(trans_a ? Shape{batch, k, m} : Shape{batch, m, k}, dtype);
   Tensor b = random(trans_b ? Shape{batch, n, k} : Shape{batch, k, n}, dtype);
   std::vector<double> product = reference_gemm(a, b, batch, m, n, k, trans_a, trans_b);
@@ -154,7 +158,7 @@ class GemmEpilogueKernel : public ::testing::TestWithParam<EpilogueParam> {};
 
 TEST_P(GemmEpilogueKernel, MatchesF64LoopsAndLeavesPaddingAlone) {
   const EpilogueParam& p = GetParam();
-  auto [batch, m, k, n] = p.shape;
+  const int64_t batch = p.shape.batch, m = p.shape.m, k = p.shape.k, n = p.shape.n;
   const EpilogueCase& e = p.epilogue;
   const DType dtype = p.dtype;
   Tensor a = random(p.trans_a ? Shape{k, m} : Shape{m, k}, dtype);
@@ -275,7 +279,8 @@ TEST(GemmEpilogueKernel, InconsistentFieldsRaise) {
 // gradient (db) in f32, the second accumulated onto it (beta = 1). GemmKernel checks every transpose pair.
 TEST(GemmWiderOutputKernel, SumsChunksWithTheBiasGradientOfA) {
   for (DType dtype : {DType::bf16, DType::f16})
-    for (auto [rows, out, in] : {std::tuple<int64_t, int64_t, int64_t>{29, 37, 53}, {64, 64, 64}, {0, 3, 4}}) {
+    for (const auto& size : {std::tuple<int64_t, int64_t, int64_t>{29, 37, 53}, {64, 64, 64}, {0, 3, 4}}) {
+      const int64_t rows = std::get<0>(size), out = std::get<1>(size), in = std::get<2>(size);
       SCOPED_TRACE(std::string(dtype_name(dtype)) + " " + std::to_string(rows) + " rows");
       Tensor dy1 = random({rows, out}, dtype), x1 = random({rows, in}, dtype);
       Tensor dy2 = random({rows, out}, dtype), x2 = random({rows, in}, dtype);
@@ -322,7 +327,9 @@ TEST(GemmWiderOutputKernel, RefusesEpiloguesAndBias) {
 class ColumnSumKernel : public ::testing::TestWithParam<std::tuple<Shape, DType>> {};
 
 TEST_P(ColumnSumKernel, MatchesF64LoopsWithPaddedRows) {
-  auto [shape, dtype] = GetParam();
+  const auto& param = GetParam();
+  const auto shape = std::get<0>(param);
+  const auto dtype = std::get<1>(param);
   int64_t rows = shape[0], cols = shape[1], ld = cols + 3;
   Tensor padded = random({rows, ld}, dtype);
   Tensor x = padded.slice(1, 0, cols);

@@ -63,7 +63,9 @@ void expect_state(const Tensor& param, const Tensor& m, const Tensor& v, const N
 class OptimSizes : public ::testing::TestWithParam<std::tuple<int64_t, DType>> {};
 
 TEST_P(OptimSizes, ThreeAdamWStepsMatchF64Loop) {
-  auto [n, dtype] = GetParam();
+  const auto& param = GetParam();
+  const auto n = std::get<0>(param);
+  const auto dtype = std::get<1>(param);
   AdamWCase c({n}, dtype);
   NaiveAdamW want = c.naive();
   ops::dispatch_cpu_float("test", c.param, [&]<class T>() {
@@ -81,7 +83,9 @@ TEST_P(OptimSizes, ThreeAdamWStepsMatchF64Loop) {
 }
 
 TEST_P(OptimSizes, SumOfSquaresAndGradNormMatchF64Loop) {
-  auto [n, dtype] = GetParam();
+  const auto& param = GetParam();
+  const auto n = std::get<0>(param);
+  const auto dtype = std::get<1>(param);
   Tensor g = random({n}, dtype);
   double want = 0;
   for (double x : g.to_vector<double>()) want += x * x;

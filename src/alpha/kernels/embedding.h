@@ -40,9 +40,10 @@ template <class T> void embedding_backward(const EmbeddingBackwardArgs<T>& args)
 
 #if ALPHA_WITH_CUDA
 // Device pointers; queued on `stream`. T = float, bf16 or f16. The forward copies bits (vectorised). The
-// backward sorts (id, position) pairs with CUB's stable radix sort, then one block per table row sums its
-// positions' dy rows in increasing position order in f64: the same bits on every run, equal to the CPU
-// kernel's f64 result rounded to T. No atomics. Scratch comes from the stream's memory pool.
+// backward sorts (id, position) pairs with CUB's stable radix sort, then sums each id's dy rows in increasing
+// position order in f64, in tiles of 32 sorted positions whose partials are added in order: the same bits on
+// every run, and the CPU kernel's f64 result rounded to T except where a sum lies within an f64 rounding of a
+// midpoint between two T values. No atomics. Scratch comes from the stream's memory pool.
 namespace cuda {
 template <class T> void embedding(const EmbeddingArgs<T>& args, Stream stream);
 template <class T> void embedding_backward(const EmbeddingBackwardArgs<T>& args, Stream stream);

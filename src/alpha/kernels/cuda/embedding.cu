@@ -4,17 +4,20 @@
 // Forward: a grid-stride copy of table rows, one chunk (one element, or one 128-bit vector when C and the
 // pointers allow) per thread step; bits are copied, not converted. An id outside [0, V) (which the op layer
 // rejects before launching) gives a NaN row instead of a read out of bounds.
-// Backward, four steps and no atomics: (1) keys[i] = ids[i] (V for an id outside [0, V), a bucket that is
+// Backward, five steps and no atomics: (1) keys[i] = ids[i] (V for an id outside [0, V), a bucket that is
 // never written) and order[i] = i; (2) CUB's radix sort of (key, position) pairs, which is stable, so the
 // positions of each id come out in increasing order; (3) each key's run of sorted positions, marked where
-// neighbouring keys differ; (4) one block per table row v, each thread summing its columns' dy over the
-// row's positions in that order, in f64 (as the CPU kernel does; kRowsAhead rows' loads in flight at a
-// time), then rounding once to f32 and to T. Steps 3 and 4 replaced two binary searches per row (~30
-// dependent loads for every one of the table's rows, most of them used by no position) and one load in
-// flight per thread: H200, `alpha train --profile` of seed at batch 16, 93.5 → 66.8 µs per call. Rows no
-// position uses get 0. The order of every addition is fixed by the ids alone, so the result has the same
-// bits on every run, and equals the CPU kernel's in f64 rounded to T. Scratch (keys, positions, the run
-// tables, CUB's temporary storage) is stream-ordered.
+// neighbouring keys differ; (4a) one block per tile of 32 sorted positions, each thread summing its columns'
+// dy over each run in the tile in position order, in f64 (kRowsAhead rows' loads in flight at a time): a run
+// that is its id's whole run is rounded to T into the table's row, one that crosses the tile's edge is kept
+// as an f64 partial; (4b) one block per table row: 0 where no position has the id, else, for a run that
+// crosses tiles, its partials summed in tile order and rounded once. Until the eighteenth session step 4 was
+// one block per row summing the row's whole run: a frequent id's run of thousands of positions, summed by one
+// thread per column, took most of the backward's time. The order of every addition is fixed by the ids alone,
+// so the result has the same bits on every run. It is the CPU kernel's f64 sum (in position order)
+// associated by tiles: after rounding to T the two agree except where a sum lies within an f64 rounding of
+// the midpoint between two T values. Scratch (keys, positions, the run tables, the partials, CUB's
+// temporary storage) is stream-ordered.
 #include <cub/device/device_radix_sort.cuh>
 
 #include <bit>
@@ -78,8 +81,11 @@ __global__ void __launch_bounds__(kThreads)
 
 constexpr int kRowThreads = 128;
 // Positions whose rows one thread loads before adding them: the additions stay in position order, but the
-// loads of a frequent id's rows overlap instead of waiting for each other.
+// loads overlap instead of waiting for each other.
 constexpr int kRowsAhead = 4;
+// Sorted positions per tile of step 4. A frequent id's run is summed by many tiles at once: one block per
+// row summing a 2,000-position run alone set the whole backward's time (gpt2-124m on the built-in corpus).
+constexpr int kTile = 32;
 
 // One chunk of V elements of dy's row `position`, in f32.
 template <class T, int V>
@@ -89,35 +95,97 @@ __device__ void load_chunk(const EmbeddingBackwardArgs<T>& a, int32_t position, 
   else unpack<T>(reinterpret_cast<const uint4*>(dy)[j], f);
 }
 
-// Step 4: block per table row, each thread summing its columns over the row's positions in order.
 template <class T, int V>
-__global__ void __launch_bounds__(kRowThreads) embedding_backward_kernel(EmbeddingBackwardArgs<T> a,
-                                                                         const int32_t* order, const int32_t* run_begin,
-                                                                         const int32_t* run_end) {
+__device__ void store_chunk(const EmbeddingBackwardArgs<T>& a, int64_t row, int64_t j, const double (&sum)[V]) {
+  float rounded[V];
+  for (int u = 0; u < V; ++u) rounded[u] = float(sum[u]);
+  Bits<T>* out = bits(a.dtable) + row * a.channels;
+  if constexpr (V == 1)
+    out[j] = Elem<T>::store(rounded[0]);
+  else
+    reinterpret_cast<uint4*>(out)[j] = pack<T>(rounded);
+}
+
+// The f64 partial sums of the runs that cross a tile's edge: `head` holds the tile's first run (the whole
+// tile when one id fills it), `tail` its last run when that is another id's. (tiles, C) each.
+struct TilePartials {
+  double* head;
+  double* tail;
+};
+
+// Step 4a: one block per tile of kTile sorted positions, each thread summing its columns over the tile's
+// runs in position order. A run that is its id's whole run is rounded into dtable; one that crosses the
+// tile's edge goes to the tile's head or tail partial. Ids outside [0, V) (key V) are dropped.
+template <class T, int V>
+__global__ void __launch_bounds__(kRowThreads)
+    embedding_tile_sums_kernel(EmbeddingBackwardArgs<T> a, const uint32_t* keys, const int32_t* order,
+                               const int32_t* run_begin, const int32_t* run_end, TilePartials partials) {
+  __shared__ uint32_t tile_keys[kTile];
+  __shared__ int32_t tile_order[kTile];
+  const int64_t C = a.channels, chunks = C / V, tiles = (a.positions + kTile - 1) / kTile;
+  for (int64_t t = blockIdx.x; t < tiles; t += gridDim.x) {
+    const int begin = int(t * kTile), size = a.positions - begin < kTile ? int(a.positions - begin) : kTile;
+    __syncthreads();  // the previous tile's keys are read
+    if (threadIdx.x < size) {
+      tile_keys[threadIdx.x] = keys[begin + threadIdx.x];
+      tile_order[threadIdx.x] = order[begin + threadIdx.x];
+    }
+    __syncthreads();
+    for (int64_t j = threadIdx.x; j < chunks; j += kRowThreads) {
+      double sum[V] = {};
+      int run_start = 0;
+      // Ends the run [run_start, k): rounded into dtable when it is its id's whole run, else a partial.
+      auto flush = [&](int k) {
+        const uint32_t key = tile_keys[run_start];
+        if (key < a.vocab) {
+          if (run_begin[key] == begin + run_start && run_end[key] == begin + k) {
+            store_chunk<T, V>(a, key, j, sum);
+          } else {
+            double* partial = (run_start == 0 ? partials.head : partials.tail) + t * C + j * V;
+            for (int u = 0; u < V; ++u) partial[u] = sum[u];
+          }
+        }
+        for (int u = 0; u < V; ++u) sum[u] = 0.0;
+        run_start = k;
+      };
+      for (int k0 = 0; k0 < size; k0 += kRowsAhead) {
+        float f[kRowsAhead][V];
+#pragma unroll
+        for (int r = 0; r < kRowsAhead; ++r)
+          if (k0 + r < size) load_chunk<T, V>(a, tile_order[k0 + r], j, f[r]);
+#pragma unroll
+        for (int r = 0; r < kRowsAhead; ++r) {
+          const int k = k0 + r;
+          if (k >= size) break;
+          if (tile_keys[k] != tile_keys[run_start]) flush(k);
+          for (int u = 0; u < V; ++u) sum[u] += double(f[r][u]);
+        }
+      }
+      flush(size);
+    }
+  }
+}
+
+// Step 4b: one block per table row. A row no position uses gets 0; one whose run lies in one tile was
+// written by step 4a; one whose run crosses tiles sums its partials in tile order: its part of its first
+// tile (that tile's tail, or its head when the run starts the tile), the heads of the tiles it fills, and
+// the head of its last tile.
+template <class T, int V>
+__global__ void __launch_bounds__(kRowThreads)
+    embedding_rows_kernel(EmbeddingBackwardArgs<T> a, const int32_t* run_begin, const int32_t* run_end,
+                          TilePartials partials) {
   const int64_t C = a.channels, chunks = C / V;
   for (int64_t v = blockIdx.x; v < a.vocab; v += gridDim.x) {
     const int64_t begin = run_begin ? run_begin[v] : 0, end = run_end ? run_end[v] : 0;
-    Bits<T>* out = bits(a.dtable) + v * C;
+    const int64_t first_tile = begin / kTile, last_tile = (end - 1) / kTile;
+    if (end > begin && first_tile == last_tile) continue;
     for (int64_t j = threadIdx.x; j < chunks; j += kRowThreads) {
       double sum[V] = {};
-      int64_t k = begin;
-      for (; k + kRowsAhead <= end; k += kRowsAhead) {
-        float f[kRowsAhead][V];
-#pragma unroll
-        for (int r = 0; r < kRowsAhead; ++r) load_chunk<T, V>(a, order[k + r], j, f[r]);
-#pragma unroll
-        for (int r = 0; r < kRowsAhead; ++r)
-          for (int u = 0; u < V; ++u) sum[u] += double(f[r][u]);
+      for (int64_t t = first_tile; end > begin && t <= last_tile; ++t) {
+        const double* partial = (t == first_tile && begin % kTile != 0 ? partials.tail : partials.head) + t * C + j * V;
+        for (int u = 0; u < V; ++u) sum[u] += partial[u];
       }
-      for (; k < end; ++k) {
-        float f[V];
-        load_chunk<T, V>(a, order[k], j, f);
-        for (int u = 0; u < V; ++u) sum[u] += double(f[u]);
-      }
-      float rounded[V];
-      for (int u = 0; u < V; ++u) rounded[u] = float(sum[u]);
-      if constexpr (V == 1) out[j] = Elem<T>::store(rounded[0]);
-      else reinterpret_cast<uint4*>(out)[j] = pack<T>(rounded);
+      store_chunk<T, V>(a, v, j, sum);
     }
   }
 }
@@ -160,17 +228,24 @@ void embedding_backward(const EmbeddingBackwardArgs<T>& args, Stream stream) {
                                                      static_cast<int32_t*>(nullptr), n, 0, end_bit, s));
   const size_t keys_bytes = round_up(size_t(n) * sizeof(uint32_t)), order_bytes = round_up(size_t(n) * sizeof(int32_t));
   const size_t runs_bytes = round_up(size_t(args.vocab + 1) * sizeof(int32_t));  // keys 0..vocab
-  StreamScratch scratch(n > 0 ? 2 * keys_bytes + 2 * order_bytes + 2 * runs_bytes + cub_bytes : 0, s);
+  const int64_t tiles = (n + kTile - 1) / kTile;
+  const size_t partials_bytes = round_up(size_t(tiles * args.channels) * sizeof(double));  // head or tail
+  // Offsets in the scratch: keys (in, sorted), positions (in, sorted), run tables, tile partials, CUB's.
+  const size_t order_at = 2 * keys_bytes, runs_at = order_at + 2 * order_bytes, partials_at = runs_at + 2 * runs_bytes,
+               cub_at = partials_at + 2 * partials_bytes;
+  StreamScratch scratch(n > 0 ? cub_at + cub_bytes : 0, s);
   uint32_t* keys = nullptr;
   int32_t *order = nullptr, *run_begin = nullptr, *run_end = nullptr;
+  TilePartials partials{nullptr, nullptr};
   if (n > 0) {
     uint32_t* keys_in = scratch.as<uint32_t>(0);
     keys = scratch.as<uint32_t>(keys_bytes);
-    int32_t* order_in = scratch.as<int32_t>(2 * keys_bytes);
-    order = scratch.as<int32_t>(2 * keys_bytes + order_bytes);
-    run_begin = scratch.as<int32_t>(2 * keys_bytes + 2 * order_bytes);
-    run_end = scratch.as<int32_t>(2 * keys_bytes + 2 * order_bytes + runs_bytes);
-    void* cub_storage = scratch.as<char>(2 * keys_bytes + 2 * order_bytes + 2 * runs_bytes);
+    int32_t* order_in = scratch.as<int32_t>(order_at);
+    order = scratch.as<int32_t>(order_at + order_bytes);
+    run_begin = scratch.as<int32_t>(runs_at);
+    run_end = scratch.as<int32_t>(runs_at + runs_bytes);
+    partials = {scratch.as<double>(partials_at), scratch.as<double>(partials_at + partials_bytes)};
+    void* cub_storage = scratch.as<char>(cub_at);
     const unsigned blocks = unsigned(std::min<int64_t>((n + kThreads - 1) / kThreads, kMaxBlocks));
     ALPHA_CUDA_LAUNCH(embedding_keys_kernel, blocks, kThreads, s, args.ids, args.positions, args.vocab, keys_in, order_in);
     ALPHA_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(cub_storage, cub_bytes, keys_in, keys, order_in, order, n, 0,
@@ -178,15 +253,21 @@ void embedding_backward(const EmbeddingBackwardArgs<T>& args, Stream stream) {
     ALPHA_CUDA_CHECK(cudaMemsetAsync(run_begin, 0, 2 * runs_bytes, s));  // both tables: every run empty
     ALPHA_CUDA_LAUNCH(embedding_runs_kernel, blocks, kThreads, s, keys, args.positions, run_begin, run_end);
   }
-  const unsigned blocks = unsigned(std::min<int64_t>(args.vocab, kMaxBlocks));
   const bool vectorised = args.channels % kLanes<T> == 0 && aligned(args.dy) && aligned(args.dtable);
-  if (vectorised) {
-    constexpr auto kernel = embedding_backward_kernel<T, kLanes<T>>;
-    ALPHA_CUDA_LAUNCH(kernel, blocks, kRowThreads, s, args, order, run_begin, run_end);
-  } else {
-    constexpr auto kernel = embedding_backward_kernel<T, 1>;
-    ALPHA_CUDA_LAUNCH(kernel, blocks, kRowThreads, s, args, order, run_begin, run_end);
-  }
+  auto launch = [&]<int V>() {
+    if (n > 0) {
+      constexpr auto kernel = embedding_tile_sums_kernel<T, V>;
+      const unsigned blocks = unsigned(std::min<int64_t>(tiles, kMaxBlocks));
+      ALPHA_CUDA_LAUNCH(kernel, blocks, kRowThreads, s, args, keys, order, run_begin, run_end, partials);
+    }
+    constexpr auto kernel = embedding_rows_kernel<T, V>;
+    const unsigned blocks = unsigned(std::min<int64_t>(args.vocab, kMaxBlocks));
+    ALPHA_CUDA_LAUNCH(kernel, blocks, kRowThreads, s, args, run_begin, run_end, partials);
+  };
+  if (vectorised)
+    launch.template operator()<kLanes<T>>();
+  else
+    launch.template operator()<1>();
 }
 
 #define ALPHA_INSTANTIATE(T)                                                           \
