@@ -79,7 +79,9 @@ void AdamW::step(double lr) {
     if (copies[k].defined()) parameters_[k].variable.keep_compute_copy(copies[k]);
 }
 
-double AdamW::grad_norm() const { return ops::global_grad_norm(gradients("AdamW::grad_norm")); }
+double AdamW::grad_norm() const { return grad_norm_tensor().item(); }
+
+Tensor AdamW::grad_norm_tensor() const { return ops::global_grad_norm_tensor(gradients("AdamW::grad_norm")); }
 
 ClipResult AdamW::clip_grad_norm(double max_norm) {
   if (!(max_norm > 0.0))

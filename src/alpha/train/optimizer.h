@@ -45,6 +45,9 @@ class AdamW {
 
   // Global L2 norm of the gradients (deterministic order), without changing them.
   double grad_norm() const;
+  // The same as a 0-d f64 tensor on the gradients' device, queued and not read: a caller can queue it before
+  // it waits for the device for something else.
+  Tensor grad_norm_tensor() const;
   // Scales the gradients in place so their global norm is at most max_norm (> 0).
   ClipResult clip_grad_norm(double max_norm);
   // The same with the norm grad_norm() returned (so a caller can check it for NaN/Inf before clipping);

@@ -368,13 +368,16 @@ std::string Trainer::run(std::optional<int64_t> stop_at_step) {
       copy_many(loss_slots, micro_losses);
       for (float micro_loss : data_->parallel->reduce_gradients(step_losses)) loss_sum += double(micro_loss);
       loss_sum /= double(world_of(options_));
-    } else {
-      for (const Tensor& micro_loss : micro_losses) loss_sum += micro_loss.item();  // in micro-step order
     }
     inject_gradient_fault(*model_, step + 1);  // test-only, off unless ALPHA_FAULT_* is set
-    Stopwatch phase;
+    // On one device the gradient norm is queued before the losses are read: the step waits for the device
+    // once, not once for the losses and again for a norm launched after that first wait.
+    const Tensor queued_norm = sharded(options_) ? Tensor() : data_->optimizer->grad_norm_tensor();
+    if (!data_->parallel)
+      for (const Tensor& micro_loss : micro_losses) loss_sum += micro_loss.item();  // in micro-step order
+    Stopwatch phase;  // the optimizer's host time, after the wait for the device
     // A NaN or Inf in the loss or the gradients skips the step: no parameter or optimizer-state update.
-    const double scaled_norm = sharded(options_) ? data_->parallel->grad_norm() : data_->optimizer->grad_norm();
+    const double scaled_norm = sharded(options_) ? data_->parallel->grad_norm() : queued_norm.item();
     const double norm = scaled_norm / loss_scale;  // exact: a power of two
     const bool skipped = !std::isfinite(norm) || !std::isfinite(loss_sum);
     const bool scaler_backs_off = data_->scaler && skipped && std::isfinite(loss_sum) && !data_->scaler->at_floor();
