@@ -116,10 +116,17 @@ TEST(AdamWOptimizer, ClippingBelowTheLimitLeavesGradientsAlone) {
   EXPECT_EQ(clip.clip_coef, 1.0);
   EXPECT_GT(clip.norm, 0.0);
   EXPECT_EQ(optimizer.grad_norm(), clip.norm);
+  // The queued form: a 0-d f64 tensor on the gradients' device holding the same norm.
+  Tensor queued = optimizer.grad_norm_tensor();
+  EXPECT_EQ(queued.dim(), 0);
+  EXPECT_EQ(queued.dtype(), DType::f64);
+  EXPECT_EQ(queued.device(), grads[0].device());
+  EXPECT_EQ(queued.item(), clip.norm);
   for (size_t k = 0; k < params.size(); ++k) EXPECT_TRUE(test::identical(params[k].variable.grad(), grads[k]));
   optimizer.clear_grads();
   for (const auto& q : params) EXPECT_FALSE(q.variable.grad().defined()) << q.name;
   EXPECT_THROW(optimizer.grad_norm(), ValueError);
+  EXPECT_THROW(optimizer.grad_norm_tensor(), ValueError);
 }
 
 // step() updates every parameter in one list op: the same bits as the single-tensor op on each in turn, with
