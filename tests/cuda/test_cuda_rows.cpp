@@ -212,21 +212,24 @@ Tensor skewed_ids(int64_t positions, int32_t vocab) {
   return Tensor::from_vector(ids, {positions});
 }
 
-// The CUDA backward kernel itself, into a poisoned table: a row it leaves unwritten fails the comparison.
-Tensor cuda_embedding_backward(const Tensor& dy, const Tensor& ids, int64_t vocab) {
+// The CUDA backward kernel itself, into a poisoned table of grad_dtype (dy's, or f32 beside bf16/f16 dy): a
+// row it leaves unwritten fails the comparison.
+Tensor cuda_embedding_backward(const Tensor& dy, const Tensor& ids, int64_t vocab, DType grad_dtype) {
   const int64_t channels = dy.size(-1);
-  Tensor dtable = test::poisoned({vocab, channels}, dy.dtype()).to(kGpu);
-  auto run = [&]<class T>() {
-    kernels::cuda::embedding_backward(kernels::EmbeddingBackwardArgs<T>{dy.data<T>(), ids.data<int32_t>(),
-                                                                        dtable.data<T>(), ids.numel(), vocab, channels},
-                                      Stream{});
+  Tensor dtable = test::poisoned({vocab, channels}, grad_dtype).to(kGpu);
+  auto run = [&]<class T, class G>() {
+    kernels::cuda::embedding_backward(
+        kernels::EmbeddingBackwardArgs<T, G>{dy.data<T>(), ids.data<int32_t>(), dtable.data<G>(), ids.numel(), vocab,
+                                             channels},
+        Stream{});
   };
+  const bool widened = grad_dtype != dy.dtype();
   if (dy.dtype() == DType::bf16)
-    run.operator()<bf16>();
+    widened ? run.operator()<bf16, float>() : run.operator()<bf16, bf16>();
   else if (dy.dtype() == DType::f16)
-    run.operator()<f16>();
+    widened ? run.operator()<f16, float>() : run.operator()<f16, f16>();
   else
-    run.operator()<float>();
+    run.operator()<float, float>();
   return dtable;
 }
 #endif
@@ -249,9 +252,16 @@ TEST_F(CudaRows, EmbeddingMatchesCpu) {
       EXPECT_EQ(out.shape(), rows_shape);
       EXPECT_TRUE(test::bit_equal(out, ops::embedding(c.ids, table.to(DType::f32)).to(dtype)));
       test::GpuInput dy = test::gpu_input(rows_shape, dtype);
-      Tensor dtable = cuda_embedding_backward(dy.gpu, c.ids.to(kGpu), 1000);
-      EXPECT_TRUE(gpu_close(dtable, ops::embedding_backward(dy.cpu, c.ids, 1000), "cuda.embedding"));
+      Tensor dtable = cuda_embedding_backward(dy.gpu, c.ids.to(kGpu), 1000, dtype);
+      Tensor want = ops::embedding_backward(dy.cpu, c.ids, 1000);  // f64 sums rounded to f32
+      EXPECT_TRUE(gpu_close(dtable, want, "cuda.embedding"));
       EXPECT_TRUE(test::bit_equal(dtable, ops::embedding_backward(dy.gpu, c.ids.to(kGpu), 1000)));
+      if (dtype != DType::f32) {
+        // An f32 table's gradient from bf16/f16 dy: rounded once, to f32, so as close as the f32 kernel's.
+        Tensor wide = cuda_embedding_backward(dy.gpu, c.ids.to(kGpu), 1000, DType::f32);
+        EXPECT_TRUE(gpu_close(wide, want, "cuda.embedding"));  // the f32 row of the table
+        EXPECT_TRUE(test::bit_equal(wide, ops::embedding_backward(dy.gpu, c.ids.to(kGpu), 1000, false, DType::f32)));
+      }
     }
 #endif
 }

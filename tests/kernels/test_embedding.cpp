@@ -136,6 +136,24 @@ TEST(Embedding, BadInputsRaise) {
                      "[5, 4]", "[6, 4]");
   EXPECT_ALPHA_ERROR(ops::embedding_backward(random({5, 4}), ids, 0), ValueError, "[embedding_backward]",
                      "'vocab_size'");
+  // A table gradient in another dtype than dy's: only f32 beside bf16/f16 dy (a GPU's).
+  EXPECT_ALPHA_ERROR(ops::embedding_backward(random({5, 4}), ids, 10, false, DType::f64), DTypeError,
+                     "[embedding_backward]", "'grad_dtype'", "f32 (dy's), or f32 beside bf16 or f16 dy", "f64");
+}
+
+// With a compute dtype the lookup reads the table converted (a parameter's held copy) and its output has that
+// dtype, while the table's gradient comes back in the table's own dtype: here an f64 table computed in f32,
+// whose gradient is the f32 op's, widened.
+TEST(Embedding, ComputeDtypeLooksUpTheConvertedTableAndReturnsTheTablesGradient) {
+  Tensor ids = Tensor::from_vector<int32_t>({1, 3, 1, 0, 2, 3, 1}, {7});
+  autograd::Variable table(random({5, 4}, DType::f64), /*requires_grad=*/true);
+  autograd::Variable out = autograd::embedding(ids, table, false, DType::f32);
+  EXPECT_EQ(out.dtype(), DType::f32);
+  EXPECT_TRUE(test::bit_equal(out.value(), ops::embedding(ids, table.value().to(DType::f32))));
+  Tensor dy = random({7, 4}, DType::f32);
+  autograd::backward(out, dy);
+  EXPECT_EQ(table.grad().dtype(), DType::f64);
+  EXPECT_TRUE(test::bit_equal(table.grad(), ops::embedding_backward(dy, ids, 5).to(DType::f64)));
 }
 
 }  // namespace

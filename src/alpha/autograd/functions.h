@@ -3,6 +3,7 @@
 // Implementations live one family per file: functions_<family>.cpp.
 #pragma once
 #include <functional>
+#include <optional>
 #include <vector>
 
 #include "alpha/autograd/variable.h"
@@ -78,7 +79,11 @@ Variable checkpoint(const Segment& segment, const std::vector<Variable>& inputs,
 // Embedding and loss (functions_embedding.cpp, functions_cross_entropy.cpp). ids and targets are i32
 // tensors (not differentiable).
 // ids_checked: the caller range-checked ids already (ops::embedding); backward never checks them again.
-Variable embedding(const Tensor& ids, const Variable& table, bool ids_checked = false);
+// compute_dtype: the lookup reads the table in this dtype (cast_value: a parameter's held bf16/f16 copy) and
+// the output has it, while the table's gradient comes back in the table's own dtype (f32), rounded once from
+// the f64 sums (a cast in front would round it to bf16 and widen it again).
+Variable embedding(const Tensor& ids, const Variable& table, bool ids_checked = false,
+                   std::optional<DType> compute_dtype = std::nullopt);
 Variable cross_entropy(const Variable& logits, const Tensor& targets);  // mean over non-ignored rows
 // cross_entropy(linear(x, weight, bias), targets), of softcap(logits, logit_softcap) when that is > 0, without
 // holding the logits (ops/linear_cross_entropy.h: chunks of rows, their gradients computed in the forward

@@ -23,11 +23,13 @@ struct EmbeddingArgs {
   int64_t channels;    // C
 };
 
-template <class T>
+// G, the table gradient's element type: T, or f32 beside bf16/f16 dy (an f32 table looked up through its
+// bf16/f16 copy gets its gradient rounded once, to f32, not to bf16 and then widened).
+template <class T, class G = T>
 struct EmbeddingBackwardArgs {
   const T* dy;         // (N, C)
   const int32_t* ids;  // (N)
-  T* dtable;           // (V, C), every element written (rows no position uses get 0)
+  G* dtable;           // (V, C), every element written (rows no position uses get 0)
   int64_t positions;   // N
   int64_t vocab;       // V
   int64_t channels;    // C
@@ -35,18 +37,20 @@ struct EmbeddingBackwardArgs {
 
 namespace cpu {
 template <class T> void embedding(const EmbeddingArgs<T>& args);
-template <class T> void embedding_backward(const EmbeddingBackwardArgs<T>& args);
+template <class T, class G>
+void embedding_backward(const EmbeddingBackwardArgs<T, G>& args);
 }  // namespace cpu
 
 #if ALPHA_WITH_CUDA
-// Device pointers; queued on `stream`. T = float, bf16 or f16. The forward copies bits (vectorised). The
-// backward sorts (id, position) pairs with CUB's stable radix sort, then sums each id's dy rows in increasing
+// Device pointers; queued on `stream`. T = float, bf16 or f16 (G = T, or float). The forward copies bits (vectorised).
+// The backward sorts (id, position) pairs with CUB's stable radix sort, then sums each id's dy rows in increasing
 // position order in f64, in tiles of 32 sorted positions whose partials are added in order: the same bits on
-// every run, and the CPU kernel's f64 result rounded to T except where a sum lies within an f64 rounding of a
-// midpoint between two T values. No atomics. Scratch comes from the stream's memory pool.
+// every run, and the CPU kernel's f64 result rounded to G except where a sum lies within an f64 rounding of a
+// midpoint between two G values. No atomics. Scratch comes from the stream's memory pool.
 namespace cuda {
 template <class T> void embedding(const EmbeddingArgs<T>& args, Stream stream);
-template <class T> void embedding_backward(const EmbeddingBackwardArgs<T>& args, Stream stream);
+template <class T, class G>
+void embedding_backward(const EmbeddingBackwardArgs<T, G>& args, Stream stream);
 }  // namespace cuda
 #endif
 

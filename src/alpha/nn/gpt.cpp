@@ -281,8 +281,8 @@ GPTOutput GPT::forward(const Tensor& ids, const Tensor& targets, const ForwardOp
                                                        lm_head_ ? lm_head_->bias() : Variable(),
                                                        targets.reshape({B * T}), config_.logit_softcap)};
   }
-  // The tied head casts the table again rather than reusing the embedding's cast: with bf16 compute, one
-  // shared cast would sum the two uses' gradients in bf16; two casts each bring theirs to f32 first.
+  // The tied head casts the table (its held bf16 copy, which the lookup also read); the cast brings the
+  // head's gradient to f32, where it meets the lookup's, which autograd::embedding returns in f32.
   Variable head_weight = lm_head_ ? lm_head_->compute_weight() : options_.for_compute(wte_.weight());
   Variable head_bias = lm_head_ ? lm_head_->compute_bias() : Variable();
   Variable logits = recompute_norms ? autograd::layernorm_linear(x, params_of(ln_f_), head_weight, head_bias)

@@ -59,7 +59,7 @@ Embedding::Embedding(std::string prefix, int64_t num, int64_t dim, double init_s
 }
 
 autograd::Variable Embedding::forward(const Tensor& ids, bool ids_checked) const {
-  return autograd::embedding(ids, options_.for_compute(*weight_), ids_checked);
+  return autograd::embedding(ids, *weight_, ids_checked, options_.compute());
 }
 
 }  // namespace alpha::nn

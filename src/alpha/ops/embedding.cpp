@@ -1,5 +1,7 @@
 #include "alpha/ops/embedding.h"
 
+#include <type_traits>
+
 #include "alpha/kernels/embedding.h"
 #include "alpha/ops/check.h"
 #include "alpha/ops/index_check.h"
@@ -38,10 +40,17 @@ Tensor embedding(const Tensor& ids, const Tensor& table, bool ids_checked) {
   return out;
 }
 
-Tensor embedding_backward(const Tensor& dy, const Tensor& ids, int64_t vocab_size, bool ids_checked) {
+Tensor embedding_backward(const Tensor& dy, const Tensor& ids, int64_t vocab_size, bool ids_checked,
+                          std::optional<DType> grad_dtype) {
   check_backend_float("embedding_backward", "dy", dy);
   if (vocab_size < 1)
     raise<ValueError>("embedding_backward", "vocab_size", "at least 1", std::to_string(vocab_size));
+  const DType out_dtype = grad_dtype.value_or(dy.dtype());
+  const bool widened = out_dtype != dy.dtype();
+  if (widened && !(out_dtype == DType::f32 && (dy.dtype() == DType::bf16 || dy.dtype() == DType::f16)))
+    raise<DTypeError>("embedding_backward", "grad_dtype",
+                      std::string(dtype_name(dy.dtype())) + " (dy's), or f32 beside bf16 or f16 dy",
+                      std::string(dtype_name(out_dtype)));
   check_min_dim("embedding_backward", "dy", dy, 1);
   const int64_t C = dy.size(-1);
   Tensor idc = checked_ids("embedding_backward", ids, dy, vocab_size, ids_checked);
@@ -49,10 +58,17 @@ Tensor embedding_backward(const Tensor& dy, const Tensor& ids, int64_t vocab_siz
   dy_shape.push_back(C);
   check_shape("embedding_backward", "dy", dy, dy_shape);
   Tensor dyc = dy.contiguous();
-  Tensor dtable = Tensor::empty({vocab_size, C}, dy.dtype(), dy.device());
+  Tensor dtable = Tensor::empty({vocab_size, C}, out_dtype, dy.device());
   dispatch_float("embedding_backward", dy, [&]<class T>(const auto& where) {
-    ALPHA_KERNEL(embedding_backward)(where, kernels::EmbeddingBackwardArgs<T>{
-        dyc.data<T>(), idc.data<int32_t>(), dtable.data<T>(), idc.numel(), vocab_size, C});
+    auto launch = [&]<class G>() {
+      const kernels::EmbeddingBackwardArgs<T, G> args{dyc.data<T>(), idc.data<int32_t>(), dtable.data<G>(),
+                                                      idc.numel(),   vocab_size,          C};
+      ALPHA_KERNEL(embedding_backward)(where, args);
+    };
+    if constexpr (std::is_same_v<T, bf16> || std::is_same_v<T, f16>) {
+      if (widened) return launch.template operator()<float>();
+    }
+    launch.template operator()<T>();
   });
   return dtable;
 }

@@ -1,5 +1,7 @@
 // Embedding lookup. ids are i32 token ids; an id outside [0, V) raises ValueError naming the position.
 #pragma once
+#include <optional>
+
 #include "alpha/tensor/tensor.h"
 
 namespace alpha::ops {
@@ -10,7 +12,10 @@ namespace alpha::ops {
 
 // ids [...] (i32), table [V, C] -> [..., C].
 Tensor embedding(const Tensor& ids, const Tensor& table, bool ids_checked = false);
-// Deterministic: each table row sums its gradient contributions in the order of the positions.
-Tensor embedding_backward(const Tensor& dy, const Tensor& ids, int64_t vocab_size, bool ids_checked = false);
+// Deterministic: each table row sums its gradient contributions in the order of the positions. grad_dtype:
+// the table gradient's dtype, dy's by default; f32 beside bf16/f16 dy gives an f32 table's gradient (looked up
+// through its bf16/f16 copy) rounded once. Anything else raises DTypeError.
+Tensor embedding_backward(const Tensor& dy, const Tensor& ids, int64_t vocab_size, bool ids_checked = false,
+                          std::optional<DType> grad_dtype = std::nullopt);
 
 }  // namespace alpha::ops

@@ -18,8 +18,8 @@ void embedding(const EmbeddingArgs<T>& args) {
   }
 }
 
-template <class T>
-void embedding_backward(const EmbeddingBackwardArgs<T>& args) {
+template <class T, class G>
+void embedding_backward(const EmbeddingBackwardArgs<T, G>& args) {
   // f64 accumulation: a frequent token's row sums thousands of terms, where f32 sums would drift.
   using A = double;
   const int64_t N = args.positions, V = args.vocab, C = args.channels;
@@ -46,15 +46,15 @@ void embedding_backward(const EmbeddingBackwardArgs<T>& args) {
         const T* g = args.dy + positions[size_t(k)] * C;
         for (int64_t c = 0; c < C; ++c) row_sum[size_t(c)] += A(g[c]);
       }
-      T* out = args.dtable + v * C;
-      for (int64_t c = 0; c < C; ++c) out[c] = T(row_sum[size_t(c)]);
+      G* out = args.dtable + v * C;
+      for (int64_t c = 0; c < C; ++c) out[c] = G(row_sum[size_t(c)]);
     }
   }
 }
 
-#define ALPHA_INSTANTIATE(T)                                           \
-  template void embedding<T>(const EmbeddingArgs<T>&);                 \
-  template void embedding_backward<T>(const EmbeddingBackwardArgs<T>&);
+#define ALPHA_INSTANTIATE(T)                           \
+  template void embedding<T>(const EmbeddingArgs<T>&); \
+  template void embedding_backward<T, T>(const EmbeddingBackwardArgs<T, T>&);
 ALPHA_INSTANTIATE(float)
 ALPHA_INSTANTIATE(double)
 #undef ALPHA_INSTANTIATE

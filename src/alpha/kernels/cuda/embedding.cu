@@ -1,5 +1,6 @@
 // CUDA embedding lookup and its deterministic backward over device buffers, taking the CPU backend's
-// argument structs (kernels/embedding.h). Element types: f32, and bf16/f16 storage.
+// argument structs (kernels/embedding.h). Element types: f32, and bf16/f16 storage; the backward writes the
+// table gradient in dy's type or, beside bf16/f16 dy, in f32.
 //
 // Forward: a grid-stride copy of table rows, one chunk (one element, or one 128-bit vector when C and the
 // pointers allow) per thread step; bits are copied, not converted. An id outside [0, V) (which the op layer
@@ -9,16 +10,16 @@
 // positions of each id come out in increasing order; (3) each key's run of sorted positions, marked where
 // neighbouring keys differ; (4a) one block per tile of 32 sorted positions, each thread summing its columns'
 // dy over each run in the tile in position order, in f64 (kRowsAhead rows' loads in flight at a time): a run
-// that is its id's whole run is rounded to T into the table's row, one that crosses the tile's edge is kept
+// that is its id's whole run is rounded into the table's row, one that crosses the tile's edge is kept
 // as an f64 partial; (4b) one block per table row: 0 where no position has the id, else, for a run that
 // crosses tiles, its partials summed in tile order and rounded once. Until the eighteenth session step 4 was
 // one block per row summing the row's whole run: a frequent id's run of thousands of positions, summed by one
 // thread per column, took most of the backward's time. The order of every addition is fixed by the ids alone,
 // so the result has the same bits on every run. It is the CPU kernel's f64 sum (in position order)
-// associated by tiles: after rounding to T the two agree except where a sum lies within an f64 rounding of
-// the midpoint between two T values. Scratch (keys, positions, the run tables, the partials, CUB's
-// temporary storage) is stream-ordered; the partials, 2 × ⌈N/32⌉ × C f64, are the most of it: a quarter of a
-// bf16 dy's bytes.
+// associated by tiles: after rounding the two agree except where a sum lies within an f64 rounding of the
+// midpoint between two values of the gradient's type. Scratch (keys, positions, the run tables, the partials,
+// CUB's temporary storage) is stream-ordered; the partials, 2 × ⌈N/32⌉ × C f64, are the most of it: a quarter
+// of a bf16 dy's bytes.
 #include <cub/device/device_radix_sort.cuh>
 
 #include <bit>
@@ -89,22 +90,29 @@ constexpr int kRowsAhead = 4;
 constexpr int kTile = 32;
 
 // One chunk of V elements of dy's row `position`, in f32.
-template <class T, int V>
-__device__ void load_chunk(const EmbeddingBackwardArgs<T>& a, int32_t position, int64_t j, float (&f)[V]) {
+template <class T, class G, int V>
+__device__ void load_chunk(const EmbeddingBackwardArgs<T, G>& a, int32_t position, int64_t j, float (&f)[V]) {
   const Bits<T>* dy = bits(a.dy) + int64_t(position) * a.channels;
   if constexpr (V == 1) f[0] = Elem<T>::load(dy[j]);
   else unpack<T>(reinterpret_cast<const uint4*>(dy)[j], f);
 }
 
-template <class T, int V>
-__device__ void store_chunk(const EmbeddingBackwardArgs<T>& a, int64_t row, int64_t j, const double (&sum)[V]) {
-  float rounded[V];
-  for (int u = 0; u < V; ++u) rounded[u] = float(sum[u]);
-  Bits<T>* out = bits(a.dtable) + row * a.channels;
-  if constexpr (V == 1)
-    out[j] = Elem<T>::store(rounded[0]);
-  else
-    reinterpret_cast<uint4*>(out)[j] = pack<T>(rounded);
+// Chunk j (V elements) of dtable's row `row`, rounded from f64 to f32 and to G: one 128-bit vector per
+// kLanes<G> elements (two for a chunk of eight bf16 columns into an f32 gradient).
+template <class T, class G, int V>
+__device__ void store_chunk(const EmbeddingBackwardArgs<T, G>& a, int64_t row, int64_t j, const double (&sum)[V]) {
+  Bits<G>* out = bits(a.dtable) + row * a.channels + j * V;
+  if constexpr (V == 1) {
+    out[0] = Elem<G>::store(float(sum[0]));
+  } else {
+    constexpr int kVector = kLanes<G>;
+    static_assert(V % kVector == 0, "a chunk is whole vectors of G");
+    for (int q = 0; q < V / kVector; ++q) {
+      float rounded[kVector];
+      for (int u = 0; u < kVector; ++u) rounded[u] = float(sum[q * kVector + u]);
+      reinterpret_cast<uint4*>(out)[q] = pack<G>(rounded);
+    }
+  }
 }
 
 // The f64 partial sums of the runs that cross a tile's edge: `head` holds the tile's first run (the whole
@@ -117,9 +125,9 @@ struct TilePartials {
 // Step 4a: one block per tile of kTile sorted positions, each thread summing its columns over the tile's
 // runs in position order. A run that is its id's whole run is rounded into dtable; one that crosses the
 // tile's edge goes to the tile's head or tail partial. Ids outside [0, V) (key V) are dropped.
-template <class T, int V>
+template <class T, class G, int V>
 __global__ void __launch_bounds__(kRowThreads)
-    embedding_tile_sums_kernel(EmbeddingBackwardArgs<T> a, const uint32_t* keys, const int32_t* order,
+    embedding_tile_sums_kernel(EmbeddingBackwardArgs<T, G> a, const uint32_t* keys, const int32_t* order,
                                const int32_t* run_begin, const int32_t* run_end, TilePartials partials) {
   __shared__ uint32_t tile_keys[kTile];
   __shared__ int32_t tile_order[kTile];
@@ -140,7 +148,7 @@ __global__ void __launch_bounds__(kRowThreads)
         const uint32_t key = tile_keys[run_start];
         if (key < a.vocab) {
           if (run_begin[key] == begin + run_start && run_end[key] == begin + k) {
-            store_chunk<T, V>(a, key, j, sum);
+            store_chunk<T, G, V>(a, key, j, sum);
           } else {
             double* partial = (run_start == 0 ? partials.head : partials.tail) + t * C + j * V;
             for (int u = 0; u < V; ++u) partial[u] = sum[u];
@@ -153,7 +161,7 @@ __global__ void __launch_bounds__(kRowThreads)
         float f[kRowsAhead][V];
 #pragma unroll
         for (int r = 0; r < kRowsAhead; ++r)
-          if (k0 + r < size) load_chunk<T, V>(a, tile_order[k0 + r], j, f[r]);
+          if (k0 + r < size) load_chunk<T, G, V>(a, tile_order[k0 + r], j, f[r]);
 #pragma unroll
         for (int r = 0; r < kRowsAhead; ++r) {
           const int k = k0 + r;
@@ -171,9 +179,9 @@ __global__ void __launch_bounds__(kRowThreads)
 // written by step 4a; one whose run crosses tiles sums its partials in tile order: its part of its first
 // tile (that tile's tail, or its head when the run starts the tile), the heads of the tiles it fills, and
 // the head of its last tile.
-template <class T, int V>
+template <class T, class G, int V>
 __global__ void __launch_bounds__(kRowThreads)
-    embedding_rows_kernel(EmbeddingBackwardArgs<T> a, const int32_t* run_begin, const int32_t* run_end,
+    embedding_rows_kernel(EmbeddingBackwardArgs<T, G> a, const int32_t* run_begin, const int32_t* run_end,
                           TilePartials partials) {
   const int64_t C = a.channels, chunks = C / V;
   for (int64_t v = blockIdx.x; v < a.vocab; v += gridDim.x) {
@@ -186,7 +194,7 @@ __global__ void __launch_bounds__(kRowThreads)
         const double* partial = (t == first_tile && begin % kTile != 0 ? partials.tail : partials.head) + t * C + j * V;
         for (int u = 0; u < V; ++u) sum[u] += partial[u];
       }
-      store_chunk<T, V>(a, v, j, sum);
+      store_chunk<T, G, V>(a, v, j, sum);
     }
   }
 }
@@ -212,8 +220,8 @@ void embedding(const EmbeddingArgs<T>& args, Stream stream) {
   else launch.template operator()<1>();
 }
 
-template <class T>
-void embedding_backward(const EmbeddingBackwardArgs<T>& args, Stream stream) {
+template <class T, class G>
+void embedding_backward(const EmbeddingBackwardArgs<T, G>& args, Stream stream) {
   if (args.vocab == 0 || args.channels == 0) return;
   if (args.positions > INT32_MAX)
     raise<ValueError>("embedding_backward", "positions", "at most 2^31 - 1 positions (CUDA kernel)",
@@ -257,11 +265,11 @@ void embedding_backward(const EmbeddingBackwardArgs<T>& args, Stream stream) {
   const bool vectorised = args.channels % kLanes<T> == 0 && aligned(args.dy) && aligned(args.dtable);
   auto launch = [&]<int V>() {
     if (n > 0) {
-      constexpr auto kernel = embedding_tile_sums_kernel<T, V>;
+      constexpr auto kernel = embedding_tile_sums_kernel<T, G, V>;
       const unsigned blocks = unsigned(std::min<int64_t>(tiles, kMaxBlocks));
       ALPHA_CUDA_LAUNCH(kernel, blocks, kRowThreads, s, args, keys, order, run_begin, run_end, partials);
     }
-    constexpr auto kernel = embedding_rows_kernel<T, V>;
+    constexpr auto kernel = embedding_rows_kernel<T, G, V>;
     const unsigned blocks = unsigned(std::min<int64_t>(args.vocab, kMaxBlocks));
     ALPHA_CUDA_LAUNCH(kernel, blocks, kRowThreads, s, args, run_begin, run_end, partials);
   };
@@ -271,12 +279,14 @@ void embedding_backward(const EmbeddingBackwardArgs<T>& args, Stream stream) {
     launch.template operator()<1>();
 }
 
-#define ALPHA_INSTANTIATE(T)                                                           \
-  template void embedding<T>(const EmbeddingArgs<T>&, Stream);                         \
-  template void embedding_backward<T>(const EmbeddingBackwardArgs<T>&, Stream);
+#define ALPHA_INSTANTIATE(T)                                   \
+  template void embedding<T>(const EmbeddingArgs<T>&, Stream); \
+  template void embedding_backward<T, T>(const EmbeddingBackwardArgs<T, T>&, Stream);
 ALPHA_INSTANTIATE(float)
 ALPHA_INSTANTIATE(bf16)
 ALPHA_INSTANTIATE(f16)
 #undef ALPHA_INSTANTIATE
+template void embedding_backward<bf16, float>(const EmbeddingBackwardArgs<bf16, float>&, Stream);
+template void embedding_backward<f16, float>(const EmbeddingBackwardArgs<f16, float>&, Stream);
 
 }  // namespace alpha::kernels::cuda
