@@ -7,6 +7,7 @@
 #include <cmath>
 
 #include "alpha/autograd/functions.h"
+#include "alpha/core/launch.h"
 #include "alpha/core/philox.h"
 #include "alpha/kernels/dropout.h"
 #include "alpha/ops/check.h"
@@ -141,6 +142,19 @@ TEST(Dropout, ZeroProbabilityIsTheIdentity) {
   std::vector<float> xv = x.to_vector<float>(), rv = residual.to_vector<float>();
   for (size_t i = 0; i < sum.size(); ++i) EXPECT_EQ(sum[i], rv[i] + xv[i]);
   for (uint8_t m : mask_values(ops::dropout_mask({4096}, c))) ASSERT_EQ(m, 1);
+}
+
+// At p = 0 the residual add's backward hands x the incoming gradient itself: no dropout kernel (a model
+// without dropout ran one over every block's residual stream twice a step), and the same values.
+TEST(Dropout, ZeroProbabilityResidualAddBackwardLaunchesNothing) {
+  autograd::Variable residual(random({6, 9}), true), x(random({6, 9}), true);
+  autograd::Variable sum = autograd::residual_dropout_add(residual, x, config(0.0));
+  Tensor dy = random({6, 9});
+  const uint64_t before = kernel_launches();
+  autograd::backward(sum, dy);
+  EXPECT_EQ(kernel_launches(), before);
+  EXPECT_EQ(x.grad().to_vector<float>(), dy.to_vector<float>());
+  EXPECT_EQ(residual.grad().to_vector<float>(), dy.to_vector<float>());
 }
 
 TEST(Dropout, GradientsMatchFiniteDifferences) {
