@@ -155,6 +155,13 @@ TEST(Dropout, ZeroProbabilityResidualAddBackwardLaunchesNothing) {
   EXPECT_EQ(kernel_launches(), before);
   EXPECT_EQ(x.grad().to_vector<float>(), dy.to_vector<float>());
   EXPECT_EQ(residual.grad().to_vector<float>(), dy.to_vector<float>());
+  // The plain dropout's backward follows the same rule.
+  autograd::Variable y(random({6, 9}), true);
+  autograd::Variable dropped = autograd::dropout(y, config(0.0));
+  const uint64_t before_dropout = kernel_launches();
+  autograd::backward(dropped, dy);
+  EXPECT_EQ(kernel_launches(), before_dropout);
+  EXPECT_EQ(y.grad().to_vector<float>(), dy.to_vector<float>());
 }
 
 TEST(Dropout, GradientsMatchFiniteDifferences) {

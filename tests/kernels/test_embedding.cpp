@@ -154,6 +154,8 @@ TEST(Embedding, ComputeDtypeLooksUpTheConvertedTableAndReturnsTheTablesGradient)
   autograd::backward(out, dy);
   EXPECT_EQ(table.grad().dtype(), DType::f64);
   EXPECT_TRUE(test::bit_equal(table.grad(), ops::embedding_backward(dy, ids, 5).to(DType::f64)));
+  EXPECT_ALPHA_ERROR(autograd::embedding(ids, table, false, DType::i32), DTypeError, "[embedding]", "'compute_dtype'",
+                     "floating-point", "i32");
 }
 
 }  // namespace

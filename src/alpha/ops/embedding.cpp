@@ -40,6 +40,10 @@ Tensor embedding(const Tensor& ids, const Tensor& table, bool ids_checked) {
   return out;
 }
 
+bool embedding_backward_writes(DType dy_dtype, DType grad_dtype) {
+  return grad_dtype == dy_dtype || (grad_dtype == DType::f32 && (dy_dtype == DType::bf16 || dy_dtype == DType::f16));
+}
+
 Tensor embedding_backward(const Tensor& dy, const Tensor& ids, int64_t vocab_size, bool ids_checked,
                           std::optional<DType> grad_dtype) {
   check_backend_float("embedding_backward", "dy", dy);
@@ -47,7 +51,7 @@ Tensor embedding_backward(const Tensor& dy, const Tensor& ids, int64_t vocab_siz
     raise<ValueError>("embedding_backward", "vocab_size", "at least 1", std::to_string(vocab_size));
   const DType out_dtype = grad_dtype.value_or(dy.dtype());
   const bool widened = out_dtype != dy.dtype();
-  if (widened && !(out_dtype == DType::f32 && (dy.dtype() == DType::bf16 || dy.dtype() == DType::f16)))
+  if (!embedding_backward_writes(dy.dtype(), out_dtype))
     raise<DTypeError>("embedding_backward", "grad_dtype",
                       std::string(dtype_name(dy.dtype())) + " (dy's), or f32 beside bf16 or f16 dy",
                       std::string(dtype_name(out_dtype)));

@@ -17,5 +17,8 @@ Tensor embedding(const Tensor& ids, const Tensor& table, bool ids_checked = fals
 // through its bf16/f16 copy) rounded once. Anything else raises DTypeError.
 Tensor embedding_backward(const Tensor& dy, const Tensor& ids, int64_t vocab_size, bool ids_checked = false,
                           std::optional<DType> grad_dtype = std::nullopt);
+// Whether embedding_backward writes a table gradient of grad_dtype from dy of dy_dtype: the same dtype, or f32
+// beside bf16/f16.
+bool embedding_backward_writes(DType dy_dtype, DType grad_dtype);
 
 }  // namespace alpha::ops
