@@ -10,6 +10,7 @@
 #include <string>
 #include <utility>
 
+#include "alpha/kernels/cross_entropy.h"
 #include "alpha/kernels/embedding.h"
 #include "alpha/ops/activation.h"
 #include "alpha/ops/check.h"
@@ -130,6 +131,57 @@ TEST_F(CudaRows, CrossEntropyMatchesCpu) {
       Tensor dloss = Tensor::full({}, 0.5, DType::f32, kGpu);
       Tensor dx_device = ops::cross_entropy_backward(dloss, logits.gpu, gtargets, want.lse.to(kGpu), got.counted);
       EXPECT_TRUE(test::bit_equal(dx_device, dx));
+    }
+  }
+#endif
+}
+
+TEST_F(CudaRows, CrossEntropyWithGradMatchesCpu) {
+#if ALPHA_WITH_CUDA
+  // The loss and its gradient from one read of the logits (the fused classifier's kernel), called directly
+  // into poisoned outputs, then over the logits themselves. Vocabularies: a short row (11), one past a warp's
+  // rows (1025), gpt2's (50257, whose rows after the first start off 16-byte boundaries, and 50304), and
+  // 60001, which in f32 (240 KB a row) is longer than shared memory and takes the forward and backward
+  // kernels instead.
+  for (DType dtype : test::kGpuDtypes) {
+    SCOPED_TRACE(dtype_name(dtype));
+    for (int64_t V : {int64_t(11), int64_t(1025), int64_t(50257), int64_t(50304), int64_t(60001)}) {
+      SCOPED_TRACE("V " + std::to_string(V));
+      const int64_t N = 7;
+      test::GpuInput logits = test::gpu_input({N, V}, dtype, -4.0, 4.0);
+      Tensor targets = test::random_indices({N}, int32_t(V));
+      targets.data<int32_t>()[2] = targets.data<int32_t>()[5] = ops::kIgnoreIndex;
+      const Tensor gtargets = targets.to(kGpu);
+      const double scale = 0.125;
+      // The CPU kernels on the same values; dloss = scale · counted gives the gradient the factor `scale`.
+      ops::CrossEntropyOutput want = ops::cross_entropy(logits.cpu, targets);
+      Tensor want_dx = ops::cross_entropy_backward(scale * double(want.counted_rows), logits.cpu, targets, want.lse,
+                                                   want.counted_rows);
+      test::Tolerance dx_tol = test::tolerance("cuda.cross_entropy", dtype);
+      dx_tol.abs = std::max(dx_tol.abs * scale, check::subnormal_rounding(dtype));  // p·scale, down to ~1e-9
+      std::vector<Tensor> gradients;
+      for (bool in_place : {false, true}) {
+        SCOPED_TRACE(in_place ? "in place" : "into a separate gradient");
+        Tensor source = logits.gpu.clone();
+        Tensor lse = test::poisoned({N}, DType::f32).to(kGpu), loss = test::poisoned({1}, DType::f32).to(kGpu);
+        Tensor counted = Tensor::full({1}, -1.0, DType::i64, kGpu);
+        Tensor dlogits = in_place ? source : test::poisoned({N, V}, dtype).to(kGpu);
+        ops::dispatch_float("test", source, [&]<class T>(const auto& where) {
+          using A = acc_t<T>;  // f32 on the GPU
+          const kernels::CrossEntropyWithGradArgs<T> args{{source.data<T>(), gtargets.data<int32_t>(), lse.data<A>(),
+                                                           loss.data<A>(), counted.data<int64_t>(), N, V,
+                                                           ops::kIgnoreIndex},
+                                                          dlogits.data<T>(),
+                                                          A(scale)};
+          ALPHA_KERNEL(cross_entropy_with_grad)(where, args);
+        });
+        EXPECT_TRUE(gpu_close(loss.reshape({}), want.loss, "cuda.cross_entropy"));
+        EXPECT_TRUE(gpu_close(lse, want.lse, "cuda.cross_entropy"));
+        EXPECT_EQ(counted.to(kCpu).item(), double(want.counted_rows));
+        EXPECT_TRUE(test::all_close(dlogits.to(kCpu), want_dx, dx_tol));
+        gradients.push_back(dlogits);
+      }
+      EXPECT_TRUE(test::bit_equal(gradients[1], gradients[0])) << "in place and apart differ";
     }
   }
 #endif

@@ -98,6 +98,26 @@ TEST_P(CrossEntropySizes, KernelsMatchF64Loops) {
         logits.data<T>(), targets.data<int32_t>(), lse.data<A>(), dlogits.data<T>(), A(dloss / double(counted)), N,
         V, kIgnoreIndex, nullptr, nullptr});
     EXPECT_TRUE(all_close(dlogits, want.dlogits, "cross_entropy"));
+    // Both at once, into poisoned outputs and then over the logits themselves: the same bits as the two
+    // kernels (the same formulas, one row at a time).
+    const A scale = A(dloss / double(counted));
+    for (bool in_place : {false, true}) {
+      SCOPED_TRACE(in_place ? "in place" : "into a separate gradient");
+      Tensor source = logits.clone();
+      Tensor fused_lse = test::poisoned({N}, dtype_of<A>);
+      Tensor fused_dlogits = in_place ? source : test::poisoned({N, V}, dtype);
+      A fused_loss = std::numeric_limits<A>::quiet_NaN();
+      int64_t fused_counted = -1;
+      const kernels::CrossEntropyWithGradArgs<T> args{{source.data<T>(), targets.data<int32_t>(), fused_lse.data<A>(),
+                                                       &fused_loss, &fused_counted, N, V, kIgnoreIndex},
+                                                      fused_dlogits.data<T>(),
+                                                      scale};
+      kernels::cpu::cross_entropy_with_grad(args);
+      EXPECT_TRUE(test::bit_equal(fused_lse, lse));
+      EXPECT_TRUE(test::bit_equal(fused_dlogits, dlogits));
+      EXPECT_EQ(fused_loss, loss);
+      EXPECT_EQ(fused_counted, counted);
+    }
   });
 }
 

@@ -4,6 +4,9 @@
 // ever materialised. Backward: recomputes p_j = exp(x_j − lse) row by row and writes
 // dx_j = scale · (p_j − [j == target]), with scale = dloss / counted_rows.
 // Rows are processed in parallel; the mean is a fixed-order reduction (same bits for any thread count).
+// Forward and backward at once (cross_entropy_with_grad): both of the above from one read of each row, for a
+// caller that knows the loss's gradient when it computes the loss (the fused classifier's chunks,
+// ops/linear_cross_entropy.h); the gradient may overwrite the logits.
 // Targets must already be validated to lie in [0, V) or equal the ignore index (the CUDA kernels read no
 // logit out of range for an invalid target, and give its row a NaN loss and NaN gradient).
 #pragma once
@@ -45,6 +48,14 @@ struct CrossEntropyBackwardArgs {
   const acc_t<T>* dloss_device = nullptr;        // (1) the loss gradient (the loss is acc_t<T>), or nullptr
 };
 
+// cross_entropy's outputs and cross_entropy_backward's dlogits for the factor `scale`, from one read of the logits.
+template <class T>
+struct CrossEntropyWithGradArgs {
+  CrossEntropyArgs<T> forward;  // lse, loss and counted_rows written as cross_entropy writes them
+  T* dlogits;                   // (N, V), every element written (ignored rows get 0); may be forward.logits
+  acc_t<T> scale;               // dlogits = scale · (p − onehot(target))
+};
+
 // The factor dlogits carry: scale, times dloss (the value of *dloss_device, which the caller reads, when that
 // is given), divided by *counted_rows_device (0 for a count of 0) when that is given. Host and device.
 template <class T>
@@ -61,6 +72,7 @@ ALPHA_HD acc_t<T> cross_entropy_gradient_factor(const CrossEntropyBackwardArgs<T
 namespace cpu {
 template <class T> void cross_entropy(const CrossEntropyArgs<T>& args);
 template <class T> void cross_entropy_backward(const CrossEntropyBackwardArgs<T>& args);
+template <class T> void cross_entropy_with_grad(const CrossEntropyWithGradArgs<T>& args);
 }  // namespace cpu
 
 #if ALPHA_WITH_CUDA
@@ -69,9 +81,13 @@ template <class T> void cross_entropy_backward(const CrossEntropyBackwardArgs<T>
 // Σ exp), writing lse and the row's loss to scratch; a second one-block kernel adds the row losses and
 // counts the rows in a fixed order and writes loss and counted_rows. Nothing is read back to the host.
 // Backward: one kernel, a warp or a block per row, recomputing p from lse.
+// With grad: one kernel, a block per row staged whole in shared memory (one read of the logits, one write of
+// the gradient), then the forward's mean kernel; a row too long for the device's shared memory takes the
+// forward and backward kernels above instead.
 namespace cuda {
 template <class T> void cross_entropy(const CrossEntropyArgs<T>& args, Stream stream);
 template <class T> void cross_entropy_backward(const CrossEntropyBackwardArgs<T>& args, Stream stream);
+template <class T> void cross_entropy_with_grad(const CrossEntropyWithGradArgs<T>& args, Stream stream);
 }  // namespace cuda
 #endif
 

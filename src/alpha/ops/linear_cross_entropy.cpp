@@ -90,22 +90,30 @@ LinearCrossEntropy linear_cross_entropy(const Tensor& x, const Tensor& weight, c
     const Tensor x_chunk = x_rows.slice(0, first, first + count);
     Tensor logits = linear(x_chunk, weight, bias);  // [count, V]
     if (logit_softcap > 0) logits = softcap(logits, logit_softcap);  // the uncapped ones are released
-    Tensor dlogits = need_grads ? Tensor::empty(logits.shape(), logits.dtype(), device) : Tensor();
+    // Without a cap the gradient overwrites the logits; the cap's backward needs the capped logits kept.
+    Tensor dlogits = !need_grads         ? Tensor()
+                     : logit_softcap > 0 ? Tensor::empty(logits.shape(), logits.dtype(), device)
+                                         : logits;
     dispatch_float(kOp, x, [&]<class T>(const auto& where) {
       using A = acc_t<T>;
       Tensor lse = Tensor::empty({count}, accumulation, device);
       const int32_t* chunk_targets = device_targets.data<int32_t>() + first;
-      ALPHA_KERNEL(cross_entropy)(where, kernels::CrossEntropyArgs<T>{logits.data<T>(), chunk_targets, lse.data<A>(),
-                                                                      chunk_losses.data<A>() + c,
-                                                                      chunk_counts.data<int64_t>() + c, count, vocab,
-                                                                      kIgnoreIndex});
-      if (need_grads) {
-        // dlogits of the mean over every counted row of x, not just this chunk's.
-        const A scale = counted > 0 ? A(1.0 / double(counted)) : A(0);
-        ALPHA_KERNEL(cross_entropy_backward)(where, kernels::CrossEntropyBackwardArgs<T>{
-            logits.data<T>(), chunk_targets, lse.data<A>(), dlogits.data<T>(), scale, count, vocab, kIgnoreIndex,
-            nullptr, nullptr});
+      const kernels::CrossEntropyArgs<T> forward{logits.data<T>(),
+                                                 chunk_targets,
+                                                 lse.data<A>(),
+                                                 chunk_losses.data<A>() + c,
+                                                 chunk_counts.data<int64_t>() + c,
+                                                 count,
+                                                 vocab,
+                                                 kIgnoreIndex};
+      if (!need_grads) {
+        ALPHA_KERNEL(cross_entropy)(where, forward);
+        return;
       }
+      // dlogits of the mean over every counted row of x, not just this chunk's, in the same pass as the loss.
+      const A scale = counted > 0 ? A(1.0 / double(counted)) : A(0);
+      const kernels::CrossEntropyWithGradArgs<T> with_grad{forward, dlogits.data<T>(), scale};
+      ALPHA_KERNEL(cross_entropy_with_grad)(where, with_grad);
     });
     if (!need_grads) continue;
     if (logit_softcap > 0) dlogits = softcap_backward(dlogits, logits, logit_softcap);  // through the cap

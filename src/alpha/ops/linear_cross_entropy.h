@@ -2,9 +2,11 @@
 // never held whole. Per chunk of rows: logits = x·Wᵀ + b (softcapped, c·tanh(logits/c), when a cap is
 // given), the rows' losses, and, when asked, the chunk's
 // share of the gradients of the mean loss (dx, dW, db), computed at once from the chunk's dlogits; the
-// chunk's logits and dlogits are then dropped. A training step holds one chunk of logits and dlogits
-// instead of all the logits until the backward and all the dlogits during it (gpt2-124m at batch 16:
-// 16384 × 50304 bf16 logits are 1.6 GB, and so are their dlogits).
+// chunk's logits and dlogits are then dropped. The loss and dlogits come from one pass over the logits
+// (kernels::cross_entropy_with_grad), and without a cap the dlogits overwrite the logits. A training step
+// holds one chunk of logits (and of dlogits beside them with a cap) instead of all the logits until the
+// backward and all the dlogits during it (gpt2-124m at batch 16: 16384 × 50304 bf16 logits are 1.6 GB, and
+// so are their dlogits).
 //
 // The gradients are those of the loss itself (dloss = 1): the autograd function scales them by the loss's
 // gradient in the backward (autograd::linear_cross_entropy). So the forward does the backward's GEMMs, and the

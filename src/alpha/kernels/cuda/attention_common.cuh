@@ -1,7 +1,6 @@
 // What the GPU attention implementations (attention_materialized.cu, flash_attention*.cu) share (beside
 // attention_reference.h's visibility rule and dropout factor, shared with the CPU): the backward's preprocessing pass
-// D = rowsum(dO∘O) (one warp per query row, a fixed butterfly: deterministic), and the launch of a kernel
-// with a large dynamic shared-memory block.
+// D = rowsum(dO∘O) (one warp per query row, a fixed butterfly: deterministic).
 #pragma once
 #include <algorithm>
 #include <string>
@@ -54,29 +53,6 @@ inline unsigned tile_count(int64_t n, int tile) { return unsigned((n + tile - 1)
 inline unsigned heads_extent(int64_t heads, const char* op) {
   if (heads > 65535) raise<ShapeError>(op, "batch·heads", "at most 65535", std::to_string(heads));
   return unsigned(heads);
-}
-
-// The shared memory the current device offers a block (its opt-in maximum), in bytes.
-inline size_t block_shared_memory_limit() {
-  int device = 0, limit = 0;
-  ALPHA_CUDA_CHECK(cudaGetDevice(&device));
-  ALPHA_CUDA_CHECK(cudaDeviceGetAttribute(&limit, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
-  return size_t(limit);
-}
-
-// Launches kernel<<<grid, threads, bytes of dynamic shared memory, stream>>>(args...), after checking the
-// device offers that much shared memory to a block and raising the kernel's limit to it.
-template <class... Params, class... Args>
-void launch_with_shared(void (*kernel)(Params...), const char* name, dim3 grid, int threads, size_t bytes,
-                        cudaStream_t stream, const Args&... args) {
-  if (grid.x == 0 || grid.y == 0) return;
-  const size_t limit = block_shared_memory_limit();
-  if (bytes > limit)
-    raise<BackendError>(name, "shared memory", "at most " + std::to_string(limit) + " bytes per block on this device",
-                        std::to_string(bytes));
-  ALPHA_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes)));
-  kernel<<<grid, threads, bytes, stream>>>(args...);
-  alpha::cuda::check(cudaGetLastError(), name, __FILE__, __LINE__);
 }
 
 }  // namespace alpha::kernels::cuda

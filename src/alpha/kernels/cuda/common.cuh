@@ -2,15 +2,18 @@
 // and from f32 (round to nearest even), 128-bit vector loads and stores of f32 or 16-bit elements, warp
 // and block reductions whose order is fixed (a butterfly within a warp, then warp 0 over the warps' results),
 // so every reduction built on them gives the same bits on every run, the vectorised element-wise map
-// (launch_map) and stream-ordered scratch memory (StreamScratch).
+// (launch_map), stream-ordered scratch memory (StreamScratch) and the launch of a kernel with a large dynamic
+// shared-memory block (launch_with_shared).
 #pragma once
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
 #include <algorithm>
 #include <cstdint>
+#include <string>
 
 #include "alpha/core/dtype.h"
+#include "alpha/core/error.h"
 #include "alpha/core/stream.h"
 #include "alpha/runtime/cuda_check.cuh"
 
@@ -217,5 +220,28 @@ class StreamScratch {
   void* data_ = nullptr;
   cudaStream_t stream_;
 };
+
+// The shared memory the current device offers a block (its opt-in maximum), in bytes.
+inline size_t block_shared_memory_limit() {
+  int device = 0, limit = 0;
+  ALPHA_CUDA_CHECK(cudaGetDevice(&device));
+  ALPHA_CUDA_CHECK(cudaDeviceGetAttribute(&limit, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+  return size_t(limit);
+}
+
+// Launches kernel<<<grid, threads, bytes of dynamic shared memory, stream>>>(args...), after checking the
+// device offers that much shared memory to a block and raising the kernel's limit to it.
+template <class... Params, class... Args>
+void launch_with_shared(void (*kernel)(Params...), const char* name, dim3 grid, int threads, size_t bytes,
+                        cudaStream_t stream, const Args&... args) {
+  if (grid.x == 0 || grid.y == 0) return;
+  const size_t limit = block_shared_memory_limit();
+  if (bytes > limit)
+    raise<BackendError>(name, "shared memory", "at most " + std::to_string(limit) + " bytes per block on this device",
+                        std::to_string(bytes));
+  ALPHA_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes)));
+  kernel<<<grid, threads, bytes, stream>>>(args...);
+  alpha::cuda::check(cudaGetLastError(), name, __FILE__, __LINE__);
+}
 
 }  // namespace alpha::kernels::cuda

@@ -11,6 +11,10 @@
 // Backward, one kernel: a team per row recomputes p_j = exp(x_j − lse) and writes
 // dx_j = factor·(p_j − [j == target]) with 128-bit stores; ignored rows get 0. The factor is args.scale, or
 // read from device memory (counted_rows_device, dloss_device) in the kernel.
+// With grad (the fused classifier's chunks: gpt2-124m's 4096 × 50304 bf16 logits per chunk, where the forward
+// and backward kernels read 412 MB twice and write it once), one kernel: a block per row copies the row into
+// shared memory while taking its max, sums exp(x − max) from there, and writes the row's lse, loss and
+// gradient, so the logits are read from memory once; the gradient may overwrite them. The mean kernel follows.
 #include "alpha/kernels/cross_entropy.h"
 #include "alpha/kernels/cuda/rows.cuh"
 
@@ -92,6 +96,81 @@ __global__ void __launch_bounds__(Team::kThreads) cross_entropy_backward_kernel(
   }
 }
 
+constexpr int kStagedThreads = 512;
+constexpr int kStagedLoadsInFlight = 4;  // 16-byte loads each thread issues before using any
+
+// The shared memory that stages a row of `vocab` elements at any offset within 16 bytes.
+template <class T>
+size_t staged_row_bytes(int64_t vocab) {
+  return size_t(vocab) * sizeof(T) + kVectorBytes;
+}
+
+// One block per row (grid-stride). The row is copied into shared memory at its own offset within 16 bytes, so
+// that the copy, and stream_row and map_row over the copy, split it into the same head, vectors and tail; the
+// vector loads are issued kStagedLoadsInFlight at a time to keep enough bytes in flight with two blocks per
+// SM. Then Σ exp(x − max) from shared memory (an element equal to the max adds exactly 1, which keeps a row
+// whose max is ±inf as the two-kernel path leaves it), and the gradient written from shared memory.
+template <class T>
+__global__ void __launch_bounds__(kStagedThreads)
+    cross_entropy_with_grad_kernel(CrossEntropyWithGradArgs<T> a, float* row_loss) {
+  extern __shared__ uint4 staged_words[];
+  __shared__ float scratch[32];
+  constexpr int W = kLanes<T>;
+  const CrossEntropyArgs<T>& f = a.forward;
+  const int rank = int(threadIdx.x);
+  for (int64_t r = blockIdx.x; r < f.rows; r += gridDim.x) {
+    const Bits<T>* x = bits(f.logits) + r * f.vocab;
+    Bits<T>* row = reinterpret_cast<Bits<T>*>(reinterpret_cast<char*>(staged_words) +
+                                              reinterpret_cast<uintptr_t>(x) % kVectorBytes);
+    const auto [head, vectors, tail] = row_parts<T>(x, f.vocab);
+    float m = -INFINITY;
+    auto take = [&](float v) { m = fmaxf(m, v); };  // NaN is dropped here and propagates through the sum
+    for (int64_t i = rank; i < head; i += kStagedThreads) take(Elem<T>::load(row[i] = x[i]));
+    const uint4* x_vectors = reinterpret_cast<const uint4*>(x + head);
+    uint4* row_vectors = reinterpret_cast<uint4*>(row + head);
+    for (int64_t v0 = rank; v0 < vectors; v0 += int64_t(kStagedThreads) * kStagedLoadsInFlight) {
+      uint4 words[kStagedLoadsInFlight];
+#pragma unroll
+      for (int k = 0; k < kStagedLoadsInFlight; ++k) {
+        const int64_t v = v0 + int64_t(k) * kStagedThreads;
+        if (v < vectors) words[k] = x_vectors[v];
+      }
+#pragma unroll
+      for (int k = 0; k < kStagedLoadsInFlight; ++k) {
+        const int64_t v = v0 + int64_t(k) * kStagedThreads;
+        if (v >= vectors) break;
+        row_vectors[v] = words[k];
+        float e[W];
+        unpack<T>(words[k], e);
+#pragma unroll
+        for (int j = 0; j < W; ++j) take(e[j]);
+      }
+    }
+    for (int64_t i = tail + rank; i < f.vocab; i += kStagedThreads) take(Elem<T>::load(row[i] = x[i]));
+    const float row_max = block_max(m, scratch);  // synchronises: the staged row is complete after it
+    float s = 0.0f;
+    stream_row<T>(row, f.vocab, rank, kStagedThreads,
+                  [&](int64_t, float v) { s += v == row_max ? 1.0f : expf(v - row_max); });
+    const float log_sum = logf(block_sum(s, scratch));
+    const float lse = row_max + log_sum;
+    const int32_t target = f.targets[r];
+    const bool valid = target >= 0 && target < f.vocab;
+    if (rank == 0) {
+      f.lse[r] = lse;
+      row_loss[r] = target == f.ignore_index ? 0.0f : valid ? (row_max - Elem<T>::load(row[target])) + log_sum : NAN;
+    }
+    Bits<T>* dx = bits(a.dlogits) + r * f.vocab;
+    const float factor = float(a.scale);
+    if (target == f.ignore_index) {
+      for (int64_t i = rank; i < f.vocab; i += kStagedThreads) dx[i] = Elem<T>::store(0.0f);
+    } else {
+      map_row<T>(row, dx, f.vocab, rank, kStagedThreads, [&](int64_t i, float v) {
+        return valid ? factor * (expf(v - lse) - (i == target ? 1.0f : 0.0f)) : NAN;
+      });
+    }
+    __syncthreads();  // the next row's copy overwrites the staged row
+  }
+}
 }  // namespace
 
 template <class T>
@@ -118,9 +197,32 @@ void cross_entropy_backward(const CrossEntropyBackwardArgs<T>& args, Stream stre
   });
 }
 
-#define ALPHA_INSTANTIATE(T)                                                               \
-  template void cross_entropy<T>(const CrossEntropyArgs<T>&, Stream);                      \
-  template void cross_entropy_backward<T>(const CrossEntropyBackwardArgs<T>&, Stream);
+template <class T>
+void cross_entropy_with_grad(const CrossEntropyWithGradArgs<T>& args, Stream stream) {
+  const CrossEntropyArgs<T>& f = args.forward;
+  const size_t bytes = staged_row_bytes<T>(f.vocab);
+  if (bytes > block_shared_memory_limit()) {  // a row longer than shared memory: read it twice
+    cross_entropy(f, stream);
+    cross_entropy_backward(CrossEntropyBackwardArgs<T>{f.logits, f.targets, f.lse, args.dlogits, args.scale, f.rows,
+                                                       f.vocab, f.ignore_index},
+                           stream);
+    return;
+  }
+  cudaStream_t s = alpha::cuda::stream_handle(stream);
+  StreamScratch row_loss(size_t(f.rows) * sizeof(float), s);
+  if (f.rows > 0 && f.vocab > 0) {
+    constexpr auto kernel = cross_entropy_with_grad_kernel<T>;
+    launch_with_shared(kernel, "cross_entropy_with_grad", dim3(unsigned(std::min(f.rows, kMaxRowBlocks))),
+                       kStagedThreads, bytes, s, args, row_loss.as<float>());
+  }
+  ALPHA_CUDA_LAUNCH(cross_entropy_mean_kernel, 1, kMeanThreads, s, row_loss.as<float>(), f.targets, f.rows,
+                    f.ignore_index, f.loss, f.counted_rows);
+}
+
+#define ALPHA_INSTANTIATE(T)                                                           \
+  template void cross_entropy<T>(const CrossEntropyArgs<T>&, Stream);                  \
+  template void cross_entropy_backward<T>(const CrossEntropyBackwardArgs<T>&, Stream); \
+  template void cross_entropy_with_grad<T>(const CrossEntropyWithGradArgs<T>&, Stream);
 ALPHA_INSTANTIATE(float)
 ALPHA_INSTANTIATE(bf16)
 ALPHA_INSTANTIATE(f16)

@@ -109,17 +109,29 @@ struct HeldRow {
   }
 };
 
+// How a row of n elements at `row` splits for 16-byte vectors: a scalar head up to the first 16-byte boundary,
+// `vectors` whole vectors, and a scalar tail from element `tail` on.
+struct RowParts {
+  int64_t head;
+  int64_t vectors;
+  int64_t tail;
+};
+template <class T>
+__device__ RowParts row_parts(const void* row, int64_t n) {
+  const int64_t offset = int64_t(reinterpret_cast<uintptr_t>(row) % kVectorBytes);
+  const int64_t to_boundary = (kVectorBytes - offset) % kVectorBytes / int64_t(sizeof(T));
+  const int64_t head = to_boundary < n ? to_boundary : n;
+  const int64_t vectors = (n - head) / kLanes<T>;
+  return {head, vectors, head + vectors * kLanes<T>};
+}
+
 // Calls fn(i, x_i) for the elements i in [0, n) of `row` that member `rank` of a team of `size` owns when the
 // row is streamed once (no registers kept): 16-byte vectors where the row allows, with a scalar head up to
 // the first 16-byte boundary and a scalar tail. Every element is visited by exactly one member.
 template <class T, class Fn>
 __device__ void stream_row(const Bits<T>* row, int64_t n, int rank, int size, Fn&& fn) {
   constexpr int W = kLanes<T>;
-  const int64_t offset = int64_t(reinterpret_cast<uintptr_t>(row) % kVectorBytes);
-  const int64_t to_boundary = (kVectorBytes - offset) % kVectorBytes / int64_t(sizeof(T));
-  const int64_t head = to_boundary < n ? to_boundary : n;
-  const int64_t vectors = (n - head) / W;
-  const int64_t tail = head + vectors * W;
+  const auto [head, vectors, tail] = row_parts<T>(row, n);
   for (int64_t i = rank; i < head; i += size) fn(i, Elem<T>::load(row[i]));
   for (int64_t v = rank; v < vectors; v += size) {
     float f[W];
@@ -140,10 +152,7 @@ __device__ void map_row(const Bits<T>* in, Bits<T>* out, int64_t n, int rank, in
     for (int64_t i = rank; i < n; i += size) out[i] = Elem<T>::store(fn(i, Elem<T>::load(in[i])));
     return;
   }
-  const int64_t to_boundary = (kVectorBytes - offset) % kVectorBytes / int64_t(sizeof(T));
-  const int64_t head = to_boundary < n ? to_boundary : n;
-  const int64_t vectors = (n - head) / W;
-  const int64_t tail = head + vectors * W;
+  const auto [head, vectors, tail] = row_parts<T>(in, n);
   for (int64_t i = rank; i < head; i += size) out[i] = Elem<T>::store(fn(i, Elem<T>::load(in[i])));
   for (int64_t v = rank; v < vectors; v += size) {
     float f[W];
