@@ -29,14 +29,6 @@ struct Grads {
   Tensor dx, dweight, dbias;
 };
 
-// The tolerance of a sum over `rows` rows (dweight, dbias): the row's abs grows by 1e-7 per row summed,
-// since f32 partial sums of `rows` terms of size up to ~2 keep a rounding error that grows with them.
-Tolerance row_sum_tolerance(DType dtype, int64_t rows) {
-  Tolerance tol = tolerance("cuda.layernorm", dtype);
-  tol.abs = std::max(tol.abs, 1e-7 * double(rows));
-  return tol;
-}
-
 template <class T>
 void check_shape(Context& ctx, RowShape shape, bool with_bias) {
   using kernels::LayerNormArgs, kernels::LayerNormBackwardArgs;
@@ -84,8 +76,8 @@ void check_shape(Context& ctx, RowShape shape, bool with_bias) {
       dy.data<double>(), x.data<double>(), weight.data<double>(), mean64.data<double>(), rstd64.data<double>(),
       want.dx.data<double>(), want.dweight.data<double>(), want.dbias.data<double>(), rows, cols});
   ctx.compare("layernorm_backward.dx", got.dx, want.dx, "cuda.layernorm");
-  ctx.compare("layernorm_backward.dweight", got.dweight, want.dweight, row_sum_tolerance(dtype, rows));
-  ctx.compare("layernorm_backward.dbias", got.dbias, want.dbias, row_sum_tolerance(dtype, rows));
+  ctx.compare("layernorm_backward.dweight", got.dweight, want.dweight, layernorm_param_grad_tolerance(dtype, rows));
+  ctx.compare("layernorm_backward.dbias", got.dbias, want.dbias, layernorm_param_grad_tolerance(dtype, rows));
 
   Grads again = backward(true, true, true);
   ctx.compare_bits("layernorm_backward.dx.repeats", again.dx, got.dx);

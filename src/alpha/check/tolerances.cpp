@@ -1,5 +1,6 @@
 #include "alpha/check/tolerances.h"
 
+#include <algorithm>
 #include <stdexcept>
 #include <string>
 
@@ -12,6 +13,12 @@ Tolerance tolerance(std::string_view check, DType dtype) {
     if (row.check == check && row.dtype == dtype) return row.tol;
   throw std::out_of_range("no tolerance row for check '" + std::string(check) + "' and dtype " +
                           std::string(dtype_name(dtype)) + " in src/alpha/check/tolerances.h");
+}
+
+Tolerance layernorm_param_grad_tolerance(DType dtype, int64_t rows) {
+  Tolerance tol = tolerance("cuda.layernorm", dtype);
+  tol.abs = std::max(tol.abs, 1e-7 * double(rows));
+  return tol;
 }
 
 double naive_attention_bound(std::string_view check, DType dtype, double naive_max_abs, double want_max_abs) {

@@ -282,6 +282,10 @@ inline constexpr ToleranceRow kTolerances[] = {
 // Throws std::out_of_range for a missing row.
 Tolerance tolerance(std::string_view check, DType dtype);
 
+// The "cuda.layernorm" row for dweight and dbias, sums over `rows` rows: its abs grows by 1e-7 per row summed,
+// since f32 partial sums of `rows` terms of size up to ~2 keep a rounding error that grows with them.
+Tolerance layernorm_param_grad_tolerance(DType dtype, int64_t rows);
+
 // bf16 and f16 attention (out, dq, dk, dv of the harness's attention checks) against naive attention
 // computed in the same precision (check/naive_low_precision_attention.h: every product and intermediate
 // rounded to T, as PyTorch's math SDPA path computes), both measured against the f64 reference. The usual

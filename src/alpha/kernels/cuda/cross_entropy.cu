@@ -96,7 +96,12 @@ __global__ void __launch_bounds__(Team::kThreads) cross_entropy_backward_kernel(
   }
 }
 
-constexpr int kStagedThreads = 512;
+// Threads of a block staging a row: 512 for long rows (gpt2's 100 KB: two blocks per SM, as shared memory
+// allows), 128 for rows up to kShortStagedRowBytes (seed's 8 KB: eight blocks per SM, where 512-thread blocks
+// fitted two by their registers and kept too few rows in flight).
+constexpr int kLongStagedThreads = 512;
+constexpr int kShortStagedThreads = 128;
+constexpr size_t kShortStagedRowBytes = size_t(16) << 10;
 constexpr int kStagedLoadsInFlight = 4;  // 16-byte loads each thread issues before using any
 
 // The shared memory that stages a row of `vocab` elements at any offset within 16 bytes.
@@ -110,7 +115,7 @@ size_t staged_row_bytes(int64_t vocab) {
 // vector loads are issued kStagedLoadsInFlight at a time to keep enough bytes in flight with two blocks per
 // SM. Then Σ exp(x − max) from shared memory (an element equal to the max adds exactly 1, which keeps a row
 // whose max is ±inf as the two-kernel path leaves it), and the gradient written from shared memory.
-template <class T>
+template <class T, int kStagedThreads>
 __global__ void __launch_bounds__(kStagedThreads)
     cross_entropy_with_grad_kernel(CrossEntropyWithGradArgs<T> a, float* row_loss) {
   extern __shared__ uint4 staged_words[];
@@ -211,9 +216,15 @@ void cross_entropy_with_grad(const CrossEntropyWithGradArgs<T>& args, Stream str
   cudaStream_t s = alpha::cuda::stream_handle(stream);
   StreamScratch row_loss(size_t(f.rows) * sizeof(float), s);
   if (f.rows > 0 && f.vocab > 0) {
-    constexpr auto kernel = cross_entropy_with_grad_kernel<T>;
-    launch_with_shared(kernel, "cross_entropy_with_grad", dim3(unsigned(std::min(f.rows, kMaxRowBlocks))),
-                       kStagedThreads, bytes, s, args, row_loss.as<float>());
+    auto launch = [&]<int kThreads>() {
+      constexpr auto kernel = cross_entropy_with_grad_kernel<T, kThreads>;
+      launch_with_shared(kernel, "cross_entropy_with_grad", dim3(unsigned(std::min(f.rows, kMaxRowBlocks))), kThreads,
+                         bytes, s, args, row_loss.as<float>());
+    };
+    if (bytes <= kShortStagedRowBytes)
+      launch.template operator()<kShortStagedThreads>();
+    else
+      launch.template operator()<kLongStagedThreads>();
   }
   ALPHA_CUDA_LAUNCH(cross_entropy_mean_kernel, 1, kMeanThreads, s, row_loss.as<float>(), f.targets, f.rows,
                     f.ignore_index, f.loss, f.counted_rows);
