@@ -7,12 +7,14 @@
 // y = (x − mean)·rstd·weight + bias. Writes y, mean and rstd.
 // Backward, one kernel for dx and the parameter-gradient partials, plus one small kernel for their sum:
 // the team holds dy and x in registers, reduces Σg and Σg·x̂ (g = dy·weight) for dx, and adds dy·x̂ and dy
-// into per-column partial sums of its own (registers, written out at the end to its row of a scratch
-// [slots, 2·C] matrix; columns past the registers accumulate there directly). A team walks rows
-// slot, slot + slots, ... in order. The second kernel adds the slots' partials for each column in a fixed
-// order (each of 16 groups sums every 16th slot in order, then a fixed tree over the groups) into
-// dweight and dbias. No atomics: the slot count depends only on rows and cols, so the sums have the same
-// bits on every run and every GPU.
+// into per-column partial sums of its own in shared memory (a block team whose row of 2·C floats does not fit
+// there keeps them in its block's row of the scratch matrix). A team walks rows slot, slot + slots, ... in
+// order; at the end a block adds its teams' partials in team order into its row of a scratch [blocks, 2·C]
+// matrix. The second kernel adds the blocks' rows for each column in a fixed order (each of 16 groups sums
+// every 16th row in order, then a fixed tree over the groups) into dweight and dbias. No atomics: the block
+// count depends only on rows and cols, so the sums have the same bits on every run and every GPU. (The
+// partial sums were held in registers beside the rows until 2026-11-28: 235 registers a thread for C 768 in
+// bf16, one block of 8 warps per SM, 50 µs for gpt2-124m's 16384 × 768 rows on an H100, 1.5 TB/s.)
 #include "alpha/kernels/cuda/rows.cuh"
 #include "alpha/kernels/layernorm.h"
 
@@ -64,22 +66,27 @@ __global__ void __launch_bounds__(Team::kThreads) layernorm_kernel(LayerNormArgs
   }
 }
 
-// partials: nullptr when neither dweight nor dbias is wanted, else [slots, 2·cols]: row `slot` holds this
-// team's Σ dy·x̂ in [0, cols) and Σ dy in [cols, 2·cols), over the rows it visited.
+// partials: nullptr when neither dweight nor dbias is wanted, else [gridDim.x, 2·cols]: row b holds block b's
+// Σ dy·x̂ in [0, cols) and Σ dy in [cols, 2·cols), over the rows its teams visited. Each team sums its own in a
+// row of shared memory when `shared_partials` (the teams' rows side by side, then added in team order into
+// the block's row of `partials`), else (a block team whose 2·cols floats exceed shared memory) straight in
+// the block's row of `partials`. The member that owns a column is the only one to touch it until the end.
 template <class T, class Team, int V>
-__global__ void __launch_bounds__(Team::kThreads) layernorm_backward_kernel(LayerNormBackwardArgs<T> a,
-                                                                          float* partials) {
+__global__ void __launch_bounds__(Team::kThreads)
+    layernorm_backward_kernel(LayerNormBackwardArgs<T> a, float* partials, bool shared_partials) {
   constexpr int kSlots = Team::kHeld / V;
+  extern __shared__ float team_partials[];  // [kTeamsPerBlock, 2·cols] when shared_partials
   __shared__ float scratch[32];
   const int rank = Team::rank();
   const int64_t cols = a.cols, chunks = cols / V;
   const Bits<T>* weight = bits(a.weight);
-  float* dweight_part = partials ? partials + Team::slot() * 2 * cols : nullptr;  // (cols)
-  float* dbias_part = partials ? dweight_part + cols : nullptr;                    // (cols)
-  // The held columns' partials live in registers; the others in the team's row of `partials`, from 0.
-  float held_dweight[kSlots][V] = {}, held_dbias[kSlots][V] = {};
+  float* dweight_part = nullptr;  // (cols), then dbias_part (cols)
   if (partials)
-    for (int64_t j = rank + int64_t(kSlots) * Team::kSize; j < chunks; j += Team::kSize)
+    dweight_part = shared_partials ? team_partials + int64_t(threadIdx.x / Team::kSize) * 2 * cols
+                                   : partials + int64_t(blockIdx.x) * 2 * cols;
+  float* dbias_part = partials ? dweight_part + cols : nullptr;
+  if (partials)
+    for (int64_t j = rank; j < chunks; j += Team::kSize)
       for (int v = 0; v < V; ++v) dweight_part[j * V + v] = dbias_part[j * V + v] = 0.0f;
 
   for (int64_t r = Team::slot(); r < a.rows; r += Team::slots()) {
@@ -113,34 +120,27 @@ __global__ void __launch_bounds__(Team::kThreads) layernorm_backward_kernel(Laye
         const float xhat = (fx[v] - mean) * rstd;
         if (dx) out[v] = rstd * (fdy[v] * w[v] - mean_g - xhat * mean_g_xhat);
         if (partials) {
-          constexpr int slot = decltype(k)::value;
-          if constexpr (slot < kSlots) {
-            held_dweight[slot][v] += fdy[v] * xhat;
-            held_dbias[slot][v] += fdy[v];
-          } else {
-            dweight_part[j * V + v] += fdy[v] * xhat;
-            dbias_part[j * V + v] += fdy[v];
-          }
+          dweight_part[j * V + v] += fdy[v] * xhat;
+          dbias_part[j * V + v] += fdy[v];
         }
       }
       if (dx) store_chunk<T, V>(dx, j, out);
     });
   }
 
-  if (partials) {
-#pragma unroll
-    for (int k = 0; k < kSlots; ++k) {
-      const int64_t j = rank + int64_t(k) * Team::kSize;
-      if (j < chunks)
-        for (int v = 0; v < V; ++v) {
-          dweight_part[j * V + v] = held_dweight[k][v];
-          dbias_part[j * V + v] = held_dbias[k][v];
-        }
+  if (partials && shared_partials) {  // the block's teams' sums, in team order, into its row
+    __syncthreads();
+    float* block_row = partials + int64_t(blockIdx.x) * 2 * cols;
+    for (int64_t c = threadIdx.x; c < 2 * cols; c += Team::kThreads) {
+      float sum = 0.0f;
+      for (int t = 0; t < Team::kTeamsPerBlock; ++t) sum += team_partials[int64_t(t) * 2 * cols + c];
+      block_row[c] = sum;
     }
   }
 }
 
-// The parameter-gradient sum: block b takes columns [32·b, 32·b + 32) of partials [slots, 2·cols]; thread
+// The parameter-gradient sum: block b takes columns [32·b, 32·b + 32) of partials [slots, 2·cols] (a row per
+// backward block); thread
 // (group g, lane l) adds slots g, g + 16, ... of its column in order, then a fixed tree adds the 16 groups.
 constexpr int kSumColumns = 32;
 constexpr int kSumGroups = 16;
@@ -153,6 +153,7 @@ __global__ void __launch_bounds__(kSumColumns* kSumGroups)
   const int64_t c = int64_t(blockIdx.x) * kSumColumns + lane;  // in [0, 2·cols)
   float s = 0.0f;
   if (c < 2 * cols)
+#pragma unroll 4
     for (int64_t k = group; k < slots; k += kSumGroups) s += partials[k * 2 * cols + c];
   group_sums[group][lane] = s;
   __syncthreads();
@@ -169,9 +170,11 @@ __global__ void __launch_bounds__(kSumColumns* kSumGroups)
   }
 }
 
-// Teams for the backward when parameter gradients are wanted: at most kMaxSlots, and at most
-// kMaxPartialFloats floats of partials; the count depends only on rows and cols.
-constexpr int64_t kMaxSlots = 1024;
+// Blocks of the backward when parameter gradients are wanted (one row of partials each): at most
+// kMaxPartialRows, and at most kMaxPartialFloats floats of partials; the count depends only on rows and cols.
+// 256 blocks of 8 warp teams: one wave at two blocks on each of an H100's or H200's 132 SMs (100 registers a
+// thread in bf16: their rows held as 16-byte words, the partial sums in shared memory, 48 KB a block at C 768).
+constexpr int64_t kMaxPartialRows = 256;
 constexpr int64_t kMaxPartialFloats = int64_t(1) << 23;  // 32 MiB
 
 }  // namespace
@@ -195,20 +198,24 @@ void layernorm_backward(const LayerNormBackwardArgs<T>& args, Stream stream) {
   const int64_t rows = args.rows, cols = args.cols;
   const bool vectorised = rows_vectorisable<T>(cols, {args.dy, args.x, args.weight, args.dx});
   with_row_team<T>(cols, vectorised, [&]<class Team, int V>() {
-    int64_t teams = rows;
-    if (params) teams = std::min({rows, kMaxSlots, std::max<int64_t>(1, kMaxPartialFloats / (2 * cols))});
-    const unsigned blocks = row_blocks<Team>(teams);
-    const int64_t slots = rows > 0 ? int64_t(blocks) * Team::kTeamsPerBlock : 0;
-    StreamScratch partials(params ? size_t(slots * 2 * cols) * sizeof(float) : 0, s);
+    int64_t blocks = row_blocks<Team>(rows);
+    if (params) blocks = std::min({blocks, kMaxPartialRows, std::max<int64_t>(1, kMaxPartialFloats / (2 * cols))});
+    const size_t shared_bytes = size_t(Team::kTeamsPerBlock * 2 * cols) * sizeof(float);
+    // A block team may sum in its row of `partials` instead; warp teams share a block, so they need theirs.
+    const bool shared_partials = params && (Team::kTeamsPerBlock > 1 || shared_bytes <= block_shared_memory_limit());
+    StreamScratch partials(params ? size_t(blocks * 2 * cols) * sizeof(float) : 0, s);
     if (rows > 0) {
       constexpr auto kernel = layernorm_backward_kernel<T, Team, V>;
-      ALPHA_CUDA_LAUNCH(kernel, blocks, Team::kThreads, s, args, params ? partials.as<float>() : nullptr);
+      launch_with_shared(kernel, "layernorm_backward", dim3(unsigned(blocks)), Team::kThreads,
+                         shared_partials ? shared_bytes : 0, s, args, params ? partials.as<float>() : nullptr,
+                         shared_partials);
     }
     if (params) {
       constexpr auto sums = layernorm_param_sums_kernel<T>;
       const int64_t sum_blocks = (2 * cols + kSumColumns - 1) / kSumColumns;
-      ALPHA_CUDA_LAUNCH(sums, unsigned(sum_blocks), kSumColumns * kSumGroups, s, partials.as<float>(), slots, cols,
-                        args.dweight ? bits(args.dweight) : nullptr, args.dbias ? bits(args.dbias) : nullptr);
+      ALPHA_CUDA_LAUNCH(sums, unsigned(sum_blocks), kSumColumns * kSumGroups, s, partials.as<float>(),
+                        rows > 0 ? blocks : 0, cols, args.dweight ? bits(args.dweight) : nullptr,
+                        args.dbias ? bits(args.dbias) : nullptr);
     }
   });
 }

@@ -10,6 +10,7 @@
 #pragma once
 #include <cstdint>
 #include <initializer_list>
+#include <type_traits>
 #include <utility>
 
 #include "alpha/kernels/cuda/common.cuh"
@@ -84,25 +85,30 @@ __device__ void for_each_owned(int64_t chunks, int rank, int size, Fn&& fn) {
   for (int64_t j = rank + int64_t(kSlots) * size; j < chunks; j += size) fn(Slot<kSlots>{}, j);
 }
 
-// The chunks of one row a member owns, the first kSlots of them loaded into registers at construction.
+// The chunks of one row a member owns, the first kSlots of them loaded into registers at construction, as
+// they are in memory (a 16-byte word per vector chunk: half the registers of f32 for bf16 and f16), converted
+// to f32 by each get.
 template <class T, int V, int kSlots>
 struct HeldRow {
+  using Word = std::conditional_t<V == 1, Bits<T>, uint4>;
   const Bits<T>* row;
-  float held[kSlots][V];
+  Word held[kSlots];
 
   __device__ HeldRow(const Bits<T>* row_, int64_t chunks, int rank, int size) : row(row_) {
 #pragma unroll
     for (int k = 0; k < kSlots; ++k) {
       const int64_t j = rank + int64_t(k) * size;
-      if (j < chunks) load_chunk<T, V>(row, j, held[k]);
+      if (j < chunks) held[k] = reinterpret_cast<const Word*>(row)[j];
     }
   }
   // Chunk j, the member's k-th: from its register slot, or read again from memory.
   template <int k>
   __device__ void get(Slot<k>, int64_t j, float (&f)[V]) const {
     if constexpr (k < kSlots) {
-#pragma unroll
-      for (int v = 0; v < V; ++v) f[v] = held[k][v];
+      if constexpr (V == 1)
+        f[0] = Elem<T>::load(held[k]);
+      else
+        unpack<T>(held[k], f);
     } else {
       load_chunk<T, V>(row, j, f);
     }
