@@ -6,6 +6,7 @@
 // Skipped without a GPU, except the CPU guardrails.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <string>
 
 #include "alpha/autograd/functions.h"
@@ -45,6 +46,55 @@ TEST_F(CudaFlash, OpMatchesTheMaterialisingOpForwardAndBackward) {
         ops::attention_materialized_backward(dout, q, k, v, dense.out, dense.row_max, dense.row_sum, config);
     for (auto [got, want] : {std::pair{gf.dq, gd.dq}, {gf.dk, gd.dk}, {gf.dv, gd.dv}})
       EXPECT_TRUE(test::all_close(got.to(Device::cpu()), want.to(Device::cpu()), test::Tolerance{tol, tol}));
+  }
+}
+
+TEST_F(CudaFlash, BackwardWritesIntoViewsOfAFusedGradient) {
+  // dq, dk and dv written into the slices of one poisoned fused gradient [B, T, (Hq + 2·Hkv)·D], by every
+  // backward kernel family: the Hopper kernels (bf16, D 64 and 128), the mma.sync kernels (bf16, D 48; also
+  // with the atomic dQ and its store pass), the f32 FMA kernels, and the materialising kernels. The same bits
+  // as fresh gradients, and every element of the buffer written.
+  const Device gpu = Device::cuda(0);
+  struct Case {
+    DType dtype;
+    int64_t head_dim;
+    bool deterministic;
+  };
+  for (Case c : {Case{DType::bf16, 64, true}, Case{DType::bf16, 128, true}, Case{DType::bf16, 48, true},
+                 Case{DType::bf16, 48, false}, Case{DType::f32, 40, true}}) {
+    SCOPED_TRACE(std::string(dtype_name(c.dtype)) + " D " + std::to_string(c.head_dim) +
+                 (c.deterministic ? "" : " atomic dQ"));
+    const int64_t B = 2, T = 131, Hq = 4, Hkv = 2, D = c.head_dim, width = (Hq + 2 * Hkv) * D;
+    const Tensor qkv = test::random({B, T, width}, c.dtype).to(gpu);
+    auto heads = [&](const Tensor& fused, int64_t first, int64_t count) {
+      return fused.slice(2, first * D, (first + count) * D).view({B, T, count, D});
+    };
+    const Tensor q = heads(qkv, 0, Hq), k = heads(qkv, Hq, Hkv), v = heads(qkv, Hq + Hkv, Hkv);
+    const Tensor dout = test::random({B, T, Hq, D}, c.dtype).to(gpu);
+    ops::AttentionConfig config;
+    config.causal = true;
+    config.deterministic = c.deterministic;
+    for (bool flash : {true, false}) {
+      SCOPED_TRACE(flash ? "flash" : "materialised");
+      const auto forward = flash ? &ops::flash_attention : &ops::attention_materialized;
+      const auto backward = flash ? &ops::flash_attention_backward : &ops::attention_materialized_backward;
+      ops::AttentionOutput fwd = forward(q, k, v, config);
+      ops::AttentionGrads fresh = backward(dout, q, k, v, fwd.out, fwd.row_max, fwd.row_sum, config, nullptr);
+      Tensor fused_grad = test::poisoned({B, T, width}, c.dtype).to(gpu);
+      const ops::AttentionGrads into{heads(fused_grad, 0, Hq), heads(fused_grad, Hq, Hkv),
+                                     heads(fused_grad, Hq + Hkv, Hkv)};
+      backward(dout, q, k, v, fwd.out, fwd.row_max, fwd.row_sum, config, &into);
+      if (c.deterministic) {
+        EXPECT_TRUE(test::bit_equal(into.dq.contiguous(), fresh.dq));
+      } else {  // the atomic dQ's low bits vary from run to run
+        EXPECT_TRUE(test::all_close(into.dq.contiguous().to(Device::cpu()), fresh.dq.to(Device::cpu()),
+                                    test::Tolerance{1e-2, 1e-2}));
+      }
+      EXPECT_TRUE(test::bit_equal(into.dk.contiguous(), fresh.dk));
+      EXPECT_TRUE(test::bit_equal(into.dv.contiguous(), fresh.dv));
+      for (double value : fused_grad.to(Device::cpu()).to_vector<double>())
+        ASSERT_FALSE(std::isnan(value)) << "an element left unwritten";
+    }
   }
 }
 

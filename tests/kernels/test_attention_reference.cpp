@@ -393,6 +393,47 @@ TEST(AttentionReferenceAutograd, SelfAttentionOverAFusedQkvMatchesThreeSlices) {
   EXPECT_THROW(autograd::self_attention(fused, 5, 1, config, autograd::AttentionKernel::materialized), ShapeError);
 }
 
+TEST(AttentionReferenceOps, BackwardWritesIntoViewsOfAFusedGradient) {
+  // dq, dk and dv written into the slices of one poisoned [B, T, (Hq + 2·Hkv)·D] buffer: the same bits as the
+  // fresh gradients, and every element of the buffer written.
+  const int64_t B = 2, T = 6, Hq = 4, Hkv = 2, D = 3, width = (Hq + 2 * Hkv) * D;
+  ops::AttentionConfig config = config_of({"fused", B, T, T, Hq, Hkv, D, D, true, 0.5, 0.25});
+  for (DType dtype : {DType::f32, DType::f64}) {
+    SCOPED_TRACE(dtype_name(dtype));
+    const Tensor qkv = random({B, T, width}, dtype);
+    auto heads = [&](const Tensor& fused, int64_t first, int64_t count) {
+      return fused.slice(2, first * D, (first + count) * D).view({B, T, count, D});
+    };
+    const Tensor q = heads(qkv, 0, Hq), k = heads(qkv, Hq, Hkv), v = heads(qkv, Hq + Hkv, Hkv);
+    const Tensor dout = random({B, T, Hq, D}, dtype);
+    ops::AttentionOutput fwd = ops::attention_materialized(q, k, v, config);
+    ops::AttentionGrads fresh =
+        ops::attention_materialized_backward(dout, q, k, v, fwd.out, fwd.row_max, fwd.row_sum, config);
+    Tensor fused_grad = test::poisoned({B, T, width}, dtype);
+    const ops::AttentionGrads into{heads(fused_grad, 0, Hq), heads(fused_grad, Hq, Hkv),
+                                   heads(fused_grad, Hq + Hkv, Hkv)};
+    ops::AttentionGrads got =
+        ops::attention_materialized_backward(dout, q, k, v, fwd.out, fwd.row_max, fwd.row_sum, config, &into);
+    EXPECT_EQ(got.dq.raw_data(), into.dq.raw_data()) << "the views themselves come back";
+    EXPECT_TRUE(test::bit_equal(into.dq.contiguous(), fresh.dq));
+    EXPECT_TRUE(test::bit_equal(into.dk.contiguous(), fresh.dk));
+    EXPECT_TRUE(test::bit_equal(into.dv.contiguous(), fresh.dv));
+    for (double value : fused_grad.to_vector<double>()) ASSERT_FALSE(std::isnan(value)) << "an element left unwritten";
+
+    // Layouts the kernels cannot write: heads not packed (a transposed view), and the wrong shape.
+    ops::AttentionGrads transposed = into;
+    transposed.dk = Tensor::empty({B, Hkv, T, D}, dtype).transpose(1, 2);
+    EXPECT_ALPHA_ERROR(
+        ops::attention_materialized_backward(dout, q, k, v, fwd.out, fwd.row_max, fwd.row_sum, config, &transposed),
+        ShapeError, "[attention_materialized_backward]", "'into.dk'", "packed as [H, D]");
+    ops::AttentionGrads wrong_shape = into;
+    wrong_shape.dv = Tensor::empty({B, T, Hkv, D + 1}, dtype);
+    EXPECT_ALPHA_ERROR(
+        ops::attention_materialized_backward(dout, q, k, v, fwd.out, fwd.row_max, fwd.row_sum, config, &wrong_shape),
+        ShapeError, "[attention_materialized_backward]", "'into.dv'");
+  }
+}
+
 TEST(AttentionReferenceOps, FlashKernelsOfBadInputsRaise) {
   EXPECT_ALPHA_ERROR(ops::flash_attention_kernels(Device::cuda(0), DType::i32, 64, 64), DTypeError,
                      "[flash_attention_kernels]", "'dtype'", "f32, bf16 or f16", "i32");

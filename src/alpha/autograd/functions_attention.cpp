@@ -1,8 +1,8 @@
-#include "alpha/autograd/functions.h"
-
 #include <array>
+#include <functional>
 #include <string>
 
+#include "alpha/autograd/functions.h"
 #include "alpha/core/error.h"
 
 namespace alpha::autograd {
@@ -11,25 +11,32 @@ namespace {
 
 using ForwardOp = ops::AttentionOutput (*)(const Tensor&, const Tensor&, const Tensor&, const ops::AttentionConfig&);
 using BackwardOp = ops::AttentionGrads (*)(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&,
-                                           const Tensor&, const Tensor&, const ops::AttentionConfig&);
+                                           const Tensor&, const Tensor&, const ops::AttentionConfig&,
+                                           const ops::AttentionGrads*);
+// Runs the backward op, writing dq, dk and dv into `into`'s tensors when given (else fresh ones).
+using RunBackward = std::function<ops::AttentionGrads(const ops::AttentionGrads* into)>;
 
 // One attention implementation's forward and backward ops (ops/attention.h) as a differentiable function of
-// `inputs`, whose values `split` turns into q, k and v; `join` turns the backward's dq, dk and dv into the
-// inputs' gradients. The backward reuses the forward's output and row statistics instead of recomputing the
-// softmax; the kernels compute dq, dk and dv in one pass, so all are returned whichever inputs need them.
-template <class Split, class Join>
+// `inputs`, whose values `split` turns into q, k and v; `gradients(values, run)` runs the backward and returns
+// the inputs' gradients. The backward reuses the forward's output and row statistics instead of recomputing
+// the softmax; the kernels compute dq, dk and dv in one pass, so all are returned whichever inputs need them.
+template <class Split, class Gradients>
 Variable attention_with(const char* name, ForwardOp forward_op, BackwardOp backward_op,
-                        const std::vector<Variable>& inputs, Split split, Join join,
+                        const std::vector<Variable>& inputs, Split split, Gradients gradients,
                         const ops::AttentionConfig& config) {
   std::vector<Tensor> values;
   for (const Variable& input : inputs) values.push_back(input.value());
   const auto [q, k, v] = split(values);
   ops::AttentionOutput forward = forward_op(q, k, v, config);
   return record(name, forward.out, inputs, [&] {
-    return BackwardFn([values, split, join, forward, config, backward_op](const Tensor& g, const std::vector<bool>&) {
-      const auto [q, k, v] = split(values);
-      return join(backward_op(g, q, k, v, forward.out, forward.row_max, forward.row_sum, config), values);
-    });
+    return BackwardFn(
+        [values, split, gradients, forward, config, backward_op](const Tensor& g, const std::vector<bool>&) {
+          const std::array<Tensor, 3> qkv = split(values);
+          return gradients(values, RunBackward([&](const ops::AttentionGrads* into) {
+                             return backward_op(g, qkv[0], qkv[1], qkv[2], forward.out, forward.row_max,
+                                                forward.row_sum, config, into);
+                           }));
+        });
   });
 }
 
@@ -37,8 +44,13 @@ Variable separate_attention(const char* name, ForwardOp forward_op, BackwardOp b
                             const Variable& k, const Variable& v, const ops::AttentionConfig& config) {
   return attention_with(
       name, forward_op, backward_op, {q, k, v},
-      [](const std::vector<Tensor>& x) { return std::array<Tensor, 3>{x[0], x[1], x[2]}; },
-      [](const ops::AttentionGrads& g, const std::vector<Tensor>&) { return std::vector<Tensor>{g.dq, g.dk, g.dv}; },
+      [](const std::vector<Tensor>& x) {
+        return std::array<Tensor, 3>{x[0], x[1], x[2]};
+      },
+      [](const std::vector<Tensor>&, const RunBackward& run) {
+        const ops::AttentionGrads g = run(nullptr);
+        return std::vector<Tensor>{g.dq, g.dk, g.dv};
+      },
       config);
 }
 
@@ -76,20 +88,20 @@ Variable self_attention(const Variable& qkv, int64_t n_head, int64_t n_kv_head, 
                                  fused.slice(2, q_end, k_end).view({B, T, n_kv_head, D}),
                                  fused.slice(2, k_end, width).view({B, T, n_kv_head, D})};
   };
-  // The views of a fresh gradient cover it whole: each is written once, nothing is zeroed or summed.
-  auto join = [split](const ops::AttentionGrads& g, const std::vector<Tensor>& x) {
+  // The backward writes dq, dk and dv straight into the views of a fresh fused gradient, which cover it whole:
+  // each element is written once, nothing is zeroed, summed or copied.
+  auto gradients = [split](const std::vector<Tensor>& x, const RunBackward& run) {
     Tensor dqkv = Tensor::empty(x[0].shape(), x[0].dtype(), x[0].device());
-    auto [dq, dk, dv] = split({dqkv});
-    dq.copy_from(g.dq);
-    dk.copy_from(g.dk);
-    dv.copy_from(g.dv);
+    const auto [dq, dk, dv] = split({dqkv});
+    const ops::AttentionGrads into{dq, dk, dv};
+    run(&into);
     return std::vector<Tensor>{dqkv};
   };
   if (kernel == AttentionKernel::flash)
-    return attention_with("flash_attention", &ops::flash_attention, &ops::flash_attention_backward, {qkv}, split, join,
-                          config);
+    return attention_with("flash_attention", &ops::flash_attention, &ops::flash_attention_backward, {qkv}, split,
+                          gradients, config);
   return attention_with("attention_materialized", &ops::attention_materialized, &ops::attention_materialized_backward,
-                        {qkv}, split, join, config);
+                        {qkv}, split, gradients, config);
 }
 
 }  // namespace alpha::autograd

@@ -85,11 +85,21 @@ struct AttentionBackwardArgs {
   const T* out;              // (B, Tq, Hq, Dv), contiguous: the forward's output
   const acc_t<T>* row_max;   // (B, Hq, Tq), contiguous: the forward's statistics
   const acc_t<T>* row_sum;   // (B, Hq, Tq), contiguous
-  T* dq;                     // (B, Tq, Hq, D), contiguous
-  T* dk;                     // (B, Tk, Hkv, D), contiguous
-  T* dv;                     // (B, Tk, Hkv, Dv), contiguous
+  T* dq;                     // (B, Tq, Hq, D), rows dq_row_stride apart
+  T* dk;                     // (B, Tk, Hkv, D), rows dk_row_stride apart
+  T* dv;                     // (B, Tk, Hkv, Dv), rows dv_row_stride apart
   AttentionParams<T> params;
+  // Elements from one (b, t) row of dq, dk and dv to the next, each row's heads packed as [H, D]: 0 for
+  // contiguous outputs (H·D), more to write into views of a wider buffer (the slices of a fused qkv gradient).
+  int64_t dq_row_stride = 0, dk_row_stride = 0, dv_row_stride = 0;
 };
+
+// Where head h of row (b, t) of an attention gradient ([B, len, heads, dim], rows `row_stride` apart, or
+// heads·dim for 0: AttentionBackwardArgs) starts, in elements.
+ALPHA_HD int64_t grad_offset(int64_t b, int64_t t, int64_t h, int64_t len, int64_t row_stride, int64_t heads,
+                             int64_t dim) {
+  return (b * len + t) * (row_stride != 0 ? row_stride : heads * dim) + h * dim;
+}
 
 // The keys query i sees, [begin, end): all of them, cut on the right by the bottom-right aligned causal
 // mask (j <= d(i) = i + Tk − Tq) and by the window (j <= d(i) + window_right), on the left by the window

@@ -206,9 +206,27 @@ AttentionOutput attention_forward(Algorithm algorithm, const Tensor& q, const Te
   return result;
 }
 
+// The row stride of `into`'s tensor `name`, the gradient of `like` ([B, T, H, D]): same shape, dtype and device,
+// each (b, t) row's heads packed as [H, D] and the rows evenly spaced, at least H·D apart.
+int64_t gradient_row_stride(std::string_view op, std::string_view name, const Tensor& grad, const Tensor& like) {
+  check_same_device(op, name, grad, like);
+  check_same_dtype(op, name, grad, like);
+  check_shape(op, name, grad, like.shape());
+  const int64_t B = like.size(0), T = like.size(1), H = like.size(2), D = like.size(3);
+  const int64_t row_stride = T > 1 ? grad.stride(1) : B > 1 ? grad.stride(0) : H * D;
+  const bool packed = (D == 1 || grad.stride(3) == 1) && (H == 1 || grad.stride(2) == D) &&
+                      (B == 1 || grad.stride(0) == T * row_stride) && row_stride >= H * D;
+  if (!packed)
+    raise<ShapeError>(op, name,
+                      "each (b, t) row's heads packed as [H, D] and the rows evenly spaced, at least H·D = " +
+                          std::to_string(H * D) + " apart",
+                      "strides " + shape_str(grad.strides()));
+  return row_stride;
+}
+
 AttentionGrads attention_backward(Algorithm algorithm, const Tensor& dout, const Tensor& q, const Tensor& k,
                                   const Tensor& v, const Tensor& out, const Tensor& row_max, const Tensor& row_sum,
-                                  const AttentionConfig& config) {
+                                  const AttentionConfig& config, const AttentionGrads* into) {
   const std::string_view op = backward_name(algorithm);
   check_attention_inputs(op, q, k, v, config);
   if (algorithm == Algorithm::flash) check_flash_inputs(op, q, v);
@@ -223,14 +241,33 @@ AttentionGrads attention_backward(Algorithm algorithm, const Tensor& dout, const
   Tensor dout_c = dout.contiguous(), out_c = out.contiguous();
   Tensor row_max_c = row_max.contiguous(), row_sum_c = row_sum.contiguous();
   AttentionGrads grads;
-  grads.dq = Tensor::empty(q.shape(), q.dtype(), q.device());
-  grads.dk = Tensor::empty(k.shape(), k.dtype(), k.device());
-  grads.dv = Tensor::empty(v.shape(), v.dtype(), v.device());
+  int64_t dq_row_stride = 0, dk_row_stride = 0, dv_row_stride = 0;  // 0: contiguous
+  if (into) {
+    dq_row_stride = gradient_row_stride(op, "into.dq", into->dq, q);
+    dk_row_stride = gradient_row_stride(op, "into.dk", into->dk, k);
+    dv_row_stride = gradient_row_stride(op, "into.dv", into->dv, v);
+    grads = *into;
+  } else {
+    grads.dq = Tensor::empty(q.shape(), q.dtype(), q.device());
+    grads.dk = Tensor::empty(k.shape(), k.dtype(), k.device());
+    grads.dv = Tensor::empty(v.shape(), v.dtype(), v.device());
+  }
   dispatch_float(op, q, [&]<class T>(const auto& where) {
-    backward_kernel(algorithm, where, kernels::AttentionBackwardArgs<T>{
-        dout_c.data<T>(), q.data<T>(), k.data<T>(), v.data<T>(), out_c.data<T>(), row_max_c.data<acc_t<T>>(),
-        row_sum_c.data<acc_t<T>>(), grads.dq.data<T>(), grads.dk.data<T>(), grads.dv.data<T>(),
-        attention_kernel_params<T>(q, k, v, config)}, q.device());
+    const kernels::AttentionBackwardArgs<T> args{.dout = dout_c.data<T>(),
+                                                 .q = q.data<T>(),
+                                                 .k = k.data<T>(),
+                                                 .v = v.data<T>(),
+                                                 .out = out_c.data<T>(),
+                                                 .row_max = row_max_c.data<acc_t<T>>(),
+                                                 .row_sum = row_sum_c.data<acc_t<T>>(),
+                                                 .dq = grads.dq.data<T>(),
+                                                 .dk = grads.dk.data<T>(),
+                                                 .dv = grads.dv.data<T>(),
+                                                 .params = attention_kernel_params<T>(q, k, v, config),
+                                                 .dq_row_stride = dq_row_stride,
+                                                 .dk_row_stride = dk_row_stride,
+                                                 .dv_row_stride = dv_row_stride};
+    backward_kernel(algorithm, where, args, q.device());
   });
   return grads;
 }
@@ -244,8 +281,8 @@ AttentionOutput attention_materialized(const Tensor& q, const Tensor& k, const T
 
 AttentionGrads attention_materialized_backward(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v,
                                                const Tensor& out, const Tensor& row_max, const Tensor& row_sum,
-                                               const AttentionConfig& config) {
-  return attention_backward(Algorithm::materialized, dout, q, k, v, out, row_max, row_sum, config);
+                                               const AttentionConfig& config, const AttentionGrads* into) {
+  return attention_backward(Algorithm::materialized, dout, q, k, v, out, row_max, row_sum, config, into);
 }
 
 std::string flash_attention_kernels(Device device, DType dtype, int64_t head_dim, int64_t value_dim) {
@@ -270,8 +307,8 @@ AttentionOutput flash_attention(const Tensor& q, const Tensor& k, const Tensor& 
 
 AttentionGrads flash_attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v,
                                         const Tensor& out, const Tensor& row_max, const Tensor& row_sum,
-                                        const AttentionConfig& config) {
-  return attention_backward(Algorithm::flash, dout, q, k, v, out, row_max, row_sum, config);
+                                        const AttentionConfig& config, const AttentionGrads* into) {
+  return attention_backward(Algorithm::flash, dout, q, k, v, out, row_max, row_sum, config, into);
 }
 
 }  // namespace alpha::ops

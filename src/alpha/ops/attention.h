@@ -49,10 +49,13 @@ struct AttentionGrads {
   Tensor dq, dk, dv;  // dk, dv summed over each GQA group
 };
 // out, row_max and row_sum are the forward's; dk, dv summed over each GQA group in a fixed order (the same
-// bits on every run, on both devices).
+// bits on every run, on both devices). With `into`, dq, dk and dv are written into its tensors (and returned)
+// instead of fresh ones: shaped, typed and placed like q, k and v, each (b, t) row's heads packed ([H, D]
+// contiguous) and the rows evenly spaced, as the slices of a fused [B, T, (Hq + 2·Hkv)·D] gradient are; other
+// layouts raise ShapeError naming into.dq, into.dk or into.dv.
 AttentionGrads attention_materialized_backward(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v,
                                                const Tensor& out, const Tensor& row_max, const Tensor& row_sum,
-                                               const AttentionConfig& config);
+                                               const AttentionConfig& config, const AttentionGrads* into = nullptr);
 
 // Flash attention on a CUDA device (kernels/flash_attention.h): the contract, options, statistics and
 // dropout mask of attention_materialized, computed tile by tile without ever holding the Tq×Tk scores.
@@ -65,8 +68,9 @@ AttentionOutput flash_attention(const Tensor& q, const Tensor& k, const Tensor& 
 // for head-dim buckets 64 and 128, else the mma.sync tensor-core kernels, and the FMA kernels for f32.
 // ShapeError for head dimensions flash attention cannot take.
 std::string flash_attention_kernels(Device device, DType dtype, int64_t head_dim, int64_t value_dim);
+// `into`: as attention_materialized_backward's.
 AttentionGrads flash_attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v,
                                         const Tensor& out, const Tensor& row_max, const Tensor& row_sum,
-                                        const AttentionConfig& config);
+                                        const AttentionConfig& config, const AttentionGrads* into = nullptr);
 
 }  // namespace alpha::ops

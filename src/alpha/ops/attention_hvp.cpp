@@ -50,7 +50,7 @@ AttentionGrads gradient_at(const HvpPoint& x, const AttentionConfig& config, dou
   const auto forward = gpu ? &flash_attention : &attention_materialized;
   const auto backward = gpu ? &flash_attention_backward : &attention_materialized_backward;
   AttentionOutput fwd = forward(qs, ks, vs, config);
-  return backward(x.grad_out, qs, ks, vs, fwd.out, fwd.row_max, fwd.row_sum, config);
+  return backward(x.grad_out, qs, ks, vs, fwd.out, fwd.row_max, fwd.row_sum, config, nullptr);
 }
 
 // (plus − minus) / (2·eps), the difference taken first: it is exact where the two are within a factor of 2.

@@ -113,13 +113,13 @@ void attention_reference_backward(const AttentionBackwardArgs<T>& args) {
             dk[size_t(j * p.head_dim + d)] += dscore * A(qi[d]);
           }
         }
-        T* dq = args.dq + ((b * p.q_len + i) * p.q_heads + h) * p.head_dim;
+        T* dq = args.dq + grad_offset(b, i, h, p.q_len, args.dq_row_stride, p.q_heads, p.head_dim);
         for (int64_t d = 0; d < p.head_dim; ++d) dq[d] = T(dq_row[size_t(d)]);
       }
     }
     for (int64_t j = 0; j < p.kv_len; ++j) {
-      T* dk_out = args.dk + ((b * p.kv_len + j) * p.kv_heads + kv_head) * p.head_dim;
-      T* dv_out = args.dv + ((b * p.kv_len + j) * p.kv_heads + kv_head) * p.value_dim;
+      T* dk_out = args.dk + grad_offset(b, j, kv_head, p.kv_len, args.dk_row_stride, p.kv_heads, p.head_dim);
+      T* dv_out = args.dv + grad_offset(b, j, kv_head, p.kv_len, args.dv_row_stride, p.kv_heads, p.value_dim);
       for (int64_t d = 0; d < p.head_dim; ++d) dk_out[d] = T(dk[size_t(j * p.head_dim + d)]);
       for (int64_t d = 0; d < p.value_dim; ++d) dv_out[d] = T(dv[size_t(j * p.value_dim + d)]);
     }

@@ -191,10 +191,11 @@ __global__ void softmax_kernel(AttentionParams<T> p, float* scores, float* row_m
 }
 
 // Grid (b·Hq + h, query tile, feature tile): out[b, i, h, d] = Σ_j a[bh, i, j] · x[b, j, h / group, d] over
-// the keys query i sees; out is contiguous [B, Tq, Hq, width]. The forward's P̃·V and the backward's dS·K.
+// the keys query i sees; out is [B, Tq, Hq, width], rows out_row_stride apart (0: contiguous). The forward's P̃·V
+// and the backward's dS·K.
 template <class T>
 __global__ void rows_product_kernel(const float* a, const Bits<T>* x, AttentionStrides xs, int64_t width,
-                                    AttentionParams<T> p, Bits<T>* out) {
+                                    AttentionParams<T> p, Bits<T>* out, int64_t out_row_stride) {
   __shared__ StepTiles tiles;
   const int64_t bh = blockIdx.x, b = bh / p.q_heads, h = bh % p.q_heads, kv_head = h / (p.q_heads / p.kv_heads);
   const int64_t i0 = int64_t(blockIdx.y) * kTile, d0 = int64_t(blockIdx.z) * kTile;
@@ -215,18 +216,20 @@ __global__ void rows_product_kernel(const float* a, const Bits<T>* x, AttentionS
       tiles, acc);
   for_each_output(acc, [&](int r, int c, float value) {
     const int64_t i = i0 + r, d = d0 + c;
-    if (i < p.q_len && d < width) out[((b * p.q_len + i) * p.q_heads + h) * width + d] = Elem<T>::store(value);
+    if (i < p.q_len && d < width)
+      out[grad_offset(b, i, h, p.q_len, out_row_stride, p.q_heads, width) + d] = Elem<T>::store(value);
   });
 }
 
 // Grid (b·Hkv + kv head, key tile, feature tile): out[b, j, kv, d] = Σ_h Σ_i f(a[bh, i, j]) · y[b, i, h, d]
 // over the group's query heads h (ascending), then the queries i that see key j (ascending): one thread
-// owns each output and adds in that order. out is contiguous [B, Tk, Hkv, width].
+// owns each output and adds in that order. out is [B, Tk, Hkv, width], rows out_row_stride apart (0: contiguous).
 // kProbs: a holds S and f rebuilds P̃ = exp(S − m_i) / l_i · dropout factor (dV = P̃ᵀ·dO); else f is the
 // identity on dS (dK = dSᵀ·Q).
 template <class T, bool kProbs>
 __global__ void keys_product_kernel(const float* a, const Bits<T>* y, AttentionStrides ys, int64_t width,
-                                    AttentionParams<T> p, const float* row_max, const float* row_sum, Bits<T>* out) {
+                                    AttentionParams<T> p, const float* row_max, const float* row_sum, Bits<T>* out,
+                                    int64_t out_row_stride) {
   __shared__ StepTiles tiles;
   const int64_t group = p.q_heads / p.kv_heads;
   const int64_t b = blockIdx.x / p.kv_heads, kv_head = blockIdx.x % p.kv_heads;
@@ -259,7 +262,8 @@ __global__ void keys_product_kernel(const float* a, const Bits<T>* y, AttentionS
   }
   for_each_output(acc, [&](int r, int c, float value) {
     const int64_t j = j0 + r, d = d0 + c;
-    if (j < p.kv_len && d < width) out[((b * p.kv_len + j) * p.kv_heads + kv_head) * width + d] = Elem<T>::store(value);
+    if (j < p.kv_len && d < width)
+      out[grad_offset(b, j, kv_head, p.kv_len, out_row_stride, p.kv_heads, width) + d] = Elem<T>::store(value);
   });
 }
 
@@ -300,7 +304,7 @@ void attention_materialized_forward(const AttentionForwardArgs<T>& args, float* 
   if (empty(grid)) return;
   constexpr auto weighted_values = rows_product_kernel<T>;
   ALPHA_CUDA_LAUNCH(weighted_values, grid, Tiles::kThreads, s, workspace, bits(args.v), p.v_strides, p.value_dim, p,
-                    bits(args.out));
+                    bits(args.out), int64_t(0));
 }
 
 template <class T>
@@ -318,7 +322,7 @@ void attention_materialized_backward(const AttentionBackwardArgs<T>& args, float
   if (!empty(dv_grid)) {
     constexpr auto dv = keys_product_kernel<T, true>;
     ALPHA_CUDA_LAUNCH(dv, dv_grid, Tiles::kThreads, s, scores, bits(args.dout), dout_strides, p.value_dim, p,
-                      args.row_max, args.row_sum, bits(args.dv));
+                      args.row_max, args.row_sum, bits(args.dv), args.dv_row_stride);
   }
   const dim3 ds_grid(unsigned(heads), tile_count(p.q_len), tile_count(p.kv_len));
   if (!empty(ds_grid)) {
@@ -329,13 +333,14 @@ void attention_materialized_backward(const AttentionBackwardArgs<T>& args, float
   const dim3 dq_grid(unsigned(heads), tile_count(p.q_len), tile_count(p.head_dim));
   if (!empty(dq_grid)) {
     constexpr auto dq = rows_product_kernel<T>;
-    ALPHA_CUDA_LAUNCH(dq, dq_grid, Tiles::kThreads, s, scores, bits(args.k), p.k_strides, p.head_dim, p, bits(args.dq));
+    ALPHA_CUDA_LAUNCH(dq, dq_grid, Tiles::kThreads, s, scores, bits(args.k), p.k_strides, p.head_dim, p, bits(args.dq),
+                      args.dq_row_stride);
   }
   const dim3 dk_grid(unsigned(p.batch * p.kv_heads), tile_count(p.kv_len), tile_count(p.head_dim));
   if (!empty(dk_grid)) {
     constexpr auto dk = keys_product_kernel<T, false>;
     ALPHA_CUDA_LAUNCH(dk, dk_grid, Tiles::kThreads, s, scores, bits(args.q), p.q_strides, p.head_dim, p, nullptr,
-                      nullptr, bits(args.dk));
+                      nullptr, bits(args.dk), args.dk_row_stride);
   }
 }
 

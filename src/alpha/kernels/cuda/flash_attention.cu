@@ -231,8 +231,8 @@ __global__ void __launch_bounds__(kThreads) key_grads_kernel(AttentionBackwardAr
   }
   const int64_t j = j0 + own.row;
   if (j >= p.kv_len) return;
-  Bits<T>* dk_row = bits(a.dk) + ((b * p.kv_len + j) * p.kv_heads + kv_head) * p.head_dim;
-  Bits<T>* dv_row = bits(a.dv) + ((b * p.kv_len + j) * p.kv_heads + kv_head) * p.value_dim;
+  Bits<T>* dk_row = bits(a.dk) + grad_offset(b, j, kv_head, p.kv_len, a.dk_row_stride, p.kv_heads, p.head_dim);
+  Bits<T>* dv_row = bits(a.dv) + grad_offset(b, j, kv_head, p.kv_len, a.dv_row_stride, p.kv_heads, p.value_dim);
   for (int k = 0; k < Rows::kWidth; ++k) {
     const int d = own.column(k);
     if (d < d_qk) dk_row[d] = Elem<T>::store(dk[k]);
@@ -273,7 +273,7 @@ __global__ void __launch_bounds__(kThreads) query_grads_kernel(AttentionBackward
   }
   const int64_t i = i0 + own.row;
   if (i >= p.q_len) return;
-  Bits<T>* dq_row = bits(a.dq) + ((b * p.q_len + i) * p.q_heads + h) * p.head_dim;
+  Bits<T>* dq_row = bits(a.dq) + grad_offset(b, i, h, p.q_len, a.dq_row_stride, p.q_heads, p.head_dim);
   for (int k = 0; k < Rows::kWidth; ++k)
     if (own.column(k) < d_qk) dq_row[own.column(k)] = Elem<T>::store(dq[k]);
 }

@@ -274,8 +274,8 @@ __global__ void store_dq_kernel(AttentionBackwardArgs<T> a, const float* dq_sum)
     const int64_t row = 2 * e / p.head_dim, d = 2 * e % p.head_dim;
     const int64_t bh = row / p.q_len, i = row % p.q_len, b = bh / p.q_heads, h = bh % p.q_heads;
     const float2 sum = reinterpret_cast<const float2*>(dq_sum)[e];
-    *reinterpret_cast<uint32_t*>(bits(a.dq) + ((b * p.q_len + i) * p.q_heads + h) * p.head_dim + d) =
-        pack2<T>(sum.x * p.scale, sum.y * p.scale);
+    *reinterpret_cast<uint32_t*>(bits(a.dq) + grad_offset(b, i, h, p.q_len, a.dq_row_stride, p.q_heads, p.head_dim) +
+                                 d) = pack2<T>(sum.x * p.scale, sum.y * p.scale);
   }
 }
 

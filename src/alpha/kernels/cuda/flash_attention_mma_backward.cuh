@@ -230,12 +230,14 @@ __device__ __forceinline__ void store_key_grads(const AttentionBackwardArgs<T>& 
                                                 int64_t key_row0, int lane, const FragC (&dk)[kM][kO],
                                                 const FragC (&dv)[kM][kO]) {
   const AttentionParams<T>& p = a.params;
-  auto key_row = [&](uint16_t* out, int64_t width, int r) -> uint16_t* {
+  auto key_row = [&](uint16_t* out, int64_t row_stride, int64_t width, int r) -> uint16_t* {
     const int64_t j = key_row0 + r;
-    return j < p.kv_len ? out + ((b * p.kv_len + j) * p.kv_heads + kv_head) * width : nullptr;
+    return j < p.kv_len ? out + grad_offset(b, j, kv_head, p.kv_len, row_stride, p.kv_heads, width) : nullptr;
   };
-  store_rows<T>(dk, p.scale, int(p.head_dim), lane, [&](int r) { return key_row(bits(a.dk), p.head_dim, r); });
-  store_rows<T>(dv, 1.0f, int(p.value_dim), lane, [&](int r) { return key_row(bits(a.dv), p.value_dim, r); });
+  store_rows<T>(dk, p.scale, int(p.head_dim), lane,
+                [&](int r) { return key_row(bits(a.dk), a.dk_row_stride, p.head_dim, r); });
+  store_rows<T>(dv, 1.0f, int(p.value_dim), lane,
+                [&](int r) { return key_row(bits(a.dv), a.dv_row_stride, p.value_dim, r); });
 }
 
 // dQ (scaled) of a warp's queries from row0 of head h (dq: [B, Tq, Hq, D]).
@@ -245,7 +247,7 @@ __device__ __forceinline__ void store_query_grads(const AttentionBackwardArgs<T>
   const AttentionParams<T>& p = a.params;
   store_rows<T>(dq, p.scale, int(p.head_dim), lane, [&](int r) -> uint16_t* {
     const int64_t i = row0 + r;
-    return i < p.q_len ? bits(a.dq) + ((b * p.q_len + i) * p.q_heads + h) * p.head_dim : nullptr;
+    return i < p.q_len ? bits(a.dq) + grad_offset(b, i, h, p.q_len, a.dq_row_stride, p.q_heads, p.head_dim) : nullptr;
   });
 }
 
