@@ -66,6 +66,28 @@ __global__ void __launch_bounds__(Team::kThreads) layernorm_kernel(LayerNormArgs
   }
 }
 
+// A member's chunk of the partial sums: dweight_part += dy·x̂, dbias_part += dy, as 16-byte words for vector
+// chunks (the chunks of neighbouring members are V floats apart in shared memory: as single floats a bf16
+// chunk's 8 would take 8 times the bank cycles).
+template <int V>
+__device__ void add_partials(float* dweight_part, float* dbias_part, const float (&dy)[V], const float (&xhat)[V]) {
+  if constexpr (V % 4 == 0) {
+#pragma unroll
+    for (int v = 0; v < V; v += 4) {
+      float4& w = *reinterpret_cast<float4*>(dweight_part + v);
+      float4& b = *reinterpret_cast<float4*>(dbias_part + v);
+      w = make_float4(w.x + dy[v] * xhat[v], w.y + dy[v + 1] * xhat[v + 1], w.z + dy[v + 2] * xhat[v + 2],
+                      w.w + dy[v + 3] * xhat[v + 3]);
+      b = make_float4(b.x + dy[v], b.y + dy[v + 1], b.z + dy[v + 2], b.w + dy[v + 3]);
+    }
+  } else {
+    for (int v = 0; v < V; ++v) {
+      dweight_part[v] += dy[v] * xhat[v];
+      dbias_part[v] += dy[v];
+    }
+  }
+}
+
 // partials: nullptr when neither dweight nor dbias is wanted, else [gridDim.x, 2·cols]: row b holds block b's
 // Σ dy·x̂ in [0, cols) and Σ dy in [cols, 2·cols), over the rows its teams visited. Each team sums its own in a
 // row of shared memory when `shared_partials` (the teams' rows side by side, then added in team order into
@@ -116,15 +138,13 @@ __global__ void __launch_bounds__(Team::kThreads)
       dy.get(k, j, fdy);
       x.get(k, j, fx);
       if (dx) load_chunk<T, V>(weight, j, w);
+      float xhat[V];
       for (int v = 0; v < V; ++v) {
-        const float xhat = (fx[v] - mean) * rstd;
-        if (dx) out[v] = rstd * (fdy[v] * w[v] - mean_g - xhat * mean_g_xhat);
-        if (partials) {
-          dweight_part[j * V + v] += fdy[v] * xhat;
-          dbias_part[j * V + v] += fdy[v];
-        }
+        xhat[v] = (fx[v] - mean) * rstd;
+        if (dx) out[v] = rstd * (fdy[v] * w[v] - mean_g - xhat[v] * mean_g_xhat);
       }
       if (dx) store_chunk<T, V>(dx, j, out);
+      if (partials) add_partials<V>(dweight_part + j * V, dbias_part + j * V, fdy, xhat);
     });
   }
 
