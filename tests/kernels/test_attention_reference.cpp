@@ -425,12 +425,17 @@ TEST(AttentionReferenceOps, BackwardWritesIntoViewsOfAFusedGradient) {
     transposed.dk = Tensor::empty({B, Hkv, T, D}, dtype).transpose(1, 2);
     EXPECT_ALPHA_ERROR(
         ops::attention_materialized_backward(dout, q, k, v, fwd.out, fwd.row_max, fwd.row_sum, config, &transposed),
-        ShapeError, "[attention_materialized_backward]", "'into.dk'", "packed as [H, D]");
+        LayoutError, "[attention_materialized_backward]", "'into.dk'", "packed as [H, D]");
     ops::AttentionGrads wrong_shape = into;
     wrong_shape.dv = Tensor::empty({B, T, Hkv, D + 1}, dtype);
     EXPECT_ALPHA_ERROR(
         ops::attention_materialized_backward(dout, q, k, v, fwd.out, fwd.row_max, fwd.row_sum, config, &wrong_shape),
         ShapeError, "[attention_materialized_backward]", "'into.dv'");
+    ops::AttentionGrads wrong_dtype = into;
+    wrong_dtype.dq = Tensor::empty({B, T, Hq, D}, dtype == DType::f32 ? DType::f64 : DType::f32);
+    EXPECT_ALPHA_ERROR(
+        ops::attention_materialized_backward(dout, q, k, v, fwd.out, fwd.row_max, fwd.row_sum, config, &wrong_dtype),
+        DTypeError, "[attention_materialized_backward]", "'into.dq'");
   }
 }
 

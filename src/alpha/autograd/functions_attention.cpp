@@ -1,8 +1,8 @@
+#include "alpha/autograd/functions.h"
+
 #include <array>
-#include <functional>
 #include <string>
 
-#include "alpha/autograd/functions.h"
 #include "alpha/core/error.h"
 
 namespace alpha::autograd {
@@ -13,13 +13,12 @@ using ForwardOp = ops::AttentionOutput (*)(const Tensor&, const Tensor&, const T
 using BackwardOp = ops::AttentionGrads (*)(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&,
                                            const Tensor&, const Tensor&, const ops::AttentionConfig&,
                                            const ops::AttentionGrads*);
-// Runs the backward op, writing dq, dk and dv into `into`'s tensors when given (else fresh ones).
-using RunBackward = std::function<ops::AttentionGrads(const ops::AttentionGrads* into)>;
 
 // One attention implementation's forward and backward ops (ops/attention.h) as a differentiable function of
-// `inputs`, whose values `split` turns into q, k and v; `gradients(values, run)` runs the backward and returns
-// the inputs' gradients. The backward reuses the forward's output and row statistics instead of recomputing
-// the softmax; the kernels compute dq, dk and dv in one pass, so all are returned whichever inputs need them.
+// `inputs`, whose values `split` turns into q, k and v; `gradients(values, run)` returns the inputs' gradients,
+// calling run(into) for the backward, which writes dq, dk and dv into `into`'s tensors (fresh ones for
+// nullptr). The backward reuses the forward's output and row statistics instead of recomputing the softmax;
+// the kernels compute dq, dk and dv in one pass, so all are returned whichever inputs need them.
 template <class Split, class Gradients>
 Variable attention_with(const char* name, ForwardOp forward_op, BackwardOp backward_op,
                         const std::vector<Variable>& inputs, Split split, Gradients gradients,
@@ -32,10 +31,10 @@ Variable attention_with(const char* name, ForwardOp forward_op, BackwardOp backw
     return BackwardFn(
         [values, split, gradients, forward, config, backward_op](const Tensor& g, const std::vector<bool>&) {
           const std::array<Tensor, 3> qkv = split(values);
-          return gradients(values, RunBackward([&](const ops::AttentionGrads* into) {
-                             return backward_op(g, qkv[0], qkv[1], qkv[2], forward.out, forward.row_max,
-                                                forward.row_sum, config, into);
-                           }));
+          auto run = [&](const ops::AttentionGrads* into) {
+            return backward_op(g, qkv[0], qkv[1], qkv[2], forward.out, forward.row_max, forward.row_sum, config, into);
+          };
+          return gradients(values, run);
         });
   });
 }
@@ -44,10 +43,8 @@ Variable separate_attention(const char* name, ForwardOp forward_op, BackwardOp b
                             const Variable& k, const Variable& v, const ops::AttentionConfig& config) {
   return attention_with(
       name, forward_op, backward_op, {q, k, v},
-      [](const std::vector<Tensor>& x) {
-        return std::array<Tensor, 3>{x[0], x[1], x[2]};
-      },
-      [](const std::vector<Tensor>&, const RunBackward& run) {
+      [](const std::vector<Tensor>& x) { return std::array<Tensor, 3>{x[0], x[1], x[2]}; },
+      [](const std::vector<Tensor>&, const auto& run) {
         const ops::AttentionGrads g = run(nullptr);
         return std::vector<Tensor>{g.dq, g.dk, g.dv};
       },
@@ -90,7 +87,7 @@ Variable self_attention(const Variable& qkv, int64_t n_head, int64_t n_kv_head, 
   };
   // The backward writes dq, dk and dv straight into the views of a fresh fused gradient, which cover it whole:
   // each element is written once, nothing is zeroed, summed or copied.
-  auto gradients = [split](const std::vector<Tensor>& x, const RunBackward& run) {
+  auto gradients = [split](const std::vector<Tensor>& x, const auto& run) {
     Tensor dqkv = Tensor::empty(x[0].shape(), x[0].dtype(), x[0].device());
     const auto [dq, dk, dv] = split({dqkv});
     const ops::AttentionGrads into{dq, dk, dv};

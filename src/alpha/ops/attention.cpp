@@ -217,10 +217,10 @@ int64_t gradient_row_stride(std::string_view op, std::string_view name, const Te
   const bool packed = (D == 1 || grad.stride(3) == 1) && (H == 1 || grad.stride(2) == D) &&
                       (B == 1 || grad.stride(0) == T * row_stride) && row_stride >= H * D;
   if (!packed)
-    raise<ShapeError>(op, name,
-                      "each (b, t) row's heads packed as [H, D] and the rows evenly spaced, at least H·D = " +
-                          std::to_string(H * D) + " apart",
-                      "strides " + shape_str(grad.strides()));
+    raise<LayoutError>(op, name,
+                       "each (b, t) row's heads packed as [H, D] and the rows evenly spaced, at least H·D = " +
+                           std::to_string(H * D) + " apart",
+                       "strides " + shape_str(grad.strides()));
   return row_stride;
 }
 

@@ -51,8 +51,9 @@ struct AttentionGrads {
 // out, row_max and row_sum are the forward's; dk, dv summed over each GQA group in a fixed order (the same
 // bits on every run, on both devices). With `into`, dq, dk and dv are written into its tensors (and returned)
 // instead of fresh ones: shaped, typed and placed like q, k and v, each (b, t) row's heads packed ([H, D]
-// contiguous) and the rows evenly spaced, as the slices of a fused [B, T, (Hq + 2·Hkv)·D] gradient are; other
-// layouts raise ShapeError naming into.dq, into.dk or into.dv.
+// contiguous) and the rows evenly spaced, as the slices of a fused [B, T, (Hq + 2·Hkv)·D] gradient are. Another
+// shape raises ShapeError, another dtype DTypeError, another layout LayoutError, naming into.dq, into.dk or
+// into.dv.
 AttentionGrads attention_materialized_backward(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v,
                                                const Tensor& out, const Tensor& row_max, const Tensor& row_sum,
                                                const AttentionConfig& config, const AttentionGrads* into = nullptr);
