@@ -5,7 +5,8 @@ Issue 9's memory bench. Climbs a ladder of GPT-2 shapes (n_layer, n_embd, n_head
 wider and deeper ones, head dim 64, vocabulary 50304, context 1024) and trains each for --steps steps at
 --batch-size × 1024 tokens:
 - Alpha: `alpha train --config gpt2-124m --n-layer L --n-embd C --n-head H --device cuda --precision bf16
-  --recompute block` (each block's input kept, the block re-run in backward); peak memory from metrics.jsonl.
+  --recompute block --save-every -1` (each block's input kept, the block re-run in backward; no checkpoint,
+  whose write of a model of billions of parameters would take minutes); peak memory from metrics.jsonl.
 - PyTorch: bench/train_seed.py's GPT with every block under torch.utils.checkpoint (non-reentrant), bf16
   autocast with f32 master weights, fused AdamW; peak from torch.cuda.max_memory_allocated. Each trial runs
   in a process of its own, so that an out-of-memory failure leaves nothing behind for the next.
@@ -16,7 +17,8 @@ Also the issue's smaller check, with --check-wide: a 12-layer, width 512, 8-head
 trains on Alpha without recomputation.
 
 Usage: python3 bench/largest_model.py --alpha build/cuda/alpha [--batch-size 8] [--steps 3] [--out DIR]
-       [--ladder 12:768:12,24:1024:16,...] [--check-wide]
+       [--ladder 12:768:12,24:1024:16,...] [--check-wide] [--engines alpha,pytorch]
+--engines climbs only the engines named, so that the two can climb at once on two GPUs (CUDA_VISIBLE_DEVICES).
 """
 import argparse
 import json
@@ -50,7 +52,7 @@ def alpha_trial(binary, data_dir, run_dir, shape, batch, steps, recompute):
     cmd = [binary, "train", "--config", "gpt2-124m", "--n-layer", str(layers), "--n-embd", str(width),
            "--n-head", str(heads), "--n-kv-head", str(heads), "--device", "cuda", "--precision", "bf16",
            "--recompute", recompute, "--batch-size", str(batch), "--seq-len", str(SEQ), "--steps", str(steps),
-           "--eval-every", "0", "--save-every", "0", "--sample-tokens", "0", "--data", data_dir, "--out", run_dir]
+           "--eval-every", "0", "--save-every", "-1", "--sample-tokens", "0", "--data", data_dir, "--out", run_dir]
     done = subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     if done.returncode != 0:
         return {"trained": False, "why": failure_line(done), "out_of_memory": "memory available on" in done.stderr}
@@ -121,13 +123,17 @@ def main():
     parser.add_argument("--ladder", help="comma-separated n_layer:n_embd:n_head, smallest first")
     parser.add_argument("--check-wide", action="store_true",
                         help="also train 12 layers, width 512, 8 heads at batch 16 on Alpha without recomputation")
+    parser.add_argument("--engines", default="alpha,pytorch", help="comma-separated: alpha, pytorch or both")
     parser.add_argument("--out", default=".")
     parser.add_argument("--torch-trial", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.torch_trial:
         return torch_trial(parse_shape(args.torch_trial), args.batch_size, args.steps)
+    engines = args.engines.split(",")
+    if not engines or any(e not in ("alpha", "pytorch") for e in engines) or len(set(engines)) != len(engines):
+        parser.error(f"--engines: expected alpha, pytorch or alpha,pytorch, got {args.engines!r}")
     if not args.alpha:
-        parser.error("--alpha is required")
+        parser.error("--alpha is required (it also prepares the data)")
     for name in ("batch_size", "steps"):
         if getattr(args, name) < 1:
             parser.error(f"--{name.replace('_', '-')}: expected a positive count, got {getattr(args, name)}")
@@ -140,9 +146,9 @@ def main():
             wide = alpha_trial(args.alpha, data_dir, os.path.join(tmp, "wide"), (12, 512, 8), 16, args.steps, "none")
             results["wide_12x512_batch16"] = wide
             print(f"alpha, 12 layers x 512, 8 heads, batch 16 x {SEQ}, no recomputation: {describe(wide)}", flush=True)
-        climbing = {"alpha": True, "pytorch": True}
+        climbing = {engine: True for engine in engines}
         for i, shape in enumerate(ladder):
-            for engine in ("alpha", "pytorch"):
+            for engine in engines:
                 if not climbing[engine]:
                     continue
                 if engine == "alpha":
@@ -157,7 +163,7 @@ def main():
                       f"({r['parameters'] / 1e9:5.2f} B parameters): {describe(r)}", flush=True)
             if not any(climbing.values()):
                 break
-    for engine in ("alpha", "pytorch"):
+    for engine in engines:
         trained = [t for t in results["trials"] if t["engine"] == engine and t["trained"]]
         best = trained[-1] if trained else None
         results[f"largest_{engine}"] = best
@@ -166,7 +172,7 @@ def main():
                                           f"{best['parameters'] / 1e9:.2f} B parameters" if best else "none")
               + (" (the ladder's top: a larger one may train too)" if top else ""))
     os.makedirs(args.out, exist_ok=True)
-    with open(os.path.join(args.out, "largest_model.json"), "w") as f:
+    with open(os.path.join(args.out, f"largest_model_{'_'.join(engines)}.json"), "w") as f:
         json.dump(results, f, indent=2)
 
 

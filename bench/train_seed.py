@@ -14,7 +14,7 @@ Model FLOPs utilisation (MFU): tokens/s × FLOPs per token (flops_per_token) ÷ 
 in the same run (torch.matmul of 8192³).
 
 Usage: python3 bench/train_seed.py --alpha build/cuda/alpha [--config seed|gpt2-124m] [--batch-size N]
-       [--steps 30] [--out DIR] [--profile]
+       [--steps 30] [--out DIR] [--profile] [--reduce-overhead]
 Prints a table and writes DIR/train_CONFIG.json. With --profile, also one step of each side kernel by kernel:
 Alpha's `alpha train --profile` (DIR/alpha_profile.json) and the torch.compile peer's under torch.profiler
 (DIR/torch_profile.json, the same fields: kernels with calls, time_s, mean_us, share; busy_s, wall_s), and the
@@ -184,10 +184,11 @@ def peer_step(model, step_model, opt, ids):
     return loss
 
 
-def torch_run(cfg, batch, seq, steps, warmup, compile_model, profile=False):
+def torch_run(cfg, batch, seq, steps, warmup, compile_mode, profile=False):
+    """compile_mode: None for eager, else torch.compile's mode ("default", "reduce-overhead", ...)."""
     torch.manual_seed(0)
     model = GPT(cfg).cuda()
-    step_model = torch.compile(model) if compile_model else model
+    step_model = torch.compile(model, mode=compile_mode) if compile_mode else model
     opt = peer_optimizer(model)
     ids = torch.randint(0, cfg["vocab_size"], (batch, seq + 1), device="cuda")
 
@@ -220,6 +221,8 @@ def main():
     parser.add_argument("--out", default=".")
     parser.add_argument("--profile", action="store_true",
                         help="also profile one step of Alpha bf16 and of the torch.compile peer, kernel by kernel")
+    parser.add_argument("--reduce-overhead", action="store_true",
+                        help="also run torch.compile's reduce-overhead mode (its forward and backward in CUDA graphs)")
     args = parser.parse_args()
     with open(os.path.join(ROOT, "configs", f"{args.config}.json")) as f:
         cfg = json.load(f)
@@ -245,8 +248,12 @@ def main():
             if profile_step:
                 with open(os.path.join(tmp, precision, "profile.json")) as f:
                     profiles["alpha"] = json.load(f)
-    results["runs"]["pytorch eager bf16"] = torch_run(cfg, batch, seq, args.steps, args.warmup, False)
-    results["runs"]["pytorch compile bf16"] = torch_run(cfg, batch, seq, args.steps, args.warmup, True, args.profile)
+    results["runs"]["pytorch eager bf16"] = torch_run(cfg, batch, seq, args.steps, args.warmup, None)
+    results["runs"]["pytorch compile bf16"] = torch_run(cfg, batch, seq, args.steps, args.warmup, "default",
+                                                        args.profile)
+    if args.reduce_overhead:
+        results["runs"]["pytorch compile graphs bf16"] = torch_run(cfg, batch, seq, args.steps, args.warmup,
+                                                                   "reduce-overhead")
     if args.profile:
         profiles["torch"] = results["runs"]["pytorch compile bf16"].pop("profile")
         for side, report in profiles.items():

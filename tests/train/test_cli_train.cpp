@@ -43,6 +43,24 @@ TEST(CliTrain, TrainsOnATextFileAndSamplesFromTheCheckpoint) {
   EXPECT_TRUE(fs::exists(dir / "run" / "checkpoints" / "step_00000003"));
 }
 
+TEST(CliTrain, SaveEveryMinusOneWritesNoCheckpoint) {
+  test::TempDir dir;
+  {
+    std::ofstream text(dir / "story.txt");
+    for (int i = 0; i < 400; ++i) text << "A benchmark's run writes metrics and nothing else " << i % 5 << ".\n";
+  }
+  std::string out, err;
+  const std::string data = "train --data " + dir.file("story.txt") + kQuick + " --vocab-size 300";
+  ASSERT_EQ(test::run_alpha(data + " --out " + dir.file("never") + " --save-every -1", dir, out, err), 0) << err;
+  EXPECT_TRUE(fs::exists(dir / "never" / "metrics.jsonl"));
+  EXPECT_FALSE(fs::exists(dir / "never" / "checkpoints")) << "save_every -1 wrote a checkpoint";
+  // The default for a finished run: its last step checkpointed.
+  ASSERT_EQ(test::run_alpha(data + " --out " + dir.file("end") + " --save-every 0", dir, out, err), 0) << err;
+  EXPECT_TRUE(fs::exists(dir / "end" / "checkpoints" / "step_00000002"));
+  expect_one_line_error(test::run_alpha(data + " --out " + dir.file("bad") + " --save-every -2", dir, out, err), err,
+                        "save_every");
+}
+
 TEST(CliTrain, BadInputsGiveOneClearLine) {
   test::TempDir dir;
   std::string out, err;

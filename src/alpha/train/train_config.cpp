@@ -81,7 +81,7 @@ void TrainConfig::validate() const {
   require(max_nonfinite_steps >= 0, "max_nonfinite_steps", ">= 0 (0 = never stop)", str(max_nonfinite_steps));
   require(eval_every >= 0, "eval_every", ">= 0", str(eval_every));
   require(eval_batches >= 1, "eval_batches", ">= 1", str(eval_batches));
-  require(save_every >= 0, "save_every", ">= 0", str(save_every));
+  require(save_every >= -1, "save_every", ">= -1 (0 = only at the end, -1 = never)", str(save_every));
   require(keep_last >= 0, "keep_last", ">= 0 (0 = all)", str(keep_last));
   require(val_fraction >= 0 && val_fraction < 1, "val_fraction", "in [0, 1)", str(val_fraction));
   require(sample_tokens >= 0, "sample_tokens", ">= 0", str(sample_tokens));

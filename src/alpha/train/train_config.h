@@ -31,7 +31,9 @@ struct TrainConfig {
   int64_t max_nonfinite_steps = 8;
   int64_t eval_every = 50;       // validation loss every N steps (and at the last step); 0 = never
   int64_t eval_batches = 4;
-  int64_t save_every = 100;      // checkpoint every N steps (and at the last step); 0 = only at the end
+  // Checkpoint every N steps (and at the last step); 0 = only at the end; -1 = never (a benchmark's run,
+  // whose checkpoint of a model of billions of parameters would take minutes to write).
+  int64_t save_every = 100;
   int64_t keep_last = 3;         // checkpoints kept; 0 = all
   uint64_t data_seed = 1;        // shuffling of the training windows
   double val_fraction = 0.1;     // share of each document held out when text is prepared

@@ -459,7 +459,7 @@ std::string Trainer::run(std::optional<int64_t> stop_at_step) {
     if (skipped && t.max_nonfinite_steps > 0 && nonfinite_in_a_row >= t.max_nonfinite_steps) {
       progress.finish();
       // The weights and optimizer state are still those of the last finite step: keep them resumable.
-      save(steps_done_);
+      if (t.save_every >= 0) save(steps_done_);
       const int64_t first_bad = last_update + 1;
       throw NumericError("[train] steps " + std::to_string(first_bad) + " to " + std::to_string(steps_done_) + ": " +
                          std::to_string(nonfinite_in_a_row) +
@@ -469,13 +469,17 @@ std::string Trainer::run(std::optional<int64_t> stop_at_step) {
                               ? "; " + std::to_string(steps_done_ - last_update - nonfinite_in_a_row) +
                                     " more were overflows the loss scaler answered"
                               : std::string()) +
-                         "), training stopped; the weights and optimizer "
-                         "state of step " + std::to_string(first_bad - 1) + ", the last finite step, are saved in '" +
-                         checkpoint_dir(options_.run_dir, steps_done_).string() +
-                         "' (alpha train --resume continues after the bad batches; try a lower --lr)");
+                         "), training stopped; " +
+                         (t.save_every >= 0
+                              ? "the weights and optimizer state of step " + std::to_string(first_bad - 1) +
+                                    ", the last finite step, are saved in '" +
+                                    checkpoint_dir(options_.run_dir, steps_done_).string() +
+                                    "' (alpha train --resume continues after the bad batches; try a lower --lr)"
+                              : std::string("nothing was saved (save_every is -1); try a lower --lr")));
     }
     // A stop before the end (stop_at_step) checkpoints too, so the run can be resumed from there.
-    if ((t.save_every > 0 && steps_done_ % t.save_every == 0) || steps_done_ == last) save(steps_done_);
+    if (t.save_every >= 0 && (steps_done_ == last || (t.save_every > 0 && steps_done_ % t.save_every == 0)))
+      save(steps_done_);
   }
   progress.finish();
   if (steps_done_ < t.steps || t.sample_tokens == 0 || rank_of(options_) != 0) return "";
