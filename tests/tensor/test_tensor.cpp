@@ -203,10 +203,20 @@ TEST(Allocator, SizeClassesBoundWaste) {
   EXPECT_EQ(CachingAllocator::size_class(1), 512u);
   EXPECT_EQ(CachingAllocator::size_class(512), 512u);
   EXPECT_EQ(CachingAllocator::size_class(513), 1024u);
+  EXPECT_EQ(CachingAllocator::size_class((5u << 20) + 100), 6u << 20);
   for (size_t bytes : {1000u, 4097u, 100000u, 5u << 20, 123456789u}) {
     size_t c = CachingAllocator::size_class(bytes);
     EXPECT_GE(c, bytes);
     EXPECT_LE(double(c), 1.25 * double(bytes) + 512);
+  }
+  // From 16 MiB up a 32nd of the power-of-two range: a 2304 x 9216 f32 weight (81 MiB) takes 82 MiB, not 96.
+  EXPECT_EQ(CachingAllocator::size_class(size_t(2304) * 9216 * 4), size_t(82) << 20);
+  EXPECT_EQ(CachingAllocator::size_class((size_t(16) << 20) + 1), size_t(16.5 * (1 << 20)));
+  for (size_t bytes :
+       {size_t(16) << 20, (size_t(16) << 20) + 1, size_t(84934656), size_t(1) << 30, size_t(3000000001)}) {
+    size_t c = CachingAllocator::size_class(bytes);
+    EXPECT_GE(c, bytes);
+    EXPECT_LE(double(c), double(bytes) * (1.0 + 1.0 / 32)) << bytes;
   }
 }
 

@@ -15,6 +15,7 @@ namespace alpha {
 namespace {
 
 constexpr size_t kMinBlock = 512;
+constexpr size_t kFineClassesFrom = size_t(16) << 20;  // 32 classes per power of two from here up
 
 void* cpu_allocate(size_t bytes) { return std::aligned_alloc(64, bytes); }
 void cpu_release(void* ptr, size_t) { std::free(ptr); }
@@ -42,8 +43,8 @@ size_t CachingAllocator::size_class(size_t bytes) {
   if (bytes <= kMinBlock) return kMinBlock;
   size_t rounded = (bytes + kMinBlock - 1) / kMinBlock * kMinBlock;
   size_t top = std::bit_floor(rounded);
-  size_t quarter = std::max(top / 4, kMinBlock);
-  return (rounded + quarter - 1) / quarter * quarter;
+  size_t step = top >= kFineClassesFrom ? top / 32 : std::max(top / 4, kMinBlock);
+  return (rounded + step - 1) / step * step;
 }
 
 CachingAllocator::CachingAllocator(Device device, RawMemory raw) : device_(device), raw_(raw) {}

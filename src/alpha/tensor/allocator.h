@@ -2,7 +2,9 @@
 // handed out again for the next request of that class, so a training loop that allocates the same
 // shapes every step stops calling the system allocator (or cudaMalloc) after its first step.
 // Size classes: requests round up to 512 bytes, then to a quarter of their power-of-two range
-// (e.g. 5 MiB -> 5 MiB, 5.1 MiB -> 6 MiB), which bounds waste at 25% while keeping few classes.
+// (e.g. 5 MiB -> 5 MiB, 5.1 MiB -> 6 MiB), which bounds waste at 25% while keeping few classes. From
+// 16 MiB up, to a 32nd of the range (81 MiB -> 82 MiB, not 96): there the blocks are a large model's
+// weights, gradients and optimizer moments, which would otherwise give away up to a quarter of the GPU.
 #pragma once
 #include <cstddef>
 #include <cstdint>
