@@ -157,6 +157,48 @@ TEST(AdamWOptimizer, StepIsThePerTensorOpBitForBit) {
   }
 }
 
+// The trainer's step: unscaling and clipping inside the update give the bits of unscale_and_clip and then
+// step, with the clip biting (norm far above max_norm), not biting, and off, under a loss scale of 8, for f32
+// and f64 parameters and a held bf16 compute copy; the gradients are left as they were.
+TEST(AdamWOptimizer, ClippedStepIsUnscaleAndClipThenStepBitForBit) {
+  auto make = [] {
+    std::vector<nn::NamedParameter> params = make_parameters(DType::f32);
+    params.push_back({"w64", Variable(test::random({4099}, DType::f64), true, "w64"), true});
+    return params;
+  };
+  std::vector<nn::NamedParameter> fused = make(), apart;
+  for (const auto& q : fused) apart.push_back({q.name, Variable(q.variable.value().clone(), true, q.name), q.decay});
+  autograd::cast(fused[0].variable, DType::bf16);
+  autograd::cast(apart[0].variable, DType::bf16);
+  autograd::clear_tape();
+  const AdamWOptions options{.beta1 = 0.8, .beta2 = 0.9, .eps = 1e-6, .weight_decay = 0.3};
+  AdamW fused_opt(fused, options), apart_opt(apart, options);
+  const double loss_scale = 8.0;
+  for (double max_norm : {0.05, 1e9, 0.0}) {
+    std::vector<Tensor> grads;
+    for (const auto& q : fused) grads.push_back(test::random(q.variable.shape(), q.variable.dtype(), -3.0, 3.0));
+    set_gradients(fused, grads);
+    set_gradients(apart, grads);
+    const double scaled_norm = fused_opt.grad_norm();
+    ASSERT_GT(scaled_norm / loss_scale, 0.05);
+    const ClipResult a = fused_opt.clipped_step(1e-2, loss_scale, max_norm, scaled_norm);
+    const ClipResult b = apart_opt.unscale_and_clip(loss_scale, max_norm, scaled_norm);
+    apart_opt.step(1e-2);
+    EXPECT_EQ(a.norm, b.norm);
+    EXPECT_EQ(a.clip_coef, b.clip_coef);
+    EXPECT_EQ(a.clip_coef < 1.0, max_norm == 0.05) << max_norm;
+    for (size_t k = 0; k < fused.size(); ++k) {
+      EXPECT_TRUE(test::bit_equal(fused[k].variable.value(), apart[k].variable.value())) << fused[k].name;
+      EXPECT_TRUE(test::bit_equal(fused[k].variable.grad(), grads[k])) << fused[k].name << ": the grad changed";
+    }
+    for (size_t k = 0; k < fused_opt.state_tensors().size(); ++k)
+      EXPECT_TRUE(test::bit_equal(fused_opt.state_tensors()[k].tensor, apart_opt.state_tensors()[k].tensor)) << k;
+    EXPECT_TRUE(test::bit_equal(fused[0].variable.compute_copy(), apart[0].variable.compute_copy()));
+  }
+  EXPECT_ALPHA_ERROR(fused_opt.clipped_step(1e-2, 0.5, 1.0, 1.0), ValueError, "[AdamW::clipped_step]", "loss_scale");
+  EXPECT_ALPHA_ERROR(fused_opt.clipped_step(-1.0, 1.0, 1.0, 1.0), ValueError, "[AdamW::clipped_step]", "lr");
+}
+
 // Exporting the state and importing it into a fresh optimiser over copies of the parameters continues
 // bit for bit.
 TEST(AdamWOptimizer, StateRoundTripResumesBitForBit) {

@@ -231,7 +231,6 @@ double DataParallel::sharded_step(double lr, double grad_clip, double norm, cons
     }
   std::vector<Tensor> shards = gradient_shards();
   const double coef = grad_clip > 0 ? ops::clip_coefficient(grad_clip, norm) : 1.0;
-  ops::scale_grads(shards, coef / loss_scale);
   ++step_count_;
   std::vector<Tensor> params, grads, ms, vs;
   std::vector<ops::AdamWConfig> configs;
@@ -243,7 +242,8 @@ double DataParallel::sharded_step(double lr, double grad_clip, double norm, cons
     configs.push_back({lr, adamw.beta1, adamw.beta2, adamw.eps,
                        parameters_[s.parameter].decay ? adamw.weight_decay : 0.0, step_count_});
   }
-  ops::adamw_step(params, grads, ms, vs, configs);
+  // Unscaled and clipped inside the update (no pass of its own over the shards).
+  ops::adamw_step(params, grads, ms, vs, configs, coef / loss_scale);
   // The updated values go where the gradient was: this rank's part of the all-gather below.
   copy_many(grads, params);
   for (size_t b = 0; b < buckets_.size(); ++b)

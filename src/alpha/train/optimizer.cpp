@@ -51,10 +51,11 @@ std::vector<Tensor> AdamW::gradients(const char* op) const {
   return grads;
 }
 
-void AdamW::step(double lr) {
-  if (!(lr >= 0.0 && std::isfinite(lr)))
-    raise<ValueError>("AdamW::step", "lr", "a finite value >= 0", std::to_string(lr));
-  std::vector<Tensor> grads = gradients("AdamW::step");
+void AdamW::step(double lr) { step_scaled("AdamW::step", lr, 1.0); }
+
+void AdamW::step_scaled(const char* op, double lr, double grad_scale) {
+  if (!(lr >= 0.0 && std::isfinite(lr))) raise<ValueError>(op, "lr", "a finite value >= 0", std::to_string(lr));
+  std::vector<Tensor> grads = gradients(op);
   ++step_count_;
   std::vector<Tensor> params, copies;
   std::vector<ops::AdamWConfig> configs;
@@ -74,7 +75,7 @@ void AdamW::step(double lr) {
     if (rewrite && options_.stochastic_rounding_seed && copies.back().dtype() != variable.dtype())
       configs.back().stochastic_rounding = ops::StochasticRounding{*options_.stochastic_rounding_seed, uint32_t(k), 0};
   }
-  ops::adamw_step(params, grads, m_, v_, copies, configs);
+  ops::adamw_step(params, grads, m_, v_, copies, configs, grad_scale);
   for (size_t k = 0; k < parameters_.size(); ++k)
     if (copies[k].defined()) parameters_[k].variable.keep_compute_copy(copies[k]);
 }
@@ -95,14 +96,26 @@ ClipResult AdamW::clip_grad_norm(double max_norm, double norm) {
   return unscale_and_clip(1.0, max_norm, norm);
 }
 
-ClipResult AdamW::unscale_and_clip(double loss_scale, double max_norm, double scaled_norm) {
+ClipResult AdamW::clip_of(const char* op, double loss_scale, double max_norm, double scaled_norm) {
   if (!(loss_scale >= 1.0) || !std::isfinite(loss_scale))
-    raise<ValueError>("AdamW::unscale_and_clip", "loss_scale", "a finite value >= 1", std::to_string(loss_scale));
-  std::vector<Tensor> grads = gradients("AdamW::unscale_and_clip");
+    raise<ValueError>(op, "loss_scale", "a finite value >= 1", std::to_string(loss_scale));
   const double norm = scaled_norm / loss_scale;
-  const double coef = max_norm > 0.0 ? ops::clip_coefficient(max_norm, norm) : 1.0;
-  ops::scale_grads(grads, coef / loss_scale);
-  return {norm, coef};
+  return {norm, max_norm > 0.0 ? ops::clip_coefficient(max_norm, norm) : 1.0};
+}
+
+ClipResult AdamW::unscale_and_clip(double loss_scale, double max_norm, double scaled_norm) {
+  constexpr const char* op = "AdamW::unscale_and_clip";
+  const ClipResult clip = clip_of(op, loss_scale, max_norm, scaled_norm);
+  std::vector<Tensor> grads = gradients(op);
+  ops::scale_grads(grads, clip.clip_coef / loss_scale);
+  return clip;
+}
+
+ClipResult AdamW::clipped_step(double lr, double loss_scale, double max_norm, double scaled_norm) {
+  constexpr const char* op = "AdamW::clipped_step";
+  const ClipResult clip = clip_of(op, loss_scale, max_norm, scaled_norm);
+  step_scaled(op, lr, clip.clip_coef / loss_scale);
+  return clip;
 }
 
 void AdamW::clear_grads() {

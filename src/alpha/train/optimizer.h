@@ -58,6 +58,11 @@ class AdamW {
   // clips them to max_norm, in one pass. Returns the unscaled norm and the clip coefficient. The resulting
   // bits equal clip_grad_norm's on the unscaled gradients (a power-of-two factor changes no rounding).
   ClipResult unscale_and_clip(double loss_scale, double max_norm, double scaled_norm);
+  // unscale_and_clip and then step(lr) in one pass: the factor multiplies each gradient inside the update
+  // (ops::adamw_step's grad_scale) instead of a pass of its own over the gradients, which stay as they were.
+  // With f32 or f64 gradients (the trainer's, beside f32 masters) the parameters, moments and compute copies
+  // get the same bits; a bf16 or f16 gradient's product is no longer rounded to its dtype before the update.
+  ClipResult clipped_step(double lr, double loss_scale, double max_norm, double scaled_norm);
   // Releases every parameter's gradient, so that the next backward's gradient becomes the buffer itself: no
   // zero fill and no sum into it (a memset and an add per parameter and step on a GPU). The same bits as
   // zeroing: 0 + g is g.
@@ -76,6 +81,9 @@ class AdamW {
 
  private:
   std::vector<Tensor> gradients(const char* op) const;
+  // The unscaled norm and the clip coefficient (1 when max_norm is 0), the arguments checked under `op`'s name.
+  static ClipResult clip_of(const char* op, double loss_scale, double max_norm, double scaled_norm);
+  void step_scaled(const char* op, double lr, double grad_scale);
 
   std::vector<nn::NamedParameter> parameters_;
   std::vector<Tensor> m_, v_;

@@ -391,8 +391,7 @@ std::string Trainer::run(std::optional<int64_t> stop_at_step) {
                                                       rounding_seed(options_)},
                                                      loss_scale);
     } else if (!skipped) {
-      clip = data_->optimizer->unscale_and_clip(loss_scale, t.grad_clip, scaled_norm);
-      data_->optimizer->step(lr);
+      clip = data_->optimizer->clipped_step(lr, loss_scale, t.grad_clip, scaled_norm);
     }
     data_->optimizer->clear_grads();
     double optimizer_s = phase.seconds();
