@@ -211,5 +211,26 @@ TEST(CudaDevices, MissingDevicesRaiseNamedErrors) {
 #endif
 }
 
+// HostCopy of a GPU tensor: the values the work queued before it produced, not those of work queued after it
+// (an in-place fill the copy must not see); one read pending per device; the staging buffer's size enforced.
+TEST_F(CudaRuntime, HostCopyReadsWhatTheWorkBeforeItWrote) {
+#if ALPHA_WITH_CUDA
+  const Tensor host = test::random({3, 1001}, DType::f32);
+  Tensor x = host.to(kGpu);
+  x.copy_from(ops::scale(x, 2.0));  // queued before the copy: seen
+  const Tensor want = ops::scale(host, 2.0);
+  HostCopy copy(x.slice(1, 7, 600));
+  x.fill_(7.0);  // queued after it: not seen
+  EXPECT_ALPHA_ERROR(HostCopy{x.slice(0, 0, 1)}, ValueError, "[begin_host_read]", "pending");
+  const Tensor got = copy.wait();
+  EXPECT_TRUE(got.device().is_cpu());
+  EXPECT_TRUE(test::bit_equal(got, want.slice(1, 7, 600)));
+  HostCopy again(x.slice(0, 2, 3));  // the slot is free again
+  EXPECT_TRUE(test::bit_equal(again.wait(), Tensor::full({1, 1001}, 7.0, DType::f32)));
+  const Tensor too_big = Tensor::zeros({int64_t(cuda::kHostReadBytes / 4 + 1)}, DType::f32, kGpu);
+  EXPECT_ALPHA_ERROR(HostCopy{too_big}, ValueError, "[begin_host_read]", "'bytes'");
+#endif
+}
+
 }  // namespace
 }  // namespace alpha

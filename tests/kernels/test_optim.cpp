@@ -518,5 +518,86 @@ TEST(Optim, TakesAComputeCopyNarrowerThanItsGradBesideANarrowerOrEqualParam) {
   EXPECT_FALSE(ops::adamw_takes_compute_copy(DType::bf16, DType::f32, DType::bf16));
 }
 
+// step_guard: the host's factor (clipping biting, not biting, off; a loss scale of 8), NaN for any non-finite
+// input, and its arguments checked.
+TEST(Optim, StepGuardIsTheHostFactorOrNaN) {
+  const double loss_scale = 8.0;
+  const Tensor losses = Tensor::from_vector<double>({2.5, 3.0, 2.75}, {3});
+  for (double scaled_norm : {0.0, 3.7, 123.4})
+    for (double max_norm : {0.0, 0.5, 1e9}) {
+      const double norm = scaled_norm / loss_scale;
+      const double coef = max_norm > 0 ? std::min(1.0, max_norm / (norm + 1e-6)) : 1.0;
+      const Tensor factor = ops::step_guard(Tensor::full({}, scaled_norm, DType::f64), losses, loss_scale, max_norm);
+      EXPECT_EQ(factor.dim(), 0);
+      EXPECT_EQ(factor.item(), coef / loss_scale) << scaled_norm << ", " << max_norm;
+    }
+  const Tensor finite_norm = Tensor::full({}, 3.7, DType::f64);
+  for (double bad : {INFINITY, -INFINITY, NAN}) {
+    EXPECT_TRUE(std::isnan(ops::step_guard(Tensor::full({}, bad, DType::f64), losses, loss_scale, 1.0).item()));
+    const Tensor bad_losses = Tensor::from_vector<double>({2.5, bad, 2.75}, {3});
+    EXPECT_TRUE(std::isnan(ops::step_guard(finite_norm, bad_losses, loss_scale, 1.0).item())) << bad;
+  }
+  EXPECT_ALPHA_ERROR(ops::step_guard(finite_norm, losses.to(DType::f32), 1.0, 1.0), DTypeError, "[step_guard]",
+                     "'losses'");
+  EXPECT_ALPHA_ERROR(ops::step_guard(finite_norm, losses.reshape({3, 1}), 1.0, 1.0), ShapeError, "[step_guard]",
+                     "'losses'");
+  EXPECT_ALPHA_ERROR(ops::step_guard(Tensor::full({2}, 1.0, DType::f64), losses, 1.0, 1.0), ShapeError, "[step_guard]",
+                     "'scaled_norm'");
+  EXPECT_ALPHA_ERROR(ops::step_guard(finite_norm, losses, 0.5, 1.0), ValueError, "[step_guard]", "'loss_scale'");
+  EXPECT_ALPHA_ERROR(ops::step_guard(finite_norm, losses, 1.0, -1.0), ValueError, "[step_guard]", "'max_norm'");
+}
+
+// The list step reading its factor from a tensor: the host factor's bits; a NaN factor leaves every param,
+// moment and compute copy as it was.
+TEST(Optim, ListAdamWWithAFactorTensorIsTheHostFactorOrNoStep) {
+  auto make = [] {
+    std::vector<Tensor> params{test::random({7, 13}, DType::f32), test::random({4099}, DType::f32)};
+    return params;
+  };
+  const std::vector<Tensor> start = make();
+  const std::vector<Tensor> grads{test::random({7, 13}, DType::f32, -3.0, 3.0),
+                                  test::random({4099}, DType::f32, -3.0, 3.0)};
+  const std::vector<Tensor> m0{test::random({7, 13}, DType::f32, -0.1, 0.1),
+                               test::random({4099}, DType::f32, -0.1, 0.1)};
+  const std::vector<Tensor> v0{test::random({7, 13}, DType::f32, 0.01, 1.0),
+                               test::random({4099}, DType::f32, 0.01, 1.0)};
+  const std::vector<ops::AdamWConfig> configs(2, {1e-2, 0.9, 0.95, 1e-8, 0.1, 3});
+  struct Run {
+    std::vector<Tensor> params, ms, vs, copies;
+  };
+  auto fresh = [&] {
+    Run r;
+    for (size_t k = 0; k < start.size(); ++k) {
+      r.params.push_back(start[k].clone());
+      r.ms.push_back(m0[k].clone());
+      r.vs.push_back(v0[k].clone());
+      r.copies.push_back(start[k].to(DType::bf16));
+    }
+    return r;
+  };
+  const double factor = 0.0371;
+  Run by_tensor = fresh(), by_value = fresh();
+  ops::adamw_step(by_tensor.params, grads, by_tensor.ms, by_tensor.vs, by_tensor.copies, configs,
+                  Tensor::full({}, factor, DType::f64));
+  ops::adamw_step(by_value.params, grads, by_value.ms, by_value.vs, by_value.copies, configs, factor);
+  Run skipped = fresh(), untouched = fresh();
+  ops::adamw_step(skipped.params, grads, skipped.ms, skipped.vs, skipped.copies, configs,
+                  Tensor::full({}, NAN, DType::f64));
+  for (size_t k = 0; k < start.size(); ++k) {
+    EXPECT_FALSE(test::bit_equal(by_tensor.params[k], untouched.params[k])) << k << ": no step was taken";
+    EXPECT_TRUE(test::bit_equal(by_tensor.params[k], by_value.params[k])) << k;
+    EXPECT_TRUE(test::bit_equal(by_tensor.ms[k], by_value.ms[k])) << k;
+    EXPECT_TRUE(test::bit_equal(by_tensor.vs[k], by_value.vs[k])) << k;
+    EXPECT_TRUE(test::bit_equal(by_tensor.copies[k], by_value.copies[k])) << k;
+    EXPECT_TRUE(test::bit_equal(skipped.params[k], untouched.params[k])) << k;
+    EXPECT_TRUE(test::bit_equal(skipped.ms[k], untouched.ms[k])) << k;
+    EXPECT_TRUE(test::bit_equal(skipped.vs[k], untouched.vs[k])) << k;
+    EXPECT_TRUE(test::bit_equal(skipped.copies[k], untouched.copies[k])) << k;
+  }
+  Run r = fresh();
+  EXPECT_ALPHA_ERROR(ops::adamw_step(r.params, grads, r.ms, r.vs, r.copies, configs, Tensor::full({}, 1.0, DType::f32)),
+                     DTypeError, "[adamw_step]", "'grad_scale'");
+}
+
 }  // namespace
 }  // namespace alpha

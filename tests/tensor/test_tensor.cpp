@@ -199,6 +199,22 @@ TEST(Tensor, CopyManyCopiesEveryPairAndNamesABadOne) {
   EXPECT_ALPHA_ERROR(copy_many(dsts, wrong), ShapeError, "[copy_many]", "srcs");
 }
 
+// A CPU tensor's HostCopy is made at once (a view's values, contiguous), so later writes to the source do not
+// reach it; it is collected once.
+TEST(HostCopy, HoldsTheValuesAtConstructionAndIsCollectedOnce) {
+  Tensor source = test::random({5, 6});
+  const Tensor column = source.slice(1, 2, 3);
+  const Tensor want = column.contiguous().clone();
+  HostCopy copy(column);
+  source.fill_(-1.0f);
+  Tensor got = copy.wait();
+  EXPECT_TRUE(got.device().is_cpu());
+  EXPECT_TRUE(got.is_contiguous());
+  EXPECT_TRUE(test::bit_equal(got, want));
+  EXPECT_ALPHA_ERROR(copy.wait(), ValueError, "[HostCopy::wait]", "collected");
+  EXPECT_ALPHA_ERROR(HostCopy{Tensor()}, ValueError, "HostCopy");
+}
+
 TEST(Allocator, SizeClassesBoundWaste) {
   EXPECT_EQ(CachingAllocator::size_class(1), 512u);
   EXPECT_EQ(CachingAllocator::size_class(512), 512u);

@@ -199,6 +199,48 @@ TEST(AdamWOptimizer, ClippedStepIsUnscaleAndClipThenStepBitForBit) {
   EXPECT_ALPHA_ERROR(fused_opt.clipped_step(-1.0, 1.0, 1.0, 1.0), ValueError, "[AdamW::clipped_step]", "lr");
 }
 
+// The trainer's queued step: with step_guard's factor the bits of clipped_step, the step count advancing at
+// settle(true); a NaN factor (a non-finite loss) changes nothing, and settle(false) keeps the count; steps in
+// between raise.
+TEST(AdamWOptimizer, QueuedStepIsClippedStepOrNothingAndCountsOnlyWhenSettled) {
+  std::vector<nn::NamedParameter> queued = make_parameters(DType::f32), direct;
+  for (const auto& q : queued) direct.push_back({q.name, Variable(q.variable.value().clone(), true, q.name), q.decay});
+  autograd::cast(queued[0].variable, DType::bf16);
+  autograd::cast(direct[0].variable, DType::bf16);
+  autograd::clear_tape();
+  AdamW queued_opt(queued, {}), direct_opt(direct, {});
+  const double loss_scale = 4.0, max_norm = 0.3;
+  const Tensor losses = Tensor::from_vector<double>({2.0, 2.5}, {2});
+  for (int step = 1; step <= 2; ++step) {
+    std::vector<Tensor> grads;
+    for (const auto& q : queued) grads.push_back(test::random(q.variable.shape(), DType::f32, -2.0, 2.0));
+    set_gradients(queued, grads);
+    set_gradients(direct, grads);
+    const Tensor norm = queued_opt.grad_norm_tensor();
+    queued_opt.queued_step(1e-2, ops::step_guard(norm, losses, loss_scale, max_norm));
+    EXPECT_EQ(queued_opt.step_count(), step - 1);
+    EXPECT_ALPHA_ERROR(queued_opt.step(1e-2), ValueError, "[AdamW::step]", "settle");
+    queued_opt.settle(true);
+    const ClipResult clip = direct_opt.clipped_step(1e-2, loss_scale, max_norm, norm.item());
+    const ClipResult logged = AdamW::clip_result(loss_scale, max_norm, norm.item());
+    EXPECT_EQ(logged.clip_coef, clip.clip_coef);
+    EXPECT_LT(clip.clip_coef, 1.0);
+    EXPECT_EQ(queued_opt.step_count(), step);
+    for (size_t k = 0; k < queued.size(); ++k)
+      EXPECT_TRUE(test::bit_equal(queued[k].variable.value(), direct[k].variable.value())) << queued[k].name;
+    EXPECT_TRUE(test::bit_equal(queued[0].variable.compute_copy(), direct[0].variable.compute_copy()));
+  }
+  std::vector<Tensor> before;
+  for (const auto& q : queued) before.push_back(q.variable.value().clone());
+  const Tensor bad_losses = Tensor::from_vector<double>({2.0, NAN}, {2});
+  queued_opt.queued_step(1e-2, ops::step_guard(queued_opt.grad_norm_tensor(), bad_losses, loss_scale, max_norm));
+  queued_opt.settle(false);
+  EXPECT_EQ(queued_opt.step_count(), 2);
+  for (size_t k = 0; k < queued.size(); ++k)
+    EXPECT_TRUE(test::bit_equal(queued[k].variable.value(), before[k])) << queued[k].name << " moved";
+  EXPECT_ALPHA_ERROR(queued_opt.settle(true), ValueError, "[AdamW::settle]", "queued");
+}
+
 // Exporting the state and importing it into a fresh optimiser over copies of the parameters continues
 // bit for bit.
 TEST(AdamWOptimizer, StateRoundTripResumesBitForBit) {

@@ -10,7 +10,10 @@
 //   itself run again (it must repeat bit for bit);
 // - the grad norm's finish kernels (grad_norm, clip_coefficient, scale_by) bit for bit against the CPU's,
 //   and the ops: global_grad_norm over a list of grads against the CPU op in f64, repeated bit for bit,
-//   and clipping with the norm on the device against clipping with it on the host, bit for bit.
+//   and clipping with the norm on the device against clipping with it on the host, bit for bit;
+// - the trainer's queued step: step_guard's factor bit for bit against the CPU op's, AdamW over f32 masters with
+//   bf16 compute copies reading that factor on the device against the host factor, bit for bit, and a NaN
+//   factor (an infinite loss) leaving every param, moment and copy as it was.
 #if ALPHA_WITH_CUDA
 #include <cmath>
 #include <string>
@@ -185,6 +188,55 @@ void check_grad_norm_ops(Context& ctx) {
                      second[k]);
 }
 
+// The trainer's queued step (train::AdamW::queued_step): f32 masters, f32 grads, bf16 compute copies.
+void check_queued_step(Context& ctx) {
+  struct List {
+    std::vector<Tensor> params, grads, ms, vs, copies;
+  };
+  std::vector<int64_t> sizes{1, 4099, 65536};
+  std::vector<AdamWState> state;
+  for (int64_t n : sizes) state.emplace_back(ctx, n, DType::f32, DType::f32);
+  auto make = [&] {  // the same starting state on the GPU each time
+    List l;
+    for (const AdamWState& s : state) {
+      l.params.push_back(ctx.to_gpu(s.param, DType::f32));
+      l.grads.push_back(ctx.to_gpu(s.grad, DType::f32));
+      l.ms.push_back(ctx.to_gpu(s.m, DType::f32));
+      l.vs.push_back(ctx.to_gpu(s.v, DType::f32));
+      l.copies.push_back(l.params.back().to(DType::bf16));
+    }
+    return l;
+  };
+  std::vector<ops::AdamWConfig> configs(sizes.size(), {1e-2, 0.9, 0.95, 1e-8, 0.1, 3});
+  const double loss_scale = 4.0, max_norm = 0.5;
+  const Tensor norm = ops::global_grad_norm_tensor(make().grads);
+  const Tensor losses = Tensor::from_vector<double>({2.5, 3.25}, {2}).to(ctx.gpu());
+  const Tensor factor = ops::step_guard(norm, losses, loss_scale, max_norm);
+  const Tensor cpu_factor = ops::step_guard(norm.to(Device::cpu()), losses.to(Device::cpu()), loss_scale, max_norm);
+  ctx.compare_bits("step_guard.same_bits_as_cpu", factor.reshape({1}), cpu_factor.reshape({1}));
+
+  // Every param, moment and copy of `got` bit for bit against `want`'s, the rows named prefix.what[k].suffix.
+  auto compare_lists = [&](const std::string& prefix, const List& got, const List& want, const std::string& suffix) {
+    for (size_t k = 0; k < sizes.size(); ++k) {
+      const std::string at = "[" + std::to_string(k) + "]" + suffix;
+      ctx.compare_bits(prefix + ".params" + at, got.params[k], want.params[k]);
+      ctx.compare_bits(prefix + ".m" + at, got.ms[k], want.ms[k]);
+      ctx.compare_bits(prefix + ".v" + at, got.vs[k], want.vs[k]);
+      ctx.compare_bits(prefix + ".copies" + at, got.copies[k], want.copies[k]);
+    }
+  };
+  List on_device = make(), on_host = make();
+  ops::adamw_step(on_device.params, on_device.grads, on_device.ms, on_device.vs, on_device.copies, configs, factor);
+  ops::adamw_step(on_host.params, on_host.grads, on_host.ms, on_host.vs, on_host.copies, configs, cpu_factor.item());
+  compare_lists("queued_step", on_device, on_host, ".same_bits_as_host_factor");
+
+  const Tensor bad_losses = Tensor::from_vector<double>({2.5, INFINITY}, {2}).to(ctx.gpu());
+  const Tensor skip = ops::step_guard(norm, bad_losses, loss_scale, max_norm);
+  List skipped = make(), untouched = make();
+  ops::adamw_step(skipped.params, skipped.grads, skipped.ms, skipped.vs, skipped.copies, configs, skip);
+  compare_lists("queued_step.nan_factor", skipped, untouched, ".untouched");
+}
+
 }  // namespace
 
 void check_optim(Context& ctx) {
@@ -202,6 +254,7 @@ void check_optim(Context& ctx) {
       check_mixed_adamw<bf16>(ctx, n, stochastic);
       check_mixed_adamw<f16>(ctx, n, stochastic);
     }
+  check_queued_step(ctx);
 }
 
 }  // namespace alpha::check

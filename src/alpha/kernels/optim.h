@@ -21,6 +21,9 @@
 //   copy a step wrote, from the param it left: a resumed run, or ZeRO-1 after gathering the params).
 // - sum_squares gives Σ x² in f64 with a fixed reduction order, the building block of the global grad
 //   norm: the same grads give the same norm bits for every thread count (and, on a GPU, every run).
+// - step_guard gives a step's gradient factor where the norm lies (AdamWArgs::grad_scale_at reads it): the
+//   optimiser's step can be queued before the host has read the loss and the norm, skipped on the device
+//   when either is not finite.
 // - grad_norm and clip_coefficient finish the global norm and the clipping coefficient from the per-tensor
 //   sums of squares where those lie (in device memory for a GPU), and scale_by multiplies a buffer by a
 //   factor read from that memory: clipping on a GPU then needs no host round trip (ops/optim.h).
@@ -79,6 +82,9 @@ struct AdamWArgs {
   C* param_copy = nullptr;  // (n) or null: receives the updated param rounded to C (the compute copy)
   bool stochastic_rounding = false;  // param_copy rounded stochastically (T = f32, C = bf16 or f16), not to nearest
   StochasticRounding rounding{};     // its bits, when stochastic_rounding
+  // (1) in the param's memory, or null: the factor read there replaces grad_scale (rounded to acc_t<T> as
+  // grad_scale is), and a NaN there leaves param, m, v and param_copy as they are: a skipped step.
+  const double* grad_scale_at = nullptr;
 };
 
 // out = x rounded stochastically to C (bf16 or f16) with `rounding`'s bits: the compute copy an AdamW step with
@@ -123,6 +129,33 @@ struct GradNormArgs {
   double* norm;           // (1)
 };
 
+// factor = coef / loss_scale, coef = min(1, max_norm / (scaled_norm / loss_scale + 1e-6)) (1 when max_norm is 0):
+// the factor a step multiplies the gradients of a loss multiplied by loss_scale by, unscaled and clipped, as
+// the host computes it (train::AdamW::clipped_step, the same f64 operations); NaN when the norm or any of the
+// losses is not finite, which makes the step a no-op (AdamWArgs::grad_scale_at).
+struct StepGuardArgs {
+  const double* scaled_norm;  // (1) the global norm of the scaled gradients
+  const double* losses;       // (loss_count) the step's losses, of the unscaled loss
+  int64_t loss_count;
+  double loss_scale;  // >= 1
+  double max_norm;    // >= 0; 0: no clipping
+  double* factor;     // (1)
+};
+
+// The factor of StepGuardArgs (the CPU and CUDA kernels' one expression).
+ALPHA_HD double step_guard_factor(const StepGuardArgs& a) {
+  // x − x is 0 for a finite x and NaN for ±inf and NaN, so `poison` is 0 or NaN (no library NaN needed on a GPU).
+  double poison = *a.scaled_norm - *a.scaled_norm;
+  for (int64_t k = 0; k < a.loss_count; ++k) poison += a.losses[k] - a.losses[k];
+  if (poison != 0.0) return poison;
+  double coef = 1.0;
+  if (a.max_norm > 0.0) {
+    const double c = a.max_norm / (*a.scaled_norm / a.loss_scale + 1e-6);
+    coef = c < 1.0 ? c : 1.0;
+  }
+  return coef / a.loss_scale;
+}
+
 // coefficient = min(1, max_norm / (norm + 1e-6)), as (c < 1 ? c : 1): a NaN norm gives 1 (the grads keep
 // their NaNs for the caller to see), an infinite one 0.
 struct ClipCoefficientArgs {
@@ -150,6 +183,7 @@ template <class T, class G, class C> void adamw_step(const AdamWArgs<T, G, C>& a
 template <class T> void sum_squares(const SumSquaresArgs<T>& args);
 void grad_norm(const GradNormArgs& args);
 void clip_coefficient(const ClipCoefficientArgs& args);
+void step_guard(const StepGuardArgs& args);
 template <class T> void scale_by(const ScaleByArgs<T>& args);
 template <class T, class G, class C> void multi_adamw_step(std::span<const AdamWArgs<T, G, C>> tensors);
 template <class T> void multi_sum_squares(std::span<const SumSquaresArgs<T>> tensors);
@@ -167,8 +201,8 @@ template <class C> void multi_stochastic_round(std::span<const StochasticRoundAr
 // adamw_step and scale_by round exactly as the CPU kernels in f32 do (__fmul_rn/__fadd_rn/__fdiv_rn/
 // __fsqrt_rn, no fused multiply-add): their outputs equal the CPU kernel's in f32 rounded to T, bit for bit.
 // sum_squares accumulates in f64 in a fixed order (chunks, then one final block; no atomics): the same
-// input gives the same bits on every run, not the CPU's bits (a different order). grad_norm and
-// clip_coefficient compute exactly what the CPU does (one thread, the same f64 operations).
+// input gives the same bits on every run, not the CPU's bits (a different order). grad_norm, clip_coefficient
+// and step_guard compute exactly what the CPU does (one thread, the same f64 operations).
 // The multi_* kernels give every tensor the bits its single-tensor CUDA kernel gives it (multi_scale those of
 // elementwise.h's scale); a list splits into several launches only past kTensorsPerLaunch tensors.
 namespace cuda {
@@ -176,6 +210,7 @@ template <class T, class G, class C> void adamw_step(const AdamWArgs<T, G, C>& a
 template <class T> void sum_squares(const SumSquaresArgs<T>& args, Stream stream);
 void grad_norm(const GradNormArgs& args, Stream stream);
 void clip_coefficient(const ClipCoefficientArgs& args, Stream stream);
+void step_guard(const StepGuardArgs& args, Stream stream);
 template <class T> void scale_by(const ScaleByArgs<T>& args, Stream stream);
 template <class T, class G, class C>
 void multi_adamw_step(std::span<const AdamWArgs<T, G, C>> tensors, Stream stream);

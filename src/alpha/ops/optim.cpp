@@ -143,7 +143,8 @@ void check_adamw(std::string_view op, const AdamWNames& names, const Tensor& par
 // The kernel's arguments for one checked update; grad is contiguous.
 template <class T, class G, class C>
 kernels::AdamWArgs<T, G, C> adamw_args(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, Tensor* compute_copy,
-                                       const AdamWConfig& config, double grad_scale) {
+                                       const AdamWConfig& config, double grad_scale,
+                                       const double* grad_scale_at = nullptr) {
   using A = acc_t<T>;
   kernels::AdamWArgs<T, G, C> args{param.data<T>(),  grad.data<G>(),         m.data<T>(),
                                    v.data<T>(),      A(config.lr),           A(config.beta1),
@@ -154,6 +155,7 @@ kernels::AdamWArgs<T, G, C> adamw_args(Tensor& param, const Tensor& grad, Tensor
     args.stochastic_rounding = true;
     args.rounding = kernel_rounding(*config.stochastic_rounding, config.step);
   }
+  args.grad_scale_at = grad_scale_at;
   return args;
 }
 
@@ -196,9 +198,10 @@ std::vector<std::vector<size_t>> group_by(size_t count, Key key) {
   return groups;
 }
 
+// grad_scale_tensor (checked by the caller), when defined, holds the factor in place of grad_scale.
 void adamw_list(std::vector<Tensor>& params, const std::vector<Tensor>& grads, std::vector<Tensor>& ms,
                 std::vector<Tensor>& vs, std::vector<Tensor>* compute_copies, const std::vector<AdamWConfig>& configs,
-                double grad_scale) {
+                double grad_scale, const Tensor& grad_scale_tensor = Tensor()) {
   constexpr std::string_view op = "adamw_step";
   check_length(op, "grads", grads.size(), params.size());
   check_length(op, "ms", ms.size(), params.size());
@@ -225,8 +228,9 @@ void adamw_list(std::vector<Tensor>& params, const std::vector<Tensor>& grads, s
         visit_narrow_type<G>(copy_dtype(group[0]), [&]<class C>() {
           std::vector<kernels::AdamWArgs<T, G, C>> list;
           for (size_t k : group)
-            list.push_back(adamw_args<T, G, C>(params[k], contiguous_grads[k], ms[k], vs[k], copy_of(k), configs[k],
-                                               grad_scale));
+            list.push_back(
+                adamw_args<T, G, C>(params[k], contiguous_grads[k], ms[k], vs[k], copy_of(k), configs[k], grad_scale,
+                                    grad_scale_tensor.defined() ? grad_scale_tensor.data<double>() : nullptr));
           ALPHA_KERNEL(multi_adamw_step)(where, std::span<const kernels::AdamWArgs<T, G, C>>(list));
         });
       });
@@ -280,6 +284,32 @@ void adamw_step(std::vector<Tensor>& params, const std::vector<Tensor>& grads, s
                 std::vector<Tensor>& vs, std::vector<Tensor>& compute_copies, const std::vector<AdamWConfig>& configs,
                 double grad_scale) {
   adamw_list(params, grads, ms, vs, &compute_copies, configs, grad_scale);
+}
+
+void adamw_step(std::vector<Tensor>& params, const std::vector<Tensor>& grads, std::vector<Tensor>& ms,
+                std::vector<Tensor>& vs, std::vector<Tensor>& compute_copies, const std::vector<AdamWConfig>& configs,
+                const Tensor& grad_scale) {
+  if (!params.empty()) check_f64_scalar("adamw_step", "grad_scale", grad_scale, params[0].device());
+  adamw_list(params, grads, ms, vs, &compute_copies, configs, 1.0, grad_scale);
+}
+
+Tensor step_guard(const Tensor& scaled_norm, const Tensor& losses, double loss_scale, double max_norm) {
+  constexpr std::string_view op = "step_guard";
+  check_defined(op, "scaled_norm", scaled_norm);
+  const Device device = scaled_norm.device();
+  check_f64_scalar(op, "scaled_norm", scaled_norm, device);
+  check_defined(op, "losses", losses);
+  check_dtype(op, "losses", losses, {DType::f64});
+  if (losses.dim() != 1) raise<ShapeError>(op, "losses", "one dimension (k)", shape_str(losses.shape()));
+  if (losses.device() != device) raise<DeviceError>(op, "losses", "a tensor on " + device.str(), losses.device().str());
+  require(op, "loss_scale", loss_scale, loss_scale >= 1.0 && std::isfinite(loss_scale), "a finite value >= 1");
+  require(op, "max_norm", max_norm, non_negative(max_norm), "a finite value >= 0 (0: no clipping)");
+  const Tensor norm = scaled_norm.contiguous(), values = losses.contiguous();
+  Tensor factor = Tensor::empty({}, DType::f64, device);
+  const kernels::StepGuardArgs args{norm.data<double>(),  values.data<double>(), values.numel(), loss_scale, max_norm,
+                                    factor.data<double>()};
+  dispatch_device(op, device, [&](const auto& where) { ALPHA_KERNEL(step_guard)(where, args); });
+  return factor;
 }
 
 Tensor global_grad_norm_tensor(const std::vector<Tensor>& grads) {

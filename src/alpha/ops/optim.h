@@ -71,6 +71,13 @@ void adamw_step(std::vector<Tensor>& params, const std::vector<Tensor>& grads, s
                 std::vector<Tensor>& vs, std::vector<Tensor>& compute_copies, const std::vector<AdamWConfig>& configs,
                 double grad_scale = 1.0);
 
+// The list step with its factor read where the kernels run: grad_scale is a single-element f64 tensor on the
+// params' device (step_guard's), in place of a host value; a NaN there leaves every param, moment and copy as
+// it was (the step is skipped on the device, and the caller, who reads the guard's inputs later, knows it).
+void adamw_step(std::vector<Tensor>& params, const std::vector<Tensor>& grads, std::vector<Tensor>& ms,
+                std::vector<Tensor>& vs, std::vector<Tensor>& compute_copies, const std::vector<AdamWConfig>& configs,
+                const Tensor& grad_scale);
+
 // copies[k] = params[k] rounded stochastically to copies[k]'s dtype with roundings[k] at step `step`: the
 // compute copy that adamw_step with that rounding and step wrote beside the param it left (a resumed run
 // restores the copies with it). params[k] are f32, copies[k] bf16 or f16 of their shape, all contiguous on
@@ -88,6 +95,11 @@ Tensor global_grad_norm_tensor(const std::vector<Tensor>& grads);
 // min(1, max_norm / (norm + 1e-6)): the factor clip_grad_norm scales the grads by (max_norm > 0, norm finite
 // and >= 0; ValueError otherwise).
 double clip_coefficient(double max_norm, double norm);
+// The factor a step multiplies the gradients of a loss scaled by loss_scale (>= 1) by, unscaled and clipped to
+// max_norm (> 0; 0: no clipping), as a 0-d f64 tensor on scaled_norm's device, computed there without waiting
+// (kernels::StepGuardArgs): scaled_norm is global_grad_norm_tensor's, losses the step's losses (f64, one
+// dimension, on that device). NaN when the norm or a loss is not finite: the adamw_step that reads it skips.
+Tensor step_guard(const Tensor& scaled_norm, const Tensor& losses, double loss_scale, double max_norm);
 // Multiplies every grad by `factor` in place (no pass at all for 1).
 void scale_grads(std::vector<Tensor>& grads, double factor);
 // The same with the factor a single-element f64 tensor on the grads' device, read where the kernels run

@@ -3,6 +3,7 @@
 #include "alpha/runtime/cuda_backend.h"
 
 #include <array>
+#include <cstring>
 #include <mutex>
 #include <string>
 #include <utility>
@@ -143,6 +144,58 @@ void copy_bytes(void* dst, Device dst_device, const void* src, Device src_device
   // From pageable host memory the call returns once the source has been staged, so the host buffer may go.
   ALPHA_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, stream));
   if (dst_device.is_cpu()) ALPHA_CUDA_CHECK(cudaStreamSynchronize(stream));  // the host reads it next
+}
+
+namespace {
+
+struct HostReads {
+  std::mutex mutex;
+  std::array<void*, kMaxDevices> staging{};  // pinned, kHostReadBytes each
+  std::array<cudaEvent_t, kMaxDevices> done{};
+  std::array<size_t, kMaxDevices> pending{};  // the bytes of the read in flight; 0: none
+};
+HostReads& host_reads() {
+  static HostReads r;  // never destroyed before the process ends, like the streams
+  return r;
+}
+
+}  // namespace
+
+void begin_host_read(int ordinal, const void* src, size_t bytes) {
+  constexpr const char* op = "begin_host_read";
+  require_device(op, Device::cuda(ordinal));
+  if (bytes == 0 || bytes > kHostReadBytes)
+    raise<ValueError>(op, "bytes", "1 to " + std::to_string(kHostReadBytes), std::to_string(bytes));
+  cudaStream_t stream = static_cast<cudaStream_t>(default_stream(ordinal).handle);
+  auto& r = host_reads();
+  std::lock_guard lock(r.mutex);
+  const size_t d = size_t(ordinal);
+  if (r.pending[d] != 0)
+    raise<ValueError>(op, "ordinal", "a device with no read pending (finish_host_read the last one first)",
+                      "cuda:" + std::to_string(ordinal) + " with " + std::to_string(r.pending[d]) + " bytes pending");
+  set_device(ordinal);
+  if (!r.staging[d]) {
+    ALPHA_CUDA_CHECK(cudaMallocHost(&r.staging[d], kHostReadBytes));
+    ALPHA_CUDA_CHECK(cudaEventCreateWithFlags(&r.done[d], cudaEventDisableTiming));
+  }
+  ALPHA_CUDA_CHECK(cudaMemcpyAsync(r.staging[d], src, bytes, cudaMemcpyDeviceToHost, stream));
+  ALPHA_CUDA_CHECK(cudaEventRecord(r.done[d], stream));
+  r.pending[d] = bytes;
+}
+
+void finish_host_read(int ordinal, void* dst, size_t bytes) {
+  constexpr const char* op = "finish_host_read";
+  require_device(op, Device::cuda(ordinal));
+  auto& r = host_reads();
+  std::lock_guard lock(r.mutex);
+  const size_t d = size_t(ordinal);
+  if (r.pending[d] != bytes)
+    raise<ValueError>(op, "bytes", "the pending read's " + std::to_string(r.pending[d]) + " bytes",
+                      std::to_string(bytes));
+  r.pending[d] = 0;  // released even if the wait fails: the next read may start
+  set_device(ordinal);
+  ALPHA_CUDA_CHECK(cudaEventSynchronize(r.done[d]));
+  std::memcpy(dst, r.staging[d], bytes);
 }
 
 void zero_bytes(void* dst, Device device, size_t bytes) {

@@ -633,6 +633,43 @@ double Tensor::at(std::initializer_list<int64_t> index) const {
   return out;
 }
 
+HostCopy::HostCopy(const Tensor& source) {
+  require_defined(source, "HostCopy");
+  source_ = source.contiguous();
+  if (source_.device().is_cpu()) {
+    host_ = source_.clone();
+    return;
+  }
+#if ALPHA_WITH_CUDA
+  host_ = Tensor::empty(source_.shape(), source_.dtype(), Device::cpu());
+  cuda::begin_host_read(source_.device().index, source_.raw_data(), source_.nbytes());
+  pending_ = true;
+#endif
+}
+
+HostCopy::~HostCopy() {
+#if ALPHA_WITH_CUDA
+  // An uncollected copy (an exception between the two ends) still frees its device's slot for the next read.
+  if (pending_) try {
+      cuda::finish_host_read(source_.device().index, host_.raw_data(), host_.nbytes());
+    } catch (...) {
+    }
+#endif
+}
+
+Tensor HostCopy::wait() {
+  if (collected_) raise<ValueError>("HostCopy::wait", "self", "a copy not yet collected", "one waited for before");
+  collected_ = true;
+#if ALPHA_WITH_CUDA
+  if (pending_) {
+    pending_ = false;
+    cuda::finish_host_read(source_.device().index, host_.raw_data(), host_.nbytes());
+  }
+#endif
+  source_ = Tensor();
+  return host_;
+}
+
 double Tensor::item() const {
   if (numel() != 1) raise<ShapeError>("Tensor::item", "self", "a tensor with one element", shape_str(shape_));
   // A device tensor's element comes to the host first (the copy waits for the work that produces it).

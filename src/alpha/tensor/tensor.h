@@ -116,6 +116,26 @@ class Tensor {
   DType dtype_ = DType::f32;
 };
 
+// A tensor's values on their way to the host: the copy is queued at construction, behind the work that
+// produces them, and wait() returns them (a contiguous CPU tensor) without waiting for work queued after the
+// construction. The trainer reads its step's losses and norm so while the optimiser step runs. A GPU tensor
+// of at most cuda::kHostReadBytes bytes, one pending per device (ValueError otherwise); a CPU tensor's copy is
+// made at once.
+class HostCopy {
+ public:
+  explicit HostCopy(const Tensor& source);
+  ~HostCopy();
+  HostCopy(const HostCopy&) = delete;
+  HostCopy& operator=(const HostCopy&) = delete;
+  Tensor wait();  // once (ValueError the second time)
+
+ private:
+  Tensor source_;  // kept alive until the copy is collected
+  Tensor host_;
+  bool pending_ = false;
+  bool collected_ = false;
+};
+
 // dsts[k].copy_from(srcs[k]) for every k. On one GPU, when every pair is contiguous, of one dtype and in two
 // storages, one launch for the whole list (kernels::cuda::copy_many) instead of one per pair; else pair by
 // pair. The destinations must not overlap one another or another pair's source.

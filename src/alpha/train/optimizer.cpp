@@ -53,10 +53,34 @@ std::vector<Tensor> AdamW::gradients(const char* op) const {
 
 void AdamW::step(double lr) { step_scaled("AdamW::step", lr, 1.0); }
 
+void AdamW::require_settled(const char* op) const {
+  if (queued_)
+    raise<ValueError>(op, "self", "an optimiser with no queued step unsettled (call settle first)",
+                      "step " + std::to_string(step_count_ + 1) + " queued");
+}
+
 void AdamW::step_scaled(const char* op, double lr, double grad_scale) {
+  require_settled(op);
+  update(op, lr, step_count_ + 1, grad_scale, Tensor());
+  ++step_count_;
+}
+
+void AdamW::queued_step(double lr, const Tensor& factor) {
+  constexpr const char* op = "AdamW::queued_step";
+  require_settled(op);
+  update(op, lr, step_count_ + 1, 1.0, factor);
+  queued_ = true;
+}
+
+void AdamW::settle(bool applied) {
+  if (!queued_) raise<ValueError>("AdamW::settle", "self", "an optimiser with a queued step", "none queued");
+  queued_ = false;
+  if (applied) ++step_count_;
+}
+
+void AdamW::update(const char* op, double lr, int64_t step, double grad_scale, const Tensor& factor) {
   if (!(lr >= 0.0 && std::isfinite(lr))) raise<ValueError>(op, "lr", "a finite value >= 0", std::to_string(lr));
   std::vector<Tensor> grads = gradients(op);
-  ++step_count_;
   std::vector<Tensor> params, copies;
   std::vector<ops::AdamWConfig> configs;
   for (size_t k = 0; k < parameters_.size(); ++k) {
@@ -68,14 +92,17 @@ void AdamW::step_scaled(const char* op, double lr, double grad_scale) {
         held.defined() && ops::adamw_takes_compute_copy(variable.dtype(), grads[k].dtype(), held.dtype());
     copies.push_back(rewrite ? held : Tensor());
     params.push_back(variable.mutable_value());
-    configs.push_back({lr, options_.beta1, options_.beta2, options_.eps,
-                       parameters_[k].decay ? options_.weight_decay : 0.0, step_count_});
+    configs.push_back(
+        {lr, options_.beta1, options_.beta2, options_.eps, parameters_[k].decay ? options_.weight_decay : 0.0, step});
     // A copy of another dtype than its parameter's is bf16 or f16 beside an f32 master: the one rounded.
     // (`held` is gone by now: mutable_value() dropped it; copies.back() holds it.)
     if (rewrite && options_.stochastic_rounding_seed && copies.back().dtype() != variable.dtype())
       configs.back().stochastic_rounding = ops::StochasticRounding{*options_.stochastic_rounding_seed, uint32_t(k), 0};
   }
-  ops::adamw_step(params, grads, m_, v_, copies, configs, grad_scale);
+  if (factor.defined())
+    ops::adamw_step(params, grads, m_, v_, copies, configs, factor);
+  else
+    ops::adamw_step(params, grads, m_, v_, copies, configs, grad_scale);
   for (size_t k = 0; k < parameters_.size(); ++k)
     if (copies[k].defined()) parameters_[k].variable.keep_compute_copy(copies[k]);
 }
@@ -101,6 +128,10 @@ ClipResult AdamW::clip_of(const char* op, double loss_scale, double max_norm, do
     raise<ValueError>(op, "loss_scale", "a finite value >= 1", std::to_string(loss_scale));
   const double norm = scaled_norm / loss_scale;
   return {norm, max_norm > 0.0 ? ops::clip_coefficient(max_norm, norm) : 1.0};
+}
+
+ClipResult AdamW::clip_result(double loss_scale, double max_norm, double scaled_norm) {
+  return clip_of("AdamW::clip_result", loss_scale, max_norm, scaled_norm);
 }
 
 ClipResult AdamW::unscale_and_clip(double loss_scale, double max_norm, double scaled_norm) {

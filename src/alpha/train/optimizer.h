@@ -63,6 +63,15 @@ class AdamW {
   // With f32 or f64 gradients (the trainer's, beside f32 masters) the parameters, moments and compute copies
   // get the same bits; a bf16 or f16 gradient's product is no longer rounded to its dtype before the update.
   ClipResult clipped_step(double lr, double loss_scale, double max_norm, double scaled_norm);
+  // The step queued behind a factor that lives where the gradients do (ops::step_guard's): the gradients are
+  // multiplied by it inside the update, and a NaN makes the step a no-op there. With step_guard's factor, the
+  // bits of clipped_step or, for a NaN, of no step. It returns at once: the caller reads the guard's inputs
+  // after queueing it and then says with settle(applied) whether the step was applied, which advances the step
+  // count or not. Until then step, clipped_step and queued_step raise ValueError.
+  void queued_step(double lr, const Tensor& factor);
+  void settle(bool applied);
+  // The unscaled norm and the clip coefficient clipped_step would use and return (a logger's numbers).
+  static ClipResult clip_result(double loss_scale, double max_norm, double scaled_norm);
   // Releases every parameter's gradient, so that the next backward's gradient becomes the buffer itself: no
   // zero fill and no sum into it (a memset and an add per parameter and step on a GPU). The same bits as
   // zeroing: 0 + g is g.
@@ -83,12 +92,17 @@ class AdamW {
   std::vector<Tensor> gradients(const char* op) const;
   // The unscaled norm and the clip coefficient (1 when max_norm is 0), the arguments checked under `op`'s name.
   static ClipResult clip_of(const char* op, double loss_scale, double max_norm, double scaled_norm);
+  void require_settled(const char* op) const;
   void step_scaled(const char* op, double lr, double grad_scale);
+  // The update of step `step` (1-based), the gradients multiplied by `factor` (a device scalar) when it is
+  // defined and by grad_scale otherwise.
+  void update(const char* op, double lr, int64_t step, double grad_scale, const Tensor& factor);
 
   std::vector<nn::NamedParameter> parameters_;
   std::vector<Tensor> m_, v_;
   AdamWOptions options_;
   int64_t step_count_ = 0;
+  bool queued_ = false;  // a queued_step not yet settled
 };
 
 // Gives every parameter (f32) a held compute copy in `dtype` (bf16 or f16): its value rounded stochastically

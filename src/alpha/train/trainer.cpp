@@ -13,6 +13,7 @@
 #include "alpha/distributed/data_parallel.h"
 #include "alpha/nn/sampling.h"
 #include "alpha/ops/matmul.h"
+#include "alpha/ops/optim.h"
 #include "alpha/train/checkpoint.h"
 #include "alpha/train/loss_scaler.h"
 #include "alpha/train/optimizer.h"
@@ -370,14 +371,34 @@ std::string Trainer::run(std::optional<int64_t> stop_at_step) {
       loss_sum /= double(world_of(options_));
     }
     inject_gradient_fault(*model_, step + 1);  // test-only, off unless ALPHA_FAULT_* is set
-    // On one device the gradient norm is queued before the losses are read: the step waits for the device
-    // once, not once for the losses and again for a norm launched after that first wait.
-    const Tensor queued_norm = sharded(options_) ? Tensor() : data_->optimizer->grad_norm_tensor();
-    if (!data_->parallel)
-      for (const Tensor& micro_loss : micro_losses) loss_sum += micro_loss.item();  // in micro-step order
-    Stopwatch phase;  // the optimizer's host time, after the wait for the device
+    Stopwatch phase;  // the optimizer's host time: queueing its work, then settling the step after the wait
+    double scaled_norm = 0, optimizer_s = 0;
+    if (!data_->parallel) {
+      // On one device the norm, the step's gradient factor (clipping and unscaling, NaN for a non-finite loss or
+      // norm: ops::step_guard) and the optimizer step are all queued before the host reads the losses and the
+      // norm, and that read waits for the norm only. The host takes in the step's numbers and queues the next
+      // step's forward while the optimizer step runs, instead of the device waiting for it in between.
+      const Tensor queued_norm = data_->optimizer->grad_norm_tensor();
+      Tensor readings = Tensor::empty({t.grad_accum + 1}, DType::f64, device);  // the losses, then the norm
+      std::vector<Tensor> slots, values;
+      for (int64_t micro = 0; micro <= t.grad_accum; ++micro) slots.push_back(readings.slice(0, micro, micro + 1));
+      for (const Tensor& micro_loss : micro_losses) values.push_back(micro_loss.reshape({1}).to(DType::f64));
+      values.push_back(queued_norm.reshape({1}));
+      copy_many(slots, values);
+      HostCopy read(readings);
+      data_->optimizer->queued_step(
+          lr, ops::step_guard(queued_norm, readings.slice(0, 0, t.grad_accum), loss_scale, t.grad_clip));
+      optimizer_s = phase.seconds();
+      const Tensor host = read.wait();
+      phase.restart();
+      const double* values_read = host.data<double>();
+      for (int64_t micro = 0; micro < t.grad_accum; ++micro) loss_sum += values_read[micro];  // in micro-step order
+      scaled_norm = values_read[t.grad_accum];
+    } else {
+      const Tensor queued_norm = sharded(options_) ? Tensor() : data_->optimizer->grad_norm_tensor();
+      scaled_norm = sharded(options_) ? data_->parallel->grad_norm() : queued_norm.item();
+    }
     // A NaN or Inf in the loss or the gradients skips the step: no parameter or optimizer-state update.
-    const double scaled_norm = sharded(options_) ? data_->parallel->grad_norm() : queued_norm.item();
     const double norm = scaled_norm / loss_scale;  // exact: a power of two
     const bool skipped = !std::isfinite(norm) || !std::isfinite(loss_sum);
     const bool scaler_backs_off = data_->scaler && skipped && std::isfinite(loss_sum) && !data_->scaler->at_floor();
@@ -385,7 +406,10 @@ std::string Trainer::run(std::optional<int64_t> stop_at_step) {
     if (!skipped) nonfinite_in_a_row = 0;
     else if (!scaler_backs_off) ++nonfinite_in_a_row;
     ClipResult clip{norm, skipped ? std::nan("") : 1.0};
-    if (!skipped && sharded(options_)) {
+    if (!data_->parallel) {
+      data_->optimizer->settle(!skipped);  // the device skipped it, or not, by the same test
+      if (!skipped) clip = AdamW::clip_result(loss_scale, t.grad_clip, scaled_norm);
+    } else if (!skipped && sharded(options_)) {
       clip.clip_coef = data_->parallel->sharded_step(lr, t.grad_clip, norm,
                                                      {t.beta1, t.beta2, t.adam_eps, t.weight_decay,
                                                       rounding_seed(options_)},
@@ -394,7 +418,7 @@ std::string Trainer::run(std::optional<int64_t> stop_at_step) {
       clip = data_->optimizer->clipped_step(lr, loss_scale, t.grad_clip, scaled_norm);
     }
     data_->optimizer->clear_grads();
-    double optimizer_s = phase.seconds();
+    optimizer_s += phase.seconds();
     double step_s = clock.seconds();
     StepCounters used = StepCounters::since(counters, device);
     steps_done_ = step + 1;

@@ -27,9 +27,14 @@ template <class T, class G, class C>
 void adamw_step(const AdamWArgs<T, G, C>& args) {
   using A = acc_t<T>;
   const AdamWStepTerms<A> terms = adamw_step_terms(args);
+  A grad_scale = args.grad_scale;
+  if (args.grad_scale_at) {
+    if (std::isnan(*args.grad_scale_at)) return;  // a skipped step
+    grad_scale = A(*args.grad_scale_at);
+  }
 #pragma omp parallel for schedule(static)
   for (int64_t i = 0; i < args.n; ++i) {
-    A g = args.grad_scale * A(args.grad[i]);
+    A g = grad_scale * A(args.grad[i]);
     A m = args.beta1 * A(args.m[i]) + (A(1) - args.beta1) * g;
     A v = args.beta2 * A(args.v[i]) + (A(1) - args.beta2) * g * g;
     args.m[i] = T(m);
@@ -55,6 +60,8 @@ void clip_coefficient(const ClipCoefficientArgs& args) {
   const double c = args.max_norm / (*args.norm + 1e-6);
   *args.coefficient = c < 1.0 ? c : 1.0;
 }
+
+void step_guard(const StepGuardArgs& args) { *args.factor = step_guard_factor(args); }
 
 template <class T>
 void scale_by(const ScaleByArgs<T>& args) {

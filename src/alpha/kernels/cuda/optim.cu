@@ -1,7 +1,7 @@
 // CUDA optimiser kernels over contiguous device buffers, taking the CPU backend's argument structs
 // (kernels/optim.h): the fused AdamW step (plain, and mixed precision with an f32 master and a bf16/f16
 // gradient and compute copy), the deterministic sum of squares, and the grad norm's finish (norm, clipping
-// coefficient, scaling by a factor held on the device).
+// coefficient, scaling by a factor held on the device, a step's guarded factor).
 //
 // AdamW reads each element's grad, m, v and param once and writes m, v, param (and the compute copy)
 // once. Its arithmetic is the CPU kernel's in f32, operation by operation, with __fmul_rn/__fadd_rn/
@@ -56,7 +56,19 @@ struct AdamWPointers {
   int64_t n;
   bool stochastic_rounding;  // the copy rounded stochastically with `rounding`'s bits, not to nearest
   StochasticRounding rounding;
+  const double* grad_scale_at;  // nullptr: AdamWScalars::grad_scale
 };
+
+// The scalars with the factor read from grad_scale_at where that is set (rounded to f32 as the host rounds
+// grad_scale); false when the factor is NaN: the step is skipped.
+template <class T, class G, class C>
+__device__ bool resolve_grad_scale(const AdamWPointers<T, G, C>& x, AdamWScalars& s) {
+  if (!x.grad_scale_at) return true;
+  const double factor = *x.grad_scale_at;
+  if (factor != factor) return false;
+  s.grad_scale = float(factor);
+  return true;
+}
 
 // Element i's compute copy of the f32 value: round_stochastic's bits (core/half.h, the CPU's helper) or, without
 // stochastic rounding, the nearest.
@@ -89,6 +101,7 @@ __device__ void adamw_element(const AdamWPointers<T, G, C>& x, const AdamWScalar
 
 template <class T, class G, class C>
 __global__ void adamw_kernel(AdamWPointers<T, G, C> x, AdamWScalars s) {
+  if (!resolve_grad_scale(x, s)) return;
   const int64_t stride = int64_t(gridDim.x) * blockDim.x;
   for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < x.n; i += stride) adamw_element(x, s, i);
 }
@@ -178,7 +191,9 @@ template <class T, class G, class C>
 __global__ void multi_adamw_kernel(const __grid_constant__ LaunchTable<AdamWEntry<T, G, C>> table) {
   const BlockWork work = block_work(table);
   const AdamWEntry<T, G, C>& e = table.tensors[work.tensor];
-  for_chunk(e.x.n, kChunk, work.chunk, [&](int64_t i) { adamw_element(e.x, e.s, i); });
+  AdamWScalars s = e.s;
+  if (!resolve_grad_scale(e.x, s)) return;
+  for_chunk(e.x.n, kChunk, work.chunk, [&](int64_t i) { adamw_element(e.x, s, i); });
 }
 
 // out = factor·x, the factor read from *device_factor where that is set.
@@ -232,6 +247,8 @@ __global__ void grad_norm_kernel(GradNormArgs args) {
   *args.norm = __dsqrt_rn(total);
 }
 
+__global__ void step_guard_kernel(StepGuardArgs args) { *args.factor = step_guard_factor(args); }
+
 __global__ void clip_coefficient_kernel(ClipCoefficientArgs args) {
   const double c = __ddiv_rn(args.max_norm, __dadd_rn(*args.norm, 1e-6));
   *args.coefficient = c < 1.0 ? c : 1.0;
@@ -258,7 +275,8 @@ AdamWPointers<T, G, C> adamw_pointers(const AdamWArgs<T, G, C>& args) {
           args.param_copy ? bits(args.param_copy) : nullptr,
           args.n,
           args.stochastic_rounding,
-          args.rounding};
+          args.rounding,
+          args.grad_scale_at};
 }
 
 template <class C>
@@ -299,6 +317,10 @@ void grad_norm(const GradNormArgs& args, Stream stream) {
 
 void clip_coefficient(const ClipCoefficientArgs& args, Stream stream) {
   ALPHA_CUDA_LAUNCH(clip_coefficient_kernel, 1, 1, alpha::cuda::stream_handle(stream), args);
+}
+
+void step_guard(const StepGuardArgs& args, Stream stream) {
+  ALPHA_CUDA_LAUNCH(step_guard_kernel, 1, 1, alpha::cuda::stream_handle(stream), args);
 }
 
 template <class T>
