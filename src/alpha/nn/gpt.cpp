@@ -252,9 +252,12 @@ GPTOutput GPT::forward(const Tensor& ids, const Tensor& targets, const ForwardOp
   double p = options.training ? config_.dropout : 0.0;
   DropoutSites dropout(p, derive_seed(derive_seed(config_.seed, options.step), options.micro_step));
 
-  std::vector<int32_t> positions(size_t(B * T));
-  for (int64_t i = 0; i < B * T; ++i) positions[size_t(i)] = int32_t(i % T);
-  Tensor position_ids = Tensor::from_vector(positions, {B, T}).to(device());
+  if (position_ids_.shape() != Shape{B, T}) {
+    std::vector<int32_t> positions(size_t(B * T));
+    for (int64_t i = 0; i < B * T; ++i) positions[size_t(i)] = int32_t(i % T);
+    position_ids_ = Tensor::from_vector(positions, {B, T}).to(device());
+  }
+  const Tensor& position_ids = position_ids_;
 
   // Token ids on the host (the loader's) are range-checked there, before they move: the lookup on a GPU then
   // need not read them back, a read that would wait for the work still queued (the last step's update).

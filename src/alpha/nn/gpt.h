@@ -74,6 +74,9 @@ class GPT : public Module {
   std::vector<std::unique_ptr<Block>> blocks_;
   LayerNorm ln_f_;
   std::unique_ptr<Linear> lm_head_;  // null when tied to wte
+  // The last forward's position ids [B, T] on the model's device, kept for the next forward of that shape: a
+  // training step then builds no host vector and makes no host-to-device copy for them.
+  mutable Tensor position_ids_;
 };
 
 }  // namespace alpha::nn
