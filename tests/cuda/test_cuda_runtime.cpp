@@ -219,16 +219,19 @@ TEST_F(CudaRuntime, HostCopyReadsWhatTheWorkBeforeItWrote) {
   Tensor x = host.to(kGpu);
   x.copy_from(ops::scale(x, 2.0));  // queued before the copy: seen
   const Tensor want = ops::scale(host, 2.0);
-  HostCopy copy(x.slice(1, 7, 600));
+  const Tensor norm = Tensor::full({}, 1.25, DType::f64).to(kGpu);
+  HostCopy copy({x.slice(1, 7, 600), norm});  // two tensors of two dtypes, one read
   x.fill_(7.0);  // queued after it: not seen
-  EXPECT_ALPHA_ERROR(HostCopy{x.slice(0, 0, 1)}, ValueError, "[begin_host_read]", "pending");
-  const Tensor got = copy.wait();
-  EXPECT_TRUE(got.device().is_cpu());
-  EXPECT_TRUE(test::bit_equal(got, want.slice(1, 7, 600)));
-  HostCopy again(x.slice(0, 2, 3));  // the slot is free again
-  EXPECT_TRUE(test::bit_equal(again.wait(), Tensor::full({1, 1001}, 7.0, DType::f32)));
+  EXPECT_ALPHA_ERROR(HostCopy({x.slice(0, 0, 1)}), ValueError, "[begin_host_read]", "pending");
+  const std::vector<Tensor> got = copy.wait();
+  EXPECT_TRUE(got[0].device().is_cpu());
+  EXPECT_TRUE(test::bit_equal(got[0], want.slice(1, 7, 600)));
+  EXPECT_EQ(got[1].item(), 1.25);
+  HostCopy again({x.slice(0, 2, 3)});  // the slot is free again
+  EXPECT_TRUE(test::bit_equal(again.wait()[0], Tensor::full({1, 1001}, 7.0, DType::f32)));
   const Tensor too_big = Tensor::zeros({int64_t(cuda::kHostReadBytes / 4 + 1)}, DType::f32, kGpu);
-  EXPECT_ALPHA_ERROR(HostCopy{too_big}, ValueError, "[begin_host_read]", "'bytes'");
+  EXPECT_ALPHA_ERROR(HostCopy({too_big}), ValueError, "[begin_host_read]", "'bytes'");
+  EXPECT_ALPHA_ERROR(HostCopy({norm, Tensor::full({}, 1.0, DType::f64)}), DeviceError, "[HostCopy]", "sources[1]");
 #endif
 }
 

@@ -537,7 +537,12 @@ TEST(Optim, StepGuardIsTheHostFactorOrNaN) {
     const Tensor bad_losses = Tensor::from_vector<double>({2.5, bad, 2.75}, {3});
     EXPECT_TRUE(std::isnan(ops::step_guard(finite_norm, bad_losses, loss_scale, 1.0).item())) << bad;
   }
-  EXPECT_ALPHA_ERROR(ops::step_guard(finite_norm, losses.to(DType::f32), 1.0, 1.0), DTypeError, "[step_guard]",
+  // f32 losses (a model's loss as it comes) give the same factor, and NaN for a non-finite one.
+  EXPECT_EQ(ops::step_guard(finite_norm, losses.to(DType::f32), loss_scale, 0.5).item(),
+            ops::step_guard(finite_norm, losses, loss_scale, 0.5).item());
+  EXPECT_TRUE(std::isnan(
+      ops::step_guard(finite_norm, Tensor::from_vector<float>({1.0f, INFINITY}, {2}), loss_scale, 0.5).item()));
+  EXPECT_ALPHA_ERROR(ops::step_guard(finite_norm, losses.to(DType::i32), 1.0, 1.0), DTypeError, "[step_guard]",
                      "'losses'");
   EXPECT_ALPHA_ERROR(ops::step_guard(finite_norm, losses.reshape({3, 1}), 1.0, 1.0), ShapeError, "[step_guard]",
                      "'losses'");

@@ -199,20 +199,25 @@ TEST(Tensor, CopyManyCopiesEveryPairAndNamesABadOne) {
   EXPECT_ALPHA_ERROR(copy_many(dsts, wrong), ShapeError, "[copy_many]", "srcs");
 }
 
-// A CPU tensor's HostCopy is made at once (a view's values, contiguous), so later writes to the source do not
-// reach it; it is collected once.
+// CPU tensors' HostCopy is made at once (a view's values, contiguous; each tensor in its dtype), so later writes
+// to the sources do not reach it; it is collected once.
 TEST(HostCopy, HoldsTheValuesAtConstructionAndIsCollectedOnce) {
   Tensor source = test::random({5, 6});
   const Tensor column = source.slice(1, 2, 3);
+  const Tensor norm = Tensor::full({}, 2.5, DType::f64);
   const Tensor want = column.contiguous().clone();
-  HostCopy copy(column);
+  HostCopy copy({column, norm});
   source.fill_(-1.0f);
-  Tensor got = copy.wait();
-  EXPECT_TRUE(got.device().is_cpu());
-  EXPECT_TRUE(got.is_contiguous());
-  EXPECT_TRUE(test::bit_equal(got, want));
+  const std::vector<Tensor> got = copy.wait();
+  ASSERT_EQ(got.size(), 2u);
+  EXPECT_TRUE(got[0].device().is_cpu());
+  EXPECT_TRUE(got[0].is_contiguous());
+  EXPECT_TRUE(test::bit_equal(got[0], want));
+  EXPECT_EQ(got[1].dtype(), DType::f64);
+  EXPECT_EQ(got[1].item(), 2.5);
   EXPECT_ALPHA_ERROR(copy.wait(), ValueError, "[HostCopy::wait]", "collected");
-  EXPECT_ALPHA_ERROR(HostCopy{Tensor()}, ValueError, "HostCopy");
+  EXPECT_ALPHA_ERROR(HostCopy({Tensor()}), ValueError, "HostCopy");
+  EXPECT_ALPHA_ERROR(HostCopy({}), ValueError, "'sources'");
 }
 
 TEST(Allocator, SizeClassesBoundWaste) {

@@ -210,7 +210,7 @@ void check_queued_step(Context& ctx) {
   std::vector<ops::AdamWConfig> configs(sizes.size(), {1e-2, 0.9, 0.95, 1e-8, 0.1, 3});
   const double loss_scale = 4.0, max_norm = 0.5;
   const Tensor norm = ops::global_grad_norm_tensor(make().grads);
-  const Tensor losses = Tensor::from_vector<double>({2.5, 3.25}, {2}).to(ctx.gpu());
+  const Tensor losses = Tensor::from_vector<float>({2.5f, 3.25f}, {2}).to(ctx.gpu());  // the trainer's f32
   const Tensor factor = ops::step_guard(norm, losses, loss_scale, max_norm);
   const Tensor cpu_factor = ops::step_guard(norm.to(Device::cpu()), losses.to(Device::cpu()), loss_scale, max_norm);
   ctx.compare_bits("step_guard.same_bits_as_cpu", factor.reshape({1}), cpu_factor.reshape({1}));
@@ -230,7 +230,7 @@ void check_queued_step(Context& ctx) {
   ops::adamw_step(on_host.params, on_host.grads, on_host.ms, on_host.vs, on_host.copies, configs, cpu_factor.item());
   compare_lists("queued_step", on_device, on_host, ".same_bits_as_host_factor");
 
-  const Tensor bad_losses = Tensor::from_vector<double>({2.5, INFINITY}, {2}).to(ctx.gpu());
+  const Tensor bad_losses = Tensor::from_vector<float>({2.5f, INFINITY}, {2}).to(ctx.gpu());
   const Tensor skip = ops::step_guard(norm, bad_losses, loss_scale, max_norm);
   List skipped = make(), untouched = make();
   ops::adamw_step(skipped.params, skipped.grads, skipped.ms, skipped.vs, skipped.copies, configs, skip);

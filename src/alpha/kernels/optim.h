@@ -132,10 +132,12 @@ struct GradNormArgs {
 // factor = coef / loss_scale, coef = min(1, max_norm / (scaled_norm / loss_scale + 1e-6)) (1 when max_norm is 0):
 // the factor a step multiplies the gradients of a loss multiplied by loss_scale by, unscaled and clipped, as
 // the host computes it (train::AdamW::clipped_step, the same f64 operations); NaN when the norm or any of the
-// losses is not finite, which makes the step a no-op (AdamWArgs::grad_scale_at).
+// losses is not finite, which makes the step a no-op (AdamWArgs::grad_scale_at). L, the losses' type: float or
+// double (the model's loss as it comes, so that no conversion is needed to read them).
+template <class L>
 struct StepGuardArgs {
   const double* scaled_norm;  // (1) the global norm of the scaled gradients
-  const double* losses;       // (loss_count) the step's losses, of the unscaled loss
+  const L* losses;            // (loss_count) the step's losses, of the unscaled loss
   int64_t loss_count;
   double loss_scale;  // >= 1
   double max_norm;    // >= 0; 0: no clipping
@@ -143,10 +145,11 @@ struct StepGuardArgs {
 };
 
 // The factor of StepGuardArgs (the CPU and CUDA kernels' one expression).
-ALPHA_HD double step_guard_factor(const StepGuardArgs& a) {
+template <class L>
+ALPHA_HD double step_guard_factor(const StepGuardArgs<L>& a) {
   // x − x is 0 for a finite x and NaN for ±inf and NaN, so `poison` is 0 or NaN (no library NaN needed on a GPU).
   double poison = *a.scaled_norm - *a.scaled_norm;
-  for (int64_t k = 0; k < a.loss_count; ++k) poison += a.losses[k] - a.losses[k];
+  for (int64_t k = 0; k < a.loss_count; ++k) poison += double(a.losses[k]) - double(a.losses[k]);
   if (poison != 0.0) return poison;
   double coef = 1.0;
   if (a.max_norm > 0.0) {
@@ -183,7 +186,7 @@ template <class T, class G, class C> void adamw_step(const AdamWArgs<T, G, C>& a
 template <class T> void sum_squares(const SumSquaresArgs<T>& args);
 void grad_norm(const GradNormArgs& args);
 void clip_coefficient(const ClipCoefficientArgs& args);
-void step_guard(const StepGuardArgs& args);
+template <class L> void step_guard(const StepGuardArgs<L>& args);
 template <class T> void scale_by(const ScaleByArgs<T>& args);
 template <class T, class G, class C> void multi_adamw_step(std::span<const AdamWArgs<T, G, C>> tensors);
 template <class T> void multi_sum_squares(std::span<const SumSquaresArgs<T>> tensors);
@@ -210,7 +213,7 @@ template <class T, class G, class C> void adamw_step(const AdamWArgs<T, G, C>& a
 template <class T> void sum_squares(const SumSquaresArgs<T>& args, Stream stream);
 void grad_norm(const GradNormArgs& args, Stream stream);
 void clip_coefficient(const ClipCoefficientArgs& args, Stream stream);
-void step_guard(const StepGuardArgs& args, Stream stream);
+template <class L> void step_guard(const StepGuardArgs<L>& args, Stream stream);
 template <class T> void scale_by(const ScaleByArgs<T>& args, Stream stream);
 template <class T, class G, class C>
 void multi_adamw_step(std::span<const AdamWArgs<T, G, C>> tensors, Stream stream);

@@ -299,16 +299,22 @@ Tensor step_guard(const Tensor& scaled_norm, const Tensor& losses, double loss_s
   const Device device = scaled_norm.device();
   check_f64_scalar(op, "scaled_norm", scaled_norm, device);
   check_defined(op, "losses", losses);
-  check_dtype(op, "losses", losses, {DType::f64});
+  check_dtype(op, "losses", losses, {DType::f32, DType::f64});
   if (losses.dim() != 1) raise<ShapeError>(op, "losses", "one dimension (k)", shape_str(losses.shape()));
   if (losses.device() != device) raise<DeviceError>(op, "losses", "a tensor on " + device.str(), losses.device().str());
   require(op, "loss_scale", loss_scale, loss_scale >= 1.0 && std::isfinite(loss_scale), "a finite value >= 1");
   require(op, "max_norm", max_norm, non_negative(max_norm), "a finite value >= 0 (0: no clipping)");
   const Tensor norm = scaled_norm.contiguous(), values = losses.contiguous();
   Tensor factor = Tensor::empty({}, DType::f64, device);
-  const kernels::StepGuardArgs args{norm.data<double>(),  values.data<double>(), values.numel(), loss_scale, max_norm,
-                                    factor.data<double>()};
-  dispatch_device(op, device, [&](const auto& where) { ALPHA_KERNEL(step_guard)(where, args); });
+  auto guard = [&]<class L>() {
+    const kernels::StepGuardArgs<L> args{norm.data<double>(), values.data<L>(), values.numel(),
+                                         loss_scale,          max_norm,         factor.data<double>()};
+    dispatch_device(op, device, [&](const auto& where) { ALPHA_KERNEL(step_guard)(where, args); });
+  };
+  if (values.dtype() == DType::f32)
+    guard.template operator()<float>();
+  else
+    guard.template operator()<double>();
   return factor;
 }
 

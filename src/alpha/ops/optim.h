@@ -97,7 +97,7 @@ Tensor global_grad_norm_tensor(const std::vector<Tensor>& grads);
 double clip_coefficient(double max_norm, double norm);
 // The factor a step multiplies the gradients of a loss scaled by loss_scale (>= 1) by, unscaled and clipped to
 // max_norm (> 0; 0: no clipping), as a 0-d f64 tensor on scaled_norm's device, computed there without waiting
-// (kernels::StepGuardArgs): scaled_norm is global_grad_norm_tensor's, losses the step's losses (f64, one
+// (kernels::StepGuardArgs): scaled_norm is global_grad_norm_tensor's, losses the step's losses (f32 or f64, one
 // dimension, on that device). NaN when the norm or a loss is not finite: the adamw_step that reads it skips.
 Tensor step_guard(const Tensor& scaled_norm, const Tensor& losses, double loss_scale, double max_norm);
 // Multiplies every grad by `factor` in place (no pass at all for 1).

@@ -161,11 +161,13 @@ HostReads& host_reads() {
 
 }  // namespace
 
-void begin_host_read(int ordinal, const void* src, size_t bytes) {
+void begin_host_read(int ordinal, std::span<const HostReadPart> parts) {
   constexpr const char* op = "begin_host_read";
   require_device(op, Device::cuda(ordinal));
+  size_t bytes = 0;
+  for (const HostReadPart& part : parts) bytes += part.bytes;
   if (bytes == 0 || bytes > kHostReadBytes)
-    raise<ValueError>(op, "bytes", "1 to " + std::to_string(kHostReadBytes), std::to_string(bytes));
+    raise<ValueError>(op, "bytes", "1 to " + std::to_string(kHostReadBytes) + " in all", std::to_string(bytes));
   cudaStream_t stream = static_cast<cudaStream_t>(default_stream(ordinal).handle);
   auto& r = host_reads();
   std::lock_guard lock(r.mutex);
@@ -178,7 +180,11 @@ void begin_host_read(int ordinal, const void* src, size_t bytes) {
     ALPHA_CUDA_CHECK(cudaMallocHost(&r.staging[d], kHostReadBytes));
     ALPHA_CUDA_CHECK(cudaEventCreateWithFlags(&r.done[d], cudaEventDisableTiming));
   }
-  ALPHA_CUDA_CHECK(cudaMemcpyAsync(r.staging[d], src, bytes, cudaMemcpyDeviceToHost, stream));
+  char* at = static_cast<char*>(r.staging[d]);
+  for (const HostReadPart& part : parts) {
+    ALPHA_CUDA_CHECK(cudaMemcpyAsync(at, part.src, part.bytes, cudaMemcpyDeviceToHost, stream));
+    at += part.bytes;
+  }
   ALPHA_CUDA_CHECK(cudaEventRecord(r.done[d], stream));
   r.pending[d] = bytes;
 }

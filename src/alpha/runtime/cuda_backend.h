@@ -11,6 +11,7 @@
 #pragma once
 #if ALPHA_WITH_CUDA
 #include <cstddef>
+#include <span>
 #include <string_view>
 
 #include "alpha/core/device.h"
@@ -39,13 +40,18 @@ void synchronize(int ordinal);
 // Returns once the destination may be read from its own device's point of view: at once for a copy
 // into a GPU (stream order), after completion for a copy into host memory.
 void copy_bytes(void* dst, Device dst_device, const void* src, Device src_device, size_t bytes);
-// A copy of up to kHostReadBytes bytes of device memory to the host, queued on the device's stream behind the
-// work before it and collected later without waiting for the work queued after it (a pinned staging buffer
-// and an event per device, made on first use): the trainer reads a step's losses and norm while the
-// optimiser step it queued after them runs. One read per device at a time: begin_host_read raises
-// ValueError while one is pending; finish_host_read waits for the copy and writes the bytes to dst.
+// A copy of up to kHostReadBytes bytes of device memory to the host, from one or more places (packed one
+// after another), queued on the device's stream behind the work before it and collected later without
+// waiting for the work queued after it (a pinned staging buffer and an event per device, made on first
+// use): the trainer reads a step's losses and norm while the optimiser step it queued after them runs. One
+// read per device at a time: begin_host_read raises ValueError while one is pending; finish_host_read waits
+// for the copies and writes their bytes, packed, to dst (`bytes`: their total).
 inline constexpr size_t kHostReadBytes = 64 * 1024;
-void begin_host_read(int ordinal, const void* src, size_t bytes);
+struct HostReadPart {
+  const void* src;  // device memory
+  size_t bytes;
+};
+void begin_host_read(int ordinal, std::span<const HostReadPart> parts);
 void finish_host_read(int ordinal, void* dst, size_t bytes);
 // Sets `bytes` bytes of device memory to zero (stream-ordered).
 void zero_bytes(void* dst, Device device, size_t bytes);

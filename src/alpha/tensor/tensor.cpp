@@ -633,41 +633,60 @@ double Tensor::at(std::initializer_list<int64_t> index) const {
   return out;
 }
 
-HostCopy::HostCopy(const Tensor& source) {
-  require_defined(source, "HostCopy");
-  source_ = source.contiguous();
-  if (source_.device().is_cpu()) {
-    host_ = source_.clone();
+HostCopy::HostCopy(std::vector<Tensor> sources) {
+  constexpr const char* op = "HostCopy";
+  if (sources.empty()) raise<ValueError>(op, "sources", "at least one tensor", "none");
+  for (size_t k = 0; k < sources.size(); ++k) {
+    require_defined(sources[k], op);
+    if (sources[k].device() != sources[0].device())
+      raise<DeviceError>(op, "sources[" + std::to_string(k) + "]", "a tensor on " + sources[0].device().str(),
+                         sources[k].device().str());
+    sources_.push_back(sources[k].contiguous());
+  }
+  if (sources_[0].device().is_cpu()) {
+    for (const Tensor& t : sources_) hosts_.push_back(t.clone());
     return;
   }
 #if ALPHA_WITH_CUDA
-  host_ = Tensor::empty(source_.shape(), source_.dtype(), Device::cpu());
-  cuda::begin_host_read(source_.device().index, source_.raw_data(), source_.nbytes());
+  std::vector<cuda::HostReadPart> parts;
+  for (const Tensor& t : sources_) {
+    parts.push_back({t.raw_data(), t.nbytes()});
+    hosts_.push_back(Tensor::empty(t.shape(), t.dtype(), Device::cpu()));
+  }
+  cuda::begin_host_read(sources_[0].device().index, parts);
   pending_ = true;
 #endif
 }
 
-HostCopy::~HostCopy() {
+void HostCopy::collect() {
 #if ALPHA_WITH_CUDA
-  // An uncollected copy (an exception between the two ends) still frees its device's slot for the next read.
-  if (pending_) try {
-      cuda::finish_host_read(source_.device().index, host_.raw_data(), host_.nbytes());
-    } catch (...) {
-    }
+  pending_ = false;
+  size_t total = 0;
+  for (const Tensor& h : hosts_) total += h.nbytes();
+  std::vector<char> packed(total);
+  cuda::finish_host_read(sources_[0].device().index, packed.data(), total);
+  const char* at = packed.data();
+  for (Tensor& h : hosts_) {
+    std::memcpy(h.raw_data(), at, h.nbytes());
+    at += h.nbytes();
+  }
 #endif
 }
 
-Tensor HostCopy::wait() {
+HostCopy::~HostCopy() {
+  // An uncollected copy (an exception between the two ends) still frees its device's slot for the next read.
+  if (pending_) try {
+      collect();
+    } catch (...) {
+    }
+}
+
+std::vector<Tensor> HostCopy::wait() {
   if (collected_) raise<ValueError>("HostCopy::wait", "self", "a copy not yet collected", "one waited for before");
   collected_ = true;
-#if ALPHA_WITH_CUDA
-  if (pending_) {
-    pending_ = false;
-    cuda::finish_host_read(source_.device().index, host_.raw_data(), host_.nbytes());
-  }
-#endif
-  source_ = Tensor();
-  return host_;
+  if (pending_) collect();
+  sources_.clear();
+  return hosts_;
 }
 
 double Tensor::item() const {

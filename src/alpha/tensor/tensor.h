@@ -116,22 +116,23 @@ class Tensor {
   DType dtype_ = DType::f32;
 };
 
-// A tensor's values on their way to the host: the copy is queued at construction, behind the work that
-// produces them, and wait() returns them (a contiguous CPU tensor) without waiting for work queued after the
-// construction. The trainer reads its step's losses and norm so while the optimiser step runs. A GPU tensor
-// of at most cuda::kHostReadBytes bytes, one pending per device (ValueError otherwise); a CPU tensor's copy is
-// made at once.
+// Tensors' values on their way to the host: the copies are queued at construction, behind the work that
+// produces them, and wait() returns them (contiguous CPU tensors, in order, each in its own dtype) without
+// waiting for work queued after the construction. The trainer reads its step's losses and norm so while the
+// optimiser step runs. GPU tensors of one device, at most cuda::kHostReadBytes bytes in all, one HostCopy
+// pending per device (ValueError otherwise); CPU tensors' copies are made at once.
 class HostCopy {
  public:
-  explicit HostCopy(const Tensor& source);
+  explicit HostCopy(std::vector<Tensor> sources);
   ~HostCopy();
   HostCopy(const HostCopy&) = delete;
   HostCopy& operator=(const HostCopy&) = delete;
-  Tensor wait();  // once (ValueError the second time)
+  std::vector<Tensor> wait();  // once (ValueError the second time)
 
  private:
-  Tensor source_;  // kept alive until the copy is collected
-  Tensor host_;
+  void collect();                // the pending copies into hosts_
+  std::vector<Tensor> sources_;  // kept alive until the copies are collected
+  std::vector<Tensor> hosts_;
   bool pending_ = false;
   bool collected_ = false;
 };

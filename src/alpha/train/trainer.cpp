@@ -379,21 +379,21 @@ std::string Trainer::run(std::optional<int64_t> stop_at_step) {
       // norm, and that read waits for the norm only. The host takes in the step's numbers and queues the next
       // step's forward while the optimizer step runs, instead of the device waiting for it in between.
       const Tensor queued_norm = data_->optimizer->grad_norm_tensor();
-      Tensor readings = Tensor::empty({t.grad_accum + 1}, DType::f64, device);  // the losses, then the norm
-      std::vector<Tensor> slots, values;
-      for (int64_t micro = 0; micro <= t.grad_accum; ++micro) slots.push_back(readings.slice(0, micro, micro + 1));
-      for (const Tensor& micro_loss : micro_losses) values.push_back(micro_loss.reshape({1}).to(DType::f64));
-      values.push_back(queued_norm.reshape({1}));
-      copy_many(slots, values);
-      HostCopy read(readings);
-      data_->optimizer->queued_step(
-          lr, ops::step_guard(queued_norm, readings.slice(0, 0, t.grad_accum), loss_scale, t.grad_clip));
+      // The micro-batches' losses in one vector, in their own dtype (f32; f64 for an f64 model): no conversion,
+      // which between f32 and f64 a GPU would make through the host.
+      const DType loss_dtype = micro_losses[0].dtype() == DType::f64 ? DType::f64 : DType::f32;
+      Tensor losses = Tensor::empty({t.grad_accum}, loss_dtype, device);
+      std::vector<Tensor> slots;
+      for (int64_t micro = 0; micro < t.grad_accum; ++micro) slots.push_back(losses.slice(0, micro, micro + 1));
+      for (Tensor& micro_loss : micro_losses) micro_loss = micro_loss.reshape({1}).to(loss_dtype);
+      copy_many(slots, micro_losses);
+      HostCopy read({losses, queued_norm});
+      data_->optimizer->queued_step(lr, ops::step_guard(queued_norm, losses, loss_scale, t.grad_clip));
       optimizer_s = phase.seconds();
-      const Tensor host = read.wait();
+      const std::vector<Tensor> host = read.wait();
       phase.restart();
-      const double* values_read = host.data<double>();
-      for (int64_t micro = 0; micro < t.grad_accum; ++micro) loss_sum += values_read[micro];  // in micro-step order
-      scaled_norm = values_read[t.grad_accum];
+      for (double micro_loss : host[0].to_vector<double>()) loss_sum += micro_loss;  // in micro-step order
+      scaled_norm = host[1].item();
     } else {
       const Tensor queued_norm = sharded(options_) ? Tensor() : data_->optimizer->grad_norm_tensor();
       scaled_norm = sharded(options_) ? data_->parallel->grad_norm() : queued_norm.item();

@@ -61,7 +61,12 @@ void clip_coefficient(const ClipCoefficientArgs& args) {
   *args.coefficient = c < 1.0 ? c : 1.0;
 }
 
-void step_guard(const StepGuardArgs& args) { *args.factor = step_guard_factor(args); }
+template <class L>
+void step_guard(const StepGuardArgs<L>& args) {
+  *args.factor = step_guard_factor(args);
+}
+template void step_guard<float>(const StepGuardArgs<float>&);
+template void step_guard<double>(const StepGuardArgs<double>&);
 
 template <class T>
 void scale_by(const ScaleByArgs<T>& args) {

@@ -247,7 +247,10 @@ __global__ void grad_norm_kernel(GradNormArgs args) {
   *args.norm = __dsqrt_rn(total);
 }
 
-__global__ void step_guard_kernel(StepGuardArgs args) { *args.factor = step_guard_factor(args); }
+template <class L>
+__global__ void step_guard_kernel(StepGuardArgs<L> args) {
+  *args.factor = step_guard_factor(args);
+}
 
 __global__ void clip_coefficient_kernel(ClipCoefficientArgs args) {
   const double c = __ddiv_rn(args.max_norm, __dadd_rn(*args.norm, 1e-6));
@@ -319,9 +322,13 @@ void clip_coefficient(const ClipCoefficientArgs& args, Stream stream) {
   ALPHA_CUDA_LAUNCH(clip_coefficient_kernel, 1, 1, alpha::cuda::stream_handle(stream), args);
 }
 
-void step_guard(const StepGuardArgs& args, Stream stream) {
-  ALPHA_CUDA_LAUNCH(step_guard_kernel, 1, 1, alpha::cuda::stream_handle(stream), args);
+template <class L>
+void step_guard(const StepGuardArgs<L>& args, Stream stream) {
+  constexpr auto kernel = step_guard_kernel<L>;
+  ALPHA_CUDA_LAUNCH(kernel, 1, 1, alpha::cuda::stream_handle(stream), args);
 }
+template void step_guard<float>(const StepGuardArgs<float>&, Stream);
+template void step_guard<double>(const StepGuardArgs<double>&, Stream);
 
 template <class T>
 void scale_by(const ScaleByArgs<T>& args, Stream stream) {
