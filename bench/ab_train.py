@@ -1,0 +1,130 @@
+#!/usr/bin/env python3
+"""Same-call A/B of `alpha train` binaries: tokens/s, peak memory and one profiled step's GPU time, alternating.
+
+Issue 9's way of telling whether a change to the engine is faster: every variant trains the same config on the
+same GPU in the same call, the variants taking turns (round 1: A, B, ...; round 2: A, B, ...), so that a GPU's
+drift over the call lands on all of them. The data is prepared once (the built-in corpus, `alpha prepare`), and
+every run reads it.
+
+Per run: the median tokens/s over the steps after --warmup (metrics.jsonl, the profiled step left out), the
+largest per-step peak of the caching allocator's bytes in use, and, from the profiled step (profile.json), the
+GPU span, its active time and the kernels whose time differs most between the first variant and the others.
+
+Usage: python3 bench/ab_train.py --variant new=build/cuda/alpha --variant old=/tmp/alpha_old
+       [--config gpt2-124m] [--batch-size 16] [--seq-len 1024] [--steps 40] [--warmup 5] [--rounds 2]
+       [--device cuda:0] [--profile-step 20] [--out DIR] [-- extra alpha train flags]
+Writes DIR/ab_CONFIG.json with every run.
+"""
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+
+
+def run_train(binary, config, args, data_dir, run_dir, extra):
+    cmd = [binary, "train", "--config", config, "--precision", args.precision, "--batch-size", str(args.batch_size),
+           "--seq-len", str(args.seq_len), "--steps", str(args.steps), "--eval-every", "0", "--sample-tokens", "0",
+           "--save-every", "-1", "--device", args.device, "--data", data_dir, "--out", run_dir]
+    if args.profile_step:
+        cmd += ["--profile-step", str(args.profile_step)]
+    done = subprocess.run(cmd + extra, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    if done.returncode != 0:
+        lines = done.stderr.strip().splitlines()
+        raise SystemExit(f"ab_train.py: {' '.join(cmd + extra)} failed: {lines[-1] if lines else done.returncode}")
+    with open(os.path.join(run_dir, "metrics.jsonl")) as f:
+        records = [json.loads(line) for line in f if line.strip()]
+    timed = [r for r in records if "tokens_per_second" in r and not r.get("profiled")][args.warmup:]
+    if not timed:
+        raise SystemExit(f"ab_train.py: {run_dir}: no steps after the {args.warmup} warm-up steps")
+    result = {"tokens_per_second": statistics.median(r["tokens_per_second"] for r in timed),
+              "timed_steps": len(timed), "peak_bytes": max(r["peak_bytes"] for r in records),
+              "final_loss": records[-1]["loss"]}
+    profile_path = os.path.join(run_dir, "profile.json")
+    if args.profile_step and os.path.exists(profile_path):
+        with open(profile_path) as f:
+            report = json.load(f)
+        if "span_s" in report:
+            result.update(span_s=report["span_s"], active_s=report["active_s"])
+        result["kernels"] = {k["name"]: k["time_s"] for k in report.get("kernels", [])}
+    return result
+
+
+def parse_variant(text):
+    name, sep, binary = text.partition("=")
+    if not sep or not name or not binary:
+        raise SystemExit(f"ab_train.py: --variant {text!r}: expected NAME=PATH")
+    if not os.access(binary, os.X_OK):
+        raise SystemExit(f"ab_train.py: --variant {text!r}: {binary} is not an executable")
+    return name, binary
+
+
+def main():
+    argv = sys.argv[1:]
+    extra = argv[argv.index("--") + 1:] if "--" in argv else []
+    argv = argv[:argv.index("--")] if "--" in argv else argv
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--variant", action="append", required=True, help="NAME=PATH of an alpha binary (2 or more)")
+    parser.add_argument("--config", default="gpt2-124m")
+    parser.add_argument("--precision", default="bf16")
+    parser.add_argument("--batch-size", type=int, default=16)
+    parser.add_argument("--seq-len", type=int, default=1024)
+    parser.add_argument("--steps", type=int, default=40)
+    parser.add_argument("--warmup", type=int, default=5)
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--device", default="cuda:0")
+    parser.add_argument("--profile-step", type=int, default=20, help="0: no profiled step")
+    parser.add_argument("--out", default=".")
+    args = parser.parse_args(argv)
+    variants = [parse_variant(v) for v in args.variant]
+    if len(variants) < 2 or len({name for name, _ in variants}) != len(variants):
+        parser.error("--variant: expected two or more, with distinct names")
+    for name in ("batch_size", "seq_len", "steps", "rounds"):
+        if getattr(args, name) < 1:
+            parser.error(f"--{name.replace('_', '-')}: expected a positive count, got {getattr(args, name)}")
+    if not 0 <= args.warmup < args.steps:
+        parser.error(f"--warmup: expected 0 <= warmup < steps ({args.steps}), got {args.warmup}")
+
+    runs = {name: [] for name, _ in variants}
+    with tempfile.TemporaryDirectory() as tmp:
+        data_dir = os.path.join(tmp, "data")
+        subprocess.run([variants[0][1], "prepare", "--builtin", "--out", data_dir], check=True,
+                       stdout=subprocess.DEVNULL)
+        for r in range(args.rounds):
+            for name, binary in variants:
+                result = run_train(binary, args.config, args, data_dir, os.path.join(tmp, f"{name}_{r}"), extra)
+                runs[name].append(result)
+                active = f", GPU active {result['active_s'] * 1e3:.2f} of {result['span_s'] * 1e3:.2f} ms" \
+                    if "active_s" in result else ""
+                print(f"round {r + 1} {name:10s} {result['tokens_per_second']:12,.0f} tokens/s, peak "
+                      f"{result['peak_bytes'] / 2**20:9.1f} MiB{active}", flush=True)
+
+    base_name = variants[0][0]
+    base = statistics.median(x["tokens_per_second"] for x in runs[base_name])
+    print(f"\n{args.config}, {args.precision}, batch {args.batch_size} x {args.seq_len}, {args.device}: medians of "
+          f"{args.rounds} rounds")
+    for name, _ in variants:
+        tps = statistics.median(x["tokens_per_second"] for x in runs[name])
+        print(f"  {name:10s} {tps:12,.0f} tokens/s  {tps / base:6.3f} x {base_name}")
+    if all(run.get("kernels") for name, _ in variants for run in runs[name]):
+        def kernel_ms(name):
+            names = set().union(*(run["kernels"] for run in runs[name]))
+            return {k: statistics.median(run["kernels"].get(k, 0.0) for run in runs[name]) * 1e3 for k in names}
+        base_kernels = kernel_ms(base_name)
+        for name, _ in variants[1:]:
+            other = kernel_ms(name)
+            deltas = sorted(set(base_kernels) | set(other),
+                            key=lambda k: -abs(other.get(k, 0.0) - base_kernels.get(k, 0.0)))[:8]
+            print(f"  profiled step, the kernels that differ most, {name} against {base_name} (ms):")
+            for k in deltas:
+                print(f"    {other.get(k, 0.0):8.3f} {base_kernels.get(k, 0.0):8.3f}  {k[:90]}")
+    os.makedirs(args.out, exist_ok=True)
+    with open(os.path.join(args.out, f"ab_{args.config}.json"), "w") as f:
+        json.dump({"config": args.config, "batch_size": args.batch_size, "seq_len": args.seq_len,
+                   "device": args.device, "variants": dict(variants), "runs": runs}, f, indent=2)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
