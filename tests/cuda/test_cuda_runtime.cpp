@@ -10,8 +10,10 @@
 #include <cstdio>
 #include <iterator>
 #include <limits>
-#include <string>
 #include <ostream>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "alpha/kernels/elementwise.h"
 #include "alpha/ops/check.h"
@@ -20,6 +22,7 @@
 #include "support/gpu.h"
 #if ALPHA_WITH_CUDA
 #include "alpha/runtime/cuda_backend.h"
+#include "alpha/runtime/kernel_trace.h"
 #endif
 
 namespace alpha {
@@ -208,6 +211,39 @@ TEST(CudaDevices, MissingDevicesRaiseNamedErrors) {
   EXPECT_ALPHA_ERROR(Tensor::empty({4}, DType::f32, Device::cuda(0)), DeviceError, "[allocator_for]", "'device'",
                      "no CUDA backend", "-DALPHA_CUDA=ON", "cuda:0");
   EXPECT_ALPHA_ERROR(test::random({4}).to(Device::cuda(1)), DeviceError, "[Tensor::to]", "no CUDA backend", "cuda:1");
+#endif
+}
+
+// f32, bf16 and f16 to f64, and f64 to f32, on the device: the CPU's values bit for bit, contiguous and strided,
+// and no copy through the host (CUPTI sees kernels only: a conversion through the host would show a memcpy
+// each way, and wait for the device).
+TEST_F(CudaRuntime, F64ConversionsRunOnTheDeviceWithTheCpusBits) {
+#if ALPHA_WITH_CUDA
+  std::vector<std::pair<Tensor, Tensor>> pairs;  // (converted on the GPU, the CPU's conversion)
+  std::vector<Tensor> sources;
+  for (DType dtype : {DType::f32, DType::bf16, DType::f16}) sources.push_back(test::random({67, 130}, dtype).to(kGpu));
+  sources.push_back(test::random({67, 130}, DType::f64).to(kGpu));
+  cuda::KernelTrace trace;
+  trace.start("F64ConversionsRunOnTheDeviceWithTheCpusBits");
+  for (const Tensor& src : sources) {
+    const DType to = src.dtype() == DType::f64 ? DType::f32 : DType::f64;
+    pairs.push_back({src.to(to), Tensor()});
+    pairs.push_back({src.transpose(0, 1).to(to), Tensor()});  // strided: the element kernel
+  }
+  const std::vector<cuda::TracedActivity> ran = trace.stop();
+  for (size_t k = 0; k < sources.size(); ++k) {
+    const Tensor host = sources[k].to(Device::cpu());
+    const DType to = host.dtype() == DType::f64 ? DType::f32 : DType::f64;
+    pairs[2 * k].second = host.to(to);
+    pairs[2 * k + 1].second = host.transpose(0, 1).to(to);
+  }
+  for (const auto& [got, want] : pairs) {
+    EXPECT_TRUE(got.device().is_cuda());
+    EXPECT_TRUE(test::bit_equal(got.to(Device::cpu()), want)) << want.describe();
+  }
+  ASSERT_FALSE(ran.empty());
+  for (const cuda::TracedActivity& a : ran)
+    EXPECT_EQ(a.kind, cuda::TracedActivity::Kind::kernel) << a.name << ": a conversion went through the host";
 #endif
 }
 

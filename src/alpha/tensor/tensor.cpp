@@ -183,9 +183,12 @@ int64_t span_elements(const Tensor& t) {
 
 #if ALPHA_WITH_CUDA
 // Whether a copy on one GPU can run as a kernel (kernels/copy.h): the same dtype, or two of f32, bf16, f16.
+// Converting copies on a GPU: among f32, bf16 and f16, any of them to f64 (exact), and f64 to f32 (one rounding).
+// f64 to bf16 or f16 goes through the host, which rounds once from f64 (through f32 it would round twice).
 bool gpu_copy_supported(DType src, DType dst) {
   auto gpu_float = [](DType d) { return d == DType::f32 || d == DType::bf16 || d == DType::f16; };
-  return src == dst || (gpu_float(src) && gpu_float(dst));
+  return src == dst || (gpu_float(src) && (gpu_float(dst) || dst == DType::f64)) ||
+         (src == DType::f64 && dst == DType::f32);
 }
 
 // The copy's layout with size-1 dims dropped and dims that are contiguous in both views merged; nullopt
@@ -244,12 +247,14 @@ void copy_on_gpu(const Tensor& dst, const Tensor& src, const kernels::CopyLayout
     switch (dst.dtype()) {
       case DType::bf16: return run.template operator()<S, bf16>();
       case DType::f16: return run.template operator()<S, f16>();
+      case DType::f64: return run.template operator()<S, double>();
       default: return run.template operator()<S, float>();
     }
   };
   switch (src.dtype()) {
     case DType::bf16: return to.template operator()<bf16>();
     case DType::f16: return to.template operator()<f16>();
+    case DType::f64: return run.template operator()<double, float>();  // f64 converts to f32 only
     default: return to.template operator()<float>();
   }
 }

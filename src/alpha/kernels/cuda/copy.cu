@@ -28,9 +28,12 @@ template <class T> struct Raw { using type = T; };
 template <> struct Raw<bf16> { using type = unsigned short; };
 template <> struct Raw<f16> { using type = unsigned short; };
 
+// f32, bf16 and f16 widen to f64 exactly; f64 narrows to f32 with one rounding to nearest, as the CPU's cast.
 template <class Src, class Dst>
 __device__ typename Raw<Dst>::type convert(typename Raw<Src>::type v) {
   if constexpr (std::is_same_v<Src, Dst>) return v;
+  else if constexpr (std::is_same_v<Dst, double>) return double(Elem<Src>::load(v));
+  else if constexpr (std::is_same_v<Src, double>) return Elem<Dst>::store(__double2float_rn(v));
   else return Elem<Dst>::store(Elem<Src>::load(v));
 }
 
@@ -221,6 +224,10 @@ ALPHA_INSTANTIATE(bf16, float)
 ALPHA_INSTANTIATE(f16, float)
 ALPHA_INSTANTIATE(bf16, f16)
 ALPHA_INSTANTIATE(f16, bf16)
+ALPHA_INSTANTIATE(float, double)
+ALPHA_INSTANTIATE(bf16, double)
+ALPHA_INSTANTIATE(f16, double)
+ALPHA_INSTANTIATE(double, float)
 #undef ALPHA_INSTANTIATE
 
 }  // namespace alpha::kernels::cuda
