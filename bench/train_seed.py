@@ -14,7 +14,7 @@ Model FLOPs utilisation (MFU): tokens/s × FLOPs per token (flops_per_token) ÷ 
 in the same run (torch.matmul of 8192³).
 
 Usage: python3 bench/train_seed.py --alpha build/cuda/alpha [--config seed|gpt2-124m] [--batch-size N]
-       [--steps 30] [--out DIR] [--profile] [--reduce-overhead]
+       [--steps 30] [--out DIR] [--profile] [--reduce-overhead] [--cuda-graphs]
 Prints a table and writes DIR/train_CONFIG.json. With --profile, also one step of each side kernel by kernel:
 Alpha's `alpha train --profile` (DIR/alpha_profile.json) and the torch.compile peer's under torch.profiler
 (DIR/torch_profile.json, the same fields: kernels with calls, time_s, mean_us, share; busy_s, wall_s), and the
@@ -63,10 +63,13 @@ def matmul_ceiling_tflops(n=8192, iters=20):
     return 2 * n ** 3 / statistics.median(times) / 1e12
 
 
-def alpha_run(binary, config, precision, batch, seq, steps, warmup, run_dir, data_dir=None, profile_step=0):
+def alpha_run(binary, config, precision, batch, seq, steps, warmup, run_dir, data_dir=None, profile_step=0,
+              cuda_graphs=False):
     cmd = [binary, "train", "--config", config, "--device", "cuda", "--precision", precision,
            "--batch-size", str(batch), "--seq-len", str(seq), "--steps", str(steps), "--eval-every", "0",
            "--save-every", "0", "--sample-tokens", "0", "--out", run_dir]
+    if cuda_graphs:
+        cmd += ["--cuda-graphs", "true"]
     if data_dir:
         cmd += ["--data", data_dir]
     if profile_step:
@@ -223,6 +226,8 @@ def main():
                         help="also profile one step of Alpha bf16 and of the torch.compile peer, kernel by kernel")
     parser.add_argument("--reduce-overhead", action="store_true",
                         help="also run torch.compile's reduce-overhead mode (its forward and backward in CUDA graphs)")
+    parser.add_argument("--cuda-graphs", action="store_true",
+                        help="also run Alpha bf16 with --cuda-graphs true (every step after the first replayed)")
     args = parser.parse_args()
     with open(os.path.join(ROOT, "configs", f"{args.config}.json")) as f:
         cfg = json.load(f)
@@ -248,6 +253,10 @@ def main():
             if profile_step:
                 with open(os.path.join(tmp, precision, "profile.json")) as f:
                     profiles["alpha"] = json.load(f)
+        if args.cuda_graphs:
+            results["runs"]["alpha graphs bf16"] = alpha_run(
+                args.alpha, args.config, "bf16", batch, seq, args.warmup + args.steps, args.warmup,
+                os.path.join(tmp, "graphs"), data_dir, cuda_graphs=True)
     results["runs"]["pytorch eager bf16"] = torch_run(cfg, batch, seq, args.steps, args.warmup, None)
     results["runs"]["pytorch compile bf16"] = torch_run(cfg, batch, seq, args.steps, args.warmup, "default",
                                                         args.profile)

@@ -18,6 +18,7 @@
 #include "alpha/kernels/elementwise.h"
 #include "alpha/ops/check.h"
 #include "alpha/ops/elementwise.h"
+#include "alpha/tensor/cuda_graph.h"
 #include "support/checks.h"
 #include "support/gpu.h"
 #if ALPHA_WITH_CUDA
@@ -268,6 +269,35 @@ TEST_F(CudaRuntime, HostCopyReadsWhatTheWorkBeforeItWrote) {
   const Tensor too_big = Tensor::zeros({int64_t(cuda::kHostReadBytes / 4 + 1)}, DType::f32, kGpu);
   EXPECT_ALPHA_ERROR(HostCopy({too_big}), ValueError, "[begin_host_read]", "'bytes'");
   EXPECT_ALPHA_ERROR(HostCopy({norm, Tensor::full({}, 1.0, DType::f64)}), DeviceError, "[HostCopy]", "sources[1]");
+#endif
+}
+
+// A CUDA graph replays its recorded work on what its inputs hold at the replay, into the tensors the capture
+// allocated (its output), and leaves the memory it worked in to no other tensor; a capture that waits for the
+// device (a read to the host) raises BackendError, and the device and its allocator work on afterwards.
+TEST_F(CudaRuntime, GraphReplaysItsWorkOnNewInputsInItsOwnMemory) {
+#if ALPHA_WITH_CUDA
+  const Tensor first = test::random({1001}, DType::f32), second = test::random({1001}, DType::f32, -3.0, 3.0);
+  Tensor x = Tensor::zeros({1001}, DType::f32, kGpu);
+  Tensor y;
+  const Tensor poison = Tensor::full({1001}, std::nan(""), DType::f32);
+  CudaGraph graph(kGpu, [&] { y = ops::scale(ops::add(x, x), 3.0); });  // add's output is freed in the capture
+  EXPECT_GE(graph.nodes(), 2u);
+  y.copy_from(poison);  // nothing ran yet: the replay writes it
+  x.copy_from(first);
+  graph.replay();
+  EXPECT_TRUE(test::bit_equal(y.to(Device::cpu()), ops::scale(ops::add(first, first), 3.0)));
+  x.copy_from(second);
+  graph.replay();
+  EXPECT_TRUE(test::bit_equal(y.to(Device::cpu()), ops::scale(ops::add(second, second), 3.0)));
+  // Eager tensors of the intermediate's size are never the graph's blocks: the replay does not change them.
+  std::vector<Tensor> eager;
+  for (int i = 0; i < 4; ++i) eager.push_back(Tensor::full({1001}, double(i), DType::f32, kGpu));
+  graph.replay();
+  for (int i = 0; i < 4; ++i)
+    EXPECT_TRUE(test::bit_equal(eager[size_t(i)].to(Device::cpu()), Tensor::full({1001}, double(i), DType::f32)));
+  EXPECT_THROW(CudaGraph(kGpu, [&] { (void)ops::add(x, x).to(Device::cpu()); }), BackendError);
+  EXPECT_TRUE(test::bit_equal(ops::add(x, x).to(Device::cpu()), ops::add(second, second)));
 #endif
 }
 

@@ -3,7 +3,8 @@
 // (the bound: the two backends sum in different orders, so the runs drift apart slowly); after
 // the first steps the caching allocator serves every request from its pool; bf16 mixed precision (bf16
 // compute, f32 master weights and optimiser state) learns as well, and f16 with dynamic loss scaling; so
-// does the model with NSA attention, whose f32 run follows the CPU's. Skipped without a GPU.
+// does the model with NSA attention, whose f32 run follows the CPU's; steps replayed from a CUDA graph give the
+// bits of the steps made without it. Skipped without a GPU.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -51,6 +52,47 @@ TEST_F(CudaTraining, GoldenRunLearnsResumesBitForBitAndMatchesTheCpu) {
   ASSERT_EQ(c.size(), 100u);
   EXPECT_NEAR(c.front()["loss"].get<double>(), first, 1e-4) << "step 1: same weights, same batch";
   EXPECT_NEAR(c.back()["loss"].get<double>(), last, 0.05) << "step 100, CPU against GPU";
+}
+
+// cuda_graphs: every step after a run's first replays the captured step; the losses, gradient norms, weights
+// and optimiser state are the bits of the run without the graph, in f32 and bf16, through evaluations between
+// replays and a profiled step (made without the graph) among them. The replays' metrics name the graph's nodes.
+TEST_F(CudaTraining, CudaGraphStepsGiveTheBitsOfTheStepsWithoutIt) {
+  for (const char* precision : {"f32", "bf16"}) {
+    SCOPED_TRACE(precision);
+    test::TempDir dir;
+    TrainerOptions eager = on_gpu(tiny_options(dir / "eager", 12), precision);
+    eager.train.eval_every = 5;
+    eager.train.save_every = 0;
+    Trainer(eager).run();
+    TrainerOptions graphed = eager;
+    graphed.run_dir = dir / "graphed";
+    graphed.data = {(dir / "eager" / "data").string()};
+    graphed.train.cuda_graphs = true;
+    graphed.profile = true;
+    graphed.profile_step = 7;
+    Trainer(graphed).run();
+    std::vector<nlohmann::json> a = metrics_of(dir / "eager"), b = metrics_of(dir / "graphed");
+    ASSERT_EQ(a.size(), 12u);
+    ASSERT_EQ(b.size(), 12u);
+    for (size_t i = 0; i < a.size(); ++i) {
+      SCOPED_TRACE("step " + std::to_string(i + 1));
+      EXPECT_EQ(b[i]["loss"].get<double>(), a[i]["loss"].get<double>());
+      EXPECT_EQ(b[i]["grad_norm"].get<double>(), a[i]["grad_norm"].get<double>());
+      EXPECT_EQ(b[i]["val_loss"], a[i]["val_loss"]);
+      EXPECT_EQ(b[i].contains("graph_nodes"), i != 0 && i != 6) << b[i].dump();
+      if (b[i].contains("graph_nodes")) {
+        EXPECT_GT(b[i]["graph_nodes"].get<int64_t>(), 50) << b[i].dump();
+      }
+    }
+    EXPECT_LT(b.back()["loss"].get<double>(), b.front()["loss"].get<double>() - 0.5);
+    expect_same_checkpoint(dir / "eager", dir / "graphed");
+  }
+  test::TempDir dir;
+  TrainerOptions dropout = on_gpu(tiny_options(dir.path(), 2), "bf16");
+  dropout.train.cuda_graphs = true;
+  dropout.model.dropout = 0.1;
+  EXPECT_ALPHA_ERROR(Trainer{dropout}, ConfigError, "'cuda_graphs'", "dropout");
 }
 
 TEST_F(CudaTraining, Bf16MixedPrecisionLearnsWithF32MasterWeights) {

@@ -311,6 +311,29 @@ TEST_P(LinearCrossEntropyDtypes, MatchesLinearThenCrossEntropyForEveryChunking) 
 
 INSTANTIATE_TEST_SUITE_P(CpuFloats, LinearCrossEntropyDtypes, ::testing::Values(DType::f32, DType::f64));
 
+// Targets the caller checked (none ignored): the op reads none back and gives the bits of the op that validated
+// them, over one chunk and over 8 (the last shorter), targets on the host or the op's device.
+TEST(LinearCrossEntropy, CheckedTargetsGiveTheBitsOfValidatedOnes) {
+  const int64_t vocab = 29, row_bytes = vocab * int64_t(sizeof(float));
+  HeadCase c = random_head_case({37, 13}, vocab, DType::f32);
+  std::vector<int32_t> targets = c.targets.to_vector<int32_t>();
+  for (size_t i = 0; i < targets.size(); ++i)
+    if (targets[i] == ops::kIgnoreIndex) targets[i] = int32_t(i % size_t(vocab));
+  c.targets = Tensor::from_vector(targets, {37});
+  for (size_t chunk_bytes : {size_t(5 * row_bytes), ops::kLinearCrossEntropyChunkBytes}) {
+    SCOPED_TRACE("chunk_bytes " + std::to_string(chunk_bytes));
+    const ops::LinearCrossEntropy want =
+        ops::linear_cross_entropy(c.x, c.weight, c.bias, c.targets, true, true, true, 0.0, chunk_bytes);
+    const ops::LinearCrossEntropy got =
+        ops::linear_cross_entropy(c.x, c.weight, c.bias, c.targets, true, true, true, 0.0, chunk_bytes, false, true);
+    EXPECT_TRUE(test::bit_equal(got.loss, want.loss));
+    EXPECT_TRUE(test::bit_equal(got.dx, want.dx));
+    EXPECT_TRUE(test::bit_equal(got.dweight, want.dweight));
+    EXPECT_TRUE(test::bit_equal(got.dbias, want.dbias));
+    expect_head_matches_f64(c, got, DType::f32);
+  }
+}
+
 TEST(LinearCrossEntropy, GivesOnlyTheGradientsAskedFor) {
   HeadCase c = random_head_case({9, 5}, 7, DType::f64);
   ops::LinearCrossEntropy loss_only =

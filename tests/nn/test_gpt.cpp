@@ -171,18 +171,21 @@ TEST(GPTModel, ForwardShapesAndLossAtInitialisation) {
   autograd::clear_tape();
 }
 
-// The position ids a model keeps between forwards: a forward of one shape after forwards of others gives the
-// bits of a fresh model's (the same seed) forward, for a shape seen before and one not.
+// The position ids a model keeps between training forwards: a forward of one shape after forwards of others
+// (training and not) gives the bits of a fresh model's (the same seed) forward, for a shape seen before and one
+// not.
 TEST(GPTModel, ForwardsOfChangingShapesMatchAFreshModel) {
   GPTConfig c = tiny();
   GPT model(c);
+  const ForwardOptions training{true};
   const Tensor a = test::random_ids({3, 17}, c.vocab_size), b = test::random_ids({2, 40}, c.vocab_size);
-  const Tensor a_first = model.forward(a).logits.value();
-  const Tensor b_after_a = model.forward(b).logits.value();
-  const Tensor a_again = model.forward(a).logits.value();
+  const Tensor a_first = model.forward(a, Tensor(), training).logits.value();
+  const Tensor evaluated = model.forward(test::random_ids({1, 9}, c.vocab_size)).logits.value();
+  const Tensor b_after_a = model.forward(b, Tensor(), training).logits.value();
+  const Tensor a_again = model.forward(a, Tensor(), training).logits.value();
   autograd::clear_tape();
   GPT fresh(c);
-  EXPECT_TRUE(test::bit_equal(b_after_a, fresh.forward(b).logits.value()));
+  EXPECT_TRUE(test::bit_equal(b_after_a, fresh.forward(b, Tensor(), training).logits.value()));
   EXPECT_TRUE(test::bit_equal(a_again, a_first));
   autograd::clear_tape();
 }

@@ -266,6 +266,50 @@ TEST(Allocator, ReusesFreedBlocksAndTracksStatistics) {
   EXPECT_ALPHA_ERROR(alloc.free(&local), ValueError, "free", "unknown pointer");
 }
 
+// Capture pools (a CUDA graph's memory): during a capture requests are served from the pool and frees go to it,
+// blocks of the device's pool included; its blocks freed later return to it; other requests never get them, nor
+// does a later capture's pool; released, they serve the device's pool again.
+TEST(Allocator, CapturePoolsKeepTheirBlocksUntilReleased) {
+  CachingAllocator alloc(Device::cpu(), RawMemory{[](size_t n) { return std::aligned_alloc(64, n); },
+                                                  [](void* p, size_t) { std::free(p); }});
+  void* before = alloc.allocate(1000);
+  void* held = alloc.allocate(1000);
+  alloc.free(before);  // in the device's pool
+  const uint64_t pool = alloc.begin_capture();
+  EXPECT_GT(pool, 0u);
+  EXPECT_ALPHA_ERROR(alloc.begin_capture(), ValueError, "begin_capture", "capturing");
+  void* scratch = alloc.allocate(1000);
+  EXPECT_NE(scratch, before) << "the device's pool serves no capture";
+  void* output = alloc.allocate(1000);
+  alloc.free(scratch);
+  alloc.free(held);  // a block of the device's pool freed during the capture: the graph may read it
+  alloc.end_capture();
+  EXPECT_ALPHA_ERROR(alloc.end_capture(), ValueError, "end_capture", "no capture");
+  EXPECT_EQ(alloc.stats().capture_pool_bytes, 2048u);
+  void* outside = alloc.allocate(1000);
+  EXPECT_EQ(outside, before);
+  void* fresh = alloc.allocate(1000);
+  EXPECT_TRUE(fresh != scratch && fresh != held && fresh != output);
+  alloc.free(output);  // the capture's output, freed later: back to its pool
+  EXPECT_EQ(alloc.stats().capture_pool_bytes, 3072u);
+  const uint64_t next = alloc.begin_capture();
+  void* other_capture = alloc.allocate(1000);
+  EXPECT_TRUE(other_capture != scratch && other_capture != held && other_capture != output);
+  alloc.end_capture();
+  alloc.release_capture_pool(pool);
+  EXPECT_EQ(alloc.stats().capture_pool_bytes, 0u);
+  std::vector<void*> live{outside, fresh};
+  for (int i = 0; i < 3; ++i) {
+    live.push_back(alloc.allocate(1000));
+    EXPECT_TRUE(live.back() == scratch || live.back() == held || live.back() == output);
+  }
+  alloc.free(other_capture);
+  alloc.release_capture_pool(next);
+  EXPECT_EQ(alloc.stats().capture_pool_bytes, 0u);
+  for (void* p : live) alloc.free(p);
+  EXPECT_EQ(alloc.stats().bytes_in_use, 0u);
+}
+
 TEST(Allocator, TensorsReturnStorageToThePool) {
   auto& alloc = allocator_for(Device::cpu());
   { Tensor warm = Tensor::empty({1000}, DType::f32); }

@@ -91,9 +91,10 @@ Variable cross_entropy(const Variable& logits, const Tensor& targets);  // mean 
 // x must not be f16 (DTypeError). weight and bias may be in another float dtype than x (a model's f32 master
 // weights under bf16 compute): the op computes with their values in x's dtype (cast_value: a parameter's held
 // compute copy) and their gradients come back in their own dtype, for f32 weights the op's f32 sums over its
-// chunks as they are (a cast in front would round them to bf16 and widen them again).
+// chunks as they are (a cast in front would round them to bf16 and widen them again). targets_checked: as the op's
+// (every target in [0, V), none ignored, vouched for by the caller: nothing is read back).
 Variable linear_cross_entropy(const Variable& x, const Variable& weight, const Variable& bias, const Tensor& targets,
-                              double logit_softcap = 0.0);
+                              double logit_softcap = 0.0, bool targets_checked = false);
 
 // Dropout (functions_dropout.cpp).
 Variable dropout(const Variable& x, const ops::DropoutConfig& config);

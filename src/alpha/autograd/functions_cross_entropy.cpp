@@ -22,7 +22,7 @@ Variable cross_entropy(const Variable& logits, const Tensor& targets) {
 }
 
 Variable linear_cross_entropy(const Variable& x, const Variable& weight, const Variable& bias, const Tensor& targets,
-                              double logit_softcap) {
+                              double logit_softcap, bool targets_checked) {
   constexpr const char* op = "linear_cross_entropy";
   const std::vector<Variable> inputs{x, weight, bias};
   const bool recording = needs_recording(inputs);
@@ -41,7 +41,7 @@ Variable linear_cross_entropy(const Variable& x, const Variable& weight, const V
   const Tensor weight_value = in_x_dtype("weight", weight), bias_value = in_x_dtype("bias", bias);
   ops::LinearCrossEntropy out =
       ops::linear_cross_entropy(x.value(), weight_value, bias_value, targets, wanted(x), wanted(weight), wanted(bias),
-                                logit_softcap, ops::kLinearCrossEntropyChunkBytes, wide);
+                                logit_softcap, ops::kLinearCrossEntropyChunkBytes, wide, targets_checked);
   if (out.dweight.defined()) out.dweight = out.dweight.to(weight.dtype());
   if (out.dbias.defined()) out.dbias = out.dbias.to(bias.dtype());
   return record(op, out.loss, inputs, [&] {

@@ -85,6 +85,10 @@ struct AdamWArgs {
   // (1) in the param's memory, or null: the factor read there replaces grad_scale (rounded to acc_t<T> as
   // grad_scale is), and a NaN there leaves param, m, v and param_copy as they are: a skipped step.
   const double* grad_scale_at = nullptr;
+  // (3) in the param's memory, or null: this update's adamw_step_terms (step_size, inv_sqrt_bias_correction2,
+  // decay, each a value of acc_t<T> held in f64), read where the kernel runs in place of those of lr and step.
+  // A launch captured once (a CUDA graph) then makes every later step, whose lr and step the host writes there.
+  const double* terms_at = nullptr;
 };
 
 // out = x rounded stochastically to C (bf16 or f16) with `rounding`'s bits: the compute copy an AdamW step with
@@ -105,6 +109,12 @@ struct AdamWStepTerms {
   A inv_sqrt_bias_correction2;  // 1 / √(1 − β2^t)
   A decay;                      // 1 − lr·wd
 };
+
+// The terms of AdamWArgs::terms_at, as the kernels take them.
+template <class A>
+ALPHA_HD AdamWStepTerms<A> adamw_terms_from(const double* terms) {
+  return {A(terms[0]), A(terms[1]), A(terms[2])};
+}
 
 template <class T, class G, class C>
 AdamWStepTerms<acc_t<T>> adamw_step_terms(const AdamWArgs<T, G, C>& args) {

@@ -252,19 +252,22 @@ GPTOutput GPT::forward(const Tensor& ids, const Tensor& targets, const ForwardOp
   double p = options.training ? config_.dropout : 0.0;
   DropoutSites dropout(p, derive_seed(derive_seed(config_.seed, options.step), options.micro_step));
 
-  if (position_ids_.shape() != Shape{B, T}) {
+  // A training forward's are kept (position_ids_); evaluation's and sampling's, of many shapes, are made afresh.
+  Tensor fresh_position_ids;
+  Tensor& position_ids = options.training ? position_ids_[Shape{B, T}] : fresh_position_ids;
+  if (!position_ids.defined()) {
     std::vector<int32_t> positions(size_t(B * T));
     for (int64_t i = 0; i < B * T; ++i) positions[size_t(i)] = int32_t(i % T);
-    position_ids_ = Tensor::from_vector(positions, {B, T}).to(device());
+    position_ids = Tensor::from_vector(positions, {B, T}).to(device());
   }
-  const Tensor& position_ids = position_ids_;
 
   // Token ids on the host (the loader's) are range-checked there, before they move: the lookup on a GPU then
   // need not read them back, a read that would wait for the work still queued (the last step's update).
   // Positions are in range by construction.
   const bool ids_on_host = ids.device().is_cpu();
-  if (ids_on_host) ops::check_index_range(op, "ids", ids.contiguous(), config_.vocab_size, "position");
-  Variable tokens = wte_.forward(ids.to(device()), /*ids_checked=*/ids_on_host);
+  if (ids_on_host && !options.inputs_checked)
+    ops::check_index_range(op, "ids", ids.contiguous(), config_.vocab_size, "position");
+  Variable tokens = wte_.forward(ids.to(device()), /*ids_checked=*/ids_on_host || options.inputs_checked);
   Variable x = autograd::add(tokens, wpe_.forward(position_ids, /*ids_checked=*/true));  // (B, T, C)
   if (dropout.active()) x = autograd::dropout(x, dropout.next());
   const bool recompute_norms = options.recompute == Recompute::ln_gelu;
@@ -280,9 +283,10 @@ GPTOutput GPT::forward(const Tensor& ids, const Tensor& targets, const ForwardOp
   // cast in front would round to bf16 and widen again.
   if (targets.defined() && compute_dtype() != DType::f16) {
     Variable features = autograd::reshape(ln_f_.forward(x), {B * T, config_.n_embd});
-    return {Variable(), autograd::linear_cross_entropy(features, lm_head_ ? lm_head_->weight() : wte_.weight(),
-                                                       lm_head_ ? lm_head_->bias() : Variable(),
-                                                       targets.reshape({B * T}), config_.logit_softcap)};
+    return {Variable(),
+            autograd::linear_cross_entropy(features, lm_head_ ? lm_head_->weight() : wte_.weight(),
+                                           lm_head_ ? lm_head_->bias() : Variable(), targets.reshape({B * T}),
+                                           config_.logit_softcap, options.inputs_checked)};
   }
   // The tied head casts the table (its held bf16 copy, which the lookup also read); the cast brings the
   // head's gradient to f32, where it meets the lookup's, which autograd::embedding returns in f32.

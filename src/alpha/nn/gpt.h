@@ -11,6 +11,7 @@
 // blocks.{i}.attn.{nsa_k,nsa_v}.{pos,weight} (the compressors).
 #pragma once
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -32,6 +33,11 @@ struct ForwardOptions {
   uint64_t step = 0;
   uint64_t micro_step = 0;
   Recompute recompute = Recompute::none;  // what a recorded forward keeps for backward
+  // The caller vouches for ids and targets (ids in [0, vocab_size), targets too and none ignored), checked where
+  // they came from: the forward reads none of them back, wherever they lie, and moves nothing between the host
+  // and the device besides them (except in f16 compute, whose separate loss validates the targets it reads back).
+  // Device ids and targets then make a forward a CUDA graph can capture.
+  bool inputs_checked = false;
 };
 
 struct GPTOutput {
@@ -74,9 +80,10 @@ class GPT : public Module {
   std::vector<std::unique_ptr<Block>> blocks_;
   LayerNorm ln_f_;
   std::unique_ptr<Linear> lm_head_;  // null when tied to wte
-  // The last forward's position ids [B, T] on the model's device, kept for the next forward of that shape: a
-  // training step then builds no host vector and makes no host-to-device copy for them.
-  mutable Tensor position_ids_;
+  // The position ids [B, T] on the model's device of each shape a training forward saw, kept for the next of
+  // that shape: a training step then builds no host vector and makes no host-to-device copy for them. Never
+  // replaced: a captured step (a CUDA graph) reads them at their address.
+  mutable std::map<Shape, Tensor> position_ids_;
 };
 
 }  // namespace alpha::nn

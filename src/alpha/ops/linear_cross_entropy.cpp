@@ -11,6 +11,7 @@
 #include "alpha/ops/elementwise.h"
 #include "alpha/ops/index_check.h"
 #include "alpha/ops/matmul.h"
+#include "alpha/ops/optim.h"
 
 namespace alpha::ops {
 
@@ -40,7 +41,8 @@ int64_t check_operands(const Tensor& x, const Tensor& weight, const Tensor& bias
 
 LinearCrossEntropy linear_cross_entropy(const Tensor& x, const Tensor& weight, const Tensor& bias,
                                         const Tensor& targets, bool need_dx, bool need_dweight, bool need_dbias,
-                                        double logit_softcap, size_t chunk_bytes, bool wide_param_grads) {
+                                        double logit_softcap, size_t chunk_bytes, bool wide_param_grads,
+                                        bool targets_checked) {
   const int64_t rows = check_operands(x, weight, bias, targets, logit_softcap, chunk_bytes);
   const bool need_grads = need_dx || need_dweight || need_dbias;
   if (need_grads && x.dtype() == DType::f16)
@@ -52,9 +54,11 @@ LinearCrossEntropy linear_cross_entropy(const Tensor& x, const Tensor& weight, c
   const Device device = x.device();
   const DType accumulation = x.dtype() == DType::f64 ? DType::f64 : DType::f32;
 
-  // The targets on the host (validated there: no wait for the device unless they live on it) and on the device.
-  const Tensor host_targets = targets.to(Device::cpu()).contiguous().reshape({rows});
-  const int64_t counted = check_index_range(kOp, "targets", host_targets, vocab, "row", kIgnoreIndex);
+  // The targets on the host (validated there: no wait for the device unless they live on it; none when the
+  // caller checked them) and on the device.
+  const Tensor host_targets = targets_checked ? Tensor() : targets.to(Device::cpu()).contiguous().reshape({rows});
+  const int64_t counted =
+      targets_checked ? rows : check_index_range(kOp, "targets", host_targets, vocab, "row", kIgnoreIndex);
   const Tensor device_targets =
       targets.device() == device ? targets.contiguous().reshape({rows}) : host_targets.to(device);
 
@@ -71,7 +75,12 @@ LinearCrossEntropy linear_cross_entropy(const Tensor& x, const Tensor& weight, c
   Tensor chunk_losses = Tensor::empty({chunks}, accumulation, device);
   Tensor chunk_counts = Tensor::empty({chunks}, DType::i64, device);  // the kernel's counts (the host has them)
   std::vector<double> chunk_weights(size_t(chunks), 0.0);
-  const int32_t* host_target = host_targets.data<int32_t>();
+  // A chunk's rows that count (all of them when the targets were checked, none being ignored).
+  auto counted_in = [&](int64_t first, int64_t count) {
+    if (targets_checked) return count;
+    const int32_t* host_target = host_targets.data<int32_t>() + first;
+    return int64_t(std::count_if(host_target, host_target + count, [](int32_t t) { return t != kIgnoreIndex; }));
+  };
   LinearCrossEntropy out;
   if (need_dx && chunks > 1) out.dx = Tensor::empty({rows, features}, x.dtype(), device);
   // dW and db: with several chunks (or wide_param_grads) summed over the chunks by their GEMM in the
@@ -82,11 +91,7 @@ LinearCrossEntropy linear_cross_entropy(const Tensor& x, const Tensor& weight, c
   if (sum_params && need_dbias) out.dbias = Tensor::empty({vocab}, accumulation, device);
   for (int64_t c = 0; c < chunks; ++c) {
     const int64_t first = c * chunk_rows, count = std::min(chunk_rows, rows - first);
-    if (counted > 0)
-      chunk_weights[size_t(c)] =
-          double(std::count_if(host_target + first, host_target + first + count,
-                               [](int32_t t) { return t != kIgnoreIndex; })) /
-          double(counted);
+    if (counted > 0) chunk_weights[size_t(c)] = double(counted_in(first, count)) / double(counted);
     const Tensor x_chunk = x_rows.slice(0, first, first + count);
     Tensor logits = linear(x_chunk, weight, bias);  // [count, V]
     if (logit_softcap > 0) logits = softcap(logits, logit_softcap);  // the uncapped ones are released
@@ -130,8 +135,14 @@ LinearCrossEntropy linear_cross_entropy(const Tensor& x, const Tensor& weight, c
   if (chunks == 1) {
     out.loss = chunk_losses.reshape({});
   } else {
-    const Tensor weights = Tensor::from_vector(chunk_weights, {chunks}).to(accumulation).to(device);
-    out.loss = sum(mul(chunk_losses, weights));
+    // Each chunk's loss times its weight, a run of chunks of one weight at a time (with checked targets: all but
+    // the last chunk, and that one): the weights stay host values, no copy of them goes to the device.
+    for (int64_t c = 0, end = 0; c < chunks; c = end) {
+      for (end = c + 1; end < chunks && chunk_weights[size_t(end)] == chunk_weights[size_t(c)];) ++end;
+      std::vector<Tensor> run{chunk_losses.slice(0, c, end)};
+      scale_grads(run, chunk_weights[size_t(c)]);
+    }
+    out.loss = sum(chunk_losses);
   }
   if (need_dx) out.dx = out.dx.reshape(x.shape());
   if (!wide_param_grads) {  // the sums rounded once to x's dtype (no pass when they are in it)

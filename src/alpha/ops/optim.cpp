@@ -198,10 +198,11 @@ std::vector<std::vector<size_t>> group_by(size_t count, Key key) {
   return groups;
 }
 
-// grad_scale_tensor (checked by the caller), when defined, holds the factor in place of grad_scale.
+// grad_scale_tensor (checked by the caller), when defined, holds the factor in place of grad_scale; terms (checked
+// by the caller), when defined, row k the terms of params[k]'s update.
 void adamw_list(std::vector<Tensor>& params, const std::vector<Tensor>& grads, std::vector<Tensor>& ms,
                 std::vector<Tensor>& vs, std::vector<Tensor>* compute_copies, const std::vector<AdamWConfig>& configs,
-                double grad_scale, const Tensor& grad_scale_tensor = Tensor()) {
+                double grad_scale, const Tensor& grad_scale_tensor = Tensor(), const Tensor& terms = Tensor()) {
   constexpr std::string_view op = "adamw_step";
   check_length(op, "grads", grads.size(), params.size());
   check_length(op, "ms", ms.size(), params.size());
@@ -227,10 +228,12 @@ void adamw_list(std::vector<Tensor>& params, const std::vector<Tensor>& grads, s
       visit_narrow_type<T>(grads[group[0]].dtype(), [&]<class G>() {
         visit_narrow_type<G>(copy_dtype(group[0]), [&]<class C>() {
           std::vector<kernels::AdamWArgs<T, G, C>> list;
-          for (size_t k : group)
+          for (size_t k : group) {
             list.push_back(
                 adamw_args<T, G, C>(params[k], contiguous_grads[k], ms[k], vs[k], copy_of(k), configs[k], grad_scale,
                                     grad_scale_tensor.defined() ? grad_scale_tensor.data<double>() : nullptr));
+            if (terms.defined()) list.back().terms_at = terms.data<double>() + 3 * k;
+          }
           ALPHA_KERNEL(multi_adamw_step)(where, std::span<const kernels::AdamWArgs<T, G, C>>(list));
         });
       });
@@ -291,6 +294,42 @@ void adamw_step(std::vector<Tensor>& params, const std::vector<Tensor>& grads, s
                 const Tensor& grad_scale) {
   if (!params.empty()) check_f64_scalar("adamw_step", "grad_scale", grad_scale, params[0].device());
   adamw_list(params, grads, ms, vs, &compute_copies, configs, 1.0, grad_scale);
+}
+
+void adamw_step(std::vector<Tensor>& params, const std::vector<Tensor>& grads, std::vector<Tensor>& ms,
+                std::vector<Tensor>& vs, std::vector<Tensor>& compute_copies, const std::vector<AdamWConfig>& configs,
+                const Tensor& grad_scale, const Tensor& terms) {
+  constexpr std::string_view op = "adamw_step";
+  if (!params.empty()) {
+    check_f64_scalar(op, "grad_scale", grad_scale, params[0].device());
+    check_defined(op, "terms", terms);
+    check_dtype(op, "terms", terms, {DType::f64});
+    check_shape(op, "terms", terms, {int64_t(params.size()), 3});
+    check_contiguous(op, "terms", terms);
+    if (terms.device() != params[0].device())
+      raise<DeviceError>(op, "terms", "a tensor on " + params[0].device().str(), terms.device().str());
+  }
+  adamw_list(params, grads, ms, vs, &compute_copies, configs, 1.0, grad_scale, terms);
+}
+
+Tensor adamw_step_terms(const std::vector<Tensor>& params, const std::vector<AdamWConfig>& configs) {
+  constexpr std::string_view op = "adamw_step_terms";
+  check_length(op, "configs", configs.size(), params.size());
+  std::vector<double> terms;
+  for (size_t k = 0; k < params.size(); ++k) {
+    check_defined(op, "params[" + std::to_string(k) + "]", params[k]);
+    const AdamWConfig& c = configs[k];
+    // The accumulation type: double for an f64 param, float for every other (acc_t).
+    auto append = [&]<class A>() {
+      const kernels::AdamWArgs<A> args{nullptr, nullptr,    nullptr,           nullptr, A(c.lr), A(c.beta1),
+                                       A(c.beta2), A(c.eps), A(c.weight_decay), A(1),    c.step,  0};
+      const kernels::AdamWStepTerms<A> t = kernels::adamw_step_terms(args);
+      terms.insert(terms.end(), {double(t.step_size), double(t.inv_sqrt_bias_correction2), double(t.decay)});
+    };
+    if (params[k].dtype() == DType::f64) append.template operator()<double>();
+    else append.template operator()<float>();
+  }
+  return Tensor::from_vector(terms, {int64_t(params.size()), 3});
 }
 
 Tensor step_guard(const Tensor& scaled_norm, const Tensor& losses, double loss_scale, double max_norm) {

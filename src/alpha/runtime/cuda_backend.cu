@@ -2,6 +2,7 @@
 // streams, cudaMalloc/cudaFree for the caching allocator, and copies between any two devices.
 #include "alpha/runtime/cuda_backend.h"
 
+#include <algorithm>
 #include <array>
 #include <cstring>
 #include <mutex>
@@ -141,6 +142,13 @@ void copy_bytes(void* dst, Device dst_device, const void* src, Device src_device
   int ordinal = dst_device.is_cuda() ? dst_device.index : src_device.index;
   cudaStream_t stream = static_cast<cudaStream_t>(default_stream(ordinal).handle);
   set_device(ordinal);
+  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+  ALPHA_CUDA_CHECK(cudaStreamIsCapturing(stream, &capture));
+  if (capture != cudaStreamCaptureStatusNone && !src_device.is_cuda())
+    raise<BackendError>("copy_bytes", "src",
+                        "device memory while a CUDA graph captures (a copy from the host would read that host "
+                        "memory again at every replay)",
+                        "host memory");
   // From pageable host memory the call returns once the source has been staged, so the host buffer may go.
   ALPHA_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, stream));
   if (dst_device.is_cpu()) ALPHA_CUDA_CHECK(cudaStreamSynchronize(stream));  // the host reads it next
@@ -204,10 +212,84 @@ void finish_host_read(int ordinal, void* dst, size_t bytes) {
   std::memcpy(dst, r.staging[d], bytes);
 }
 
+namespace {
+
+template <class U>
+__global__ void fill_kernel(U* dst, U value, size_t count) {
+  const size_t stride = size_t(gridDim.x) * blockDim.x;
+  for (size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x; i < count; i += stride) dst[i] = value;
+}
+
+template <class U>
+void launch_fill(void* dst, uint64_t pattern, size_t count, cudaStream_t stream) {
+  constexpr unsigned kThreads = 256;
+  const unsigned blocks = unsigned(std::min<size_t>((count + kThreads - 1) / kThreads, 4096));
+  fill_kernel<U><<<blocks, kThreads, 0, stream>>>(static_cast<U*>(dst), static_cast<U>(pattern), count);
+  ALPHA_CUDA_CHECK(cudaGetLastError());
+}
+
+}  // namespace
+
+void fill_elements(void* dst, Device device, uint64_t pattern, size_t element_bytes, size_t count) {
+  if (count == 0) return;
+  cudaStream_t stream = static_cast<cudaStream_t>(default_stream(device.index).handle);
+  set_device(device.index);
+  switch (element_bytes) {
+    case 1: launch_fill<uint8_t>(dst, pattern, count, stream); break;
+    case 2: launch_fill<uint16_t>(dst, pattern, count, stream); break;
+    case 4: launch_fill<uint32_t>(dst, pattern, count, stream); break;
+    case 8: launch_fill<uint64_t>(dst, pattern, count, stream); break;
+    default:
+      raise<ValueError>("fill_elements", "element_bytes", "1, 2, 4 or 8", std::to_string(element_bytes));
+  }
+}
+
 void zero_bytes(void* dst, Device device, size_t bytes) {
   cudaStream_t stream = static_cast<cudaStream_t>(default_stream(device.index).handle);
   set_device(device.index);
   ALPHA_CUDA_CHECK(cudaMemsetAsync(dst, 0, bytes, stream));
+}
+
+void begin_capture(int ordinal) {
+  cudaStream_t stream = static_cast<cudaStream_t>(default_stream(ordinal).handle);
+  set_device(ordinal);
+  ALPHA_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeRelaxed));
+}
+
+Graph end_capture(int ordinal) {
+  cudaStream_t stream = static_cast<cudaStream_t>(default_stream(ordinal).handle);
+  set_device(ordinal);
+  cudaGraph_t graph = nullptr;
+  ALPHA_CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
+  Graph out;
+  cudaGraphExec_t exec = nullptr;
+  const cudaError_t counted = cudaGraphGetNodes(graph, nullptr, &out.nodes);
+  const cudaError_t instantiated = counted == cudaSuccess ? cudaGraphInstantiate(&exec, graph, 0) : counted;
+  cudaGraphDestroy(graph);  // the executable graph keeps what it needs
+  ALPHA_CUDA_CHECK(instantiated);
+  out.exec = exec;
+  return out;
+}
+
+void abort_capture(int ordinal) {
+  cudaStream_t stream = static_cast<cudaStream_t>(default_stream(ordinal).handle);
+  set_device(ordinal);
+  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+  if (cudaStreamIsCapturing(stream, &status) == cudaSuccess && status != cudaStreamCaptureStatusNone) {
+    cudaGraph_t graph = nullptr;
+    if (cudaStreamEndCapture(stream, &graph) == cudaSuccess && graph) cudaGraphDestroy(graph);
+  }
+  cudaGetLastError();  // the capture's error is the one already raised
+}
+
+void launch_graph(int ordinal, const Graph& graph) {
+  cudaStream_t stream = static_cast<cudaStream_t>(default_stream(ordinal).handle);
+  set_device(ordinal);
+  ALPHA_CUDA_CHECK(cudaGraphLaunch(static_cast<cudaGraphExec_t>(graph.exec), stream));
+}
+
+void destroy_graph(const Graph& graph) {
+  if (graph.exec) cudaGraphExecDestroy(static_cast<cudaGraphExec_t>(graph.exec));
 }
 
 }  // namespace alpha::cuda

@@ -11,6 +11,7 @@
 #pragma once
 #if ALPHA_WITH_CUDA
 #include <cstddef>
+#include <cstdint>
 #include <span>
 #include <string_view>
 
@@ -55,6 +56,27 @@ void begin_host_read(int ordinal, std::span<const HostReadPart> parts);
 void finish_host_read(int ordinal, void* dst, size_t bytes);
 // Sets `bytes` bytes of device memory to zero (stream-ordered).
 void zero_bytes(void* dst, Device device, size_t bytes);
+// Sets `count` elements of `element_bytes` bytes (1, 2, 4 or 8) of device memory to the bit pattern in the low
+// bytes of `pattern` (stream-ordered, a kernel taking the pattern by value: nothing is read from the host, so a
+// CUDA graph can capture it).
+void fill_elements(void* dst, Device device, uint64_t pattern, size_t element_bytes, size_t count);
+
+// CUDA graphs of a device's stream (the tensor layer's CudaGraph): begin_capture starts recording what is
+// queued on the stream (relaxed mode: the caching allocator may take fresh memory from cudaMalloc meanwhile);
+// end_capture stops, instantiates the graph and returns it with its node count; a capture that went wrong (a
+// wait on the stream) raises BackendError naming why. While a capture runs, copy_bytes from the host raises
+// BackendError: the graph would read that host memory again at every replay, long after its owner freed it.
+// abort_capture ends a capture whose recording failed and drops what it held. launch_graph queues a graph's work on the
+// stream.
+struct Graph {
+  void* exec = nullptr;  // cudaGraphExec_t
+  size_t nodes = 0;
+};
+void begin_capture(int ordinal);
+Graph end_capture(int ordinal);
+void abort_capture(int ordinal);
+void launch_graph(int ordinal, const Graph& graph);
+void destroy_graph(const Graph& graph);
 
 }  // namespace alpha::cuda
 

@@ -58,14 +58,16 @@ void* CachingAllocator::allocate(size_t bytes) {
   size_t cls = size_class(bytes);
   std::lock_guard lock(mutex_);
   void* ptr = nullptr;
-  auto it = pool_.find(cls);
-  if (it != pool_.end() && !it->second.empty()) {
+  FreeBlocks& pool = capturing_ ? capture_pools_[capturing_] : pool_;
+  auto it = pool.find(cls);
+  if (it != pool.end() && !it->second.empty()) {
     ptr = it->second.back();
     it->second.pop_back();
     ++stats_.pool_hits;
+    if (capturing_) stats_.capture_pool_bytes -= cls;
   } else {
     ptr = raw_.allocate(cls);
-    if (!ptr) {  // give the pool back and try once more before failing
+    if (!ptr && !capturing_) {  // give the pool back and try once more before failing
       for (auto& [c, blocks] : pool_)
         for (void* p : blocks) raw_.release(p, c), stats_.bytes_reserved -= c;
       pool_.clear();
@@ -74,11 +76,11 @@ void* CachingAllocator::allocate(size_t bytes) {
     if (!ptr)
       raise<BackendError>("allocate", "bytes", "memory available on " + device_.str(),
                           std::to_string(bytes) + " bytes requested, " + std::to_string(stats_.bytes_in_use) +
-                              " in use");
+                              " in use" + (capturing_ ? " (while a graph captures: the pool is not emptied)" : ""));
     ++stats_.pool_misses;
     stats_.bytes_reserved += cls;
   }
-  live_.emplace(ptr, cls);
+  live_.emplace(ptr, Block{cls, capturing_});
   ++stats_.allocations;
   stats_.bytes_in_use += cls;
   stats_.peak_bytes_in_use = std::max(stats_.peak_bytes_in_use, stats_.bytes_in_use);
@@ -91,11 +93,51 @@ void CachingAllocator::free(void* ptr) {
   auto it = live_.find(ptr);
   if (it == live_.end())
     raise<ValueError>("free", "ptr", "a block allocated by the " + device_.str() + " allocator", "an unknown pointer");
-  size_t cls = it->second;
+  const Block block = it->second;
   live_.erase(it);
-  pool_[cls].push_back(ptr);
+  // During a capture every free is the capture's: the graph may still read a block freed now, at its replays.
+  const uint64_t pool = capturing_ ? capturing_ : block.pool;
+  auto capture_pool = pool ? capture_pools_.find(pool) : capture_pools_.end();
+  if (capture_pool != capture_pools_.end()) {
+    capture_pool->second[block.size_class].push_back(ptr);
+    stats_.capture_pool_bytes += block.size_class;
+  } else {
+    pool_[block.size_class].push_back(ptr);  // the device's pool, or a released capture pool's block
+  }
   ++stats_.frees;
-  stats_.bytes_in_use -= cls;
+  stats_.bytes_in_use -= block.size_class;
+}
+
+uint64_t CachingAllocator::begin_capture() {
+  std::lock_guard lock(mutex_);
+  if (capturing_)
+    raise<ValueError>("begin_capture", "self", "an allocator with no capture under way",
+                      "capture pool " + std::to_string(capturing_) + " capturing");
+  capturing_ = ++last_capture_pool_;
+  capture_pools_[capturing_];
+  return capturing_;
+}
+
+void CachingAllocator::end_capture() {
+  std::lock_guard lock(mutex_);
+  if (!capturing_) raise<ValueError>("end_capture", "self", "an allocator capturing", "no capture under way");
+  capturing_ = 0;
+}
+
+void CachingAllocator::release_capture_pool(uint64_t id) {
+  std::lock_guard lock(mutex_);
+  if (id == capturing_)
+    raise<ValueError>("release_capture_pool", "id", "a pool that is not capturing", std::to_string(id));
+  auto it = capture_pools_.find(id);
+  if (it == capture_pools_.end()) return;
+  for (auto& [cls, blocks] : it->second) {
+    stats_.capture_pool_bytes -= cls * blocks.size();
+    auto& free_blocks = pool_[cls];
+    free_blocks.insert(free_blocks.end(), blocks.begin(), blocks.end());
+  }
+  capture_pools_.erase(it);
+  for (auto& [ptr, block] : live_)
+    if (block.pool == id) block.pool = 0;
 }
 
 void CachingAllocator::empty_pool() {

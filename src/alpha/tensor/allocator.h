@@ -5,6 +5,10 @@
 // (e.g. 5 MiB -> 5 MiB, 5.1 MiB -> 6 MiB), which bounds waste at 25% while keeping few classes. From
 // 16 MiB up, to a 32nd of the range (81 MiB -> 82 MiB, not 96): there the blocks are a large model's
 // weights, gradients and optimizer moments, which would otherwise give away up to a quarter of the GPU.
+// Capture pools keep a CUDA graph's memory its own: while a pool captures, every request is served from it
+// and every free goes to it, and a block of it freed later returns to it; its blocks are handed out only
+// while it captures. The addresses a captured graph reads and writes are then never another tensor's between
+// its replays (PyTorch's graph pools, the same idea).
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -25,6 +29,7 @@ struct AllocatorStats {
   uint64_t bytes_in_use = 0;    // bytes of size-class blocks held by live tensors
   uint64_t peak_bytes_in_use = 0;
   uint64_t bytes_reserved = 0;  // bytes obtained from the backend (in use plus pooled)
+  uint64_t capture_pool_bytes = 0;  // bytes of free blocks held by capture pools (a graph's replays use them)
 };
 
 // How a device obtains and returns raw memory; the CUDA backend supplies one built on cudaMalloc.
@@ -44,8 +49,16 @@ class CachingAllocator {
   // naming the device and size when the backend is out of memory even after emptying the pool.
   void* allocate(size_t bytes);
   void free(void* ptr);
-  // Returns every pooled block to the backend.
+  // Returns every pooled block to the backend (not those of capture pools).
   void empty_pool();
+  // Starts a capture pool (one at a time; ValueError while another captures) and returns its id (> 0): from
+  // here to end_capture every allocation and free is the pool's. Backend memory freed meanwhile would not be
+  // safe: a request the backend cannot serve raises instead of emptying the pool first.
+  uint64_t begin_capture();
+  void end_capture();
+  // Gives a capture pool's free blocks to the device's pool, and its live blocks when they are freed: for when
+  // no graph reads the pool's memory any more.
+  void release_capture_pool(uint64_t id);
   AllocatorStats stats() const;
   void reset_peak();
   Device device() const { return device_; }
@@ -56,8 +69,16 @@ class CachingAllocator {
   Device device_;
   RawMemory raw_;
   mutable std::mutex mutex_;
-  std::unordered_map<void*, size_t> live_;           // pointer -> size class
-  std::unordered_map<size_t, std::vector<void*>> pool_;  // size class -> free blocks
+  struct Block {
+    size_t size_class;
+    uint64_t pool;  // 0: the device's pool; else a capture pool
+  };
+  using FreeBlocks = std::unordered_map<size_t, std::vector<void*>>;  // size class -> free blocks
+  std::unordered_map<void*, Block> live_;
+  FreeBlocks pool_;
+  std::unordered_map<uint64_t, FreeBlocks> capture_pools_;
+  uint64_t capturing_ = 0;  // the capture pool that serves requests now; 0: none
+  uint64_t last_capture_pool_ = 0;
   AllocatorStats stats_;
 };
 

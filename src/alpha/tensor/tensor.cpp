@@ -596,7 +596,20 @@ Tensor Tensor::to(DType target) const {
 
 void Tensor::fill_(double value) {
   require_defined(*this, "Tensor::fill_");
-  if (!device().is_cpu()) return copy_from(full(shape_, value, dtype_));  // the value, filled on the host
+#if ALPHA_WITH_CUDA
+  if (!device().is_cpu() && is_contiguous()) {  // the value's bits, written by a kernel on the device
+    LaunchScope launch("Tensor::fill_", device(), LaunchLayer::tensor);
+    visit_dtype(dtype_, [&](auto tag) {
+      using T = decltype(tag);
+      const T v = from_double<T>(value);
+      uint64_t pattern = 0;
+      std::memcpy(&pattern, &v, sizeof(T));
+      cuda::fill_elements(raw_data(), device(), pattern, sizeof(T), size_t(numel()));
+    });
+    return;
+  }
+#endif
+  if (!device().is_cpu()) return copy_from(full(shape_, value, dtype_, device()));  // a strided view: from a fill
   char* base = static_cast<char*>(storage_->data());
   visit_dtype(dtype_, [&](auto tag) {
     using T = decltype(tag);
@@ -658,6 +671,8 @@ HostCopy::HostCopy(std::vector<Tensor> sources) {
     parts.push_back({t.raw_data(), t.nbytes()});
     hosts_.push_back(Tensor::empty(t.shape(), t.dtype(), Device::cpu()));
   }
+  // A launch of its own, so that a profile tags the device-to-host copies with the read that queued them.
+  LaunchScope launch(op, sources_[0].device(), LaunchLayer::tensor);
   cuda::begin_host_read(sources_[0].device().index, parts);
   pending_ = true;
 #endif

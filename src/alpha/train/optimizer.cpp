@@ -66,10 +66,37 @@ void AdamW::step_scaled(const char* op, double lr, double grad_scale) {
 }
 
 void AdamW::queued_step(double lr, const Tensor& factor) {
-  constexpr const char* op = "AdamW::queued_step";
+  prepare_step(lr);
+  queue_update(factor);
+}
+
+void AdamW::prepare_step(double lr) {
+  constexpr const char* op = "AdamW::prepare_step";
   require_settled(op);
-  update(op, lr, step_count_ + 1, 1.0, factor);
+  if (!(lr >= 0.0 && std::isfinite(lr))) raise<ValueError>(op, "lr", "a finite value >= 0", std::to_string(lr));
+  if (!parameters_.empty()) {
+    std::vector<Tensor> params;
+    for (const auto& p : parameters_) params.push_back(p.variable.value());
+    const Tensor terms = ops::adamw_step_terms(params, configs(lr, step_count_ + 1));
+    if (!terms_.defined()) terms_ = Tensor::empty(terms.shape(), DType::f64, params[0].device());
+    terms_.copy_from(terms);
+  }
+  prepared_lr_ = lr;
   queued_ = true;
+}
+
+void AdamW::queue_update(const Tensor& factor) {
+  constexpr const char* op = "AdamW::queue_update";
+  if (!queued_) raise<ValueError>(op, "self", "a step prepared by prepare_step", "none prepared");
+  if (!factor.defined()) raise<ValueError>(op, "factor", "a device factor (ops::step_guard's)", "an undefined tensor");
+  update(op, prepared_lr_, step_count_ + 1, 1.0, factor);
+}
+
+std::vector<ops::AdamWConfig> AdamW::configs(double lr, int64_t step) const {
+  std::vector<ops::AdamWConfig> out;
+  for (const auto& p : parameters_)
+    out.push_back({lr, options_.beta1, options_.beta2, options_.eps, p.decay ? options_.weight_decay : 0.0, step});
+  return out;
 }
 
 void AdamW::settle(bool applied) {
@@ -82,7 +109,7 @@ void AdamW::update(const char* op, double lr, int64_t step, double grad_scale, c
   if (!(lr >= 0.0 && std::isfinite(lr))) raise<ValueError>(op, "lr", "a finite value >= 0", std::to_string(lr));
   std::vector<Tensor> grads = gradients(op);
   std::vector<Tensor> params, copies;
-  std::vector<ops::AdamWConfig> configs;
+  std::vector<ops::AdamWConfig> configs = this->configs(lr, step);
   for (size_t k = 0; k < parameters_.size(); ++k) {
     autograd::Variable& variable = parameters_[k].variable;
     // A held compute copy (autograd::cast's bf16/f16 copy of an f32 parameter) is rewritten by the step
@@ -92,15 +119,13 @@ void AdamW::update(const char* op, double lr, int64_t step, double grad_scale, c
         held.defined() && ops::adamw_takes_compute_copy(variable.dtype(), grads[k].dtype(), held.dtype());
     copies.push_back(rewrite ? held : Tensor());
     params.push_back(variable.mutable_value());
-    configs.push_back(
-        {lr, options_.beta1, options_.beta2, options_.eps, parameters_[k].decay ? options_.weight_decay : 0.0, step});
     // A copy of another dtype than its parameter's is bf16 or f16 beside an f32 master: the one rounded.
     // (`held` is gone by now: mutable_value() dropped it; copies.back() holds it.)
     if (rewrite && options_.stochastic_rounding_seed && copies.back().dtype() != variable.dtype())
-      configs.back().stochastic_rounding = ops::StochasticRounding{*options_.stochastic_rounding_seed, uint32_t(k), 0};
+      configs[k].stochastic_rounding = ops::StochasticRounding{*options_.stochastic_rounding_seed, uint32_t(k), 0};
   }
-  if (factor.defined())
-    ops::adamw_step(params, grads, m_, v_, copies, configs, factor);
+  if (factor.defined())  // a queued step, its terms prepared
+    ops::adamw_step(params, grads, m_, v_, copies, configs, factor, terms_);
   else
     ops::adamw_step(params, grads, m_, v_, copies, configs, grad_scale);
   for (size_t k = 0; k < parameters_.size(); ++k)

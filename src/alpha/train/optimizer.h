@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "alpha/nn/module.h"
+#include "alpha/ops/optim.h"
 #include "alpha/tensor/tensor.h"
 
 namespace alpha::train {
@@ -70,6 +71,12 @@ class AdamW {
   // count or not. Until then step, clipped_step and queued_step raise ValueError.
   void queued_step(double lr, const Tensor& factor);
   void settle(bool applied);
+  // queued_step in two halves, for a step captured once and replayed (a CUDA graph): prepare_step writes the
+  // next step's per-step scalars (of lr and the step count) where the kernels read them and marks that step
+  // queued; queue_update queues the update that reads them, which a capture records once and every replay then
+  // makes with the scalars prepare_step wrote before it. queued_step(lr, f) is prepare_step(lr), queue_update(f).
+  void prepare_step(double lr);
+  void queue_update(const Tensor& factor);
   // The unscaled norm and the clip coefficient clipped_step would use and return (a logger's numbers).
   static ClipResult clip_result(double loss_scale, double max_norm, double scaled_norm);
   // Releases every parameter's gradient, so that the next backward's gradient becomes the buffer itself: no
@@ -97,12 +104,15 @@ class AdamW {
   // The update of step `step` (1-based), the gradients multiplied by `factor` (a device scalar) when it is
   // defined and by grad_scale otherwise.
   void update(const char* op, double lr, int64_t step, double grad_scale, const Tensor& factor);
+  std::vector<ops::AdamWConfig> configs(double lr, int64_t step) const;
 
   std::vector<nn::NamedParameter> parameters_;
   std::vector<Tensor> m_, v_;
   AdamWOptions options_;
   int64_t step_count_ = 0;
   bool queued_ = false;  // a queued_step not yet settled
+  double prepared_lr_ = 0;  // prepare_step's lr
+  Tensor terms_;            // (parameters, 3) f64 beside the parameters: the prepared step's ops::adamw_step_terms
 };
 
 // Gives every parameter (f32) a held compute copy in `dtype` (bf16 or f16): its value rounded stochastically

@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 
 #include "alpha/core/error.h"
@@ -19,7 +20,7 @@ CounterSnapshot CounterSnapshot::take(Device device) {
 StepCounters StepCounters::since(const CounterSnapshot& start, Device device) {
   AllocatorStats s = allocator_for(device).stats();
   return {alpha::kernel_launches() - start.kernel_launches, s.allocations - start.allocations,
-          s.pool_misses - start.pool_misses, s.peak_bytes_in_use};
+          s.pool_misses - start.pool_misses, std::max(s.peak_bytes_in_use, s.bytes_in_use + s.capture_pool_bytes)};
 }
 
 MetricsWriter::MetricsWriter(const std::filesystem::path& run_dir, bool append)

@@ -39,7 +39,9 @@ struct StepCounters {
   uint64_t ops = 0;              // kernel launches in the step
   uint64_t allocations = 0;      // tensor allocations in the step
   uint64_t fresh_allocations = 0;  // of which the pool could not serve (system allocator calls)
-  uint64_t peak_bytes = 0;       // peak bytes in use on the device during the step
+  // Peak bytes in use on the device during the step; at least the bytes in use at its end with the free blocks
+  // that capture pools hold (a CUDA graph's replay works in them, unseen by the allocator).
+  uint64_t peak_bytes = 0;
   static StepCounters since(const CounterSnapshot& start, Device device);
 };
 

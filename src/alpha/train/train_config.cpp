@@ -37,8 +37,8 @@ void read_field(const nlohmann::json& j, const char* name, T& value) {
   X(weight_decay) X(decay_embeddings) X(beta1) X(beta2) X(adam_eps) X(grad_clip) X(max_nonfinite_steps) \
   X(eval_every) X(eval_batches) X(save_every) X(keep_last) X(data_seed) X(val_fraction) X(sample_tokens) \
   X(temperature) X(top_k) X(prompt) X(device) X(precision) X(stochastic_rounding) X(loss_scaling) X(loss_scale) \
-  X(loss_scale_growth_interval) X(tf32) \
-  X(zero1) X(deterministic_reduce) X(bucket_mb) X(dist_timeout_s) X(recompute)
+  X(loss_scale_growth_interval) X(tf32) X(cuda_graphs) X(zero1) X(deterministic_reduce) X(bucket_mb)             \
+  X(dist_timeout_s) X(recompute)
 
 TrainConfig TrainConfig::from_json(const nlohmann::json& j) {
   if (!j.is_object()) raise<ConfigError>(kWhat, "(root)", "a JSON object", j.dump());
@@ -103,6 +103,16 @@ void TrainConfig::validate() const {
   require(valid_loss_scale(loss_scale), "loss_scale", "a power of two in [1, 2^24]", str(loss_scale));
   require(loss_scale_growth_interval >= 1, "loss_scale_growth_interval", ">= 1", str(loss_scale_growth_interval));
   require(!tf32 || where.is_cuda(), "tf32", "false on the CPU (TF32 is a GPU tensor-core format)", str(tf32));
+  if (cuda_graphs) {
+    require(where.is_cuda(), "cuda_graphs", "false on the CPU (a CUDA graph is a GPU's)", str(cuda_graphs));
+    require(grad_accum == 1, "cuda_graphs", "false with grad_accum > 1 (a captured step is one micro-step)",
+            str(cuda_graphs));
+    require(!scales_loss(), "cuda_graphs",
+            "false with loss scaling (f16, or loss_scaling \"dynamic\": the scale changes between steps)",
+            str(cuda_graphs));
+    require(!stochastic_rounding, "cuda_graphs",
+            "false with stochastic_rounding (its bits are drawn per step, passed by value)", str(cuda_graphs));
+  }
   require(nn::recompute_from_name(recompute).has_value(), "recompute", nn::kRecomputeNames, str(recompute));
 }
 

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdio>
 #include <sstream>
+#include <tuple>
 
 #include "alpha/autograd/functions.h"
 #include "alpha/core/fault.h"
@@ -12,8 +13,10 @@
 #include "alpha/data/prepare.h"
 #include "alpha/distributed/data_parallel.h"
 #include "alpha/nn/sampling.h"
+#include "alpha/ops/index_check.h"
 #include "alpha/ops/matmul.h"
 #include "alpha/ops/optim.h"
+#include "alpha/tensor/cuda_graph.h"
 #include "alpha/train/checkpoint.h"
 #include "alpha/train/loss_scaler.h"
 #include "alpha/train/optimizer.h"
@@ -110,6 +113,13 @@ struct Trainer::Data {
   std::unique_ptr<MetricsWriter> metrics;  // rank 0 only
   std::unique_ptr<distributed::DataParallel> parallel;  // with a communicator
   std::unique_ptr<LossScaler> scaler;                    // with loss scaling (f16 by default)
+  // With cuda_graphs, once captured: the device tensors the step reads (the batch, which the host writes before
+  // each replay) and leaves (the loss as a one-element f32 vector, the scaled gradient norm), and the graph.
+  struct CapturedStep {
+    Tensor ids, targets, losses, norm;
+    std::unique_ptr<CudaGraph> graph;
+  };
+  std::optional<CapturedStep> captured;
 };
 
 namespace {
@@ -185,6 +195,12 @@ Trainer::Trainer(TrainerOptions options) : options_(std::move(options)), data_(s
     data_->parallel = std::make_unique<distributed::DataParallel>(
         *options_.communicator, parameters,
         distributed::DataParallelOptions{t.bucket_mb << 20, t.zero1, t.deterministic_reduce});
+  if (t.cuda_graphs && options_.communicator)
+    raise<ConfigError>(kOp, "cuda_graphs", "false with several processes (the gradients' all-reduce is not captured)",
+                       "true");
+  if (t.cuda_graphs && options_.model.dropout > 0)
+    raise<ConfigError>(kOp, "cuda_graphs",
+                       "false with dropout > 0 (its masks are drawn per step from a seed passed by value)", "true");
   if (t.scales_loss())
     data_->scaler = std::make_unique<LossScaler>(LossScalerOptions{t.loss_scale, t.loss_scale_growth_interval});
   data_->schedule = std::make_unique<WarmupCosineSchedule>(t.lr, t.min_lr, t.effective_warmup_steps(), t.effective_decay_steps());
@@ -286,6 +302,37 @@ double Trainer::validation_loss() {
   return total / double(batches);
 }
 
+std::pair<double, double> Trainer::graphed_step(int64_t step, double lr, nn::Recompute recompute) {
+  const Device device = model_->device();
+  data::Batch batch = data_->train->next();
+  // Checked here, where the loader made them: the captured forward reads none of them back.
+  const int64_t vocab = options_.model.vocab_size;
+  ops::check_index_range(kOp, "ids", batch.inputs.contiguous(), vocab, "position");
+  ops::check_index_range(kOp, "targets", batch.targets.contiguous(), vocab, "position");
+  data_->optimizer->prepare_step(lr);
+  auto& captured = data_->captured;
+  if (!captured) {
+    captured.emplace();
+    captured->ids = Tensor::empty(batch.inputs.shape(), DType::i32, device);
+    captured->targets = Tensor::empty(batch.targets.shape(), DType::i32, device);
+    // What a step records, as run() queues it without the graph (the bits are the same); the step number the
+    // forward takes selects dropout masks, which cuda_graphs excludes.
+    captured->graph = std::make_unique<CudaGraph>(device, [&] {
+      nn::ForwardOptions fo{true, uint64_t(step), 0, recompute, /*inputs_checked=*/true};
+      autograd::Variable loss = model_->forward(captured->ids, captured->targets, fo).loss;
+      captured->losses = loss.value().reshape({1}).to(DType::f32);
+      autograd::backward(loss);
+      captured->norm = data_->optimizer->grad_norm_tensor();
+      data_->optimizer->queue_update(ops::step_guard(captured->norm, captured->losses, 1.0, options_.train.grad_clip));
+    });
+  }
+  captured->ids.copy_from(batch.inputs);
+  captured->targets.copy_from(batch.targets);
+  captured->graph->replay();
+  const std::vector<Tensor> host = HostCopy({captured->losses, captured->norm}).wait();
+  return {host[0].at({0}), host[1].item()};
+}
+
 void Trainer::save(int64_t steps_done) {
   // Under ZeRO-1 every rank writes its optimizer shard first, so the checkpoint `latest` will name has all.
   if (sharded(options_)) {
@@ -327,6 +374,9 @@ std::string Trainer::run(std::optional<int64_t> stop_at_step) {
   int64_t last_update = steps_done_;  // the last step that updated the weights
   const nn::Recompute recompute = *nn::recompute_from_name(t.recompute);  // validated with the config
   const int64_t profile_step = resolved_profile_step(options_, steps_done_, last);
+  // With cuda_graphs the first step of a run is made without the graph: it creates what a captured step reads
+  // and must find in place (the compute copies of the weights, the position ids, the AdamW terms' buffer).
+  bool made_a_step = false;
   for (int64_t step = steps_done_; step < last; ++step) {
     std::optional<StepProfiler> profiler;
     if (step + 1 == profile_step) {
@@ -343,7 +393,9 @@ std::string Trainer::run(std::optional<int64_t> stop_at_step) {
     // Each micro-batch's loss stays on the device until every backward is queued: reading it waits for the
     // device, and a read here would stop the host from queuing backward while the forward runs.
     std::vector<Tensor> micro_losses;
-    for (int64_t micro = 0; micro < t.grad_accum; ++micro) {
+    const bool graphed = t.cuda_graphs && made_a_step && !profiler;
+    made_a_step = true;
+    for (int64_t micro = 0; micro < (graphed ? 0 : t.grad_accum); ++micro) {
       Stopwatch phase;
       data::Batch batch = data_->train->next();
       nn::ForwardOptions fo{true, uint64_t(step), uint64_t(micro), recompute};
@@ -373,7 +425,11 @@ std::string Trainer::run(std::optional<int64_t> stop_at_step) {
     inject_gradient_fault(*model_, step + 1);  // test-only, off unless ALPHA_FAULT_* is set
     Stopwatch phase;  // the optimizer's host time: queueing its work, then settling the step after the wait
     double scaled_norm = 0, optimizer_s = 0;
-    if (!data_->parallel) {
+    if (graphed) {
+      std::tie(loss_sum, scaled_norm) = graphed_step(step, lr, recompute);
+      forward_s = phase.seconds();  // the whole step: its replay and the read of its numbers
+      phase.restart();
+    } else if (!data_->parallel) {
       // On one device the norm, the step's gradient factor (clipping and unscaling, NaN for a non-finite loss or
       // norm: ops::step_guard) and the optimizer step are all queued before the host reads the losses and the
       // norm, and that read waits for the norm only. The host takes in the step's numbers and queues the next
@@ -449,6 +505,7 @@ std::string Trainer::run(std::optional<int64_t> stop_at_step) {
                              {"fresh_allocations", used.fresh_allocations}, {"peak_bytes", used.peak_bytes}};
     record["val_loss"] = std::isnan(val_loss) ? nlohmann::json(nullptr) : nlohmann::json(val_loss);
     record["skipped"] = skipped;
+    if (graphed) record["graph_nodes"] = data_->captured->graph->nodes();  // a replay: ops counts the host's launches
     if (data_->scaler) record["loss_scale"] = loss_scale;
     if (steps_done_ == profile_step) record["profiled"] = true;  // synchronised and traced: not a typical step
     if (!skipped) last_update = steps_done_;

@@ -68,6 +68,9 @@ class Trainer {
   void resume_from_checkpoint();
   double validation_loss();
   void save(int64_t steps_done);
+  // One step replayed from the captured graph (cuda_graphs; captured at the first call): queues the batch's
+  // copy, the AdamW terms and the replay, and reads the step's loss and scaled gradient norm back.
+  std::pair<double, double> graphed_step(int64_t step, double lr, nn::Recompute recompute);
 
   TrainerOptions options_;
   std::unique_ptr<nn::GPT> model_;

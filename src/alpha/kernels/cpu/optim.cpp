@@ -26,7 +26,7 @@ C copy_of(A value, bool stochastic, const StochasticRounding& rounding, int64_t 
 template <class T, class G, class C>
 void adamw_step(const AdamWArgs<T, G, C>& args) {
   using A = acc_t<T>;
-  const AdamWStepTerms<A> terms = adamw_step_terms(args);
+  const AdamWStepTerms<A> terms = args.terms_at ? adamw_terms_from<A>(args.terms_at) : adamw_step_terms(args);
   A grad_scale = args.grad_scale;
   if (args.grad_scale_at) {
     if (std::isnan(*args.grad_scale_at)) return;  // a skipped step

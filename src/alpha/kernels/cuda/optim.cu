@@ -6,7 +6,8 @@
 // AdamW reads each element's grad, m, v and param once and writes m, v, param (and the compute copy)
 // once. Its arithmetic is the CPU kernel's in f32, operation by operation, with __fmul_rn/__fadd_rn/
 // __fdiv_rn/__fsqrt_rn so that nothing is fused or approximated: every output equals the CPU kernel's in
-// f32 rounded to T, bit for bit. The per-step scalars come from adamw_step_terms on the host, as on the CPU.
+// f32 rounded to T, bit for bit. The per-step scalars come from adamw_step_terms on the host, as on the CPU,
+// or from device memory that the host wrote them to (AdamWArgs::terms_at).
 // Sum of squares: each block reduces one fixed chunk of kChunk elements (a fixed stride per thread,
 // then a shared-memory tree, all in f64) into a partial; one final block reduces the partials the same
 // way. The order depends only on n: the same grads give the same bits on every run; there are no atomics.
@@ -57,12 +58,14 @@ struct AdamWPointers {
   bool stochastic_rounding;  // the copy rounded stochastically with `rounding`'s bits, not to nearest
   StochasticRounding rounding;
   const double* grad_scale_at;  // nullptr: AdamWScalars::grad_scale
+  const double* terms_at;       // nullptr: AdamWScalars::terms
 };
 
-// The scalars with the factor read from grad_scale_at where that is set (rounded to f32 as the host rounds
-// grad_scale); false when the factor is NaN: the step is skipped.
+// The scalars with the terms read from terms_at and the factor from grad_scale_at where those are set (the
+// factor rounded to f32 as the host rounds grad_scale); false when the factor is NaN: the step is skipped.
 template <class T, class G, class C>
-__device__ bool resolve_grad_scale(const AdamWPointers<T, G, C>& x, AdamWScalars& s) {
+__device__ bool resolve_scalars(const AdamWPointers<T, G, C>& x, AdamWScalars& s) {
+  if (x.terms_at) s.terms = adamw_terms_from<float>(x.terms_at);
   if (!x.grad_scale_at) return true;
   const double factor = *x.grad_scale_at;
   if (factor != factor) return false;
@@ -101,7 +104,7 @@ __device__ void adamw_element(const AdamWPointers<T, G, C>& x, const AdamWScalar
 
 template <class T, class G, class C>
 __global__ void adamw_kernel(AdamWPointers<T, G, C> x, AdamWScalars s) {
-  if (!resolve_grad_scale(x, s)) return;
+  if (!resolve_scalars(x, s)) return;
   const int64_t stride = int64_t(gridDim.x) * blockDim.x;
   for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < x.n; i += stride) adamw_element(x, s, i);
 }
@@ -192,7 +195,7 @@ __global__ void multi_adamw_kernel(const __grid_constant__ LaunchTable<AdamWEntr
   const BlockWork work = block_work(table);
   const AdamWEntry<T, G, C>& e = table.tensors[work.tensor];
   AdamWScalars s = e.s;
-  if (!resolve_grad_scale(e.x, s)) return;
+  if (!resolve_scalars(e.x, s)) return;
   for_chunk(e.x.n, kChunk, work.chunk, [&](int64_t i) { adamw_element(e.x, s, i); });
 }
 
@@ -279,7 +282,8 @@ AdamWPointers<T, G, C> adamw_pointers(const AdamWArgs<T, G, C>& args) {
           args.n,
           args.stochastic_rounding,
           args.rounding,
-          args.grad_scale_at};
+          args.grad_scale_at,
+          args.terms_at};
 }
 
 template <class C>

@@ -1,0 +1,41 @@
+// cuda_graphs on the CPU side: the config refuses what a captured step cannot replay (a CPU device, several
+// micro-steps, loss scaling, stochastic rounding), naming the field and why; a CudaGraph of a CPU device
+// raises DeviceError. The captured steps themselves are tests/cuda/test_cuda_training.cpp's.
+#include <gtest/gtest.h>
+
+#include "alpha/tensor/cuda_graph.h"
+#include "alpha/train/train_config.h"
+#include "support/checks.h"
+
+namespace alpha::train {
+namespace {
+
+TEST(CudaGraphConfig, RefusesWhatACapturedStepCannotReplay) {
+  TrainConfig t;
+  t.cuda_graphs = true;
+  EXPECT_ALPHA_ERROR(t.validate(), ConfigError, "'cuda_graphs'", "on the CPU");
+  t.device = "cuda:0";
+  t.validate();
+  EXPECT_TRUE(TrainConfig::from_json(t.to_json()).cuda_graphs);
+  EXPECT_FALSE(TrainConfig::from_json(nlohmann::json::object()).cuda_graphs) << "off by default";
+  TrainConfig accumulating = t;
+  accumulating.grad_accum = 2;
+  EXPECT_ALPHA_ERROR(accumulating.validate(), ConfigError, "'cuda_graphs'", "grad_accum");
+  TrainConfig scaled = t;
+  scaled.precision = "f16";
+  EXPECT_ALPHA_ERROR(scaled.validate(), ConfigError, "'cuda_graphs'", "loss scaling");
+  scaled.precision = "bf16";
+  scaled.loss_scaling = "dynamic";
+  EXPECT_ALPHA_ERROR(scaled.validate(), ConfigError, "'cuda_graphs'", "loss scaling");
+  TrainConfig rounding = t;
+  rounding.precision = "bf16";
+  rounding.stochastic_rounding = true;
+  EXPECT_ALPHA_ERROR(rounding.validate(), ConfigError, "'cuda_graphs'", "stochastic_rounding");
+}
+
+TEST(CudaGraphConfig, ACpuGraphRaises) {
+  EXPECT_ALPHA_ERROR(CudaGraph(Device::cpu(), [] {}), DeviceError, "CudaGraph", "device", "a CUDA device");
+}
+
+}  // namespace
+}  // namespace alpha::train
