@@ -55,44 +55,64 @@ TEST_F(CudaTraining, GoldenRunLearnsResumesBitForBitAndMatchesTheCpu) {
 }
 
 // cuda_graphs: every step after a run's first replays the captured step; the losses, gradient norms, weights
-// and optimiser state are the bits of the run without the graph, in f32 and bf16, through evaluations between
-// replays and a profiled step (made without the graph) among them. The replays' metrics name the graph's nodes.
-TEST_F(CudaTraining, CudaGraphStepsGiveTheBitsOfTheStepsWithoutIt) {
-  for (const char* precision : {"f32", "bf16"}) {
-    SCOPED_TRACE(precision);
-    test::TempDir dir;
-    TrainerOptions eager = on_gpu(tiny_options(dir / "eager", 12), precision);
-    eager.train.eval_every = 5;
-    eager.train.save_every = 0;
-    Trainer(eager).run();
-    TrainerOptions graphed = eager;
-    graphed.run_dir = dir / "graphed";
-    graphed.data = {(dir / "eager" / "data").string()};
-    graphed.train.cuda_graphs = true;
-    graphed.profile = true;
-    graphed.profile_step = 7;
-    Trainer(graphed).run();
-    std::vector<nlohmann::json> a = metrics_of(dir / "eager"), b = metrics_of(dir / "graphed");
-    ASSERT_EQ(a.size(), 12u);
-    ASSERT_EQ(b.size(), 12u);
-    for (size_t i = 0; i < a.size(); ++i) {
-      SCOPED_TRACE("step " + std::to_string(i + 1));
-      EXPECT_EQ(b[i]["loss"].get<double>(), a[i]["loss"].get<double>());
-      EXPECT_EQ(b[i]["grad_norm"].get<double>(), a[i]["grad_norm"].get<double>());
-      EXPECT_EQ(b[i]["val_loss"], a[i]["val_loss"]);
-      EXPECT_EQ(b[i].contains("graph_nodes"), i != 0 && i != 6) << b[i].dump();
-      if (b[i].contains("graph_nodes")) {
-        EXPECT_GT(b[i]["graph_nodes"].get<int64_t>(), 50) << b[i].dump();
-      }
+// and optimiser state are the bits of the run without the graph, in f32 and bf16, with two micro-steps a step,
+// through evaluations between replays and a profiled step (made without the graph) among them. The replays'
+// metrics name the graph's nodes.
+struct GraphCase {
+  const char* precision;
+  int64_t grad_accum;
+  const char* recompute;
+};
+
+void expect_graph_steps_give_the_bits_of_the_steps_without_it(const GraphCase& c) {
+  SCOPED_TRACE(std::string(c.precision) + ", grad_accum " + std::to_string(c.grad_accum) + ", recompute " +
+               c.recompute);
+  test::TempDir dir;
+  TrainerOptions eager = on_gpu(tiny_options(dir / "eager", 12), c.precision);
+  eager.train.eval_every = 5;
+  eager.train.save_every = 0;
+  eager.train.grad_accum = c.grad_accum;
+  eager.train.recompute = c.recompute;
+  Trainer(eager).run();
+  TrainerOptions graphed = eager;
+  graphed.run_dir = dir / "graphed";
+  graphed.data = {(dir / "eager" / "data").string()};
+  graphed.train.cuda_graphs = true;
+  graphed.profile = true;
+  graphed.profile_step = 7;
+  Trainer(graphed).run();
+  std::vector<nlohmann::json> a = metrics_of(dir / "eager"), b = metrics_of(dir / "graphed");
+  ASSERT_EQ(a.size(), 12u);
+  ASSERT_EQ(b.size(), 12u);
+  for (size_t i = 0; i < a.size(); ++i) {
+    SCOPED_TRACE("step " + std::to_string(i + 1));
+    EXPECT_EQ(b[i]["loss"].get<double>(), a[i]["loss"].get<double>());
+    EXPECT_EQ(b[i]["grad_norm"].get<double>(), a[i]["grad_norm"].get<double>());
+    EXPECT_EQ(b[i]["val_loss"], a[i]["val_loss"]);
+    EXPECT_EQ(b[i].contains("graph_nodes"), i != 0 && i != 6) << b[i].dump();
+    if (b[i].contains("graph_nodes")) {
+      EXPECT_GT(b[i]["graph_nodes"].get<int64_t>(), 50) << b[i].dump();
     }
-    EXPECT_LT(b.back()["loss"].get<double>(), b.front()["loss"].get<double>() - 0.5);
-    expect_same_checkpoint(dir / "eager", dir / "graphed");
   }
+  EXPECT_LT(b.back()["loss"].get<double>(), b.front()["loss"].get<double>() - 0.5);
+  expect_same_checkpoint(dir / "eager", dir / "graphed");
+}
+
+TEST_F(CudaTraining, CudaGraphStepsGiveTheBitsOfTheStepsWithoutIt) {
+  expect_graph_steps_give_the_bits_of_the_steps_without_it({"f32", 1, "none"});
+  expect_graph_steps_give_the_bits_of_the_steps_without_it({"bf16", 1, "none"});
+  expect_graph_steps_give_the_bits_of_the_steps_without_it({"bf16", 2, "none"});
   test::TempDir dir;
   TrainerOptions dropout = on_gpu(tiny_options(dir.path(), 2), "bf16");
   dropout.train.cuda_graphs = true;
   dropout.model.dropout = 0.1;
   EXPECT_ALPHA_ERROR(Trainer{dropout}, ConfigError, "'cuda_graphs'", "dropout");
+}
+
+// The recomputation levels re-run parts of the forward inside the backward: captured, too.
+TEST_F(CudaTraining, CudaGraphStepsRecomputeAsTheStepsWithoutIt) {
+  expect_graph_steps_give_the_bits_of_the_steps_without_it({"bf16", 1, "ln_gelu"});
+  expect_graph_steps_give_the_bits_of_the_steps_without_it({"bf16", 1, "block"});
 }
 
 TEST_F(CudaTraining, Bf16MixedPrecisionLearnsWithF32MasterWeights) {

@@ -105,8 +105,6 @@ void TrainConfig::validate() const {
   require(!tf32 || where.is_cuda(), "tf32", "false on the CPU (TF32 is a GPU tensor-core format)", str(tf32));
   if (cuda_graphs) {
     require(where.is_cuda(), "cuda_graphs", "false on the CPU (a CUDA graph is a GPU's)", str(cuda_graphs));
-    require(grad_accum == 1, "cuda_graphs", "false with grad_accum > 1 (a captured step is one micro-step)",
-            str(cuda_graphs));
     require(!scales_loss(), "cuda_graphs",
             "false with loss scaling (f16, or loss_scaling \"dynamic\": the scale changes between steps)",
             str(cuda_graphs));

@@ -66,8 +66,8 @@ struct TrainConfig {
   bool tf32 = false;             // f32 matmuls on a GPU may use TF32 tensor cores (10-bit mantissa inputs)
   // A CUDA device's training step (forward, backward, norm, AdamW) captured once into a CUDA graph and replayed
   // every step after the first, with the same bits as without (docs/PERFORMANCE.md). A captured step replays its
-  // launches' by-value arguments, so it takes one micro-step, no loss scaling (f32 or bf16), no stochastic
-  // rounding, no dropout and one process (ConfigError otherwise); a profiled step runs without the graph.
+  // launches' by-value arguments, so it takes no loss scaling (f32 or bf16), no stochastic rounding, no dropout
+  // and one process (ConfigError otherwise); a profiled step runs without the graph.
   bool cuda_graphs = false;
   // Activation recomputation (nn::Recompute): "none"; "ln_gelu" (LayerNorm and GELU outputs recomputed in
   // backward, no matmul); "block" (each block keeps its input only and runs again in backward). Less memory

@@ -116,7 +116,8 @@ struct Trainer::Data {
   // With cuda_graphs, once captured: the device tensors the step reads (the batch, which the host writes before
   // each replay) and leaves (the loss as a one-element f32 vector, the scaled gradient norm), and the graph.
   struct CapturedStep {
-    Tensor ids, targets, losses, norm;
+    std::vector<Tensor> ids, targets;  // one per micro-step
+    Tensor losses, norm;
     std::unique_ptr<CudaGraph> graph;
   };
   std::optional<CapturedStep> captured;
@@ -151,6 +152,39 @@ std::optional<uint64_t> rounding_seed(const TrainerOptions& o) {
   if (!o.train.stochastic_rounding) return std::nullopt;
   return nn::derive_seed(o.model.seed, kStochasticRoundingStream);
 }
+
+// One micro-step: the forward of (ids, targets), then the backward of its loss times loss_factor (the loss scale
+// over the micro-steps; no op for 1). Its loss as the forward gave it, on the device, and the host time of each.
+struct MicroStep {
+  Tensor loss;
+  double forward_s, backward_s;
+};
+MicroStep micro_step(const nn::GPT& model, const Tensor& ids, const Tensor& targets, const nn::ForwardOptions& fo,
+                     double loss_factor, const autograd::LeafReadyFn& on_leaf_ready = {}) {
+  Stopwatch phase;
+  autograd::Variable loss = model.forward(ids, targets, fo).loss;
+  MicroStep out{loss.value(), 0, 0};
+  if (loss_factor != 1.0) loss = autograd::scale(loss, loss_factor);
+  out.forward_s = phase.seconds();
+  phase.restart();
+  autograd::backward(loss, {}, on_leaf_ready);
+  out.backward_s = phase.seconds();
+  return out;
+}
+
+// The micro-steps' losses in one device vector of `dtype`, in micro-step order (one copy_many launch).
+Tensor stacked_losses(std::vector<Tensor> micro_losses, DType dtype, Device device) {
+  Tensor losses = Tensor::empty({int64_t(micro_losses.size())}, dtype, device);
+  std::vector<Tensor> slots;
+  for (int64_t micro = 0; micro < losses.numel(); ++micro) slots.push_back(losses.slice(0, micro, micro + 1));
+  for (Tensor& micro_loss : micro_losses) micro_loss = micro_loss.reshape({1}).to(dtype);
+  copy_many(slots, micro_losses);
+  return losses;
+}
+
+// The losses' dtype a step reads them in: their own (f32; f64 for an f64 model), so that no conversion between f32
+// and f64 goes through the host on a GPU.
+DType loss_dtype_of(const Tensor& loss) { return loss.dtype() == DType::f64 ? DType::f64 : DType::f32; }
 
 }  // namespace
 
@@ -304,33 +338,47 @@ double Trainer::validation_loss() {
 
 std::pair<double, double> Trainer::graphed_step(int64_t step, double lr, nn::Recompute recompute) {
   const Device device = model_->device();
-  data::Batch batch = data_->train->next();
-  // Checked here, where the loader made them: the captured forward reads none of them back.
-  const int64_t vocab = options_.model.vocab_size;
-  ops::check_index_range(kOp, "ids", batch.inputs.contiguous(), vocab, "position");
-  ops::check_index_range(kOp, "targets", batch.targets.contiguous(), vocab, "position");
+  const int64_t micro_steps = options_.train.grad_accum;
+  std::vector<data::Batch> batches;
+  for (int64_t micro = 0; micro < micro_steps; ++micro) {
+    batches.push_back(data_->train->next());
+    // Checked here, where the loader made them: the captured forward reads none of them back.
+    const int64_t vocab = options_.model.vocab_size;
+    ops::check_index_range(kOp, "ids", batches.back().inputs.contiguous(), vocab, "position");
+    ops::check_index_range(kOp, "targets", batches.back().targets.contiguous(), vocab, "position");
+  }
   data_->optimizer->prepare_step(lr);
   auto& captured = data_->captured;
   if (!captured) {
     captured.emplace();
-    captured->ids = Tensor::empty(batch.inputs.shape(), DType::i32, device);
-    captured->targets = Tensor::empty(batch.targets.shape(), DType::i32, device);
-    // What a step records, as run() queues it without the graph (the bits are the same); the step number the
-    // forward takes selects dropout masks, which cuda_graphs excludes.
+    for (const data::Batch& batch : batches) {
+      captured->ids.push_back(Tensor::empty(batch.inputs.shape(), DType::i32, device));
+      captured->targets.push_back(Tensor::empty(batch.targets.shape(), DType::i32, device));
+    }
+    // What run() queues for a step without the graph (the same bits): the micro-steps, the norm, the guard and
+    // the update. The step number the forward takes selects dropout masks, which cuda_graphs excludes.
     captured->graph = std::make_unique<CudaGraph>(device, [&] {
-      nn::ForwardOptions fo{true, uint64_t(step), 0, recompute, /*inputs_checked=*/true};
-      autograd::Variable loss = model_->forward(captured->ids, captured->targets, fo).loss;
-      captured->losses = loss.value().reshape({1}).to(DType::f32);
-      autograd::backward(loss);
+      std::vector<Tensor> micro_losses;
+      for (int64_t micro = 0; micro < micro_steps; ++micro) {
+        const nn::ForwardOptions fo{true, uint64_t(step), uint64_t(micro), recompute, /*inputs_checked=*/true};
+        micro_losses.push_back(micro_step(*model_, captured->ids[size_t(micro)], captured->targets[size_t(micro)], fo,
+                                          1.0 / double(micro_steps))
+                                   .loss);
+      }
+      captured->losses = stacked_losses(micro_losses, loss_dtype_of(micro_losses[0]), device);
       captured->norm = data_->optimizer->grad_norm_tensor();
       data_->optimizer->queue_update(ops::step_guard(captured->norm, captured->losses, 1.0, options_.train.grad_clip));
     });
   }
-  captured->ids.copy_from(batch.inputs);
-  captured->targets.copy_from(batch.targets);
+  for (size_t micro = 0; micro < batches.size(); ++micro) {
+    captured->ids[micro].copy_from(batches[micro].inputs);
+    captured->targets[micro].copy_from(batches[micro].targets);
+  }
   captured->graph->replay();
   const std::vector<Tensor> host = HostCopy({captured->losses, captured->norm}).wait();
-  return {host[0].at({0}), host[1].item()};
+  double loss_sum = 0;
+  for (double micro_loss : host[0].to_vector<double>()) loss_sum += micro_loss;  // in micro-step order
+  return {loss_sum, host[1].item()};
 }
 
 void Trainer::save(int64_t steps_done) {
@@ -396,29 +444,24 @@ std::string Trainer::run(std::optional<int64_t> stop_at_step) {
     const bool graphed = t.cuda_graphs && made_a_step && !profiler;
     made_a_step = true;
     for (int64_t micro = 0; micro < (graphed ? 0 : t.grad_accum); ++micro) {
-      Stopwatch phase;
+      Stopwatch data_clock;
       data::Batch batch = data_->train->next();
-      nn::ForwardOptions fo{true, uint64_t(step), uint64_t(micro), recompute};
-      autograd::Variable loss = model_->forward(batch.inputs, batch.targets, fo).loss;
-      micro_losses.push_back(loss.value());
-      if (t.grad_accum > 1 || loss_scale != 1.0) loss = autograd::scale(loss, loss_scale / double(t.grad_accum));
-      forward_s += phase.seconds();
-      phase.restart();
+      forward_s += data_clock.seconds();
       // In the last micro-step each gradient bucket is reduced as soon as backward completes it.
-      bool last_micro = micro + 1 == t.grad_accum;
-      autograd::backward(loss, {}, data_->parallel && last_micro ? data_->parallel->gradient_ready_hook() : nullptr);
-      backward_s += phase.seconds();
+      const bool last_micro = micro + 1 == t.grad_accum;
+      const MicroStep done =
+          micro_step(*model_, batch.inputs, batch.targets, {true, uint64_t(step), uint64_t(micro), recompute},
+                     loss_scale / double(t.grad_accum),
+                     data_->parallel && last_micro ? data_->parallel->gradient_ready_hook() : nullptr);
+      micro_losses.push_back(done.loss);
+      forward_s += done.forward_s;
+      backward_s += done.backward_s;
     }
     if (data_->parallel) {
       // The micro-batches' losses in one device vector, gathered from every rank in the gradients'
       // synchronisation: every rank sums the same values in the same order (the global batch's) and then
       // skips the step, or not, together.
-      Tensor step_losses = Tensor::empty({t.grad_accum}, DType::f32, device);
-      std::vector<Tensor> loss_slots;
-      for (int64_t micro = 0; micro < t.grad_accum; ++micro)
-        loss_slots.push_back(step_losses.slice(0, micro, micro + 1));
-      for (Tensor& micro_loss : micro_losses) micro_loss = micro_loss.reshape({1}).to(DType::f32);
-      copy_many(loss_slots, micro_losses);
+      const Tensor step_losses = stacked_losses(micro_losses, DType::f32, device);
       for (float micro_loss : data_->parallel->reduce_gradients(step_losses)) loss_sum += double(micro_loss);
       loss_sum /= double(world_of(options_));
     }
@@ -435,14 +478,7 @@ std::string Trainer::run(std::optional<int64_t> stop_at_step) {
       // norm, and that read waits for the norm only. The host takes in the step's numbers and queues the next
       // step's forward while the optimizer step runs, instead of the device waiting for it in between.
       const Tensor queued_norm = data_->optimizer->grad_norm_tensor();
-      // The micro-batches' losses in one vector, in their own dtype (f32; f64 for an f64 model): no conversion,
-      // which between f32 and f64 a GPU would make through the host.
-      const DType loss_dtype = micro_losses[0].dtype() == DType::f64 ? DType::f64 : DType::f32;
-      Tensor losses = Tensor::empty({t.grad_accum}, loss_dtype, device);
-      std::vector<Tensor> slots;
-      for (int64_t micro = 0; micro < t.grad_accum; ++micro) slots.push_back(losses.slice(0, micro, micro + 1));
-      for (Tensor& micro_loss : micro_losses) micro_loss = micro_loss.reshape({1}).to(loss_dtype);
-      copy_many(slots, micro_losses);
+      const Tensor losses = stacked_losses(micro_losses, loss_dtype_of(micro_losses[0]), device);
       HostCopy read({losses, queued_norm});
       data_->optimizer->queued_step(lr, ops::step_guard(queued_norm, losses, loss_scale, t.grad_clip));
       optimizer_s = phase.seconds();
