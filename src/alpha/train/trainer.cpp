@@ -349,26 +349,27 @@ std::pair<double, double> Trainer::graphed_step(int64_t step, double lr, nn::Rec
   }
   data_->optimizer->prepare_step(lr);
   auto& captured = data_->captured;
-  if (!captured) {
-    captured.emplace();
+  if (!captured) {  // kept only once the capture has succeeded
+    Data::CapturedStep fresh;
     for (const data::Batch& batch : batches) {
-      captured->ids.push_back(Tensor::empty(batch.inputs.shape(), DType::i32, device));
-      captured->targets.push_back(Tensor::empty(batch.targets.shape(), DType::i32, device));
+      fresh.ids.push_back(Tensor::empty(batch.inputs.shape(), DType::i32, device));
+      fresh.targets.push_back(Tensor::empty(batch.targets.shape(), DType::i32, device));
     }
     // What run() queues for a step without the graph (the same bits): the micro-steps, the norm, the guard and
     // the update. The step number the forward takes selects dropout masks, which cuda_graphs excludes.
-    captured->graph = std::make_unique<CudaGraph>(device, [&] {
+    fresh.graph = std::make_unique<CudaGraph>(device, [&] {
       std::vector<Tensor> micro_losses;
       for (int64_t micro = 0; micro < micro_steps; ++micro) {
         const nn::ForwardOptions fo{true, uint64_t(step), uint64_t(micro), recompute, /*inputs_checked=*/true};
-        micro_losses.push_back(micro_step(*model_, captured->ids[size_t(micro)], captured->targets[size_t(micro)], fo,
-                                          1.0 / double(micro_steps))
-                                   .loss);
+        micro_losses.push_back(
+            micro_step(*model_, fresh.ids[size_t(micro)], fresh.targets[size_t(micro)], fo, 1.0 / double(micro_steps))
+                .loss);
       }
-      captured->losses = stacked_losses(micro_losses, loss_dtype_of(micro_losses[0]), device);
-      captured->norm = data_->optimizer->grad_norm_tensor();
-      data_->optimizer->queue_update(ops::step_guard(captured->norm, captured->losses, 1.0, options_.train.grad_clip));
+      fresh.losses = stacked_losses(micro_losses, loss_dtype_of(micro_losses[0]), device);
+      fresh.norm = data_->optimizer->grad_norm_tensor();
+      data_->optimizer->queue_update(ops::step_guard(fresh.norm, fresh.losses, 1.0, options_.train.grad_clip));
     });
+    captured = std::move(fresh);
   }
   for (size_t micro = 0; micro < batches.size(); ++micro) {
     captured->ids[micro].copy_from(batches[micro].inputs);
