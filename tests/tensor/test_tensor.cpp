@@ -1,4 +1,5 @@
 #include <gtest/gtest.h>
+#include <omp.h>
 
 #include <cmath>
 #include <cstdlib>
@@ -184,6 +185,19 @@ TEST(Tensor, RandomFillsAreSeededAndHaveTheirDistributions) {
             Tensor::normal({7}, 0, 1, 12, DType::f64).to_vector<double>());
   EXPECT_NE(Tensor::normal({7}, 0, 1, 12, DType::f64).to_vector<double>(),
             Tensor::normal({7}, 0, 1, 13, DType::f64).to_vector<double>());
+  // The threads split the work, never the values: one thread gives the bits of four, and element i its own
+  // draw (a prefix of a larger fill).
+  const int threads = omp_get_max_threads();
+  omp_set_num_threads(1);
+  const Tensor u1 = Tensor::uniform({100001}, -2.0, 3.0, 11, DType::f64);
+  const Tensor n1 = Tensor::normal({100001}, 1.5, 0.5, 12, DType::f64);
+  omp_set_num_threads(4);
+  EXPECT_TRUE(test::bit_equal(u1, Tensor::uniform({100001}, -2.0, 3.0, 11, DType::f64)));
+  EXPECT_TRUE(test::bit_equal(n1, Tensor::normal({100001}, 1.5, 0.5, 12, DType::f64)));
+  omp_set_num_threads(threads);
+  EXPECT_TRUE(test::bit_equal(n1.slice(0, 0, 4001), Tensor::normal({4001}, 1.5, 0.5, 12, DType::f64)));
+  EXPECT_TRUE(test::bit_equal(u1, u));
+  EXPECT_TRUE(test::bit_equal(n1, n));
 }
 
 TEST(Tensor, CopyManyCopiesEveryPairAndNamesABadOne) {
