@@ -17,7 +17,7 @@ Also the issue's smaller check, with --check-wide: a 12-layer, width 512, 8-head
 trains on Alpha without recomputation.
 
 Usage: python3 bench/largest_model.py --alpha build/cuda/alpha [--batch-size 8] [--steps 3] [--out DIR]
-       [--ladder 12:768:12,24:1024:16,...] [--check-wide] [--engines alpha,pytorch]
+       [--ladder 12:768:12,24:1024:16,...] [--check-wide] [--engines alpha,pytorch] [--per-use-copies]
 --engines climbs only the engines named, so that the two can climb at once on two GPUs (CUDA_VISIBLE_DEVICES).
 """
 import argparse
@@ -47,12 +47,14 @@ def failure_line(done):
     return lines[-1] if lines else f"exit {done.returncode}"
 
 
-def alpha_trial(binary, data_dir, run_dir, shape, batch, steps, recompute):
+def alpha_trial(binary, data_dir, run_dir, shape, batch, steps, recompute, per_use_copies=False):
     layers, width, heads = shape
     cmd = [binary, "train", "--config", "gpt2-124m", "--n-layer", str(layers), "--n-embd", str(width),
            "--n-head", str(heads), "--n-kv-head", str(heads), "--device", "cuda", "--precision", "bf16",
            "--recompute", recompute, "--batch-size", str(batch), "--seq-len", str(SEQ), "--steps", str(steps),
            "--eval-every", "0", "--save-every", "-1", "--sample-tokens", "0", "--data", data_dir, "--out", run_dir]
+    if per_use_copies:  # bf16 weights converted at each use, as autocast does, instead of held between steps
+        cmd += ["--hold-compute-copies", "false"]
     done = subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     if done.returncode != 0:
         return {"trained": False, "why": failure_line(done), "out_of_memory": "memory available on" in done.stderr}
@@ -124,6 +126,8 @@ def main():
     parser.add_argument("--check-wide", action="store_true",
                         help="also train 12 layers, width 512, 8 heads at batch 16 on Alpha without recomputation")
     parser.add_argument("--engines", default="alpha,pytorch", help="comma-separated: alpha, pytorch or both")
+    parser.add_argument("--per-use-copies", action="store_true",
+                        help="Alpha's trials with --hold-compute-copies false: 2 bytes a parameter less")
     parser.add_argument("--out", default=".")
     parser.add_argument("--torch-trial", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -153,7 +157,7 @@ def main():
                     continue
                 if engine == "alpha":
                     r = alpha_trial(args.alpha, data_dir, os.path.join(tmp, f"run{i}"), shape, args.batch_size,
-                                    args.steps, "block")
+                                    args.steps, "block", args.per_use_copies)
                 else:
                     r = torch_trial_in_process(shape, args.batch_size, args.steps)
                 r.update({"engine": engine, "shape": shape, "parameters": parameter_count(*shape[:2])})

@@ -123,6 +123,33 @@ TEST(Tape, ACastParameterHoldsItsComputeCopyUntilItsValueMayChange) {
   clear_tape();
 }
 
+// A parameter set to convert at each use holds nothing: every cast converts anew (the same bits), the gradient
+// flows as through a held copy, and a copy cannot be handed to it; set back, it holds again.
+TEST(Tape, AParameterSetNotToHoldConvertsAtEachUse) {
+  Variable held(test::random({5, 3}), true), per_use(held.value().clone(), true);
+  cast(held, DType::bf16);
+  per_use.set_holds_compute_copy(false);
+  EXPECT_FALSE(per_use.holds_compute_copy());
+  Variable first = cast(per_use, DType::bf16), second = cast(per_use, DType::bf16);
+  EXPECT_NE(first.value().raw_data(), second.value().raw_data());
+  EXPECT_FALSE(per_use.compute_copy().defined());
+  EXPECT_TRUE(test::bit_equal(first.value(), held.compute_copy()));
+  EXPECT_ALPHA_ERROR(first.set_holds_compute_copy(false), ValueError, "[Variable::set_holds_compute_copy]", "leaf");
+  clear_tape();
+  const Tensor seed = test::random({5, 3}).to(DType::bf16);
+  backward(cast(held, DType::bf16), seed);
+  backward(cast(per_use, DType::bf16), seed);
+  EXPECT_TRUE(test::bit_equal(per_use.grad(), held.grad()));
+  EXPECT_ALPHA_ERROR(per_use.keep_compute_copy(first.value()), ValueError, "[Variable::keep_compute_copy]",
+                     "convert at each use");
+  held.set_holds_compute_copy(false);
+  EXPECT_FALSE(held.compute_copy().defined()) << "setting it drops the held copy";
+  per_use.set_holds_compute_copy(true);
+  cast(per_use, DType::bf16);
+  EXPECT_TRUE(per_use.compute_copy().defined());
+  clear_tape();
+}
+
 TEST(Tape, SetGradKeepsTheGivenTensorAndBackwardAddsIntoIt) {
   Variable w(test::random({2, 3}), true, "w");
   Tensor bucket = test::random({10});

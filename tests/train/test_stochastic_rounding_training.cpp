@@ -162,6 +162,12 @@ TEST(StochasticRoundingTraining, ConfigRefusesItWithoutALowPrecisionCopy) {
   EXPECT_TRUE(TrainConfig::from_json(t.to_json()).stochastic_rounding);
   EXPECT_FALSE(TrainConfig::from_json(nlohmann::json::object()).stochastic_rounding) << "off by default";
   EXPECT_ALPHA_ERROR(TrainConfig::from_json({{"stochastic_rounding", "yes"}}), ConfigError, "stochastic_rounding");
+  t.hold_compute_copies = false;  // the rounded weights are the held copies
+  EXPECT_ALPHA_ERROR(t.validate(), ConfigError, "'hold_compute_copies'", "stochastic_rounding");
+  t.stochastic_rounding = false;
+  t.validate();
+  EXPECT_FALSE(TrainConfig::from_json(t.to_json()).hold_compute_copies);
+  EXPECT_TRUE(TrainConfig::from_json(nlohmann::json::object()).hold_compute_copies) << "held by default";
 }
 
 }  // namespace

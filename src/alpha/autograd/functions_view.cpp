@@ -26,7 +26,7 @@ Variable slice(const Variable& x, int64_t dim, int64_t start, int64_t end) {
 
 Tensor cast_value(const Variable& x, DType dtype) {
   if (x.dtype() == dtype) return x.value();
-  if (!x.is_leaf() || !x.requires_grad()) return x.value().to(dtype);
+  if (!x.is_leaf() || !x.requires_grad() || !x.holds_compute_copy()) return x.value().to(dtype);
   Variable parameter = x;  // a parameter: its held compute copy, or a conversion it then holds
   if (!x.compute_copy().defined() || x.compute_copy().dtype() != dtype)
     parameter.keep_compute_copy(x.value().to(dtype));

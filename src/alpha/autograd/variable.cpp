@@ -128,8 +128,18 @@ void Variable::keep_compute_copy(Tensor copy) {
   constexpr const char* op = "Variable::keep_compute_copy";
   if (!state_) raise<ValueError>(op, "self", "a defined variable", "an undefined variable");
   if (!state_->is_leaf) raise<ValueError>(op, "self", "a leaf variable", "an op's output");
+  if (!state_->holds_compute_copy)
+    raise<ValueError>(op, "self", "a leaf that holds its compute copy", "one set to convert at each use");
   require_like_value(op, "copy", copy, state_->value);
   state_->compute_copy = std::move(copy);
+}
+
+void Variable::set_holds_compute_copy(bool holds) {
+  constexpr const char* op = "Variable::set_holds_compute_copy";
+  if (!state_) raise<ValueError>(op, "self", "a defined variable", "an undefined variable");
+  if (!state_->is_leaf) raise<ValueError>(op, "self", "a leaf variable", "an op's output");
+  state_->holds_compute_copy = holds;
+  if (!holds) state_->compute_copy = Tensor();
 }
 
 const Tensor& Variable::grad() const {

@@ -29,6 +29,9 @@ struct VariableState {
   // from one step to the next so the forward does not convert every weight again; undefined when none is
   // held. cast() fills it; mutable_value() drops it, since the value may change through the reference.
   Tensor compute_copy;
+  // false: cast() converts the value at each use and keeps no copy (a bf16 copy of an f32 weight is 2 bytes a
+  // weight held between steps; a model at the edge of memory gives them up for a conversion per use).
+  bool holds_compute_copy = true;
 };
 
 class Variable {
@@ -44,7 +47,10 @@ class Variable {
   // copy must be the value converted to the copy's dtype (round to nearest even), bit for bit, or its
   // stochastic rounding by the optimiser's step (train::AdamWOptions::stochastic_rounding_seed).
   const Tensor& compute_copy() const;
-  void keep_compute_copy(Tensor copy);
+  void keep_compute_copy(Tensor copy);  // ValueError for a leaf that holds none (set_holds_compute_copy(false))
+  // Whether cast() keeps the leaf's conversion for later uses (true by default); false drops a held copy.
+  void set_holds_compute_copy(bool holds);
+  bool holds_compute_copy() const { return state_ && state_->holds_compute_copy; }
   const Tensor& grad() const;  // leaves only; undefined until a gradient arrives
   bool requires_grad() const { return state_ && state_->requires_grad; }
   bool is_leaf() const { return !state_ || state_->is_leaf; }

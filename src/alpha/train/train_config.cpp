@@ -36,7 +36,8 @@ void read_field(const nlohmann::json& j, const char* name, T& value) {
   X(steps) X(batch_size) X(seq_len) X(grad_accum) X(lr) X(min_lr) X(warmup_steps) X(lr_decay_steps)    \
   X(weight_decay) X(decay_embeddings) X(beta1) X(beta2) X(adam_eps) X(grad_clip) X(max_nonfinite_steps) \
   X(eval_every) X(eval_batches) X(save_every) X(keep_last) X(data_seed) X(val_fraction) X(sample_tokens) \
-  X(temperature) X(top_k) X(prompt) X(device) X(precision) X(stochastic_rounding) X(loss_scaling) X(loss_scale) \
+  X(temperature) X(top_k) X(prompt) X(device) X(precision) X(stochastic_rounding) X(hold_compute_copies)         \
+  X(loss_scaling) X(loss_scale)                                                                                   \
   X(loss_scale_growth_interval) X(tf32) X(cuda_graphs) X(zero1) X(deterministic_reduce) X(bucket_mb)             \
   X(dist_timeout_s) X(recompute)
 
@@ -98,6 +99,9 @@ void TrainConfig::validate() const {
           "false at precision \"f32\" (it rounds the bf16/f16 compute copy of the f32 master weights: "
           "--precision bf16 or f16)",
           str(stochastic_rounding));
+  require(hold_compute_copies || !stochastic_rounding, "hold_compute_copies",
+          "true with stochastic_rounding (the stochastically rounded weights are the held copies)",
+          str(hold_compute_copies));
   require(loss_scaling == "auto" || loss_scaling == "dynamic" || loss_scaling == "off", "loss_scaling",
           "\"auto\", \"dynamic\" or \"off\"", str(loss_scaling));
   require(valid_loss_scale(loss_scale), "loss_scale", "a power of two in [1, 2^24]", str(loss_scale));

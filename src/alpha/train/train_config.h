@@ -51,6 +51,11 @@ struct TrainConfig {
   // drawn per parameter, step and element from the model seed: the run repeats and resumes bit for bit on
   // every backend and thread count, and ZeRO-1 rounds as one rank does. Refused at precision "f32" (no copy).
   bool stochastic_rounding = false;
+  // bf16/f16 precision: false converts each f32 master weight to the compute dtype at every use instead of holding
+  // the converted copy between steps (AdamW writing it): 2 bytes a parameter less, for a model at the edge of the
+  // GPU's memory (with --recompute block), for a conversion pass per use; the same bits. Refused with
+  // stochastic_rounding, whose rounding lives in the held copy.
+  bool hold_compute_copies = true;
   // "auto" (dynamic for f16, off otherwise), "dynamic" or "off": the loss multiplied by a power-of-two scale
   // before backward, the gradients divided by it, steps with an Inf/NaN gradient skipped with the scale halved,
   // the scale doubled after loss_scale_growth_interval finite steps (train/loss_scaler.h). Without an overflow

@@ -219,6 +219,8 @@ Trainer::Trainer(TrainerOptions options) : options_(std::move(options)), data_(s
 
   const TrainConfig& t = options_.train;
   std::vector<nn::NamedParameter> parameters = model_->named_parameters();
+  if (!t.hold_compute_copies)
+    for (auto& p : parameters) p.variable.set_holds_compute_copy(false);
   if (t.decay_embeddings)
     for (auto& p : parameters) p.decay |= p.name == "wte.weight" || p.name == "wpe.weight";
   // Under ZeRO-1 the optimizer state lives in DataParallel's shards, and AdamW holds no parameters.
