@@ -231,6 +231,39 @@ TEST(Optim, GradNormTensorAndClipOnTensorNormMatchTheHostPath) {
   EXPECT_EQ(ops::global_grad_norm({}), 0.0);
 }
 
+// The list step with its per-step terms in memory (ops::adamw_step_terms, what a CUDA graph replays) gives the
+// bits of the step with them in the configs, for f32 and f64 params, with and without weight decay; bad terms
+// raise, naming the argument.
+TEST(Optim, ListStepWithTermsInMemoryGivesTheBitsOfTheConfigs) {
+  std::vector<Tensor> params = {random({1001}), random({7, 13}, DType::f64)};
+  const std::vector<Tensor> grads = {random({1001}), random({7, 13}, DType::f64)};
+  std::vector<Tensor> ms = {random({1001}, DType::f32, 0, 1), random({7, 13}, DType::f64, 0, 1)};
+  std::vector<Tensor> vs = {random({1001}, DType::f32, 0, 1), random({7, 13}, DType::f64, 0, 1)};
+  std::vector<Tensor> copies(2);
+  std::vector<ops::AdamWConfig> configs = {{3e-3, 0.9, 0.95, 1e-8, 0.1, 7}, {1e-3, 0.8, 0.99, 1e-6, 0.0, 2}};
+  std::vector<Tensor> want_params = {params[0].clone(), params[1].clone()};
+  std::vector<Tensor> want_ms = {ms[0].clone(), ms[1].clone()}, want_vs = {vs[0].clone(), vs[1].clone()};
+  const Tensor factor = Tensor::full({}, 0.5, DType::f64);
+  ops::adamw_step(want_params, grads, want_ms, want_vs, copies, configs, factor);
+  const Tensor terms = ops::adamw_step_terms(params, configs);
+  EXPECT_EQ(terms.shape(), (Shape{2, 3}));
+  std::vector<ops::AdamWConfig> stale = configs;  // lr and step come from the terms, not from these
+  for (auto& c : stale) c.lr = 1.0, c.step = 1;
+  ops::adamw_step(params, grads, ms, vs, copies, stale, factor, terms);
+  for (size_t k = 0; k < params.size(); ++k) {
+    EXPECT_TRUE(test::bit_equal(params[k], want_params[k])) << k;
+    EXPECT_TRUE(test::bit_equal(ms[k], want_ms[k])) << k;
+    EXPECT_TRUE(test::bit_equal(vs[k], want_vs[k])) << k;
+  }
+  EXPECT_ALPHA_ERROR(ops::adamw_step(params, grads, ms, vs, copies, configs, factor, Tensor()), ValueError,
+                     "[adamw_step]", "'terms'");
+  EXPECT_ALPHA_ERROR(ops::adamw_step(params, grads, ms, vs, copies, configs, factor, terms.to(DType::f32)), DTypeError,
+                     "[adamw_step]", "'terms'");
+  EXPECT_ALPHA_ERROR(ops::adamw_step(params, grads, ms, vs, copies, configs, factor, terms.slice(0, 0, 1)), ShapeError,
+                     "[adamw_step]", "'terms'");
+  EXPECT_ALPHA_ERROR(ops::adamw_step_terms(params, {configs[0]}), ValueError, "[adamw_step_terms]", "'configs'");
+}
+
 TEST(Optim, NormKernelsMatchNaiveLoops) {
   std::vector<double> squares = {3.0, 0.0, 1e-3, 7.25, 1e6};
   double norm = std::nan(""), coefficient = std::nan("");

@@ -116,13 +116,17 @@ ALPHA_HD AdamWStepTerms<A> adamw_terms_from(const double* terms) {
   return {A(terms[0]), A(terms[1]), A(terms[2])};
 }
 
+// The terms of an update with these scalars in the accumulation type A at `step` (1-based).
+template <class A>
+AdamWStepTerms<A> adamw_step_terms(A lr, A beta1, A beta2, A weight_decay, int64_t step) {
+  const A bias_correction1 = A(1.0 - std::pow(double(beta1), double(step)));
+  return {lr / bias_correction1, A(1.0 / std::sqrt(1.0 - std::pow(double(beta2), double(step)))),
+          A(1) - lr * weight_decay};
+}
+
 template <class T, class G, class C>
 AdamWStepTerms<acc_t<T>> adamw_step_terms(const AdamWArgs<T, G, C>& args) {
-  using A = acc_t<T>;
-  const A bias_correction1 = A(1.0 - std::pow(double(args.beta1), double(args.step)));
-  return {args.lr / bias_correction1,
-          A(1.0 / std::sqrt(1.0 - std::pow(double(args.beta2), double(args.step)))),
-          A(1) - args.lr * args.weight_decay};
+  return adamw_step_terms(args.lr, args.beta1, args.beta2, args.weight_decay, args.step);
 }
 
 template <class T>

@@ -321,9 +321,8 @@ Tensor adamw_step_terms(const std::vector<Tensor>& params, const std::vector<Ada
     const AdamWConfig& c = configs[k];
     // The accumulation type: double for an f64 param, float for every other (acc_t).
     auto append = [&]<class A>() {
-      const kernels::AdamWArgs<A> args{nullptr, nullptr,    nullptr,           nullptr, A(c.lr), A(c.beta1),
-                                       A(c.beta2), A(c.eps), A(c.weight_decay), A(1),    c.step,  0};
-      const kernels::AdamWStepTerms<A> t = kernels::adamw_step_terms(args);
+      const kernels::AdamWStepTerms<A> t =
+          kernels::adamw_step_terms<A>(A(c.lr), A(c.beta1), A(c.beta2), A(c.weight_decay), c.step);
       terms.insert(terms.end(), {double(t.step_size), double(t.inv_sqrt_bias_correction2), double(t.decay)});
     };
     if (params[k].dtype() == DType::f64) append.template operator()<double>();

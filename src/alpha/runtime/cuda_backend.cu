@@ -121,9 +121,19 @@ cudaStream_t stream_handle(Stream stream) {
   return static_cast<cudaStream_t>(default_stream(ordinal).handle);
 }
 
-void synchronize(int ordinal) {
+namespace {
+
+// The device made current and its default stream: where every entry point below queues its work.
+cudaStream_t current_stream(int ordinal) {
   cudaStream_t stream = static_cast<cudaStream_t>(default_stream(ordinal).handle);
   set_device(ordinal);
+  return stream;
+}
+
+}  // namespace
+
+void synchronize(int ordinal) {
+  cudaStream_t stream = current_stream(ordinal);
   ALPHA_CUDA_CHECK(cudaStreamSynchronize(stream));
 }
 
@@ -133,15 +143,13 @@ void copy_bytes(void* dst, Device dst_device, const void* src, Device src_device
     // Between two GPUs: wait for the source's producers, copy on the destination's stream, then wait for
     // the copy, so neither device's pool hands its block out again while the copy still uses it.
     synchronize(src_device.index);
-    cudaStream_t stream = static_cast<cudaStream_t>(default_stream(dst_device.index).handle);
-    set_device(dst_device.index);
+    cudaStream_t stream = current_stream(dst_device.index);
     ALPHA_CUDA_CHECK(cudaMemcpyPeerAsync(dst, dst_device.index, src, src_device.index, bytes, stream));
     ALPHA_CUDA_CHECK(cudaStreamSynchronize(stream));
     return;
   }
   int ordinal = dst_device.is_cuda() ? dst_device.index : src_device.index;
-  cudaStream_t stream = static_cast<cudaStream_t>(default_stream(ordinal).handle);
-  set_device(ordinal);
+  cudaStream_t stream = current_stream(ordinal);
   cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
   ALPHA_CUDA_CHECK(cudaStreamIsCapturing(stream, &capture));
   if (capture != cudaStreamCaptureStatusNone && !src_device.is_cuda())
@@ -176,14 +184,13 @@ void begin_host_read(int ordinal, std::span<const HostReadPart> parts) {
   for (const HostReadPart& part : parts) bytes += part.bytes;
   if (bytes == 0 || bytes > kHostReadBytes)
     raise<ValueError>(op, "bytes", "1 to " + std::to_string(kHostReadBytes) + " in all", std::to_string(bytes));
-  cudaStream_t stream = static_cast<cudaStream_t>(default_stream(ordinal).handle);
+  cudaStream_t stream = current_stream(ordinal);
   auto& r = host_reads();
   std::lock_guard lock(r.mutex);
   const size_t d = size_t(ordinal);
   if (r.pending[d] != 0)
     raise<ValueError>(op, "ordinal", "a device with no read pending (finish_host_read the last one first)",
                       "cuda:" + std::to_string(ordinal) + " with " + std::to_string(r.pending[d]) + " bytes pending");
-  set_device(ordinal);
   if (!r.staging[d]) {
     ALPHA_CUDA_CHECK(cudaMallocHost(&r.staging[d], kHostReadBytes));
     ALPHA_CUDA_CHECK(cudaEventCreateWithFlags(&r.done[d], cudaEventDisableTiming));
@@ -232,8 +239,7 @@ void launch_fill(void* dst, uint64_t pattern, size_t count, cudaStream_t stream)
 
 void fill_elements(void* dst, Device device, uint64_t pattern, size_t element_bytes, size_t count) {
   if (count == 0) return;
-  cudaStream_t stream = static_cast<cudaStream_t>(default_stream(device.index).handle);
-  set_device(device.index);
+  cudaStream_t stream = current_stream(device.index);
   switch (element_bytes) {
     case 1: launch_fill<uint8_t>(dst, pattern, count, stream); break;
     case 2: launch_fill<uint16_t>(dst, pattern, count, stream); break;
@@ -245,20 +251,17 @@ void fill_elements(void* dst, Device device, uint64_t pattern, size_t element_by
 }
 
 void zero_bytes(void* dst, Device device, size_t bytes) {
-  cudaStream_t stream = static_cast<cudaStream_t>(default_stream(device.index).handle);
-  set_device(device.index);
+  cudaStream_t stream = current_stream(device.index);
   ALPHA_CUDA_CHECK(cudaMemsetAsync(dst, 0, bytes, stream));
 }
 
 void begin_capture(int ordinal) {
-  cudaStream_t stream = static_cast<cudaStream_t>(default_stream(ordinal).handle);
-  set_device(ordinal);
+  cudaStream_t stream = current_stream(ordinal);
   ALPHA_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeRelaxed));
 }
 
 Graph end_capture(int ordinal) {
-  cudaStream_t stream = static_cast<cudaStream_t>(default_stream(ordinal).handle);
-  set_device(ordinal);
+  cudaStream_t stream = current_stream(ordinal);
   cudaGraph_t graph = nullptr;
   ALPHA_CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
   Graph out;
@@ -272,8 +275,7 @@ Graph end_capture(int ordinal) {
 }
 
 void abort_capture(int ordinal) {
-  cudaStream_t stream = static_cast<cudaStream_t>(default_stream(ordinal).handle);
-  set_device(ordinal);
+  cudaStream_t stream = current_stream(ordinal);
   cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
   if (cudaStreamIsCapturing(stream, &status) == cudaSuccess && status != cudaStreamCaptureStatusNone) {
     cudaGraph_t graph = nullptr;
@@ -283,8 +285,7 @@ void abort_capture(int ordinal) {
 }
 
 void launch_graph(int ordinal, const Graph& graph) {
-  cudaStream_t stream = static_cast<cudaStream_t>(default_stream(ordinal).handle);
-  set_device(ordinal);
+  cudaStream_t stream = current_stream(ordinal);
   ALPHA_CUDA_CHECK(cudaGraphLaunch(static_cast<cudaGraphExec_t>(graph.exec), stream));
 }
 

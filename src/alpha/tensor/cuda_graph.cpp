@@ -18,16 +18,12 @@ CudaGraph::CudaGraph(Device device, const std::function<void()>& record) : devic
   // nothing from them), so that the capture pool takes their memory instead of adding to it.
   allocator.empty_pool();
   pool_ = allocator.begin_capture();
+  bool allocator_capturing = true;
   try {
     cuda::begin_capture(device.index);
-  } catch (...) {
-    allocator.end_capture();
-    allocator.release_capture_pool(pool_);
-    throw;
-  }
-  try {
     record();
     allocator.end_capture();
+    allocator_capturing = false;
     const cuda::Graph graph = cuda::end_capture(device.index);
     exec_ = graph.exec;
     nodes_ = graph.nodes;
@@ -35,10 +31,7 @@ CudaGraph::CudaGraph(Device device, const std::function<void()>& record) : devic
     // The recording's tensors may still be alive in the caller; their blocks go back to the device's pool when
     // they are freed (no graph reads them).
     cuda::abort_capture(device.index);
-    try {
-      allocator.end_capture();
-    } catch (const ValueError&) {  // already ended
-    }
+    if (allocator_capturing) allocator.end_capture();
     allocator.release_capture_pool(pool_);
     throw;
   }

@@ -199,6 +199,13 @@ SavedConfigs saved_configs(const fs::path& run_dir) {
 Trainer::Trainer(TrainerOptions options) : options_(std::move(options)), data_(std::make_unique<Data>()) {
   options_.model.validate();
   options_.train.validate();
+  // What a captured step cannot replay that TrainConfig alone does not know, refused before any work.
+  if (options_.train.cuda_graphs && options_.communicator)
+    raise<ConfigError>(kOp, "cuda_graphs", "false with several processes (the gradients' all-reduce is not captured)",
+                       "true");
+  if (options_.train.cuda_graphs && options_.model.dropout > 0)
+    raise<ConfigError>(kOp, "cuda_graphs",
+                       "false with dropout > 0 (its masks are drawn per step from a seed passed by value)", "true");
   Device device = Device::parse(options_.train.device, "device");
   const int rank = rank_of(options_);
   if (options_.communicator) {
@@ -231,12 +238,6 @@ Trainer::Trainer(TrainerOptions options) : options_(std::move(options)), data_(s
     data_->parallel = std::make_unique<distributed::DataParallel>(
         *options_.communicator, parameters,
         distributed::DataParallelOptions{t.bucket_mb << 20, t.zero1, t.deterministic_reduce});
-  if (t.cuda_graphs && options_.communicator)
-    raise<ConfigError>(kOp, "cuda_graphs", "false with several processes (the gradients' all-reduce is not captured)",
-                       "true");
-  if (t.cuda_graphs && options_.model.dropout > 0)
-    raise<ConfigError>(kOp, "cuda_graphs",
-                       "false with dropout > 0 (its masks are drawn per step from a seed passed by value)", "true");
   if (t.scales_loss())
     data_->scaler = std::make_unique<LossScaler>(LossScalerOptions{t.loss_scale, t.loss_scale_growth_interval});
   data_->schedule = std::make_unique<WarmupCosineSchedule>(t.lr, t.min_lr, t.effective_warmup_steps(), t.effective_decay_steps());
