@@ -139,24 +139,26 @@ void expect_multi_kernels_match(const std::vector<int64_t>& sizes) {
 
 TEST_F(CudaPhilox, DropoutOpsMatchTheCpuBitForBit) {
 #if ALPHA_WITH_CUDA
-  const ops::DropoutConfig config{0.3, test::fresh_seed(), 4099};
-  EXPECT_TRUE(test::bit_equal(ops::dropout_mask({33, 65}, config, kGpu), ops::dropout_mask({33, 65}, config)));
-  for (DType dtype : test::kGpuDtypes) {
-    SCOPED_TRACE(dtype_name(dtype));
-    // Inputs rounded to the dtype; the CPU computes in f32 and rounds to the dtype once, as the GPU does.
-    Tensor x = test::random({33, 65}, dtype).to(DType::f32), r = test::random({33, 65}, dtype).to(DType::f32);
-    Tensor gx = x.to(dtype).to(kGpu), gr = r.to(dtype).to(kGpu);
-    Tensor y = ops::dropout(gx, config);
-    EXPECT_EQ(y.device(), kGpu);
-    EXPECT_EQ(y.dtype(), dtype);
-    EXPECT_TRUE(test::bit_equal(y, ops::dropout(x, config).to(dtype)));
-    EXPECT_TRUE(test::bit_equal(ops::dropout_backward(gx, config), ops::dropout_backward(x, config).to(dtype)));
-    EXPECT_TRUE(
-        test::bit_equal(ops::residual_dropout_add(gr, gx, config), ops::residual_dropout_add(r, x, config).to(dtype)));
-    // A strided device input is made contiguous first; the mask follows the logical (row-major) index.
-    Tensor xt = x.transpose(0, 1);
-    EXPECT_TRUE(test::bit_equal(ops::dropout(gx.transpose(0, 1), config), ops::dropout(xt, config).to(dtype)));
-  }
+  // p = 0 takes the kernels' path without draws.
+  for (const double p : {0.3, 0.0})
+    for (DType dtype : test::kGpuDtypes) {
+      SCOPED_TRACE(std::string(dtype_name(dtype)) + " p " + std::to_string(p));
+      const ops::DropoutConfig config{p, test::fresh_seed(), 4099};
+      EXPECT_TRUE(test::bit_equal(ops::dropout_mask({33, 65}, config, kGpu), ops::dropout_mask({33, 65}, config)));
+      // Inputs rounded to the dtype; the CPU computes in f32 and rounds to the dtype once, as the GPU does.
+      Tensor x = test::random({33, 65}, dtype).to(DType::f32), r = test::random({33, 65}, dtype).to(DType::f32);
+      Tensor gx = x.to(dtype).to(kGpu), gr = r.to(dtype).to(kGpu);
+      Tensor y = ops::dropout(gx, config);
+      EXPECT_EQ(y.device(), kGpu);
+      EXPECT_EQ(y.dtype(), dtype);
+      EXPECT_TRUE(test::bit_equal(y, ops::dropout(x, config).to(dtype)));
+      EXPECT_TRUE(test::bit_equal(ops::dropout_backward(gx, config), ops::dropout_backward(x, config).to(dtype)));
+      EXPECT_TRUE(test::bit_equal(ops::residual_dropout_add(gr, gx, config),
+                                  ops::residual_dropout_add(r, x, config).to(dtype)));
+      // A strided device input is made contiguous first; the mask follows the logical (row-major) index.
+      Tensor xt = x.transpose(0, 1);
+      EXPECT_TRUE(test::bit_equal(ops::dropout(gx.transpose(0, 1), config), ops::dropout(xt, config).to(dtype)));
+    }
 #endif
 }
 

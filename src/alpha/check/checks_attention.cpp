@@ -40,6 +40,8 @@ constexpr AttentionCase kCases[] = {
     {"window_empty_rows_tq_gt_tk_mqa", 2, 300, 100, 4, 1, 48, 64, false, 0.0, 0.1, false, 10, 5},
     {"window_causal_empty_rows_tq_gt_tk", 1, 150, 70, 2, 2, 64, 32, true, 0.0, 0.0, false, 30, 0},
     {"window_zero_width_causal", 1, 65, 65, 2, 2, 64, 64, true, 0.0, 0.0, false, 0, 0},
+    // Dv 7 is no whole number of 16-byte vectors: the backward's delta pass loads element by element.
+    {"odd_dims_d5_dv7_t17_gqa", 2, 17, 17, 4, 2, 5, 7, true, 0.0, 0.0, false},
 };
 
 // The kernels with their workspace, poisoned with NaN: a kernel reading an entry no kernel wrote fails.

@@ -324,32 +324,77 @@ constexpr int64_t kMaxBlocks = 1 << 16;  // grid-stride beyond this
 
 unsigned blocks_for(int64_t work) { return unsigned(std::min((work + kThreads - 1) / kThreads, kMaxBlocks)); }
 
+// Column sums: a block covers kSumCols adjacent columns (one per lane of threadIdx.x, so each row is read
+// coalesced) and one chunk of rows; thread row y adds rows y, y + kSumRowThreads, ... of the chunk in order,
+// then a fixed shared-memory tree adds the kSumRowThreads partials. With several chunks, their partials (f32)
+// are summed the same way by a second launch with one chunk. The order depends only on rows and cols.
+constexpr int kSumCols = 32;
+constexpr int kSumRowThreads = 8;
+constexpr int64_t kSumRowChunk = 1024;
+
+template <class In, class Out>
+__global__ void column_sum_kernel(const Bits<In>* x, int64_t rows, int64_t cols, int64_t ld, int64_t chunk,
+                                  Bits<Out>* out) {
+  __shared__ float partial[kSumRowThreads][kSumCols + 1];
+  const int64_t col = int64_t(blockIdx.x) * kSumCols + threadIdx.x;
+  const int64_t start = int64_t(blockIdx.y) * chunk;
+  const int64_t end = start + chunk < rows ? start + chunk : rows;
+  float s = 0.0f;
+  if (col < cols)
+    for (int64_t r = start + threadIdx.y; r < end; r += kSumRowThreads)
+      s = __fadd_rn(s, Elem<In>::load(x[r * ld + col]));
+  partial[threadIdx.y][threadIdx.x] = s;
+  __syncthreads();
+  for (int width = kSumRowThreads / 2; width > 0; width /= 2) {
+    if (int(threadIdx.y) < width)
+      partial[threadIdx.y][threadIdx.x] =
+          __fadd_rn(partial[threadIdx.y][threadIdx.x], partial[threadIdx.y + width][threadIdx.x]);
+    __syncthreads();
+  }
+  if (threadIdx.y == 0 && col < cols) out[int64_t(blockIdx.y) * cols + col] = Elem<Out>::store(partial[0][threadIdx.x]);
+}
+
 // c = c ⊙ gelu'(aux) in place (f32 arithmetic, tanh from common.cuh's fast_tanh, absolute error ~2⁻²², far
-// below a bf16/f16 result's rounding; one rounding to T): the bf16/f16 DGELU
-// after a plain product into c. Rows over y, runs of V columns (V = 1, or kLanes<T>: one 16-byte vector)
-// over x: no index division per element.
-template <class T, int V>
-__global__ void dgelu_in_place_kernel(Bits<T>* c, int64_t ldc, const Bits<T>* aux, int64_t ld_aux, int64_t m,
-                                      int64_t n) {
-  for (int64_t i = blockIdx.y; i < m; i += gridDim.y)
+// below a bf16/f16 result's rounding; one rounding to T): the bf16/f16 DGELU after a plain product into c.
+// Tiles of rows_per_tile rows over y, runs of V columns (V = 1, or kLanes<T>: one 16-byte vector) over x: no
+// index division per element. With kColumnSums each thread also adds up its columns of the stored (rounded)
+// results over the tile's rows, in row order, into column_partials[tile][column]: the bias gradient's column
+// sum without a second read of c (gpt2-124m's 16384 × 3072 c: 38 µs a call, H200).
+template <class T, int V, bool kColumnSums>
+__global__ void dgelu_in_place_kernel(Bits<T>* c, int64_t ldc, const Bits<T>* aux, int64_t ld_aux, int64_t m, int64_t n,
+                                      int64_t rows_per_tile, float* column_partials) {
+  for (int64_t tile = blockIdx.y; tile * rows_per_tile < m; tile += gridDim.y) {
+    const int64_t first = tile * rows_per_tile, end = first + rows_per_tile < m ? first + rows_per_tile : m;
     for (int64_t j = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) * V; j < n;
          j += int64_t(gridDim.x) * blockDim.x * V) {
-      Bits<T>* out = c + i * ldc + j;
-      const Bits<T>* pre = aux + i * ld_aux + j;
-      float product[V], x[V];
-      if constexpr (V == 1) {
-        product[0] = Elem<T>::load(*out);
-        x[0] = Elem<T>::load(*pre);
-      } else {
-        unpack<T>(*reinterpret_cast<const uint4*>(out), product);
-        unpack<T>(*reinterpret_cast<const uint4*>(pre), x);
-      }
+      float sums[V] = {};
+#pragma unroll 4
+      for (int64_t i = first; i < end; ++i) {
+        Bits<T>* out = c + i * ldc + j;
+        const Bits<T>* pre = aux + i * ld_aux + j;
+        float product[V], x[V];
+        if constexpr (V == 1) {
+          product[0] = Elem<T>::load(*out);
+          x[0] = Elem<T>::load(*pre);
+        } else {
+          unpack<T>(*reinterpret_cast<const uint4*>(out), product);
+          unpack<T>(*reinterpret_cast<const uint4*>(pre), x);
+        }
 #pragma unroll
-      for (int e = 0; e < V; ++e)
-        product[e] = __fmul_rn(product[e], gelu_grad(x[e], [](float u) { return fast_tanh(u); }));
-      if constexpr (V == 1) *out = Elem<T>::store(product[0]);
-      else *reinterpret_cast<uint4*>(out) = pack<T>(product);
+        for (int e = 0; e < V; ++e) {
+          product[e] = __fmul_rn(product[e], gelu_grad(x[e], [](float u) { return fast_tanh(u); }));
+          if constexpr (kColumnSums) sums[e] = __fadd_rn(sums[e], Elem<T>::load(Elem<T>::store(product[e])));
+        }
+        if constexpr (V == 1)
+          *out = Elem<T>::store(product[0]);
+        else
+          *reinterpret_cast<uint4*>(out) = pack<T>(product);
+      }
+      if constexpr (kColumnSums)
+#pragma unroll
+        for (int e = 0; e < V; ++e) column_partials[tile * n + j + e] = sums[e];
     }
+  }
 }
 
 // A GEMM's bias gradient (if any) as a column sum of a or of the stored c, for the paths that do not fuse it.
@@ -403,22 +448,39 @@ void gemm_unfused(const GemmArgs<T, Out>& args, cudaStream_t stream) {
   bias_grads_by_column_sums(args, stream);
 }
 
-// The bf16/f16 DGELU as a plain cuBLASLt product into c, dgelu_in_place_kernel, and column_sum for the bias
-// gradient. cuBLASLt's own DGELU[_BGRAD] epilogue ran as a separate element-wise kernel of its own that cost
-// several times this pass (H200, the seed config's MLP, 2026-11-26: 92 µs a call, 10% of a training step's
-// GPU time). The product is rounded to T before gelu' multiplies it, as under PyTorch's autocast, where the
-// unfused path keeps it in f32; both are within the bf16/f16 tolerances of the f64 reference.
+// The bf16/f16 DGELU as a plain cuBLASLt product into c, then dgelu_in_place_kernel, which also sums the bias
+// gradient's columns by tiles of rows (the tiles' partials are then added by column_sum_kernel). cuBLASLt's own
+// DGELU[_BGRAD] epilogue ran as a separate element-wise kernel of its own that cost several times this pass
+// (H200, the seed config's MLP, 2026-11-26: 92 µs a call, 10% of a training step's GPU time). The product is
+// rounded to T before gelu' multiplies it, as under PyTorch's autocast, where the unfused path keeps it in f32;
+// both are within the bf16/f16 tolerances of the f64 reference.
 template <class T>
 void gemm_dgelu(const GemmArgs<T>& args, cudaStream_t stream) {
   lt_matmul(plain_product(args), CUBLASLT_EPILOGUE_DEFAULT, args.c, kCudaType<T>, args.ldc, 0.0f, stream);
+  const bool column_sums = args.bias_grad_of == GemmBiasGrad::c_columns;
+  // Enough tiles of rows to fill the GPU with a thread per run of columns, few enough that their partials
+  // (tiles × n floats) stay small next to c.
+  constexpr int64_t kRowsPerSumTile = 32;
+  const int64_t rows_per_tile = column_sums ? std::max(kRowsPerSumTile, (args.m + kMaxGridY - 1) / kMaxGridY) : 1;
+  const int64_t tiles = (args.m + rows_per_tile - 1) / rows_per_tile;
+  float* partials = nullptr;  // (tiles, n), stream-ordered scratch
+  if (column_sums)
+    ALPHA_CUDA_CHECK(
+        cudaMallocAsync(reinterpret_cast<void**>(&partials), size_t(tiles * args.n) * sizeof(float), stream));
   auto launch = [&]<int V>() {
     const int64_t columns = (args.n + V - 1) / V;
     const int threads = int(std::min<int64_t>(kThreads, (columns + 31) / 32 * 32));
     const dim3 grid(unsigned(std::min((columns + threads - 1) / threads, kMaxBlocks)),
-                    unsigned(std::min(args.m, kMaxGridY)));
-    constexpr auto kernel = dgelu_in_place_kernel<T, V>;
-    ALPHA_CUDA_LAUNCH(kernel, grid, threads, stream, bits(args.c), args.ldc, bits(args.aux), args.ld_aux, args.m,
-                      args.n);
+                    unsigned(std::min(tiles, kMaxGridY)));
+    auto queue = [&]<bool kColumnSums>() {
+      constexpr auto kernel = dgelu_in_place_kernel<T, V, kColumnSums>;
+      ALPHA_CUDA_LAUNCH(kernel, grid, threads, stream, bits(args.c), args.ldc, bits(args.aux), args.ld_aux, args.m,
+                        args.n, rows_per_tile, partials);
+    };
+    if (column_sums)
+      queue.template operator()<true>();
+    else
+      queue.template operator()<false>();
   };
   constexpr int kVec = kLanes<T>;
   if (args.n % kVec == 0 && args.ldc % kVec == 0 && args.ld_aux % kVec == 0 && misalignment(args.c) == 0 &&
@@ -426,7 +488,14 @@ void gemm_dgelu(const GemmArgs<T>& args, cudaStream_t stream) {
     launch.template operator()<kVec>();
   else
     launch.template operator()<1>();
-  bias_grads_by_column_sums(args, stream);
+  if (column_sums) {
+    constexpr auto sum_kernel = column_sum_kernel<float, T>;
+    ALPHA_CUDA_LAUNCH(sum_kernel, dim3(unsigned((args.n + kSumCols - 1) / kSumCols), 1), dim3(kSumCols, kSumRowThreads),
+                      stream, partials, tiles, args.n, args.n, tiles, bits(args.bias_grad));
+    ALPHA_CUDA_CHECK(cudaFreeAsync(partials, stream));
+  } else {
+    bias_grads_by_column_sums(args, stream);
+  }
 }
 
 template <class T>
@@ -434,34 +503,6 @@ __global__ void broadcast_rows_kernel(const Bits<T>* row, Bits<T>* out, int64_t 
   const int64_t total = rows * cols;
   for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < total; i += int64_t(gridDim.x) * blockDim.x)
     out[i] = row[i % cols];
-}
-
-// Column sums: a block covers kSumCols adjacent columns (one per lane of threadIdx.x, so each row is read
-// coalesced) and one chunk of rows; thread row y adds rows y, y + kSumRowThreads, ... of the chunk in order,
-// then a fixed shared-memory tree adds the kSumRowThreads partials. With several chunks, their partials (f32)
-// are summed the same way by a second launch with one chunk. The order depends only on rows and cols.
-constexpr int kSumCols = 32;
-constexpr int kSumRowThreads = 8;
-constexpr int64_t kSumRowChunk = 1024;
-
-template <class In, class Out>
-__global__ void column_sum_kernel(const Bits<In>* x, int64_t rows, int64_t cols, int64_t ld, int64_t chunk,
-                                  Bits<Out>* out) {
-  __shared__ float partial[kSumRowThreads][kSumCols + 1];
-  const int64_t col = int64_t(blockIdx.x) * kSumCols + threadIdx.x;
-  const int64_t start = int64_t(blockIdx.y) * chunk;
-  const int64_t end = start + chunk < rows ? start + chunk : rows;
-  float s = 0.0f;
-  if (col < cols)
-    for (int64_t r = start + threadIdx.y; r < end; r += kSumRowThreads) s = __fadd_rn(s, Elem<In>::load(x[r * ld + col]));
-  partial[threadIdx.y][threadIdx.x] = s;
-  __syncthreads();
-  for (int width = kSumRowThreads / 2; width > 0; width /= 2) {
-    if (int(threadIdx.y) < width)
-      partial[threadIdx.y][threadIdx.x] = __fadd_rn(partial[threadIdx.y][threadIdx.x], partial[threadIdx.y + width][threadIdx.x]);
-    __syncthreads();
-  }
-  if (threadIdx.y == 0 && col < cols) out[int64_t(blockIdx.y) * cols + col] = Elem<Out>::store(partial[0][threadIdx.x]);
 }
 
 }  // namespace
