@@ -126,30 +126,35 @@ TEST_F(CudaMatmul, LinearAndItsBackwardMatchTheCpu) {
 TEST_F(CudaMatmul, LinearGeluAndItsBackwardMatchTheCpu) {
 #if ALPHA_WITH_CUDA
   // hidden 64: the pre-activation's rows are a multiple of 8 apart (cuBLASLt's fused epilogues); 65: they are
-  // not (the unfused path).
-  for (int64_t hidden : {64, 65})
-    for (DType dtype : test::kGpuDtypes)
-      for (bool with_bias : {false, true}) {
-        SCOPED_TRACE(std::to_string(hidden) + " " + std::string(dtype_name(dtype)) + (with_bias ? " bias" : ""));
-        const int64_t in = 24, out = 16, rows = 2 * 45;
-        test::GpuInput x = test::gpu_input({2, 45, in}, dtype), w1 = test::gpu_input({hidden, in}, dtype);
-        test::GpuInput w2 = test::gpu_input({out, hidden}, dtype), dy = test::gpu_input({2, 45, out}, dtype);
-        test::GpuInput b1 = with_bias ? test::gpu_input({hidden}, dtype) : test::GpuInput{};
-        ops::LinearGelu got = ops::linear_gelu(x.gpu, w1.gpu, b1.gpu);
-        ops::LinearGelu want = ops::linear_gelu(x.cpu, w1.cpu, b1.cpu);
-        EXPECT_TRUE(close_to_cpu("linear_gelu.pre", got.pre, want.pre, in));
-        EXPECT_TRUE(close_to_cpu("linear_gelu.out", got.out, want.out, in));
-        EXPECT_FALSE(ops::linear_gelu(x.gpu, w1.gpu, b1.gpu, false).pre.defined());
-        EXPECT_TRUE(close_to_cpu("linear_gelu.out_only", ops::linear_gelu(x.gpu, w1.gpu, b1.gpu, false).out, want.out, in));
-        // The backward from the same (GPU-rounded) pre and h on both sides.
-        Tensor pre = got.pre.to(Device::cpu()).to(DType::f32), h = got.out.to(Device::cpu()).to(DType::f32);
-        ops::GeluLinearGrads g = ops::gelu_linear_backward(dy.gpu, got.pre, got.out, w2.gpu, true, true, true, true);
-        ops::GeluLinearGrads r = ops::gelu_linear_backward(dy.cpu, pre, h, w2.cpu, true, true, true, true);
-        EXPECT_TRUE(close_to_cpu("gelu_linear_backward.dpre", g.dpre, r.dpre, out));
-        EXPECT_TRUE(close_to_cpu("gelu_linear_backward.dpre_bias", g.dpre_bias, r.dpre_bias, rows * out));
-        EXPECT_TRUE(close_to_cpu("gelu_linear_backward.dweight", g.dweight, r.dweight, rows));
-        EXPECT_TRUE(close_to_cpu("gelu_linear_backward.dbias", g.dbias, r.dbias, rows));
-      }
+  // not (the unfused path). 2 × 45 rows: the DGELU pass leaves the bias gradient to column_sum; 2 × 8207 rows:
+  // it sums the columns itself (513 tiles of 32 rows, the last one short), in vectors at 64, element by element
+  // at 65.
+  for (int64_t time : {45, 8207})
+    for (int64_t hidden : {64, 65})
+      for (DType dtype : test::kGpuDtypes)
+        for (bool with_bias : {false, true}) {
+          SCOPED_TRACE(std::to_string(time) + " " + std::to_string(hidden) + " " + std::string(dtype_name(dtype)) +
+                       (with_bias ? " bias" : ""));
+          const int64_t in = 24, out = 16, rows = 2 * time;
+          test::GpuInput x = test::gpu_input({2, time, in}, dtype), w1 = test::gpu_input({hidden, in}, dtype);
+          test::GpuInput w2 = test::gpu_input({out, hidden}, dtype), dy = test::gpu_input({2, time, out}, dtype);
+          test::GpuInput b1 = with_bias ? test::gpu_input({hidden}, dtype) : test::GpuInput{};
+          ops::LinearGelu got = ops::linear_gelu(x.gpu, w1.gpu, b1.gpu);
+          ops::LinearGelu want = ops::linear_gelu(x.cpu, w1.cpu, b1.cpu);
+          EXPECT_TRUE(close_to_cpu("linear_gelu.pre", got.pre, want.pre, in));
+          EXPECT_TRUE(close_to_cpu("linear_gelu.out", got.out, want.out, in));
+          EXPECT_FALSE(ops::linear_gelu(x.gpu, w1.gpu, b1.gpu, false).pre.defined());
+          EXPECT_TRUE(
+              close_to_cpu("linear_gelu.out_only", ops::linear_gelu(x.gpu, w1.gpu, b1.gpu, false).out, want.out, in));
+          // The backward from the same (GPU-rounded) pre and h on both sides.
+          Tensor pre = got.pre.to(Device::cpu()).to(DType::f32), h = got.out.to(Device::cpu()).to(DType::f32);
+          ops::GeluLinearGrads g = ops::gelu_linear_backward(dy.gpu, got.pre, got.out, w2.gpu, true, true, true, true);
+          ops::GeluLinearGrads r = ops::gelu_linear_backward(dy.cpu, pre, h, w2.cpu, true, true, true, true);
+          EXPECT_TRUE(close_to_cpu("gelu_linear_backward.dpre", g.dpre, r.dpre, out));
+          EXPECT_TRUE(close_to_cpu("gelu_linear_backward.dpre_bias", g.dpre_bias, r.dpre_bias, rows * out));
+          EXPECT_TRUE(close_to_cpu("gelu_linear_backward.dweight", g.dweight, r.dweight, rows));
+          EXPECT_TRUE(close_to_cpu("gelu_linear_backward.dbias", g.dbias, r.dbias, rows));
+        }
 #endif
 }
 

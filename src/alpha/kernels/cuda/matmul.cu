@@ -448,8 +448,9 @@ void gemm_unfused(const GemmArgs<T, Out>& args, cudaStream_t stream) {
   bias_grads_by_column_sums(args, stream);
 }
 
-// The bf16/f16 DGELU as a plain cuBLASLt product into c, then dgelu_in_place_kernel, which also sums the bias
-// gradient's columns by tiles of rows (the tiles' partials are then added by column_sum_kernel). cuBLASLt's own
+// The bf16/f16 DGELU as a plain cuBLASLt product into c, then dgelu_in_place_kernel, which for a large c also
+// sums the bias gradient's columns by tiles of rows (the tiles' partials then added by column_sum_kernel), and
+// for a small one leaves them to column_sum. cuBLASLt's own
 // DGELU[_BGRAD] epilogue ran as a separate element-wise kernel of its own that cost several times this pass
 // (H200, the seed config's MLP, 2026-11-26: 92 µs a call, 10% of a training step's GPU time). The product is
 // rounded to T before gelu' multiplies it, as under PyTorch's autocast, where the unfused path keeps it in f32;
@@ -457,37 +458,40 @@ void gemm_unfused(const GemmArgs<T, Out>& args, cudaStream_t stream) {
 template <class T>
 void gemm_dgelu(const GemmArgs<T>& args, cudaStream_t stream) {
   lt_matmul(plain_product(args), CUBLASLT_EPILOGUE_DEFAULT, args.c, kCudaType<T>, args.ldc, 0.0f, stream);
-  const bool column_sums = args.bias_grad_of == GemmBiasGrad::c_columns;
-  // Enough tiles of rows to fill the GPU with a thread per run of columns, few enough that their partials
-  // (tiles × n floats) stay small next to c.
-  constexpr int64_t kRowsPerSumTile = 32;
-  const int64_t rows_per_tile = column_sums ? std::max(kRowsPerSumTile, (args.m + kMaxGridY - 1) / kMaxGridY) : 1;
-  const int64_t tiles = (args.m + rows_per_tile - 1) / rows_per_tile;
+  constexpr int kVec = kLanes<T>;
+  const bool vectorised = args.n % kVec == 0 && args.ldc % kVec == 0 && args.ld_aux % kVec == 0 &&
+                          misalignment(args.c) == 0 && misalignment(args.aux) == 0;
+  const int64_t columns = vectorised ? args.n / kVec : args.n;  // a thread's runs of columns
+  const int threads = int(std::min<int64_t>(kThreads, (columns + 31) / 32 * 32));
+  const int64_t column_blocks = std::min((columns + threads - 1) / threads, kMaxBlocks);
+  // The pass sums the bias gradient's columns itself where its tiles of kRowsPerSumTile rows still make
+  // kFusedSumMinBlocks blocks (gpt2-124m's 16384 × 3072: 1024, where it saved the 38 µs re-read of c for 26 µs);
+  // with fewer, the GPU idles while each thread walks its rows (seed's 10240 × 1536 would make 320), and
+  // column_sum reads c again instead. The partials (tiles × n floats) stay small next to c.
+  constexpr int64_t kRowsPerSumTile = 32, kFusedSumMinBlocks = 512;
+  const int64_t rows_per_tile = std::max(kRowsPerSumTile, (args.m + kMaxGridY - 1) / kMaxGridY);
+  const int64_t sum_tiles = (args.m + rows_per_tile - 1) / rows_per_tile;
+  const bool column_sums =
+      args.bias_grad_of == GemmBiasGrad::c_columns && column_blocks * sum_tiles >= kFusedSumMinBlocks;
+  const int64_t tiles = column_sums ? sum_tiles : args.m;
   float* partials = nullptr;  // (tiles, n), stream-ordered scratch
   if (column_sums)
     ALPHA_CUDA_CHECK(
         cudaMallocAsync(reinterpret_cast<void**>(&partials), size_t(tiles * args.n) * sizeof(float), stream));
-  auto launch = [&]<int V>() {
-    const int64_t columns = (args.n + V - 1) / V;
-    const int threads = int(std::min<int64_t>(kThreads, (columns + 31) / 32 * 32));
-    const dim3 grid(unsigned(std::min((columns + threads - 1) / threads, kMaxBlocks)),
-                    unsigned(std::min(tiles, kMaxGridY)));
-    auto queue = [&]<bool kColumnSums>() {
-      constexpr auto kernel = dgelu_in_place_kernel<T, V, kColumnSums>;
-      ALPHA_CUDA_LAUNCH(kernel, grid, threads, stream, bits(args.c), args.ldc, bits(args.aux), args.ld_aux, args.m,
-                        args.n, rows_per_tile, partials);
-    };
-    if (column_sums)
-      queue.template operator()<true>();
-    else
-      queue.template operator()<false>();
+  const dim3 grid(unsigned(column_blocks), unsigned(std::min(tiles, kMaxGridY)));
+  auto launch = [&]<int V, bool kColumnSums>() {
+    constexpr auto kernel = dgelu_in_place_kernel<T, V, kColumnSums>;
+    ALPHA_CUDA_LAUNCH(kernel, grid, threads, stream, bits(args.c), args.ldc, bits(args.aux), args.ld_aux, args.m,
+                      args.n, column_sums ? rows_per_tile : int64_t(1), partials);
   };
-  constexpr int kVec = kLanes<T>;
-  if (args.n % kVec == 0 && args.ldc % kVec == 0 && args.ld_aux % kVec == 0 && misalignment(args.c) == 0 &&
-      misalignment(args.aux) == 0)
-    launch.template operator()<kVec>();
+  if (vectorised && column_sums)
+    launch.template operator()<kVec, true>();
+  else if (vectorised)
+    launch.template operator()<kVec, false>();
+  else if (column_sums)
+    launch.template operator()<1, true>();
   else
-    launch.template operator()<1>();
+    launch.template operator()<1, false>();
   if (column_sums) {
     constexpr auto sum_kernel = column_sum_kernel<float, T>;
     ALPHA_CUDA_LAUNCH(sum_kernel, dim3(unsigned((args.n + kSumCols - 1) / kSumCols), 1), dim3(kSumCols, kSumRowThreads),
