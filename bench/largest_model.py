@@ -17,8 +17,12 @@ Also the issue's smaller check, with --check-wide: a 12-layer, width 512, 8-head
 trains on Alpha without recomputation.
 
 Usage: python3 bench/largest_model.py --alpha build/cuda/alpha [--batch-size 8] [--steps 3] [--out DIR]
-       [--ladder 12:768:12,24:1024:16,...] [--check-wide] [--engines alpha,pytorch] [--per-use-copies]
+       [--ladder 12:768:12,24:1024:16,... | --bisect-layers N_EMBD:N_HEAD:LO:HI] [--check-wide]
+       [--engines alpha,pytorch] [--per-use-copies]
 --engines climbs only the engines named, so that the two can climb at once on two GPUs (CUDA_VISIBLE_DEVICES).
+--bisect-layers finds, for each engine, the deepest model of one width between LO and HI layers that trains, by
+bisection (memory grows with depth, so training stops at one depth): about log2(HI - LO) trials instead of a
+ladder's rungs, for pinning the answer down once a ladder has bracketed it.
 """
 import argparse
 import json
@@ -111,6 +115,33 @@ def parse_shape(text):
     return layers, width, heads
 
 
+def parse_bisection(text):
+    """n_embd:n_head:lo:hi, the width and heads of a depth search between lo and hi layers."""
+    try:
+        width, heads, lo, hi = (int(v) for v in text.split(":"))
+    except ValueError:
+        raise SystemExit(f"largest_model.py: --bisect-layers: {text!r}: expected n_embd:n_head:lo:hi, four integers")
+    if min(width, heads, lo) < 1 or width % heads != 0 or hi < lo:
+        raise SystemExit(f"largest_model.py: --bisect-layers: {text!r}: expected positive sizes, n_embd a multiple of "
+                         f"n_head and lo <= hi")
+    return width, heads, lo, hi
+
+
+def largest_passing(lo, hi, trains):
+    """The largest n in [lo, hi] for which trains(n) holds, by bisection, taking it to hold up to one n and not
+    beyond (a model's memory grows with its depth); None when it fails at lo. At most 2 + log2(hi - lo) calls."""
+    if not trains(lo):
+        return None
+    good, bad = lo, hi + 1  # trains at good; bad is past the range or failed
+    while bad - good > 1:
+        mid = (good + bad) // 2
+        if trains(mid):
+            good = mid
+        else:
+            bad = mid
+    return good
+
+
 def describe(result):
     if result["trained"]:
         return f"trains, peak {result['peak_bytes'] / 2**30:6.1f} GiB, loss {result['loss']:.3f}"
@@ -122,7 +153,9 @@ def main():
     parser.add_argument("--alpha", help="path to the alpha binary (a CUDA build)")
     parser.add_argument("--batch-size", type=int, default=8)
     parser.add_argument("--steps", type=int, default=3)
-    parser.add_argument("--ladder", help="comma-separated n_layer:n_embd:n_head, smallest first")
+    shapes = parser.add_mutually_exclusive_group()
+    shapes.add_argument("--ladder", help="comma-separated n_layer:n_embd:n_head, smallest first")
+    shapes.add_argument("--bisect-layers", help="n_embd:n_head:lo:hi: the deepest model of that width that trains")
     parser.add_argument("--check-wide", action="store_true",
                         help="also train 12 layers, width 512, 8 heads at batch 16 on Alpha without recomputation")
     parser.add_argument("--engines", default="alpha,pytorch", help="comma-separated: alpha, pytorch or both")
@@ -142,6 +175,7 @@ def main():
         if getattr(args, name) < 1:
             parser.error(f"--{name.replace('_', '-')}: expected a positive count, got {getattr(args, name)}")
     ladder = [parse_shape(s) for s in args.ladder.split(",")] if args.ladder else DEFAULT_LADDER
+    bisection = parse_bisection(args.bisect_layers) if args.bisect_layers else None
     results = {"batch_size": args.batch_size, "seq_len": SEQ, "steps": args.steps, "trials": []}
     with tempfile.TemporaryDirectory() as tmp:
         data_dir = os.path.join(tmp, "prepare")  # the built-in corpus: its vocabulary fits 50304
@@ -150,31 +184,42 @@ def main():
             wide = alpha_trial(args.alpha, data_dir, os.path.join(tmp, "wide"), (12, 512, 8), 16, args.steps, "none")
             results["wide_12x512_batch16"] = wide
             print(f"alpha, 12 layers x 512, 8 heads, batch 16 x {SEQ}, no recomputation: {describe(wide)}", flush=True)
-        climbing = {engine: True for engine in engines}
-        for i, shape in enumerate(ladder):
+
+        def trial(engine, shape):
+            """Trains shape on engine, records and prints the result; whether it trained."""
+            if engine == "alpha":
+                r = alpha_trial(args.alpha, data_dir, os.path.join(tmp, f"run{len(results['trials'])}"), shape,
+                                args.batch_size, args.steps, "block", args.per_use_copies)
+            else:
+                r = torch_trial_in_process(shape, args.batch_size, args.steps)
+            r.update({"engine": engine, "shape": shape, "parameters": parameter_count(*shape[:2])})
+            results["trials"].append(r)
+            print(f"{engine:8s} {shape[0]:3d} x {shape[1]:5d}, {shape[2]:2d} heads "
+                  f"({r['parameters'] / 1e9:5.2f} B parameters): {describe(r)}", flush=True)
+            return r["trained"]
+
+        if bisection:
+            width, heads, lo, hi = bisection
+            top = (hi, width, heads)
             for engine in engines:
-                if not climbing[engine]:
-                    continue
-                if engine == "alpha":
-                    r = alpha_trial(args.alpha, data_dir, os.path.join(tmp, f"run{i}"), shape, args.batch_size,
-                                    args.steps, "block", args.per_use_copies)
-                else:
-                    r = torch_trial_in_process(shape, args.batch_size, args.steps)
-                r.update({"engine": engine, "shape": shape, "parameters": parameter_count(*shape[:2])})
-                results["trials"].append(r)
-                climbing[engine] = r["trained"]
-                print(f"{engine:8s} {shape[0]:3d} x {shape[1]:5d}, {shape[2]:2d} heads "
-                      f"({r['parameters'] / 1e9:5.2f} B parameters): {describe(r)}", flush=True)
-            if not any(climbing.values()):
-                break
+                largest_passing(lo, hi, lambda layers: trial(engine, (layers, width, heads)))
+        else:
+            top = ladder[-1]
+            climbing = {engine: True for engine in engines}
+            for shape in ladder:
+                for engine in engines:
+                    if climbing[engine]:
+                        climbing[engine] = trial(engine, shape)
+                if not any(climbing.values()):
+                    break
     for engine in engines:
         trained = [t for t in results["trials"] if t["engine"] == engine and t["trained"]]
-        best = trained[-1] if trained else None
+        best = max(trained, key=lambda t: t["parameters"]) if trained else None
         results[f"largest_{engine}"] = best
-        top = best is not None and tuple(best["shape"]) == ladder[-1]
+        at_top = best is not None and tuple(best["shape"]) == top
         print(f"largest on {engine}: " + (f"{best['shape'][0]} x {best['shape'][1]}, "
                                           f"{best['parameters'] / 1e9:.2f} B parameters" if best else "none")
-              + (" (the ladder's top: a larger one may train too)" if top else ""))
+              + (" (the top of the search: a larger one may train too)" if at_top else ""))
     os.makedirs(args.out, exist_ok=True)
     with open(os.path.join(args.out, f"largest_model_{'_'.join(engines)}.json"), "w") as f:
         json.dump(results, f, indent=2)
