@@ -1,8 +1,7 @@
-#include "alpha/autograd/functions.h"
-
 #include <utility>
 
-#include "alpha/ops/check.h"
+#include "alpha/autograd/functions.h"
+#include "alpha/autograd/linear_parameters.h"
 #include "alpha/ops/cross_entropy.h"
 #include "alpha/ops/linear_cross_entropy.h"
 #include "alpha/ops/optim.h"
@@ -27,21 +26,13 @@ Variable linear_cross_entropy(const Variable& x, const Variable& weight, const V
   const std::vector<Variable> inputs{x, weight, bias};
   const bool recording = needs_recording(inputs);
   auto wanted = [&](const Variable& v) { return recording && v.defined() && v.requires_grad(); };
-  // weight and bias in x's dtype, as the op computes with them: a parameter in another float dtype (an f32 master
-  // weight under bf16 compute) through its held compute copy. Then the op's sums over its chunks come back
-  // unrounded (wide_param_grads), converted to the parameter's dtype where they are not in it.
-  bool wide = false;
-  auto in_x_dtype = [&](const char* arg, const Variable& v) {
-    if (!v.defined()) return Tensor();
-    if (v.dtype() == x.dtype()) return v.value();
-    ops::check_dtype(op, arg, v.value(), {DType::f32, DType::f64, DType::bf16, DType::f16});
-    wide = true;
-    return cast_value(v, x.dtype());
-  };
-  const Tensor weight_value = in_x_dtype("weight", weight), bias_value = in_x_dtype("bias", bias);
-  ops::LinearCrossEntropy out =
-      ops::linear_cross_entropy(x.value(), weight_value, bias_value, targets, wanted(x), wanted(weight), wanted(bias),
-                                logit_softcap, ops::kLinearCrossEntropyChunkBytes, wide, targets_checked);
+  // weight and bias in x's dtype, as the op computes with them (a master through its held compute copy). For a
+  // master the op's sums over its chunks come back unrounded (wide_param_grads), converted to the parameter's
+  // dtype where they are not in it.
+  const LinearParameters p(op, weight, bias, x.dtype());
+  ops::LinearCrossEntropy out = ops::linear_cross_entropy(
+      x.value(), p.weight.value, p.bias.value, targets, wanted(x), wanted(weight), wanted(bias), logit_softcap,
+      ops::kLinearCrossEntropyChunkBytes, p.weight.master || p.bias.master, targets_checked);
   if (out.dweight.defined()) out.dweight = out.dweight.to(weight.dtype());
   if (out.dbias.defined()) out.dbias = out.dbias.to(bias.dtype());
   return record(op, out.loss, inputs, [&] {

@@ -1,7 +1,32 @@
 #include "alpha/autograd/functions.h"
+#include "alpha/autograd/linear_parameters.h"
+#include "alpha/ops/check.h"
 #include "alpha/ops/matmul.h"
 
 namespace alpha::autograd {
+
+ComputeParameter compute_parameter(std::string_view op, std::string_view arg, const Variable& parameter,
+                                   DType compute) {
+  if (!parameter.defined()) return {};
+  if (parameter.dtype() == compute) return {parameter.value(), false, compute};
+  ops::check_dtype(op, arg, parameter.value(), {DType::f32, DType::f64, DType::bf16, DType::f16});
+  return {cast_value(parameter, compute), true, parameter.dtype()};
+}
+
+LinearParameters::LinearParameters(std::string_view op, const Variable& weight, const Variable& bias, DType compute)
+    : weight(compute_parameter(op, "weight", weight, compute)), bias(compute_parameter(op, "bias", bias, compute)) {}
+
+void LinearParameters::master_grads(const Tensor& dy, const Tensor& x, bool want_weight, bool want_bias,
+                                    Tensor& dweight, Tensor& dbias) const {
+  const bool master_weight = want_weight && weight.master, master_bias = want_bias && bias.master;
+  if (!master_weight && !master_bias) return;
+  const DType sums = x.dtype() == DType::f64 ? DType::f64 : DType::f32;
+  Tensor dw = master_weight ? Tensor::empty(weight.value.shape(), sums, x.device()) : Tensor();
+  Tensor db = master_bias ? Tensor::empty(bias.value.shape(), sums, x.device()) : Tensor();
+  ops::linear_param_grads_into(dy, x, dw, db, /*accumulate=*/false);
+  if (master_weight) dweight = dw.to(weight.dtype);
+  if (master_bias) dbias = db.to(bias.dtype);
+}
 
 // C = op(A)·op(B). The gradients are again products of the stored operands with transpose flags, so
 // nothing is transposed in memory: for a stored non-transposed A, dA = dC·op(B)ᵀ; for a stored Aᵀ,
@@ -19,11 +44,12 @@ Variable matmul(const Variable& a, const Variable& b, bool trans_a, bool trans_b
 }
 
 Variable linear(const Variable& x, const Variable& weight, const Variable& bias) {
-  Tensor bias_value = bias.defined() ? bias.value() : Tensor();
-  return record("linear", ops::linear(x.value(), weight.value(), bias_value), {x, weight, bias}, [&] {
-    Tensor xv = x.value(), wv = weight.value();
-    return BackwardFn([xv, wv](const Tensor& g, const std::vector<bool>& needs) {
-      ops::LinearGrads grads = ops::linear_backward(g, xv, wv, needs[0], needs[1], needs[2]);
+  const LinearParameters p("linear", weight, bias, x.dtype());
+  return record("linear", ops::linear(x.value(), p.weight.value, p.bias.value), {x, weight, bias}, [&] {
+    return BackwardFn([xv = x.value(), p](const Tensor& g, const std::vector<bool>& needs) {
+      ops::LinearGrads grads = ops::linear_backward(g, xv, p.weight.value, needs[0], p.weight_grad_in_compute(needs[1]),
+                                                    p.bias_grad_in_compute(needs[2]));
+      p.master_grads(g, xv, needs[1], needs[2], grads.dweight, grads.dbias);
       return std::vector<Tensor>{grads.dx, grads.dweight, grads.dbias};
     });
   });
@@ -31,23 +57,38 @@ Variable linear(const Variable& x, const Variable& weight, const Variable& bias)
 
 // Inputs x, fc_weight, fc_bias, proj_weight, proj_bias. The forward keeps pre (fc's pre-activation) and
 // h = gelu(pre) only when recording; the backward runs proj's gradients and dpre = (dy·W_proj) ⊙ gelu'(pre)
-// with Σ over rows of dpre as fc's bias gradient, then fc's input and weight gradients from dpre.
+// with Σ over rows of dpre as fc's bias gradient (for a master bias, that compute-dtype sum widened), then fc's
+// input and weight gradients from dpre.
 Variable gelu_mlp(const Variable& x, const Variable& fc_weight, const Variable& fc_bias, const Variable& proj_weight,
                   const Variable& proj_bias) {
   std::vector<Variable> inputs{x, fc_weight, fc_bias, proj_weight, proj_bias};
-  auto value = [](const Variable& v) { return v.defined() ? v.value() : Tensor(); };
-  ops::LinearGelu fc = ops::linear_gelu(x.value(), fc_weight.value(), value(fc_bias), needs_recording(inputs));
-  Tensor y = ops::linear(fc.out, proj_weight.value(), value(proj_bias));
+  const LinearParameters fc_p("gelu_mlp", fc_weight, fc_bias, x.dtype()),
+      proj_p("gelu_mlp", proj_weight, proj_bias, x.dtype());
+  ops::LinearGelu fc = ops::linear_gelu(x.value(), fc_p.weight.value, fc_p.bias.value, needs_recording(inputs));
+  Tensor y = ops::linear(fc.out, proj_p.weight.value, proj_p.bias.value);
   return record("gelu_mlp", y, inputs, [&] {
-    Tensor xv = x.value(), w_fc = fc_weight.value(), pre = fc.pre, h = fc.out, w_proj = proj_weight.value();
-    return BackwardFn([xv, w_fc, pre, h, w_proj](const Tensor& g, const std::vector<bool>& needs) {
-      const bool need_dpre = needs[0] || needs[1];
-      ops::GeluLinearGrads proj = ops::gelu_linear_backward(g, pre, h, w_proj, need_dpre, needs[2], needs[3], needs[4]);
-      ops::LinearGrads fc_grads;
-      if (need_dpre) fc_grads = ops::linear_backward(proj.dpre, xv, w_fc, needs[0], needs[1], false);
-      return std::vector<Tensor>{fc_grads.dx, fc_grads.dweight, proj.dpre_bias, proj.dweight, proj.dbias};
-    });
+    return BackwardFn(
+        [xv = x.value(), fc_p, proj_p, pre = fc.pre, h = fc.out](const Tensor& g, const std::vector<bool>& needs) {
+          return mlp_backward(g, xv, pre, h, fc_p, proj_p, needs);
+        });
   });
+}
+
+std::vector<Tensor> mlp_backward(const Tensor& g, const Tensor& x, const Tensor& pre, const Tensor& h,
+                                 const LinearParameters& fc, const LinearParameters& proj,
+                                 const std::vector<bool>& needs) {
+  const bool need_dpre = needs[0] || needs[1];
+  ops::GeluLinearGrads p =
+      ops::gelu_linear_backward(g, pre, h, proj.weight.value, need_dpre, needs[2],
+                                proj.weight_grad_in_compute(needs[3]), proj.bias_grad_in_compute(needs[4]));
+  proj.master_grads(g, h, needs[3], needs[4], p.dweight, p.dbias);
+  ops::LinearGrads fc_grads;
+  if (need_dpre) {
+    fc_grads = ops::linear_backward(p.dpre, x, fc.weight.value, needs[0], fc.weight_grad_in_compute(needs[1]), false);
+    fc.master_grads(p.dpre, x, needs[1], false, fc_grads.dweight, fc_grads.dbias);
+  }
+  Tensor dfc_bias = p.dpre_bias.defined() ? p.dpre_bias.to(fc.bias.dtype) : Tensor();
+  return {fc_grads.dx, fc_grads.dweight, dfc_bias, p.dweight, p.dbias};
 }
 
 }  // namespace alpha::autograd

@@ -4,6 +4,7 @@
 // segment. Every recomputation runs the forward's ops on the forward's inputs, so on the CPU the gradients
 // are those of the unrecomputed graph bit for bit (tests/nn/test_recompute.cpp).
 #include "alpha/autograd/functions.h"
+#include "alpha/autograd/linear_parameters.h"
 #include "alpha/ops/activation.h"
 #include "alpha/ops/layernorm.h"
 #include "alpha/ops/matmul.h"
@@ -42,13 +43,16 @@ struct NormInputs {
 Variable layernorm_linear(const Variable& x, const LayerNormParams& norm, const Variable& weight,
                           const Variable& bias) {
   NormInputs norm_inputs(x, norm);
-  Tensor y = ops::linear(norm_inputs.normalise().y, weight.value(), value_or_undefined(bias));
+  const LinearParameters p("layernorm_linear", weight, bias, x.dtype());
+  Tensor y = ops::linear(norm_inputs.normalise().y, p.weight.value, p.bias.value);
   return record("layernorm_linear", y, {x, norm.weight, norm.bias, weight, bias}, [&] {
-    Tensor w = weight.value();
-    return BackwardFn([norm_inputs, w](const Tensor& g, const std::vector<bool>& needs) {
+    return BackwardFn([norm_inputs, p](const Tensor& g, const std::vector<bool>& needs) {
       const bool need_dnormed = needs[0] || needs[1] || needs[2];  // x or the norm's parameters
       ops::LayerNormOutput normed = norm_inputs.normalise();
-      ops::LinearGrads linear = ops::linear_backward(g, normed.y, w, need_dnormed, needs[3], needs[4]);
+      ops::LinearGrads linear =
+          ops::linear_backward(g, normed.y, p.weight.value, need_dnormed, p.weight_grad_in_compute(needs[3]),
+                               p.bias_grad_in_compute(needs[4]));
+      p.master_grads(g, normed.y, needs[3], needs[4], linear.dweight, linear.dbias);
       std::vector<Tensor> grads = need_dnormed ? norm_inputs.backward(linear.dx, normed, needs)
                                                : std::vector<Tensor>(3);
       grads.insert(grads.end(), {linear.dweight, linear.dbias});
@@ -59,31 +63,28 @@ Variable layernorm_linear(const Variable& x, const LayerNormParams& norm, const 
 
 // Inputs x, norm weight, norm bias, fc weight, fc bias, proj weight, proj bias. Keeps x and fc's
 // pre-activation; backward recomputes h = gelu(pre) for proj's weight gradient (ops::gelu is the formula
-// linear_gelu's epilogue applies to pre), then, as gelu_mlp, the gradient of pre from proj's input-gradient
-// GEMM with a DGELU epilogue, and last the normalised x for fc's weight gradient and LayerNorm's backward.
+// linear_gelu's epilogue applies to pre), then, as gelu_mlp (mlp_backward), the gradient of pre from proj's
+// input-gradient GEMM with a DGELU epilogue, and last the normalised x for fc's weight gradient and LayerNorm's
+// backward.
 Variable layernorm_gelu_mlp(const Variable& x, const LayerNormParams& norm, const Variable& fc_weight,
                             const Variable& fc_bias, const Variable& proj_weight, const Variable& proj_bias) {
   std::vector<Variable> inputs{x, norm.weight, norm.bias, fc_weight, fc_bias, proj_weight, proj_bias};
   NormInputs norm_inputs(x, norm);
-  ops::LinearGelu fc = ops::linear_gelu(norm_inputs.normalise().y, fc_weight.value(), value_or_undefined(fc_bias),
-                                        needs_recording(inputs));
-  Tensor y = ops::linear(fc.out, proj_weight.value(), value_or_undefined(proj_bias));
+  const LinearParameters fc_p("layernorm_gelu_mlp", fc_weight, fc_bias, x.dtype()),
+      proj_p("layernorm_gelu_mlp", proj_weight, proj_bias, x.dtype());
+  ops::LinearGelu fc =
+      ops::linear_gelu(norm_inputs.normalise().y, fc_p.weight.value, fc_p.bias.value, needs_recording(inputs));
+  Tensor y = ops::linear(fc.out, proj_p.weight.value, proj_p.bias.value);
   return record("layernorm_gelu_mlp", y, inputs, [&] {
-    Tensor w_fc = fc_weight.value(), pre = fc.pre, w_proj = proj_weight.value();
-    return BackwardFn([norm_inputs, w_fc, pre, w_proj](const Tensor& g, const std::vector<bool>& needs) {
+    return BackwardFn([norm_inputs, fc_p, proj_p, pre = fc.pre](const Tensor& g, const std::vector<bool>& needs) {
       const bool need_dnormed = needs[0] || needs[1] || needs[2];  // x or the norm's parameters
       const bool need_dpre = need_dnormed || needs[3];
-      ops::GeluLinearGrads proj =
-          ops::gelu_linear_backward(g, pre, ops::gelu(pre), w_proj, need_dpre, needs[4], needs[5], needs[6]);
-      std::vector<Tensor> grads(3);
-      Tensor dfc_weight;
-      if (need_dpre) {
-        ops::LayerNormOutput normed = norm_inputs.normalise();
-        ops::LinearGrads fc_grads = ops::linear_backward(proj.dpre, normed.y, w_fc, need_dnormed, needs[3], false);
-        dfc_weight = fc_grads.dweight;
-        if (need_dnormed) grads = norm_inputs.backward(fc_grads.dx, normed, needs);
-      }
-      grads.insert(grads.end(), {dfc_weight, proj.dpre_bias, proj.dweight, proj.dbias});
+      ops::LayerNormOutput normed;
+      if (need_dpre) normed = norm_inputs.normalise();
+      std::vector<Tensor> mlp = mlp_backward(g, normed.y, pre, ops::gelu(pre), fc_p, proj_p,
+                                             {need_dnormed, needs[3], needs[4], needs[5], needs[6]});
+      std::vector<Tensor> grads = need_dnormed ? norm_inputs.backward(mlp[0], normed, needs) : std::vector<Tensor>(3);
+      grads.insert(grads.end(), mlp.begin() + 1, mlp.end());
       return grads;
     });
   });

@@ -85,7 +85,7 @@ class CausalSelfAttention : public Module {
     Variable normed = keep_normed ? norm.forward(x) : Variable();
     Variable qkv = keep_normed  // (B, T, (Hq + 2·Hkv)·D)
                        ? qkv_.forward(normed)
-                       : autograd::layernorm_linear(x, params_of(norm), qkv_.compute_weight(), qkv_.compute_bias());
+                       : autograd::layernorm_linear(x, params_of(norm), qkv_.weight(), qkv_.bias());
     ops::AttentionConfig attention;
     attention.causal = true;
     attention.softcap = config_.attn_softcap;
@@ -146,8 +146,7 @@ class MLP : public Module {
   // proj(gelu(fc(norm(x)))); with recompute_norm_gelu neither norm(x) nor the GELU output is kept.
   Variable forward(const Variable& x, const LayerNorm& norm, bool recompute_norm_gelu) const {
     if (!recompute_norm_gelu) return gelu_mlp(fc_, proj_, norm.forward(x));
-    return autograd::layernorm_gelu_mlp(x, params_of(norm), fc_.compute_weight(), fc_.compute_bias(),
-                                        proj_.compute_weight(), proj_.compute_bias());
+    return autograd::layernorm_gelu_mlp(x, params_of(norm), fc_.weight(), fc_.bias(), proj_.weight(), proj_.bias());
   }
 
  private:
@@ -288,10 +287,11 @@ GPTOutput GPT::forward(const Tensor& ids, const Tensor& targets, const ForwardOp
                                            lm_head_ ? lm_head_->bias() : Variable(), targets.reshape({B * T}),
                                            config_.logit_softcap, options.inputs_checked)};
   }
-  // The tied head casts the table (its held bf16 copy, which the lookup also read); the cast brings the
-  // head's gradient to f32, where it meets the lookup's, which autograd::embedding returns in f32.
-  Variable head_weight = lm_head_ ? lm_head_->compute_weight() : options_.for_compute(wte_.weight());
-  Variable head_bias = lm_head_ ? lm_head_->compute_bias() : Variable();
+  // The head takes its parameters themselves (the tied table computes with its held bf16 copy, which the lookup
+  // also read) and returns their gradients in f32, where the table's meets the lookup's, which
+  // autograd::embedding returns in f32.
+  Variable head_weight = lm_head_ ? lm_head_->weight() : wte_.weight();
+  Variable head_bias = lm_head_ ? lm_head_->bias() : Variable();
   Variable logits = recompute_norms ? autograd::layernorm_linear(x, params_of(ln_f_), head_weight, head_bias)
                                     : autograd::linear(ln_f_.forward(x), head_weight, head_bias);  // (B, T, V)
   if (config_.logit_softcap > 0.0) logits = autograd::softcap(logits, config_.logit_softcap);

@@ -25,12 +25,12 @@ Linear::Linear(std::string prefix, int64_t in_features, int64_t out_features, bo
   if (bias) bias_ = &add_parameter("bias", Tensor::zeros({out_features}, options.dtype, options.device), false);
 }
 
-autograd::Variable Linear::forward(const autograd::Variable& x) const {
-  return autograd::linear(x, compute_weight(), compute_bias());
-}
+// The linear functions take the parameters themselves: under bf16/f16 compute they compute with the held
+// compute copies and return the weights' and biases' gradients as f32 sums (autograd/linear_parameters.h).
+autograd::Variable Linear::forward(const autograd::Variable& x) const { return autograd::linear(x, weight(), bias()); }
 
 autograd::Variable gelu_mlp(const Linear& fc, const Linear& proj, const autograd::Variable& x) {
-  return autograd::gelu_mlp(x, fc.compute_weight(), fc.compute_bias(), proj.compute_weight(), proj.compute_bias());
+  return autograd::gelu_mlp(x, fc.weight(), fc.bias(), proj.weight(), proj.bias());
 }
 
 LayerNorm::LayerNorm(std::string prefix, int64_t dim, bool bias, double eps, const ParameterOptions& options)
