@@ -1,4 +1,4 @@
-// Linear layers that take master parameters (autograd/linear_parameters.h), for linear, gelu_mlp,
+// Layers that take master parameters (autograd/compute_parameters.h), for linear, gelu_mlp, layernorm,
 // layernorm_linear and layernorm_gelu_mlp: a layer given its parameters in a wider dtype than its input gives
 // the same output and input gradient as over casts of them, and returns their gradients in their own dtype as
 // sums of the compute dtype's accumulation:
@@ -56,13 +56,15 @@ struct LayerCase {
 constexpr int64_t kIn = 12, kHidden = 16, kOut = 7;
 const Shape kX{2, 5, kIn};
 
-// The four functions; the LayerNorm's own parameters are plain leaves in the compute dtype (not masters).
-std::vector<LayerCase> layer_cases(DType compute, Device device) {
-  const Variable norm_weight(test::random({kIn}, compute).to(device)),
-      norm_bias(test::random({kIn}, compute).to(device));
-  const LayerNormParams norm{norm_weight, norm_bias, 1e-5};
-  const std::vector<Shape> linear_params{{kOut, kIn}, {kOut}},
+// The five functions.
+std::vector<LayerCase> layer_cases() {
+  const std::vector<Shape> norm{{kIn}, {kIn}}, linear_params{{kOut, kIn}, {kOut}},
       mlp_params{{kHidden, kIn}, {kHidden}, {kIn, kHidden}, {kIn}};
+  auto with_norm = [&](const std::vector<Shape>& params) {
+    std::vector<Shape> all = norm;
+    all.insert(all.end(), params.begin(), params.end());
+    return all;
+  };
   return {
       {"linear",
        [](const Variable& x, const std::vector<Variable>& p) { return linear(x, p[0], p[1]); },
@@ -74,25 +76,32 @@ std::vector<LayerCase> layer_cases(DType compute, Device device) {
        kX,
        mlp_params,
        {false, true, false, false}},
-      {"layernorm_linear",
-       [norm](const Variable& x, const std::vector<Variable>& p) { return layernorm_linear(x, norm, p[0], p[1]); },
-       {2, 5, kOut},
-       linear_params,
+      {"layernorm",
+       [](const Variable& x, const std::vector<Variable>& p) { return layernorm(x, p[0], p[1], 1e-5); },
+       kX,
+       norm,
        {false, false}},
+      {"layernorm_linear",
+       [](const Variable& x, const std::vector<Variable>& p) {
+         return layernorm_linear(x, {p[0], p[1], 1e-5}, p[2], p[3]);
+       },
+       {2, 5, kOut},
+       with_norm(linear_params),
+       {false, false, false, false}},
       {"layernorm_gelu_mlp",
-       [norm](const Variable& x, const std::vector<Variable>& p) {
-         return layernorm_gelu_mlp(x, norm, p[0], p[1], p[2], p[3]);
+       [](const Variable& x, const std::vector<Variable>& p) {
+         return layernorm_gelu_mlp(x, {p[0], p[1], 1e-5}, p[2], p[3], p[4], p[5]);
        },
        kX,
-       mlp_params,
-       {false, true, false, false}},
+       with_norm(mlp_params),
+       {false, false, false, true, false, false}},
   };
 }
 
 // Both runs of every case; check(case, parameter index, master's gradient, cast's gradient) judges the gradients.
 void for_each_case(DType master, DType compute, Device device,
                    const std::function<void(const LayerCase&, size_t, const Tensor&, const Tensor&)>& check) {
-  for (const LayerCase& c : layer_cases(compute, device)) {
+  for (const LayerCase& c : layer_cases()) {
     SCOPED_TRACE(c.name);
     const Tensor x = test::random(kX, compute).to(device), dy = test::random(c.y_shape, compute).to(device);
     std::vector<Tensor> params;

@@ -64,6 +64,8 @@ TEST_F(CudaRows, LayerNormMatchesCpu) {
                                                       true, true, true);
       ops::LayerNormGrads wg = ops::layernorm_backward(dy.cpu, x.cpu, w.cpu, want.mean, want.rstd, true, true, true);
       EXPECT_TRUE(gpu_close(g.dx, wg.dx, "cuda.layernorm"));
+      EXPECT_EQ(g.dweight.dtype(), DType::f32);  // the sums, unrounded to bf16/f16
+      EXPECT_EQ(g.dbias.dtype(), DType::f32);
       const test::Tolerance param_tol = check::layernorm_param_grad_tolerance(dtype, shape_numel(shape) / C);
       EXPECT_TRUE(test::all_close(g.dweight.to(kCpu), wg.dweight, param_tol));
       EXPECT_TRUE(test::all_close(g.dbias.to(kCpu), wg.dbias, param_tol));

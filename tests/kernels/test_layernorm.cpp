@@ -88,11 +88,11 @@ TEST_P(LayerNormKernel, ForwardAndBackwardMatchF64Loops) {
     EXPECT_TRUE(all_close(mean, Tensor::from_vector(ref.mean, {rows}), "layernorm"));
     EXPECT_TRUE(all_close(rstd, Tensor::from_vector(ref.rstd, {rows}), "layernorm"));
 
-    Tensor dx = test::poisoned(shape, dtype), dweight = test::poisoned({cols}, dtype),
-           dbias = test::poisoned({cols}, dtype);
+    Tensor dx = test::poisoned(shape, dtype), dweight = test::poisoned({cols}, acc),
+           dbias = test::poisoned({cols}, acc);
     kernels::cpu::layernorm_backward(kernels::LayerNormBackwardArgs<T>{
         dy.data<T>(), x.data<T>(), weight.data<T>(), ref_mean.data<A>(), ref_rstd.data<A>(), dx.data<T>(),
-        dweight.data<T>(), dbias.data<T>(), rows, cols});
+        dweight.data<A>(), dbias.data<A>(), rows, cols});
     EXPECT_TRUE(all_close(dx, Tensor::from_vector(ref.dx, shape), "layernorm"));
     EXPECT_TRUE(all_close(dweight, Tensor::from_vector(ref.dweight, {cols}), "layernorm"));
     EXPECT_TRUE(all_close(dbias, Tensor::from_vector(ref.dbias, {cols}), "layernorm"));

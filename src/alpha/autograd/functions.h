@@ -30,10 +30,10 @@ Variable cast(const Variable& x, DType dtype);
 // functions that take parameters in their own dtype and return their gradients in it.
 Tensor cast_value(const Variable& x, DType dtype);
 
-// Matrix products (functions_matmul.cpp). The functions with linear layers (linear, gelu_mlp, and below
-// layernorm_linear, layernorm_gelu_mlp, linear_cross_entropy) take weights and biases in x's dtype, or master
-// parameters in a wider float dtype, which compute through their held compute copies and get their gradients as
-// unrounded f32 sums (linear_parameters.h).
+// Matrix products (functions_matmul.cpp). The functions with linear layers or LayerNorms (linear, gelu_mlp, and
+// below layernorm, layernorm_linear, layernorm_gelu_mlp, linear_cross_entropy) take parameters in x's dtype, or
+// master parameters in a wider float dtype, which compute through their held compute copies and get their
+// gradients as unrounded f32 sums (compute_parameters.h).
 Variable matmul(const Variable& a, const Variable& b, bool trans_a = false, bool trans_b = false);
 Variable linear(const Variable& x, const Variable& weight, const Variable& bias);  // bias may be undefined
 // The GELU MLP y = linear(gelu(linear(x, fc_weight, fc_bias)), proj_weight, proj_bias) as one function, so

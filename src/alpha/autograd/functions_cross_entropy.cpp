@@ -1,7 +1,7 @@
 #include <utility>
 
+#include "alpha/autograd/compute_parameters.h"
 #include "alpha/autograd/functions.h"
-#include "alpha/autograd/linear_parameters.h"
 #include "alpha/ops/cross_entropy.h"
 #include "alpha/ops/linear_cross_entropy.h"
 #include "alpha/ops/optim.h"

@@ -1,18 +1,27 @@
+#include "alpha/autograd/compute_parameters.h"
 #include "alpha/autograd/functions.h"
 #include "alpha/ops/layernorm.h"
 
 namespace alpha::autograd {
 
-// Saves x, weight and the forward's per-row mean and rstd; bias needs nothing saved (dbias = Σ dy).
+NormParameters::NormParameters(std::string_view op, const Variable& weight, const Variable& bias, DType compute)
+    : weight(compute_parameter(op, "weight", weight, compute)), bias(compute_parameter(op, "bias", bias, compute)) {}
+
+std::vector<Tensor> NormParameters::grads(const ops::LayerNormGrads& g) const {
+  return {g.dx, g.dweight.defined() ? g.dweight.to(weight.dtype) : Tensor(),
+          g.dbias.defined() ? g.dbias.to(bias.dtype) : Tensor()};
+}
+
+// Saves x, the parameters' compute values and the forward's per-row mean and rstd; bias needs nothing saved
+// (dbias = Σ dy). Masters get the backward's f32 sums (compute_parameters.h).
 Variable layernorm(const Variable& x, const Variable& weight, const Variable& bias, double eps) {
-  ops::LayerNormOutput out =
-      ops::layernorm(x.value(), weight.value(), bias.defined() ? bias.value() : Tensor(), eps);
+  const NormParameters p("layernorm", weight, bias, x.dtype());
+  ops::LayerNormOutput out = ops::layernorm(x.value(), p.weight.value, p.bias.value, eps);
   return record("layernorm", out.y, {x, weight, bias}, [&] {
-    Tensor xv = x.value(), wv = weight.value(), mean = out.mean, rstd = out.rstd;
-    return BackwardFn([xv, wv, mean, rstd](const Tensor& g, const std::vector<bool>& needs) {
-      ops::LayerNormGrads grads = ops::layernorm_backward(g, xv, wv, mean, rstd, needs[0], needs[1], needs[2]);
-      return std::vector<Tensor>{grads.dx, grads.dweight, grads.dbias};
-    });
+    return BackwardFn(
+        [xv = x.value(), p, mean = out.mean, rstd = out.rstd](const Tensor& g, const std::vector<bool>& needs) {
+          return p.grads(ops::layernorm_backward(g, xv, p.weight.value, mean, rstd, needs[0], needs[1], needs[2]));
+        });
   });
 }
 

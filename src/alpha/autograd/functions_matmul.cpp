@@ -1,5 +1,5 @@
+#include "alpha/autograd/compute_parameters.h"
 #include "alpha/autograd/functions.h"
-#include "alpha/autograd/linear_parameters.h"
 #include "alpha/ops/check.h"
 #include "alpha/ops/matmul.h"
 

@@ -3,8 +3,8 @@
 // reads its output, and drops the GELU output of the MLP; level "block" is the checkpoint of a whole
 // segment. Every recomputation runs the forward's ops on the forward's inputs, so on the CPU the gradients
 // are those of the unrecomputed graph bit for bit (tests/nn/test_recompute.cpp).
+#include "alpha/autograd/compute_parameters.h"
 #include "alpha/autograd/functions.h"
-#include "alpha/autograd/linear_parameters.h"
 #include "alpha/ops/activation.h"
 #include "alpha/ops/layernorm.h"
 #include "alpha/ops/matmul.h"
@@ -13,26 +13,24 @@ namespace alpha::autograd {
 
 namespace {
 
-Tensor value_or_undefined(const Variable& v) { return v.defined() ? v.value() : Tensor(); }
-
-// What a fused LayerNorm keeps: its input and parameters. ops::layernorm returns the per-row statistics with
-// the output (no op normalises with given statistics), so backward recomputes all three from x: the same
-// bits as the forward's.
+// What a fused LayerNorm keeps: its input and parameters (masters as autograd::layernorm takes them).
+// ops::layernorm returns the per-row statistics with the output (no op normalises with given statistics), so
+// backward recomputes all three from x: the same bits as the forward's.
 struct NormInputs {
-  Tensor x, weight, bias;
+  Tensor x;
+  NormParameters params;
   double eps;
 
-  NormInputs(const Variable& x, const LayerNormParams& norm)
-      : x(x.value()), weight(norm.weight.value()), bias(value_or_undefined(norm.bias)), eps(norm.eps) {}
+  NormInputs(std::string_view op, const Variable& x, const LayerNormParams& norm)
+      : x(x.value()), params(op, norm.weight, norm.bias, x.dtype()), eps(norm.eps) {}
 
-  ops::LayerNormOutput normalise() const { return ops::layernorm(x, weight, bias, eps); }
+  ops::LayerNormOutput normalise() const { return ops::layernorm(x, params.weight.value, params.bias.value, eps); }
 
   // Gradients of x, weight and bias (needs[0..2]) from the gradient of the normalised output.
   std::vector<Tensor> backward(const Tensor& dnormed, const ops::LayerNormOutput& normed,
                                const std::vector<bool>& needs) const {
-    ops::LayerNormGrads g =
-        ops::layernorm_backward(dnormed, x, weight, normed.mean, normed.rstd, needs[0], needs[1], needs[2]);
-    return {g.dx, g.dweight, g.dbias};
+    return params.grads(ops::layernorm_backward(dnormed, x, params.weight.value, normed.mean, normed.rstd, needs[0],
+                                                needs[1], needs[2]));
   }
 };
 
@@ -42,7 +40,7 @@ struct NormInputs {
 // it, then LayerNorm's from the input gradient linear returns.
 Variable layernorm_linear(const Variable& x, const LayerNormParams& norm, const Variable& weight,
                           const Variable& bias) {
-  NormInputs norm_inputs(x, norm);
+  NormInputs norm_inputs("layernorm_linear", x, norm);
   const LinearParameters p("layernorm_linear", weight, bias, x.dtype());
   Tensor y = ops::linear(norm_inputs.normalise().y, p.weight.value, p.bias.value);
   return record("layernorm_linear", y, {x, norm.weight, norm.bias, weight, bias}, [&] {
@@ -69,7 +67,7 @@ Variable layernorm_linear(const Variable& x, const LayerNormParams& norm, const 
 Variable layernorm_gelu_mlp(const Variable& x, const LayerNormParams& norm, const Variable& fc_weight,
                             const Variable& fc_bias, const Variable& proj_weight, const Variable& proj_bias) {
   std::vector<Variable> inputs{x, norm.weight, norm.bias, fc_weight, fc_bias, proj_weight, proj_bias};
-  NormInputs norm_inputs(x, norm);
+  NormInputs norm_inputs("layernorm_gelu_mlp", x, norm);
   const LinearParameters fc_p("layernorm_gelu_mlp", fc_weight, fc_bias, x.dtype()),
       proj_p("layernorm_gelu_mlp", proj_weight, proj_bias, x.dtype());
   ops::LinearGelu fc =

@@ -60,12 +60,13 @@ void check_shape(Context& ctx, RowShape shape, bool with_bias) {
   Tensor gdy = ctx.to_gpu(dy, dtype), gmean = mean32.to(ctx.gpu()), grstd = rstd32.to(ctx.gpu());
   Tensor mean64 = mean32.to(DType::f64), rstd64 = rstd32.to(DType::f64);
   auto backward = [&](bool dx, bool dweight, bool dbias) {
-    Grads g{ctx.poisoned({rows, cols}, dtype), ctx.poisoned({cols}, dtype), ctx.poisoned({cols}, dtype)};
+    // The parameters' gradients are f32 sums whatever T is.
+    Grads g{ctx.poisoned({rows, cols}, dtype), ctx.poisoned({cols}, DType::f32), ctx.poisoned({cols}, DType::f32)};
     kernels::cuda::layernorm_backward(
         LayerNormBackwardArgs<T>{gdy.data<T>(), gx.data<T>(), gweight.data<T>(), gmean.data<float>(),
                                  grstd.data<float>(), dx ? g.dx.data<T>() : nullptr,
-                                 dweight ? g.dweight.data<T>() : nullptr, dbias ? g.dbias.data<T>() : nullptr, rows,
-                                 cols},
+                                 dweight ? g.dweight.data<float>() : nullptr, dbias ? g.dbias.data<float>() : nullptr,
+                                 rows, cols},
         ctx.stream());
     return g;
   };

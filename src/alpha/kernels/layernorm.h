@@ -2,7 +2,8 @@
 // The forward reads each row once for its statistics (Welford's update: no catastrophic cancellation of
 // E[x²] − E[x]²) and saves mean and rstd per row so the backward need not recompute them.
 // The backward fuses dx (per row) with the weight and bias gradients (sums over rows), reading dy and x
-// once; the sums over rows use a fixed order, so they do not depend on the thread count.
+// once; the sums over rows use a fixed order, so they do not depend on the thread count, and are written in the
+// accumulation dtype (f32 for bf16/f16): f32 master parameters take them as they are.
 #pragma once
 #include <cstdint>
 
@@ -31,8 +32,8 @@ struct LayerNormBackwardArgs {
   const acc_t<T>* mean;   // (rows), from the forward
   const acc_t<T>* rstd;   // (rows), from the forward
   T* dx;                  // (rows, cols), or nullptr when not wanted
-  T* dweight;             // (cols), or nullptr when not wanted
-  T* dbias;               // (cols), or nullptr when not wanted
+  acc_t<T>* dweight;      // (cols), or nullptr when not wanted: the sums, unrounded to T
+  acc_t<T>* dbias;        // (cols), or nullptr when not wanted: the sums, unrounded to T
   int64_t rows, cols;
 };
 

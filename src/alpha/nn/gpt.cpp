@@ -49,9 +49,7 @@ bool uses_flash(const GPTConfig& c, Device device) {
   return c.attention == "flash" || (c.attention == "auto" && device.is_cuda());
 }
 
-autograd::LayerNormParams params_of(const LayerNorm& norm) {
-  return {norm.compute_weight(), norm.compute_bias(), norm.eps()};
-}
+autograd::LayerNormParams params_of(const LayerNorm& norm) { return {norm.weight(), norm.bias(), norm.eps()}; }
 
 }  // namespace
 

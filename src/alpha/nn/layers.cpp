@@ -25,8 +25,8 @@ Linear::Linear(std::string prefix, int64_t in_features, int64_t out_features, bo
   if (bias) bias_ = &add_parameter("bias", Tensor::zeros({out_features}, options.dtype, options.device), false);
 }
 
-// The linear functions take the parameters themselves: under bf16/f16 compute they compute with the held
-// compute copies and return the weights' and biases' gradients as f32 sums (autograd/linear_parameters.h).
+// The linear and LayerNorm functions take the parameters themselves: under bf16/f16 compute they compute with
+// the held compute copies and return the parameters' gradients as f32 sums (autograd/compute_parameters.h).
 autograd::Variable Linear::forward(const autograd::Variable& x) const { return autograd::linear(x, weight(), bias()); }
 
 autograd::Variable gelu_mlp(const Linear& fc, const Linear& proj, const autograd::Variable& x) {
@@ -34,14 +34,13 @@ autograd::Variable gelu_mlp(const Linear& fc, const Linear& proj, const autograd
 }
 
 LayerNorm::LayerNorm(std::string prefix, int64_t dim, bool bias, double eps, const ParameterOptions& options)
-    : Module(std::move(prefix)), eps_(eps), options_(options) {
+    : Module(std::move(prefix)), eps_(eps) {
   weight_ = &add_parameter("weight", Tensor::full({dim}, 1.0, options.dtype, options.device), false);
   if (bias) bias_ = &add_parameter("bias", Tensor::zeros({dim}, options.dtype, options.device), false);
 }
 
 autograd::Variable LayerNorm::forward(const autograd::Variable& x) const {
-  return autograd::layernorm(x, options_.for_compute(*weight_),
-                             bias_ ? options_.for_compute(*bias_) : autograd::Variable(), eps_);
+  return autograd::layernorm(x, weight(), bias(), eps_);
 }
 
 NsaCompressor::NsaCompressor(std::string prefix, int64_t block, int64_t features, double init_std,

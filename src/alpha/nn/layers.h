@@ -55,17 +55,16 @@ class LayerNorm : public Module {
  public:
   LayerNorm(std::string prefix, int64_t dim, bool bias, double eps, const ParameterOptions& options);
   autograd::Variable forward(const autograd::Variable& x) const;
-  // The parameters as the computation takes them, for functions that fuse the normalisation into the layer
-  // reading it (autograd::layernorm_linear); the bias is undefined without one.
-  autograd::Variable compute_weight() const { return options_.for_compute(*weight_); }
-  autograd::Variable compute_bias() const { return bias_ ? options_.for_compute(*bias_) : autograd::Variable(); }
+  // The parameters themselves, in the parameters' dtype, for functions that fuse the normalisation into the
+  // layer reading it (autograd::layernorm_linear); the bias is undefined without one.
+  const autograd::Variable& weight() const { return *weight_; }
+  autograd::Variable bias() const { return bias_ ? *bias_ : autograd::Variable(); }
   double eps() const { return eps_; }
 
  private:
   autograd::Variable* weight_;
   autograd::Variable* bias_ = nullptr;
   double eps_;
-  ParameterOptions options_;
 };
 
 // NSA's compressor of one operand (k or v; ops/nsa.h): a per-position embedding pos [block, features] added to

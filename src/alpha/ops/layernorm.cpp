@@ -68,14 +68,15 @@ LayerNormGrads layernorm_backward(const Tensor& dy, const Tensor& x, const Tenso
   Tensor dyc = dy.contiguous(), xc = x.contiguous(), wc = weight.contiguous();
   LayerNormGrads grads;
   if (need_dx) grads.dx = Tensor::empty(x.shape(), x.dtype(), x.device());
-  if (need_dweight) grads.dweight = Tensor::empty({cols}, x.dtype(), x.device());
-  if (need_dbias) grads.dbias = Tensor::empty({cols}, x.dtype(), x.device());
+  if (need_dweight) grads.dweight = Tensor::empty({cols}, accumulation_dtype(x.dtype()), x.device());
+  if (need_dbias) grads.dbias = Tensor::empty({cols}, accumulation_dtype(x.dtype()), x.device());
   dispatch_float(op, x, [&]<class T>(const auto& where) {
     using A = acc_t<T>;
-    auto out = [](const Tensor& t) { return t.defined() ? t.data<T>() : nullptr; };
-    ALPHA_KERNEL(layernorm_backward)(where, kernels::LayerNormBackwardArgs<T>{
-        dyc.data<T>(), xc.data<T>(), wc.data<T>(), mean.data<A>(), rstd.data<A>(), out(grads.dx),
-        out(grads.dweight), out(grads.dbias), row_count(x), cols});
+    auto sums = [](const Tensor& t) { return t.defined() ? t.data<A>() : nullptr; };
+    ALPHA_KERNEL(layernorm_backward)
+    (where, kernels::LayerNormBackwardArgs<T>{dyc.data<T>(), xc.data<T>(), wc.data<T>(), mean.data<A>(), rstd.data<A>(),
+                                              grads.dx.defined() ? grads.dx.data<T>() : nullptr, sums(grads.dweight),
+                                              sums(grads.dbias), row_count(x), cols});
   });
   return grads;
 }

@@ -12,6 +12,8 @@ struct LayerNormOutput {
 // x [..., C]; weight and bias [C] (bias may be undefined).
 LayerNormOutput layernorm(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps);
 
+// dx in x's dtype; dweight and dbias (sums over rows) in the accumulation dtype, as mean: a caller whose
+// parameters are in x's dtype converts them, f32 master parameters under bf16/f16 take them as they are.
 struct LayerNormGrads {
   Tensor dx, dweight, dbias;
 };

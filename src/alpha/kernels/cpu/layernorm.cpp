@@ -66,8 +66,8 @@ void layernorm_backward(const LayerNormBackwardArgs<T>& args) {
     }
   });
   for (int64_t c = 0; c < cols && reduce; ++c) {
-    if (args.dweight) args.dweight[c] = T(sums[size_t(c)]);
-    if (args.dbias) args.dbias[c] = T(sums[size_t(cols + c)]);
+    if (args.dweight) args.dweight[c] = sums[size_t(c)];
+    if (args.dbias) args.dbias[c] = sums[size_t(cols + c)];
   }
 }
 

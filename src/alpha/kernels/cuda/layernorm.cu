@@ -165,9 +165,8 @@ __global__ void __launch_bounds__(Team::kThreads)
 constexpr int kSumColumns = 32;
 constexpr int kSumGroups = 16;
 
-template <class T>
 __global__ void __launch_bounds__(kSumColumns* kSumGroups)
-    layernorm_param_sums_kernel(const float* partials, int64_t slots, int64_t cols, Bits<T>* dweight, Bits<T>* dbias) {
+    layernorm_param_sums_kernel(const float* partials, int64_t slots, int64_t cols, float* dweight, float* dbias) {
   __shared__ float group_sums[kSumGroups][kSumColumns];
   const int lane = int(threadIdx.x) % kSumColumns, group = int(threadIdx.x) / kSumColumns;
   const int64_t c = int64_t(blockIdx.x) * kSumColumns + lane;  // in [0, 2·cols)
@@ -184,9 +183,9 @@ __global__ void __launch_bounds__(kSumColumns* kSumGroups)
   if (group != 0 || c >= 2 * cols) return;
   const float total = group_sums[0][lane];
   if (c < cols) {
-    if (dweight) dweight[c] = Elem<T>::store(total);
+    if (dweight) dweight[c] = total;
   } else if (dbias) {
-    dbias[c - cols] = Elem<T>::store(total);
+    dbias[c - cols] = total;
   }
 }
 
@@ -231,11 +230,9 @@ void layernorm_backward(const LayerNormBackwardArgs<T>& args, Stream stream) {
                          shared_partials);
     }
     if (params) {
-      constexpr auto sums = layernorm_param_sums_kernel<T>;
       const int64_t sum_blocks = (2 * cols + kSumColumns - 1) / kSumColumns;
-      ALPHA_CUDA_LAUNCH(sums, unsigned(sum_blocks), kSumColumns * kSumGroups, s, partials.as<float>(),
-                        rows > 0 ? blocks : 0, cols, args.dweight ? bits(args.dweight) : nullptr,
-                        args.dbias ? bits(args.dbias) : nullptr);
+      ALPHA_CUDA_LAUNCH(layernorm_param_sums_kernel, unsigned(sum_blocks), kSumColumns * kSumGroups, s,
+                        partials.as<float>(), rows > 0 ? blocks : 0, cols, args.dweight, args.dbias);
     }
   });
 }

@@ -1,15 +1,17 @@
-// A linear layer's weight and bias as the functions containing linear layers compute with them, and how their
-// gradients come back (functions_matmul.cpp, functions_recompute.cpp, functions_cross_entropy.cpp).
+// Parameters as the functions with linear layers and LayerNorms compute with them, and how their gradients come
+// back (functions_matmul.cpp, functions_layernorm.cpp, functions_recompute.cpp, functions_cross_entropy.cpp).
 //
 // Why: under bf16 or f16 compute with f32 master weights, a cast in front of a layer gets the weight's gradient
-// in the compute dtype from the product, rounded there, and widens it back to f32 in a pass of its own. Taking
-// the master itself, the function computes with its held compute copy and sums the weight-gradient product
-// straight into f32 (ops::linear_param_grads_into): no rounding of the gradient, no conversion pass.
+// in the compute dtype, rounded there, and widens it back to f32 in a pass of its own. Taking the master itself,
+// the function computes with its held compute copy and keeps the gradient's f32 sums: a linear layer's from the
+// weight-gradient product summed straight into f32 (ops::linear_param_grads_into), a LayerNorm's as its backward
+// writes them (ops::layernorm_backward). No rounding of the gradient, no conversion pass.
 #pragma once
 #include <string_view>
 #include <vector>
 
 #include "alpha/autograd/variable.h"
+#include "alpha/ops/layernorm.h"
 
 namespace alpha::autograd {
 
@@ -35,6 +37,15 @@ struct LinearParameters {
   // compute) and returned in the masters' dtypes; the other slots are left as they are.
   void master_grads(const Tensor& dy, const Tensor& x, bool want_weight, bool want_bias, Tensor& dweight,
                     Tensor& dbias) const;
+};
+
+// A LayerNorm's weight and (possibly undefined) bias in the compute dtype.
+struct NormParameters {
+  ComputeParameter weight, bias;
+
+  NormParameters(std::string_view op, const Variable& weight, const Variable& bias, DType compute);
+  // ops::layernorm_backward's gradients {dx, dweight, dbias}, the parameters' sums in the parameters' dtypes.
+  std::vector<Tensor> grads(const ops::LayerNormGrads& g) const;
 };
 
 // The GELU MLP's backward (gelu_mlp, layernorm_gelu_mlp): from the output gradient g, the MLP's input x (read
