@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "alpha/autograd/functions.h"
+#include "alpha/ops/elementwise.h"
 #include "support/checks.h"
 
 namespace alpha::autograd {
@@ -165,6 +166,42 @@ TEST(Tape, SetGradKeepsTheGivenTensorAndBackwardAddsIntoIt) {
   EXPECT_ALPHA_ERROR(w.set_grad(Tensor::zeros({3, 2}, DType::f32)), ShapeError, "[Variable::set_grad]", "grad");
   Variable input(test::random({4}));
   EXPECT_ALPHA_ERROR(input.set_grad(Tensor::zeros({4}, DType::f32)), ValueError, "[Variable::set_grad]", "self");
+}
+
+// identity(x) whose backward adds its gradient into x's slot when backward offers one (gradient_accumulator),
+// and records whether it was offered.
+Variable adding_identity(const Variable& x, bool& offered) {
+  return record("adding_identity", x.value().clone(), {x}, [&] {
+    return BackwardFn([&offered](const Tensor& g, const std::vector<bool>&) {
+      Tensor slot = gradient_accumulator(0);
+      offered = slot.defined();
+      if (!offered) return std::vector<Tensor>{g};
+      ops::add_(slot, g);
+      return std::vector<Tensor>{slot};
+    });
+  });
+}
+
+TEST(Tape, BackwardOffersAnUnsharedSlotToAddInto) {
+  // a = 2·x; y = a + 3·identity(a), summed: x's gradient is 2·(1 + 3) per element. The residual add hands a's
+  // slot and its branch the same tensor; by the time the identity runs, the branch's scale has released its
+  // share, so a's slot (holding the residual's contribution) is offered and the identity adds into it.
+  clear_tape();
+  Variable x(test::random({5}), true);
+  Variable a = scale(x, 2.0);
+  bool offered = false;
+  backward(sum(add(a, scale(adding_identity(a, offered), 3.0))));
+  EXPECT_TRUE(offered);
+  for (float v : x.grad().to_vector<float>()) EXPECT_EQ(v, 8.0f);
+
+  // y = a + identity(a): the identity's own gradient is the residual's shared tensor, still held by the identity's
+  // node when it runs, so nothing is offered (adding into it would change the identity's own gradient).
+  Variable x2(test::random({5}), true);
+  Variable a2 = scale(x2, 2.0);
+  backward(sum(add(a2, adding_identity(a2, offered))));
+  EXPECT_FALSE(offered);
+  for (float v : x2.grad().to_vector<float>()) EXPECT_EQ(v, 4.0f);
+  EXPECT_FALSE(gradient_accumulator(0).defined());  // outside a backward function
 }
 
 }  // namespace

@@ -6,10 +6,12 @@
 #include <omp.h>
 
 #include <cmath>
+#include <string>
 
 #include "alpha/autograd/functions.h"
 #include "alpha/kernels/layernorm.h"
 #include "alpha/ops/check.h"
+#include "alpha/ops/elementwise.h"
 #include "alpha/ops/layernorm.h"
 #include "support/checks.h"
 
@@ -91,7 +93,7 @@ TEST_P(LayerNormKernel, ForwardAndBackwardMatchF64Loops) {
     Tensor dx = test::poisoned(shape, dtype), dweight = test::poisoned({cols}, acc),
            dbias = test::poisoned({cols}, acc);
     kernels::cpu::layernorm_backward(kernels::LayerNormBackwardArgs<T>{
-        dy.data<T>(), x.data<T>(), weight.data<T>(), ref_mean.data<A>(), ref_rstd.data<A>(), dx.data<T>(),
+        dy.data<T>(), x.data<T>(), weight.data<T>(), ref_mean.data<A>(), ref_rstd.data<A>(), dx.data<T>(), false,
         dweight.data<A>(), dbias.data<A>(), rows, cols});
     EXPECT_TRUE(all_close(dx, Tensor::from_vector(ref.dx, shape), "layernorm"));
     EXPECT_TRUE(all_close(dweight, Tensor::from_vector(ref.dweight, {cols}), "layernorm"));
@@ -165,6 +167,35 @@ TEST(LayerNorm, BadInputsRaise) {
                      DTypeError, "[layernorm_backward]", "'mean'", "f32", "f64");
   EXPECT_ALPHA_ERROR(ops::layernorm_backward(dy, x, weight, out.mean, random({5}), true, true, true), ShapeError,
                      "[layernorm_backward]", "'rstd'", "[6]", "[5]");
+  EXPECT_ALPHA_ERROR(ops::layernorm_backward(dy, x, weight, out.mean, out.rstd, true, false, false, random({2, 3})),
+                     ShapeError, "[layernorm_backward]", "'add_dx_into'", "[2, 3, 4]");
+  EXPECT_ALPHA_ERROR(
+      ops::layernorm_backward(dy, x, weight, out.mean, out.rstd, true, false, false, random({2, 3, 4}, DType::f64)),
+      DTypeError, "[layernorm_backward]", "'add_dx_into'");
+  EXPECT_ALPHA_ERROR(
+      ops::layernorm_backward(dy, x, weight, out.mean, out.rstd, true, false, false, random({4, 3, 2}).transpose(0, 2)),
+      LayoutError, "[layernorm_backward]", "'add_dx_into'");
+}
+
+// dx added into a given gradient (the residual stream's, autograd::gradient_accumulator): the sum of that
+// gradient and the plain dx, rounded once, which in f32 and f64 (dx computed in the dtype itself) is the same
+// bits as adding the plain dx afterwards; the given tensor is the one returned.
+TEST(LayerNorm, BackwardAddsDxIntoAGivenGradient) {
+  for (DType dtype : {DType::f32, DType::f64}) {
+    SCOPED_TRACE(std::string(dtype_name(dtype)));
+    Tensor x = random({3, 7, 10}, dtype), weight = random({10}, dtype), dy = random({3, 7, 10}, dtype);
+    ops::LayerNormOutput out = ops::layernorm(x, weight, Tensor(), kEps);
+    ops::LayerNormGrads plain = ops::layernorm_backward(dy, x, weight, out.mean, out.rstd, true, true, true);
+    Tensor earlier = random({3, 7, 10}, dtype), into = earlier.clone();
+    ops::LayerNormGrads added = ops::layernorm_backward(dy, x, weight, out.mean, out.rstd, true, true, true, into);
+    EXPECT_TRUE(added.dx.shares_storage(into));
+    EXPECT_TRUE(test::bit_equal(added.dx, ops::add(earlier, plain.dx)));
+    EXPECT_TRUE(test::bit_equal(added.dweight, plain.dweight));
+    // Without need_dx the given tensor is left alone.
+    ops::LayerNormGrads no_dx = ops::layernorm_backward(dy, x, weight, out.mean, out.rstd, false, true, false, into);
+    EXPECT_FALSE(no_dx.dx.defined());
+    EXPECT_TRUE(test::bit_equal(into, added.dx));
+  }
 }
 
 }  // namespace

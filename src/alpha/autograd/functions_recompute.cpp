@@ -26,11 +26,12 @@ struct NormInputs {
 
   ops::LayerNormOutput normalise() const { return ops::layernorm(x, params.weight.value, params.bias.value, eps); }
 
-  // Gradients of x, weight and bias (needs[0..2]) from the gradient of the normalised output.
+  // Gradients of x, weight and bias (needs[0..2]) from the gradient of the normalised output; x is the
+  // node's input 0, whose gradient dx is added into where backward offers it (as autograd::layernorm does).
   std::vector<Tensor> backward(const Tensor& dnormed, const ops::LayerNormOutput& normed,
                                const std::vector<bool>& needs) const {
     return params.grads(ops::layernorm_backward(dnormed, x, params.weight.value, normed.mean, normed.rstd, needs[0],
-                                                needs[1], needs[2]));
+                                                needs[1], needs[2], gradient_accumulator(0)));
   }
 };
 

@@ -84,6 +84,23 @@ void accumulate(Tensor& slot, const Shape& shape, const Tensor& g, const char* o
   else slot = ops::add(slot, g);
 }
 
+// The slots backward offers the node it is running (gradient_accumulator), one per input, on this thread; a
+// nested backward (activation recomputation) offers its own and gives the outer ones back when it returns.
+thread_local const std::vector<Tensor>* offered_accumulators = nullptr;
+
+class OfferedAccumulators {
+ public:
+  explicit OfferedAccumulators(const std::vector<Tensor>& slots) : outer_(offered_accumulators) {
+    offered_accumulators = &slots;
+  }
+  ~OfferedAccumulators() { offered_accumulators = outer_; }
+  OfferedAccumulators(const OfferedAccumulators&) = delete;
+  OfferedAccumulators& operator=(const OfferedAccumulators&) = delete;
+
+ private:
+  const std::vector<Tensor>* outer_;
+};
+
 int64_t live_producer(const VariableState& state, const char* op) {
   if (state.epoch != tape().epoch || state.producer < 0 || state.producer >= int64_t(tape().nodes.size()))
     raise<ValueError>(op, "input", "a variable whose graph is still on the tape",
@@ -238,9 +255,29 @@ void backward(const Variable& root, const Tensor& grad_output, const LeafReadyFn
     if (node.grad_out.defined()) {
       std::vector<bool> needs(node.inputs.size());
       for (size_t j = 0; j < needs.size(); ++j) needs[j] = node.inputs[j].needs_grad();
-      std::vector<Tensor> grads = node.backward(node.grad_out, needs);
+      // A node input's slot that already holds a contribution, contiguous and no one else's (its storage held by
+      // the slot alone: a residual add's shared gradient is offered only once the other holder is gone), offered
+      // at the first of the node's edges to it.
+      std::vector<Tensor> accumulators(needs.size());
+      for (size_t j = 0; j < needs.size(); ++j) {
+        const Edge& e = node.inputs[j];
+        if (!needs[j] || e.leaf) continue;
+        bool first_edge = true;
+        for (size_t k = 0; k < j; ++k) first_edge &= node.inputs[k].leaf || node.inputs[k].node != e.node;
+        const Tensor& slot = nodes[size_t(e.node)].grad_out;
+        if (first_edge && slot.defined() && slot.is_contiguous() && slot.storage().use_count() == 1)
+          accumulators[j] = slot;
+      }
+      std::vector<Tensor> grads;
+      {
+        OfferedAccumulators offer(accumulators);
+        grads = node.backward(node.grad_out, needs);
+      }
       for (size_t j = 0; j < needs.size() && j < grads.size(); ++j) {
         if (!needs[j] || !grads[j].defined()) continue;
+        const bool added = accumulators[j].defined() && grads[j].storage() == accumulators[j].storage();
+        accumulators[j] = Tensor();  // the slot's own again, so that accumulate may add in place
+        if (added) continue;
         const Edge& e = node.inputs[j];
         if (!e.leaf) {
           accumulate(nodes[size_t(e.node)].grad_out, nodes[size_t(e.node)].output_shape, grads[j], node.op,
@@ -266,6 +303,11 @@ void backward(const Variable& root, const Tensor& grad_output, const LeafReadyFn
     node.inputs.clear();
   }
   clear_tape();
+}
+
+Tensor gradient_accumulator(size_t index) {
+  if (!offered_accumulators || index >= offered_accumulators->size()) return Tensor();
+  return (*offered_accumulators)[index];
 }
 
 void clear_tape() {

@@ -93,6 +93,14 @@ using LeafReadyFn = std::function<void(const VariableState& leaf)>;
 // `on_leaf_ready`, each such leaf is passed to it as soon as its gradient is complete.
 void backward(const Variable& root, const Tensor& grad_output = {}, const LeafReadyFn& on_leaf_ready = {});
 
+// While backward runs a node's backward function: the gradient slot of the node's input `index` when the
+// function may add its gradient for that input into it in place, else an undefined tensor. The engine offers a
+// slot already holding another consumer's contribution, contiguous and held by no one else (the residual
+// stream's gradient where a LayerNorm's dx joins it). A function that adds into it returns that same tensor as
+// the input's gradient and the engine adds nothing more: one pass over the slot instead of a store and an
+// add. Anywhere else, undefined.
+Tensor gradient_accumulator(size_t index);
+
 // Drops every recorded node without running it (e.g. after an evaluation under gradients).
 void clear_tape();
 size_t tape_size();

@@ -11,6 +11,7 @@
 
 #include "alpha/check/families.h"
 #include "alpha/kernels/layernorm.h"
+#include "alpha/ops/elementwise.h"
 
 namespace alpha::check {
 
@@ -59,12 +60,14 @@ void check_shape(Context& ctx, RowShape shape, bool with_bias) {
   Tensor mean32 = want_mean.to(DType::f32), rstd32 = want_rstd.to(DType::f32);
   Tensor gdy = ctx.to_gpu(dy, dtype), gmean = mean32.to(ctx.gpu()), grstd = rstd32.to(ctx.gpu());
   Tensor mean64 = mean32.to(DType::f64), rstd64 = rstd32.to(DType::f64);
-  auto backward = [&](bool dx, bool dweight, bool dbias) {
+  // dx_into: dx is added into it (accumulate_dx) instead of written into a poisoned buffer.
+  auto backward = [&](bool dx, bool dweight, bool dbias, const Tensor& dx_into = Tensor()) {
     // The parameters' gradients are f32 sums whatever T is.
-    Grads g{ctx.poisoned({rows, cols}, dtype), ctx.poisoned({cols}, DType::f32), ctx.poisoned({cols}, DType::f32)};
+    Grads g{dx_into.defined() ? dx_into : ctx.poisoned({rows, cols}, dtype), ctx.poisoned({cols}, DType::f32),
+            ctx.poisoned({cols}, DType::f32)};
     kernels::cuda::layernorm_backward(
         LayerNormBackwardArgs<T>{gdy.data<T>(), gx.data<T>(), gweight.data<T>(), gmean.data<float>(),
-                                 grstd.data<float>(), dx ? g.dx.data<T>() : nullptr,
+                                 grstd.data<float>(), dx ? g.dx.data<T>() : nullptr, dx_into.defined(),
                                  dweight ? g.dweight.data<float>() : nullptr, dbias ? g.dbias.data<float>() : nullptr,
                                  rows, cols},
         ctx.stream());
@@ -75,8 +78,12 @@ void check_shape(Context& ctx, RowShape shape, bool with_bias) {
              Tensor::empty({cols}, DType::f64)};
   kernels::cpu::layernorm_backward(LayerNormBackwardArgs<double>{
       dy.data<double>(), x.data<double>(), weight.data<double>(), mean64.data<double>(), rstd64.data<double>(),
-      want.dx.data<double>(), want.dweight.data<double>(), want.dbias.data<double>(), rows, cols});
+      want.dx.data<double>(), false, want.dweight.data<double>(), want.dbias.data<double>(), rows, cols});
   ctx.compare("layernorm_backward.dx", got.dx, want.dx, "cuda.layernorm");
+  // Added into an earlier gradient (the residual stream's): earlier + dx, rounded once.
+  Tensor earlier = ctx.random({rows, cols}, dtype);
+  Grads into = backward(true, false, false, ctx.to_gpu(earlier, dtype));
+  ctx.compare("layernorm_backward.dx_added", into.dx, ops::add(want.dx, earlier), "cuda.layernorm");
   ctx.compare("layernorm_backward.dweight", got.dweight, want.dweight, layernorm_param_grad_tolerance(dtype, rows));
   ctx.compare("layernorm_backward.dbias", got.dbias, want.dbias, layernorm_param_grad_tolerance(dtype, rows));
 

@@ -32,6 +32,7 @@ struct LayerNormBackwardArgs {
   const acc_t<T>* mean;   // (rows), from the forward
   const acc_t<T>* rstd;   // (rows), from the forward
   T* dx;                  // (rows, cols), or nullptr when not wanted
+  bool accumulate_dx;     // dx += the gradient (one rounding of the sum) instead of dx = it
   acc_t<T>* dweight;      // (cols), or nullptr when not wanted: the sums, unrounded to T
   acc_t<T>* dbias;        // (cols), or nullptr when not wanted: the sums, unrounded to T
   int64_t rows, cols;

@@ -57,7 +57,8 @@ LayerNormOutput layernorm(const Tensor& x, const Tensor& weight, const Tensor& b
 }
 
 LayerNormGrads layernorm_backward(const Tensor& dy, const Tensor& x, const Tensor& weight, const Tensor& mean,
-                                  const Tensor& rstd, bool need_dx, bool need_dweight, bool need_dbias) {
+                                  const Tensor& rstd, bool need_dx, bool need_dweight, bool need_dbias,
+                                  const Tensor& add_dx_into) {
   constexpr std::string_view op = "layernorm_backward";
   int64_t cols = check_layernorm_operands(op, x, weight);
   check_same_device(op, "dy", dy, x);
@@ -66,8 +67,15 @@ LayerNormGrads layernorm_backward(const Tensor& dy, const Tensor& x, const Tenso
   check_row_statistic(op, "mean", mean, x);
   check_row_statistic(op, "rstd", rstd, x);
   Tensor dyc = dy.contiguous(), xc = x.contiguous(), wc = weight.contiguous();
+  const bool accumulate = need_dx && add_dx_into.defined();
+  if (accumulate) {
+    check_same_device(op, "add_dx_into", add_dx_into, x);
+    check_same_dtype(op, "add_dx_into", add_dx_into, x);
+    check_shape(op, "add_dx_into", add_dx_into, x.shape());
+    check_contiguous(op, "add_dx_into", add_dx_into);
+  }
   LayerNormGrads grads;
-  if (need_dx) grads.dx = Tensor::empty(x.shape(), x.dtype(), x.device());
+  if (need_dx) grads.dx = accumulate ? add_dx_into : Tensor::empty(x.shape(), x.dtype(), x.device());
   if (need_dweight) grads.dweight = Tensor::empty({cols}, accumulation_dtype(x.dtype()), x.device());
   if (need_dbias) grads.dbias = Tensor::empty({cols}, accumulation_dtype(x.dtype()), x.device());
   dispatch_float(op, x, [&]<class T>(const auto& where) {
@@ -75,8 +83,8 @@ LayerNormGrads layernorm_backward(const Tensor& dy, const Tensor& x, const Tenso
     auto sums = [](const Tensor& t) { return t.defined() ? t.data<A>() : nullptr; };
     ALPHA_KERNEL(layernorm_backward)
     (where, kernels::LayerNormBackwardArgs<T>{dyc.data<T>(), xc.data<T>(), wc.data<T>(), mean.data<A>(), rstd.data<A>(),
-                                              grads.dx.defined() ? grads.dx.data<T>() : nullptr, sums(grads.dweight),
-                                              sums(grads.dbias), row_count(x), cols});
+                                              grads.dx.defined() ? grads.dx.data<T>() : nullptr, accumulate,
+                                              sums(grads.dweight), sums(grads.dbias), row_count(x), cols});
   });
   return grads;
 }

@@ -17,7 +17,10 @@ LayerNormOutput layernorm(const Tensor& x, const Tensor& weight, const Tensor& b
 struct LayerNormGrads {
   Tensor dx, dweight, dbias;
 };
+// With need_dx and a defined `add_dx_into` (x's shape, dtype and device, contiguous), dx is added into it, the sum
+// rounded once, and grads.dx is that tensor.
 LayerNormGrads layernorm_backward(const Tensor& dy, const Tensor& x, const Tensor& weight, const Tensor& mean,
-                                  const Tensor& rstd, bool need_dx, bool need_dweight, bool need_dbias);
+                                  const Tensor& rstd, bool need_dx, bool need_dweight, bool need_dbias,
+                                  const Tensor& add_dx_into = Tensor());
 
 }  // namespace alpha::ops

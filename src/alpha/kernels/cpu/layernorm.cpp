@@ -62,7 +62,8 @@ void layernorm_backward(const LayerNormBackwardArgs<T>& args) {
     T* dx = args.dx + r * cols;
     for (int64_t c = 0; c < cols; ++c) {
       A xhat = (A(x[c]) - mean) * rstd;
-      dx[c] = T(rstd * (A(dy[c]) * A(args.weight[c]) - mean_g - xhat * mean_g_xhat));
+      const A grad = rstd * (A(dy[c]) * A(args.weight[c]) - mean_g - xhat * mean_g_xhat);
+      dx[c] = T(args.accumulate_dx ? A(dx[c]) + grad : grad);
     }
   });
   for (int64_t c = 0; c < cols && reduce; ++c) {

@@ -143,6 +143,11 @@ __global__ void __launch_bounds__(Team::kThreads)
         xhat[v] = (fx[v] - mean) * rstd;
         if (dx) out[v] = rstd * (fdy[v] * w[v] - mean_g - xhat[v] * mean_g_xhat);
       }
+      if (dx && a.accumulate_dx) {  // the residual stream's gradient this dx joins, added before the one rounding
+        float earlier[V];
+        load_chunk<T, V>(dx, j, earlier);
+        for (int v = 0; v < V; ++v) out[v] += earlier[v];
+      }
       if (dx) store_chunk<T, V>(dx, j, out);
       if (partials) add_partials<V>(dweight_part + j * V, dbias_part + j * V, fdy, xhat);
     });
