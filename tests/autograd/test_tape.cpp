@@ -173,7 +173,7 @@ TEST(Tape, SetGradKeepsTheGivenTensorAndBackwardAddsIntoIt) {
 Variable adding_identity(const Variable& x, bool& offered) {
   return record("adding_identity", x.value().clone(), {x}, [&] {
     return BackwardFn([&offered](const Tensor& g, const std::vector<bool>&) {
-      Tensor slot = gradient_accumulator(0);
+      Tensor slot = gradient_accumulator(0, g);
       offered = slot.defined();
       if (!offered) return std::vector<Tensor>{g};
       ops::add_(slot, g);
@@ -201,7 +201,7 @@ TEST(Tape, BackwardOffersAnUnsharedSlotToAddInto) {
   backward(sum(add(a2, adding_identity(a2, offered))));
   EXPECT_FALSE(offered);
   for (float v : x2.grad().to_vector<float>()) EXPECT_EQ(v, 4.0f);
-  EXPECT_FALSE(gradient_accumulator(0).defined());  // outside a backward function
+  EXPECT_FALSE(gradient_accumulator(0, x.value()).defined());  // outside a backward function
 }
 
 }  // namespace

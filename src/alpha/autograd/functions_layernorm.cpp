@@ -22,7 +22,7 @@ Variable layernorm(const Variable& x, const Variable& weight, const Variable& bi
     return BackwardFn(
         [xv = x.value(), p, mean = out.mean, rstd = out.rstd](const Tensor& g, const std::vector<bool>& needs) {
           return p.grads(ops::layernorm_backward(g, xv, p.weight.value, mean, rstd, needs[0], needs[1], needs[2],
-                                                 gradient_accumulator(0)));
+                                                 gradient_accumulator(0, xv)));
         });
   });
 }

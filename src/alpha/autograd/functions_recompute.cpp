@@ -31,7 +31,7 @@ struct NormInputs {
   std::vector<Tensor> backward(const Tensor& dnormed, const ops::LayerNormOutput& normed,
                                const std::vector<bool>& needs) const {
     return params.grads(ops::layernorm_backward(dnormed, x, params.weight.value, normed.mean, normed.rstd, needs[0],
-                                                needs[1], needs[2], gradient_accumulator(0)));
+                                                needs[1], needs[2], gradient_accumulator(0, x)));
   }
 };
 

@@ -305,9 +305,11 @@ void backward(const Variable& root, const Tensor& grad_output, const LeafReadyFn
   clear_tape();
 }
 
-Tensor gradient_accumulator(size_t index) {
+Tensor gradient_accumulator(size_t index, const Tensor& input) {
   if (!offered_accumulators || index >= offered_accumulators->size()) return Tensor();
-  return (*offered_accumulators)[index];
+  const Tensor& slot = (*offered_accumulators)[index];
+  if (!slot.defined() || slot.shape() != input.shape() || slot.dtype() != input.dtype()) return Tensor();
+  return slot;
 }
 
 void clear_tape() {

@@ -96,10 +96,10 @@ void backward(const Variable& root, const Tensor& grad_output = {}, const LeafRe
 // While backward runs a node's backward function: the gradient slot of the node's input `index` when the
 // function may add its gradient for that input into it in place, else an undefined tensor. The engine offers a
 // slot already holding another consumer's contribution, contiguous and held by no one else (the residual
-// stream's gradient where a LayerNorm's dx joins it). A function that adds into it returns that same tensor as
-// the input's gradient and the engine adds nothing more: one pass over the slot instead of a store and an
-// add. Anywhere else, undefined.
-Tensor gradient_accumulator(size_t index);
+// stream's gradient where a LayerNorm's dx joins it), of the shape and dtype of `input` (the input's value). A
+// function that adds into it returns that same tensor as the input's gradient and the engine adds nothing
+// more: one pass over the slot instead of a store and an add. Anywhere else, undefined.
+Tensor gradient_accumulator(size_t index, const Tensor& input);
 
 // Drops every recorded node without running it (e.g. after an evaluation under gradients).
 void clear_tape();
