@@ -273,11 +273,12 @@ void backward(const Variable& root, const Tensor& grad_output, const LeafReadyFn
         OfferedAccumulators offer(accumulators);
         grads = node.backward(node.grad_out, needs);
       }
+      std::vector<bool> added(needs.size());  // the function added into the slot it was offered
+      for (size_t j = 0; j < needs.size() && j < grads.size(); ++j)
+        added[j] = accumulators[j].defined() && grads[j].defined() && grads[j].storage() == accumulators[j].storage();
+      accumulators.clear();  // the slots are their own again, so that accumulate may add in place
       for (size_t j = 0; j < needs.size() && j < grads.size(); ++j) {
-        if (!needs[j] || !grads[j].defined()) continue;
-        const bool added = accumulators[j].defined() && grads[j].storage() == accumulators[j].storage();
-        accumulators[j] = Tensor();  // the slot's own again, so that accumulate may add in place
-        if (added) continue;
+        if (!needs[j] || !grads[j].defined() || added[j]) continue;
         const Edge& e = node.inputs[j];
         if (!e.leaf) {
           accumulate(nodes[size_t(e.node)].grad_out, nodes[size_t(e.node)].output_shape, grads[j], node.op,
