@@ -61,8 +61,6 @@ Reference reference_layernorm(const Tensor& x, const Tensor& weight, const Tenso
   return ref;
 }
 
-DType accumulation_dtype(DType t) { return t == DType::f64 ? DType::f64 : DType::f32; }
-
 // Element counts of test::kSizes, then odd shapes.
 const Shape kShapes[] = {{1, 1}, {4, 16}, {64, 64}, {256, 256}, {7, 13}, {3, 5, 11}};
 

@@ -24,11 +24,16 @@ struct ComputeParameter {
 };
 ComputeParameter compute_parameter(std::string_view op, std::string_view arg, const Variable& parameter, DType compute);
 
-// A linear layer's weight and (possibly undefined) bias in the compute dtype.
-struct LinearParameters {
+// A layer's weight and (possibly undefined) bias in the compute dtype.
+struct WeightAndBias {
   ComputeParameter weight, bias;
 
-  LinearParameters(std::string_view op, const Variable& weight, const Variable& bias, DType compute);
+  WeightAndBias(std::string_view op, const Variable& weight, const Variable& bias, DType compute);
+};
+
+// A linear layer's.
+struct LinearParameters : WeightAndBias {
+  using WeightAndBias::WeightAndBias;
   // Whether the compute-dtype backward (ops::linear_backward, ops::gelu_linear_backward) is to compute the
   // weight's or the bias's gradient: wanted, and not a master's.
   bool weight_grad_in_compute(bool wanted) const { return wanted && !weight.master; }
@@ -39,11 +44,9 @@ struct LinearParameters {
                     Tensor& dbias) const;
 };
 
-// A LayerNorm's weight and (possibly undefined) bias in the compute dtype.
-struct NormParameters {
-  ComputeParameter weight, bias;
-
-  NormParameters(std::string_view op, const Variable& weight, const Variable& bias, DType compute);
+// A LayerNorm's.
+struct NormParameters : WeightAndBias {
+  using WeightAndBias::WeightAndBias;
   // ops::layernorm_backward's gradients {dx, dweight, dbias}, the parameters' sums in the parameters' dtypes.
   std::vector<Tensor> grads(const ops::LayerNormGrads& g) const;
 };

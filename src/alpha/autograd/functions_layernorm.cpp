@@ -4,14 +4,6 @@
 
 namespace alpha::autograd {
 
-NormParameters::NormParameters(std::string_view op, const Variable& weight, const Variable& bias, DType compute)
-    : weight(compute_parameter(op, "weight", weight, compute)), bias(compute_parameter(op, "bias", bias, compute)) {}
-
-std::vector<Tensor> NormParameters::grads(const ops::LayerNormGrads& g) const {
-  return {g.dx, g.dweight.defined() ? g.dweight.to(weight.dtype) : Tensor(),
-          g.dbias.defined() ? g.dbias.to(bias.dtype) : Tensor()};
-}
-
 // Saves x, the parameters' compute values and the forward's per-row mean and rstd; bias needs nothing saved
 // (dbias = Σ dy). Masters get the backward's f32 sums (compute_parameters.h). dx is added into x's gradient
 // where backward offers it (gradient_accumulator: the residual stream's, in a pre-LN block).

@@ -42,5 +42,7 @@ template <class T> inline constexpr DType dtype_of = dtype_of_t<T>::value;
 template <class T> struct acc_of_t { using type = float; };
 template <> struct acc_of_t<double> { using type = double; };
 template <class T> using acc_t = typename acc_of_t<T>::type;
+// The same rule for a dtype tag: the dtype of acc_t of its element type (f64 for f64, f32 for the others).
+constexpr DType accumulation_dtype(DType t) { return t == DType::f64 ? DType::f64 : DType::f32; }
 
 }  // namespace alpha

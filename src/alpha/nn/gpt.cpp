@@ -273,23 +273,19 @@ GPTOutput GPT::forward(const Tensor& ids, const Tensor& targets, const ForwardOp
     x = options.recompute == Recompute::block ? block->forward_checkpointed(x, block_dropout)
                                               : block->forward(x, block_dropout, recompute_norms);
   }
+  // The head takes its parameters themselves, as every linear function does (the tied table computes with its
+  // held bf16 copy, which the lookup also read), and returns their gradients in f32, where the table's meets the
+  // lookup's, which autograd::embedding returns in f32.
+  const Variable head_weight = lm_head_ ? lm_head_->weight() : wte_.weight();
+  const Variable head_bias = lm_head_ ? lm_head_->bias() : Variable();
   // With targets, the head, its softcap and the loss run as one op that never holds the (B·T, V) logits
-  // (their gradients are computed chunk by chunk in the forward), except in f16, whose gradients need the loss
-  // scale that only the backward knows. It takes the head's parameters themselves: under bf16 compute it
-  // computes with their held bf16 copies and hands back their gradients as its f32 sums over the chunks, which a
-  // cast in front would round to bf16 and widen again.
+  // (their gradients are computed chunk by chunk in the forward, summed in f32 over the chunks), except in f16,
+  // whose gradients need the loss scale that only the backward knows.
   if (targets.defined() && compute_dtype() != DType::f16) {
     Variable features = autograd::reshape(ln_f_.forward(x), {B * T, config_.n_embd});
-    return {Variable(),
-            autograd::linear_cross_entropy(features, lm_head_ ? lm_head_->weight() : wte_.weight(),
-                                           lm_head_ ? lm_head_->bias() : Variable(), targets.reshape({B * T}),
-                                           config_.logit_softcap, options.inputs_checked)};
+    return {Variable(), autograd::linear_cross_entropy(features, head_weight, head_bias, targets.reshape({B * T}),
+                                                       config_.logit_softcap, options.inputs_checked)};
   }
-  // The head takes its parameters themselves (the tied table computes with its held bf16 copy, which the lookup
-  // also read) and returns their gradients in f32, where the table's meets the lookup's, which
-  // autograd::embedding returns in f32.
-  Variable head_weight = lm_head_ ? lm_head_->weight() : wte_.weight();
-  Variable head_bias = lm_head_ ? lm_head_->bias() : Variable();
   Variable logits = recompute_norms ? autograd::layernorm_linear(x, params_of(ln_f_), head_weight, head_bias)
                                     : autograd::linear(ln_f_.forward(x), head_weight, head_bias);  // (B, T, V)
   if (config_.logit_softcap > 0.0) logits = autograd::softcap(logits, config_.logit_softcap);

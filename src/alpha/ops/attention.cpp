@@ -138,7 +138,7 @@ void check_attention_inputs(std::string_view op, const Tensor& q, const Tensor& 
       raise<ValueError>(op, name, "a window of -1 (unbounded) or >= 0", std::to_string(window));
 }
 
-DType attention_statistics_dtype(const Tensor& q) { return q.dtype() == DType::f64 ? DType::f64 : DType::f32; }
+DType attention_statistics_dtype(const Tensor& q) { return accumulation_dtype(q.dtype()); }
 
 void check_attention_statistics(std::string_view op, const Tensor& q, const Tensor& row_max, const Tensor& row_sum) {
   const Shape shape = {q.size(0), q.size(2), q.size(1)};

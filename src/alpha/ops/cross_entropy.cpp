@@ -103,7 +103,7 @@ Tensor backward_from_device_values(std::string_view op, const Tensor& dloss, con
                                    const Tensor& targets, const Tensor& lse, const Tensor& counted_rows) {
   check_same_device(op, "lse", lse, logits);
   check_shape(op, "lse", lse, {shape.rows});
-  check_device_scalar(op, "dloss", dloss, logits, logits.dtype() == DType::f64 ? DType::f64 : DType::f32);
+  check_device_scalar(op, "dloss", dloss, logits, accumulation_dtype(logits.dtype()));
   check_device_scalar(op, "counted_rows", counted_rows, logits, DType::i64);
   Tensor xc = logits.contiguous(), dc = dloss.contiguous(), cc = counted_rows.contiguous();
   Tensor dlogits = Tensor::empty(logits.shape(), logits.dtype(), logits.device());

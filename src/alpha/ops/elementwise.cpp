@@ -53,7 +53,7 @@ Tensor sum(const Tensor& x) {
   check_backend_float("sum", "x", x);
   Tensor xc = x.contiguous();
   // The kernel writes its accumulator (f64 for f64, f32 otherwise) on x's device; the result takes x's dtype.
-  Tensor total = Tensor::empty({}, x.dtype() == DType::f64 ? DType::f64 : DType::f32, x.device());
+  Tensor total = Tensor::empty({}, accumulation_dtype(x.dtype()), x.device());
   dispatch_float("sum", x, [&]<class T>(const auto& where) {
     ALPHA_KERNEL(sum)(where, kernels::SumArgs<T>{xc.data<T>(), total.data<acc_t<T>>(), xc.numel()});
   });

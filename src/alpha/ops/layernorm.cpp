@@ -19,8 +19,6 @@ int64_t check_layernorm_operands(std::string_view op, const Tensor& x, const Ten
   return x.size(-1);
 }
 
-DType accumulation_dtype(DType t) { return t == DType::f64 ? DType::f64 : DType::f32; }
-
 int64_t row_count(const Tensor& x) { return shape_numel(std::span(x.shape()).first(size_t(x.dim() - 1))); }
 
 // Validates a per-row statistic saved by the forward: [rows] in the accumulation dtype, contiguous.

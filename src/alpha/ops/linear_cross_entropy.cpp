@@ -52,7 +52,7 @@ LinearCrossEntropy linear_cross_entropy(const Tensor& x, const Tensor& weight, c
                       "f16");
   const int64_t features = x.size(-1), vocab = weight.size(0);
   const Device device = x.device();
-  const DType accumulation = x.dtype() == DType::f64 ? DType::f64 : DType::f32;
+  const DType accumulation = accumulation_dtype(x.dtype());
 
   // The targets on the host (validated there: no wait for the device unless they live on it; none when the
   // caller checked them) and on the device.

@@ -214,7 +214,7 @@ void linear_param_grads_into(const Tensor& dy, const Tensor& x, const Tensor& dw
   check_min_dim(op, "x", x, 1);
   if (!dweight.defined() && !dbias.defined())
     raise<ValueError>(op, "dweight", "a defined dweight or dbias (or both)", "neither");
-  const DType sum_dtype = x.dtype() == DType::f64 ? DType::f64 : DType::f32;
+  const DType sum_dtype = accumulation_dtype(x.dtype());
   auto check_sum = [&](std::string_view arg, const Tensor& t, int64_t dims) {
     check_dim(op, arg, t, dims);
     check_same_device(op, arg, t, x);

@@ -182,10 +182,6 @@ Tensor stacked_losses(std::vector<Tensor> micro_losses, DType dtype, Device devi
   return losses;
 }
 
-// The losses' dtype a step reads them in: their own (f32; f64 for an f64 model), so that no conversion between f32
-// and f64 goes through the host on a GPU.
-DType loss_dtype_of(const Tensor& loss) { return loss.dtype() == DType::f64 ? DType::f64 : DType::f32; }
-
 }  // namespace
 
 SavedConfigs saved_configs(const fs::path& run_dir) {
@@ -368,7 +364,7 @@ std::pair<double, double> Trainer::graphed_step(int64_t step, double lr, nn::Rec
             micro_step(*model_, fresh.ids[size_t(micro)], fresh.targets[size_t(micro)], fo, 1.0 / double(micro_steps))
                 .loss);
       }
-      fresh.losses = stacked_losses(micro_losses, loss_dtype_of(micro_losses[0]), device);
+      fresh.losses = stacked_losses(micro_losses, accumulation_dtype(micro_losses[0].dtype()), device);
       fresh.norm = data_->optimizer->grad_norm_tensor();
       data_->optimizer->queue_update(ops::step_guard(fresh.norm, fresh.losses, 1.0, options_.train.grad_clip));
     });
@@ -482,7 +478,7 @@ std::string Trainer::run(std::optional<int64_t> stop_at_step) {
       // norm, and that read waits for the norm only. The host takes in the step's numbers and queues the next
       // step's forward while the optimizer step runs, instead of the device waiting for it in between.
       const Tensor queued_norm = data_->optimizer->grad_norm_tensor();
-      const Tensor losses = stacked_losses(micro_losses, loss_dtype_of(micro_losses[0]), device);
+      const Tensor losses = stacked_losses(micro_losses, accumulation_dtype(micro_losses[0].dtype()), device);
       HostCopy read({losses, queued_norm});
       data_->optimizer->queued_step(lr, ops::step_guard(queued_norm, losses, loss_scale, t.grad_clip));
       optimizer_s = phase.seconds();

@@ -324,36 +324,6 @@ constexpr int64_t kMaxBlocks = 1 << 16;  // grid-stride beyond this
 
 unsigned blocks_for(int64_t work) { return unsigned(std::min((work + kThreads - 1) / kThreads, kMaxBlocks)); }
 
-// Column sums: a block covers kSumCols adjacent columns (one per lane of threadIdx.x, so each row is read
-// coalesced) and one chunk of rows; thread row y adds rows y, y + kSumRowThreads, ... of the chunk in order,
-// then a fixed shared-memory tree adds the kSumRowThreads partials. With several chunks, their partials (f32)
-// are summed the same way by a second launch with one chunk. The order depends only on rows and cols.
-constexpr int kSumCols = 32;
-constexpr int kSumRowThreads = 8;
-constexpr int64_t kSumRowChunk = 1024;
-
-template <class In, class Out>
-__global__ void column_sum_kernel(const Bits<In>* x, int64_t rows, int64_t cols, int64_t ld, int64_t chunk,
-                                  Bits<Out>* out) {
-  __shared__ float partial[kSumRowThreads][kSumCols + 1];
-  const int64_t col = int64_t(blockIdx.x) * kSumCols + threadIdx.x;
-  const int64_t start = int64_t(blockIdx.y) * chunk;
-  const int64_t end = start + chunk < rows ? start + chunk : rows;
-  float s = 0.0f;
-  if (col < cols)
-    for (int64_t r = start + threadIdx.y; r < end; r += kSumRowThreads)
-      s = __fadd_rn(s, Elem<In>::load(x[r * ld + col]));
-  partial[threadIdx.y][threadIdx.x] = s;
-  __syncthreads();
-  for (int width = kSumRowThreads / 2; width > 0; width /= 2) {
-    if (int(threadIdx.y) < width)
-      partial[threadIdx.y][threadIdx.x] =
-          __fadd_rn(partial[threadIdx.y][threadIdx.x], partial[threadIdx.y + width][threadIdx.x]);
-    __syncthreads();
-  }
-  if (threadIdx.y == 0 && col < cols) out[int64_t(blockIdx.y) * cols + col] = Elem<Out>::store(partial[0][threadIdx.x]);
-}
-
 // c = c ⊙ gelu'(aux) in place (f32 arithmetic, tanh from common.cuh's fast_tanh, absolute error ~2⁻²², far
 // below a bf16/f16 result's rounding; one rounding to T): the bf16/f16 DGELU after a plain product into c.
 // Tiles of rows_per_tile rows over y, runs of V columns (V = 1, or kLanes<T>: one 16-byte vector) over x: no
@@ -449,7 +419,7 @@ void gemm_unfused(const GemmArgs<T, Out>& args, cudaStream_t stream) {
 }
 
 // The bf16/f16 DGELU as a plain cuBLASLt product into c, then dgelu_in_place_kernel, which for a large c also
-// sums the bias gradient's columns by tiles of rows (the tiles' partials then added by column_sum_kernel), and
+// sums the bias gradient's columns by tiles of rows (the tiles' partials then added by column_sum), and
 // for a small one leaves them to column_sum. cuBLASLt's own
 // DGELU[_BGRAD] epilogue ran as a separate element-wise kernel of its own that cost several times this pass
 // (H200, the seed config's MLP, 2026-11-26: 92 µs a call, 10% of a training step's GPU time). The product is
@@ -493,9 +463,7 @@ void gemm_dgelu(const GemmArgs<T>& args, cudaStream_t stream) {
   else
     launch.template operator()<1, false>();
   if (column_sums) {
-    constexpr auto sum_kernel = column_sum_kernel<float, T>;
-    ALPHA_CUDA_LAUNCH(sum_kernel, dim3(unsigned((args.n + kSumCols - 1) / kSumCols), 1), dim3(kSumCols, kSumRowThreads),
-                      stream, partials, tiles, args.n, args.n, tiles, bits(args.bias_grad));
+    column_sum(ColumnSumArgs<float, T>{partials, args.bias_grad, tiles, args.n, args.n}, Stream{stream});
     ALPHA_CUDA_CHECK(cudaFreeAsync(partials, stream));
   } else {
     bias_grads_by_column_sums(args, stream);
@@ -507,6 +475,36 @@ __global__ void broadcast_rows_kernel(const Bits<T>* row, Bits<T>* out, int64_t 
   const int64_t total = rows * cols;
   for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < total; i += int64_t(gridDim.x) * blockDim.x)
     out[i] = row[i % cols];
+}
+
+// Column sums: a block covers kSumCols adjacent columns (one per lane of threadIdx.x, so each row is read
+// coalesced) and one chunk of rows; thread row y adds rows y, y + kSumRowThreads, ... of the chunk in order,
+// then a fixed shared-memory tree adds the kSumRowThreads partials. With several chunks, their partials (f32)
+// are summed the same way by a second launch with one chunk. The order depends only on rows and cols.
+constexpr int kSumCols = 32;
+constexpr int kSumRowThreads = 8;
+constexpr int64_t kSumRowChunk = 1024;
+
+template <class In, class Out>
+__global__ void column_sum_kernel(const Bits<In>* x, int64_t rows, int64_t cols, int64_t ld, int64_t chunk,
+                                  Bits<Out>* out) {
+  __shared__ float partial[kSumRowThreads][kSumCols + 1];
+  const int64_t col = int64_t(blockIdx.x) * kSumCols + threadIdx.x;
+  const int64_t start = int64_t(blockIdx.y) * chunk;
+  const int64_t end = start + chunk < rows ? start + chunk : rows;
+  float s = 0.0f;
+  if (col < cols)
+    for (int64_t r = start + threadIdx.y; r < end; r += kSumRowThreads)
+      s = __fadd_rn(s, Elem<In>::load(x[r * ld + col]));
+  partial[threadIdx.y][threadIdx.x] = s;
+  __syncthreads();
+  for (int width = kSumRowThreads / 2; width > 0; width /= 2) {
+    if (int(threadIdx.y) < width)
+      partial[threadIdx.y][threadIdx.x] =
+          __fadd_rn(partial[threadIdx.y][threadIdx.x], partial[threadIdx.y + width][threadIdx.x]);
+    __syncthreads();
+  }
+  if (threadIdx.y == 0 && col < cols) out[int64_t(blockIdx.y) * cols + col] = Elem<Out>::store(partial[0][threadIdx.x]);
 }
 
 }  // namespace
