@@ -107,6 +107,15 @@ TEST_F(CudaMatmul, LinearAndItsBackwardMatchTheCpu) {
       test::GpuInput x = test::gpu_input({4, 33, in}, dtype), w = test::gpu_input({out, in}, dtype), dy = test::gpu_input({4, 33, out}, dtype);
       test::GpuInput bias = with_bias ? test::gpu_input({out}, dtype) : test::GpuInput{};
       EXPECT_TRUE(close_to_cpu("linear", ops::linear(x.gpu, w.gpu, bias.gpu), ops::linear(x.cpu, w.cpu, bias.cpu), in));
+      // A residual added by the GEMM (cuBLASLt's C beside D), fused and unfused.
+      test::GpuInput residual = test::gpu_input({4, 33, out}, dtype);
+      for (bool fused : {true, false}) {
+        kernels::cuda::set_gemm_fused_epilogues(fused);
+        EXPECT_TRUE(close_to_cpu("linear.residual", ops::linear(x.gpu, w.gpu, bias.gpu, residual.gpu),
+                                 ops::linear(x.cpu, w.cpu, bias.cpu, residual.cpu), in))
+            << (fused ? "fused" : "unfused");
+      }
+      kernels::cuda::set_gemm_fused_epilogues(true);
       ops::LinearGrads got = ops::linear_backward(dy.gpu, x.gpu, w.gpu, true, true, true);
       ops::LinearGrads want = ops::linear_backward(dy.cpu, x.cpu, w.cpu, true, true, true);
       EXPECT_TRUE(close_to_cpu("linear_backward.dx", got.dx, want.dx, out));

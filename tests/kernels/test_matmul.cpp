@@ -14,6 +14,7 @@
 #include "alpha/kernels/matmul.h"
 #include "alpha/ops/activation.h"
 #include "alpha/ops/check.h"
+#include "alpha/ops/elementwise.h"
 #include "alpha/ops/matmul.h"
 #include "support/checks.h"
 
@@ -113,13 +114,15 @@ double reference_gelu_grad(double x) {
   return 0.5 * (1 + std::tanh(u)) + 0.5 * x * sech2 * std::sqrt(2 / M_PI) * (1 + 3 * 0.044715 * x * x);
 }
 
-// One epilogue configuration: p = alpha·op(a)·op(b) + beta·c0 (+ bias per column), then the epilogue.
+// One epilogue configuration: p = alpha·op(a)·op(b) + beta·c0 (+ bias per column), then the epilogue. With
+// `addend`, c0 is given as the addend and c starts poisoned (NaN, which a read of c would carry into p).
 struct EpilogueCase {
   const char* name;
   kernels::GemmEpilogue epilogue;
   bool bias, aux;
   double alpha, beta;
   kernels::GemmBiasGrad bias_grad;
+  bool addend = false;
 };
 using kernels::GemmBiasGrad, kernels::GemmEpilogue;
 const EpilogueCase kEpilogueCases[] = {
@@ -131,6 +134,9 @@ const EpilogueCase kEpilogueCases[] = {
     {"dgelu", GemmEpilogue::dgelu, false, true, 1.0, 0.0, GemmBiasGrad::none},
     {"dgelu_bias_grad", GemmEpilogue::dgelu, false, true, 0.5, 0.0, GemmBiasGrad::c_columns},
     {"bias_grad_of_a", GemmEpilogue::none, false, false, 2.0, 0.0, GemmBiasGrad::a_columns},
+    {"bias_addend", GemmEpilogue::none, true, false, 1.0, 1.0, GemmBiasGrad::none, true},
+    {"addend_scaled", GemmEpilogue::none, false, false, 0.5, -1.25, GemmBiasGrad::none, true},
+    {"gelu_bias_pre_addend", GemmEpilogue::gelu, true, true, 1.0, 0.75, GemmBiasGrad::none, true},
 };
 
 struct EpilogueParam {
@@ -167,7 +173,9 @@ TEST_P(GemmEpilogueKernel, MatchesF64LoopsAndLeavesPaddingAlone) {
   // c and aux have padded rows (ldc = n + 2, ld_aux = n + 3) whose padding starts and must stay NaN.
   Tensor c = test::poisoned({m, n + 2}, dtype), aux = test::poisoned({m, n + 3}, dtype);
   Tensor c_view = c.slice(1, 0, n), aux_view = aux.slice(1, 0, n);
-  if (e.beta != 0) c_view.copy_from(c0);
+  // An addend has c's row stride; its padding, NaN too, must not reach c.
+  Tensor addend = test::poisoned({m, n + 2}, dtype);
+  if (e.beta != 0) (e.addend ? addend.slice(1, 0, n) : c_view).copy_from(c0);
   if (e.epilogue == GemmEpilogue::dgelu) aux_view.copy_from(pre_in);
   const int64_t grad_size = e.bias_grad == GemmBiasGrad::a_columns ? m : n;
   Tensor bias_grad = test::poisoned({grad_size}, dtype);
@@ -202,6 +210,7 @@ TEST_P(GemmEpilogueKernel, MatchesF64LoopsAndLeavesPaddingAlone) {
     }
     args.bias_grad_of = e.bias_grad;
     if (e.bias_grad != GemmBiasGrad::none) args.bias_grad = bias_grad.data<T>();
+    if (e.addend) args.addend = addend.data<T>();
     kernels::cpu::gemm(args);
   });
   EXPECT_TRUE(all_close(c_view, Tensor::from_vector(want_c, {m, n}), "matmul"));
@@ -272,6 +281,10 @@ TEST(GemmEpilogueKernel, InconsistentFieldsRaise) {
                      ValueError, "[gemm]", "'bias_grad'");
   EXPECT_ALPHA_ERROR(kernels::cpu::gemm(with([&](Args& x) { x.bias_grad = grad.data(); })), ValueError, "[gemm]",
                      "'bias_grad'");
+  EXPECT_ALPHA_ERROR(kernels::cpu::gemm(with([&](Args& x) { x.addend = aux.data(); })), ValueError, "[gemm]", "'beta'",
+                     "nonzero with an addend");
+  EXPECT_ALPHA_ERROR(kernels::cpu::gemm(with([&](Args& x) { x.addend = aux.data(), x.beta = 1.0f, x.batch = 2; })),
+                     ValueError, "[gemm]", "'batch'", "an addend");
 }
 
 // bf16/f16 operands into an f32 output as dW = dyᵀ·x is summed over chunks of rows (trans_a): the first chunk
@@ -446,6 +459,11 @@ TEST_P(LinearOp, ForwardAndBackwardMatchF64Loops) {
     for (int64_t r = 0; r < rows; ++r)
       for (int64_t o = 0; o < shape.out; ++o) want_y[size_t(r * shape.out + o)] += bias.at({o});
   EXPECT_TRUE(all_close(ops::linear(x, w, bias), Tensor::from_vector(want_y, y_shape), "matmul"));
+  // With a residual, added by the same GEMM; a poisoned (NaN) output buffer is never read.
+  Tensor residual = random(y_shape, dtype);
+  std::vector<double> want_residual = residual.to_vector<double>();
+  for (size_t i = 0; i < want_residual.size(); ++i) want_residual[i] += want_y[i];
+  EXPECT_TRUE(all_close(ops::linear(x, w, bias, residual), Tensor::from_vector(want_residual, y_shape), "matmul"));
 
   Tensor dy = random(y_shape, dtype);
   ops::LinearGrads grads = ops::linear_backward(dy, x, w, true, true, true);
@@ -548,9 +566,29 @@ TEST(Matmul, GradientsMatchFiniteDifferences) {
 
 TEST(Linear, GradientsMatchFiniteDifferences) {
   Tensor x = random({2, 3, 4}, DType::f64), w = random({5, 4}, DType::f64), b = random({5}, DType::f64);
+  Tensor r = random({2, 3, 5}, DType::f64);
   EXPECT_TRUE(test::gradcheck([](const auto& v) { return autograd::linear(v[0], v[1], v[2]); }, {x, w, b}));
   EXPECT_TRUE(test::gradcheck([](const auto& v) { return autograd::linear(v[0], v[1], autograd::Variable()); },
                               {x, w}));
+  EXPECT_TRUE(test::gradcheck([](const auto& v) { return autograd::linear(v[0], v[1], v[2], v[3]); }, {x, w, b, r}));
+}
+
+// The residual is added by linear's GEMM: within one rounding of linear then add, and its gradient is the
+// output's gradient; wrong residuals raise, naming the op and the argument.
+TEST(Linear, ResidualIsAddedByTheGemm) {
+  Tensor x = random({3, 5, 9}), w = random({7, 9}), b = random({7}), r = random({3, 5, 7});
+  Tensor want = ops::add(ops::linear(x, w, b), r);
+  EXPECT_TRUE(all_close(ops::linear(x, w, b, r), want, "matmul"));
+  autograd::Variable vx(x, true), vw(w, true), vb(b, true), vr(r, true);
+  Tensor dy = random({3, 5, 7});
+  autograd::backward(autograd::linear(vx, vw, vb, vr), dy);
+  EXPECT_EQ(vr.grad().to_vector<float>(), dy.to_vector<float>());
+  autograd::Variable ux(x, true), uw(w, true), ub(b, true);
+  autograd::backward(autograd::linear(ux, uw, ub), dy);
+  for (auto [fused, plain] : {std::pair{vx, ux}, {vw, uw}, {vb, ub}})
+    EXPECT_EQ(fused.grad().to_vector<float>(), plain.grad().to_vector<float>());
+  EXPECT_ALPHA_ERROR(ops::linear(x, w, b, random({3, 5, 6})), ShapeError, "[linear]", "'residual'");
+  EXPECT_ALPHA_ERROR(ops::linear(x, w, b, r.to(DType::f64)), DTypeError, "[linear]", "'residual'");
 }
 
 TEST(LinearGelu, OpsMatchF64LoopsAndTheUnfusedOpsBits) {
@@ -608,6 +646,9 @@ TEST(GeluMlp, GradientsMatchFiniteDifferences) {
   EXPECT_TRUE(test::gradcheck(
       [](const auto& v) { return autograd::gelu_mlp(v[0], v[1], autograd::Variable(), v[2], autograd::Variable()); },
       {x, w1, w2}));
+  Tensor r = random({2, 3, 5}, DType::f64);
+  EXPECT_TRUE(test::gradcheck([](const auto& v) { return autograd::gelu_mlp(v[0], v[1], v[2], v[3], v[4], v[5]); },
+                              {x, w1, b1, w2, b2, r}));
 }
 
 TEST(GeluMlp, MatchesTheUnfusedComposition) {

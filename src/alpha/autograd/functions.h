@@ -35,15 +35,18 @@ Tensor cast_value(const Variable& x, DType dtype);
 // master parameters in a wider float dtype, which compute through their held compute copies and get their
 // gradients as unrounded f32 sums (compute_parameters.h).
 Variable matmul(const Variable& a, const Variable& b, bool trans_a = false, bool trans_b = false);
-Variable linear(const Variable& x, const Variable& weight, const Variable& bias);  // bias may be undefined
+// y = x·Wᵀ + b (bias may be undefined); with a residual (y's shape), residual + x·Wᵀ + b from the one GEMM (the
+// residual its addend, ops::linear): a residual stream without dropout, added with no pass of its own.
+Variable linear(const Variable& x, const Variable& weight, const Variable& bias, const Variable& residual = {});
 // The GELU MLP y = linear(gelu(linear(x, fc_weight, fc_bias)), proj_weight, proj_bias) as one function, so
 // that GELU rides on GEMM epilogues both ways: forward, fc+GELU is one GEMM (ops::linear_gelu, keeping the
 // pre-activation); backward, the gradient of the pre-activation comes from proj's input-gradient GEMM with a
 // DGELU epilogue (ops::gelu_linear_backward), which also sums it into fc's bias gradient. A DGELU epilogue
 // needs the GEMM whose product is dL/dgelu, which belongs to the layer after the GELU: hence one function for
-// both layers rather than one for linear+gelu. Biases may be undefined.
+// both layers rather than one for linear+gelu. Biases may be undefined; a residual, when given, is added by proj's
+// GEMM, as linear's.
 Variable gelu_mlp(const Variable& x, const Variable& fc_weight, const Variable& fc_bias, const Variable& proj_weight,
-                  const Variable& proj_bias);
+                  const Variable& proj_bias, const Variable& residual = {});
 
 // Normalisation and activations (functions_layernorm.cpp, functions_activation.cpp).
 Variable layernorm(const Variable& x, const Variable& weight, const Variable& bias, double eps);

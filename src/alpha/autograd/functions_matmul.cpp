@@ -19,14 +19,16 @@ Variable matmul(const Variable& a, const Variable& b, bool trans_a, bool trans_b
   });
 }
 
-Variable linear(const Variable& x, const Variable& weight, const Variable& bias) {
+// The residual's gradient is g itself (no pass over it), as residual_dropout_add's at p = 0.
+Variable linear(const Variable& x, const Variable& weight, const Variable& bias, const Variable& residual) {
   const LinearParameters p("linear", weight, bias, x.dtype());
-  return record("linear", ops::linear(x.value(), p.weight.value, p.bias.value), {x, weight, bias}, [&] {
+  Tensor y = ops::linear(x.value(), p.weight.value, p.bias.value, residual.defined() ? residual.value() : Tensor());
+  return record("linear", y, {x, weight, bias, residual}, [&] {
     return BackwardFn([xv = x.value(), p](const Tensor& g, const std::vector<bool>& needs) {
       ops::LinearGrads grads = ops::linear_backward(g, xv, p.weight.value, needs[0], p.weight_grad_in_compute(needs[1]),
                                                     p.bias_grad_in_compute(needs[2]));
       p.master_grads(g, xv, needs[1], needs[2], grads.dweight, grads.dbias);
-      return std::vector<Tensor>{grads.dx, grads.dweight, grads.dbias};
+      return std::vector<Tensor>{grads.dx, grads.dweight, grads.dbias, needs[3] ? g : Tensor()};
     });
   });
 }
@@ -36,16 +38,19 @@ Variable linear(const Variable& x, const Variable& weight, const Variable& bias)
 // with Σ over rows of dpre as fc's bias gradient (for a master bias, that compute-dtype sum widened), then fc's
 // input and weight gradients from dpre.
 Variable gelu_mlp(const Variable& x, const Variable& fc_weight, const Variable& fc_bias, const Variable& proj_weight,
-                  const Variable& proj_bias) {
-  std::vector<Variable> inputs{x, fc_weight, fc_bias, proj_weight, proj_bias};
+                  const Variable& proj_bias, const Variable& residual) {
+  std::vector<Variable> inputs{x, fc_weight, fc_bias, proj_weight, proj_bias, residual};
   const LinearParameters fc_p("gelu_mlp", fc_weight, fc_bias, x.dtype()),
       proj_p("gelu_mlp", proj_weight, proj_bias, x.dtype());
   ops::LinearGelu fc = ops::linear_gelu(x.value(), fc_p.weight.value, fc_p.bias.value, needs_recording(inputs));
-  Tensor y = ops::linear(fc.out, proj_p.weight.value, proj_p.bias.value);
+  Tensor y =
+      ops::linear(fc.out, proj_p.weight.value, proj_p.bias.value, residual.defined() ? residual.value() : Tensor());
   return record("gelu_mlp", y, inputs, [&] {
     return BackwardFn(
         [xv = x.value(), fc_p, proj_p, pre = fc.pre, h = fc.out](const Tensor& g, const std::vector<bool>& needs) {
-          return mlp_backward(g, xv, pre, h, fc_p, proj_p, needs);
+          std::vector<Tensor> grads = mlp_backward(g, xv, pre, h, fc_p, proj_p, needs);
+          grads.push_back(needs[5] ? g : Tensor());  // the residual's
+          return grads;
         });
   });
 }

@@ -4,8 +4,9 @@
 //    odd shapes (127×33×65, 7×13×5), alpha/beta accumulation, k = 0, and strided batches with padded rows
 //    and batch strides; f32, f32 with TF32 (its own row), bf16, f16;
 //  - the epilogues (bias, GELU with and without the kept pre-activation, DGELU, the bias gradients of c and
-//    of a), each on the fused cuBLASLt path and on the unfused one (forced), including an aux leading
-//    dimension that is not a multiple of 8 and padded outputs whose padding must stay as it was;
+//    of a) and an addend read in place of c (with and without bias and GELU), each on the fused cuBLASLt path and on
+//    the unfused one (forced), including an aux leading dimension that is not a multiple of 8 and padded outputs whose
+//    padding must stay as it was;
 //  - bf16/f16 operands into an f32 output (GemmArgs<T, float>, how dW is summed over chunks of rows): the
 //    plain products above, accumulation included, and the bias gradient of a (f32) on both paths; labelled
 //    with the operands' dtype, judged by the f32 rows;
@@ -46,6 +47,7 @@ struct GemmCase {
   bool bias = false, aux = false;
   GemmEpilogue epilogue = GemmEpilogue::none;
   GemmBiasGrad bias_grad = GemmBiasGrad::none;
+  bool addend = false;  // c's initial values given as the addend (c itself starts poisoned)
 };
 
 const char* transposes(bool trans_a, bool trans_b) {
@@ -114,7 +116,8 @@ void check_gemm(Context& ctx, const GemmCase& g, bool tf32, const std::string& p
   const int64_t grad_size = g.bias_grad == GemmBiasGrad::a_columns ? g.m : g.n;
 
   // The reference: the CPU kernel in f64 on the same values.
-  Tensor want_c = c_init.clone(), want_aux = aux_in ? pre.clone() : Tensor::full({g.m, ld_aux}, NAN, DType::f64);
+  Tensor want_c = g.addend ? Tensor::full(c_init.shape(), NAN, DType::f64) : c_init.clone(),
+         want_aux = aux_in ? pre.clone() : Tensor::full({g.m, ld_aux}, NAN, DType::f64);
   Tensor want_grad = Tensor::full({grad_size}, NAN, DType::f64);
   kernels::GemmArgs<double> ref{a.data<double>(), b.data<double>(), want_c.data<double>(), g.batch, g.m, g.n, g.k,
                                 g.trans_a, g.trans_b, lda, ldb, ldc, sa, sb, sc, g.alpha, g.beta};
@@ -123,11 +126,13 @@ void check_gemm(Context& ctx, const GemmCase& g, bool tf32, const std::string& p
   if (g.aux) ref.aux = want_aux.data<double>(), ref.ld_aux = ld_aux;
   ref.bias_grad_of = g.bias_grad;
   if (g.bias_grad != GemmBiasGrad::none) ref.bias_grad = want_grad.data<double>();
+  if (g.addend) ref.addend = c_init.data<double>();
   kernels::cpu::gemm(ref);
 
   Tensor da = ctx.to_gpu(a, dtype), db = ctx.to_gpu(b, dtype), dbias = ctx.to_gpu(bias, out_dtype);
+  Tensor daddend = g.addend ? ctx.to_gpu(c_init, out_dtype) : Tensor();
   auto run = [&](Tensor& c, Tensor& aux, Tensor& grad) {
-    c = g.beta != 0.0 ? ctx.to_gpu(c_init, out_dtype) : ctx.poisoned({g.batch, g.m, ldc}, out_dtype);
+    c = g.beta != 0.0 && !g.addend ? ctx.to_gpu(c_init, out_dtype) : ctx.poisoned({g.batch, g.m, ldc}, out_dtype);
     aux = aux_in ? ctx.to_gpu(pre, out_dtype) : ctx.poisoned({g.m, ld_aux}, out_dtype);
     grad = ctx.poisoned({grad_size}, out_dtype);
     kernels::GemmArgs<T, Out> args{da.data<T>(), db.data<T>(), c.data<Out>(), g.batch, g.m, g.n, g.k, g.trans_a,
@@ -138,6 +143,7 @@ void check_gemm(Context& ctx, const GemmCase& g, bool tf32, const std::string& p
     if (g.aux) args.aux = aux.data<Out>(), args.ld_aux = ld_aux;
     args.bias_grad_of = g.bias_grad;
     if (g.bias_grad != GemmBiasGrad::none) args.bias_grad = grad.data<Out>();
+    if (g.addend) args.addend = daddend.data<Out>();
     kernels::cuda::gemm(args, ctx.stream());
   };
   Tensor c, aux, grad;
@@ -273,6 +279,7 @@ std::vector<GemmCase> epilogue_cases() {
     bool bias, aux;
     double alpha, beta;
     GemmBiasGrad bias_grad;
+    bool addend = false;
   };
   const Kind kinds[] = {
       {"bias", GemmEpilogue::none, true, false, 1.0, 0.0, GemmBiasGrad::none},
@@ -285,6 +292,9 @@ std::vector<GemmCase> epilogue_cases() {
       {"dgelu", GemmEpilogue::dgelu, false, true, 1.0, 0.0, GemmBiasGrad::none},
       {"dgelu_bias_grad", GemmEpilogue::dgelu, false, true, 0.5, 0.0, GemmBiasGrad::c_columns},
       {"bias_grad_of_a", GemmEpilogue::none, false, false, 2.0, 0.0, GemmBiasGrad::a_columns},
+      {"addend", GemmEpilogue::none, false, false, 0.5, -1.25, GemmBiasGrad::none, true},
+      {"bias_addend", GemmEpilogue::none, true, false, 1.0, 1.0, GemmBiasGrad::none, true},
+      {"gelu_bias_pre_addend", GemmEpilogue::gelu, true, true, 0.5, 0.75, GemmBiasGrad::none, true},
   };
   struct Shape3 {
     int64_t m, k, n, pad;
@@ -296,8 +306,21 @@ std::vector<GemmCase> epilogue_cases() {
       for (bool ta : {false, true})
         for (bool tb : {false, true}) {
           if (kind.bias_grad == GemmBiasGrad::a_columns && !ta) continue;
-          GemmCase c{kind.name, 1, s.m, s.k, s.n, ta, tb, s.pad, kind.alpha, kind.beta, kind.bias, kind.aux,
-                     kind.epilogue, kind.bias_grad};
+          GemmCase c{kind.name,
+                     1,
+                     s.m,
+                     s.k,
+                     s.n,
+                     ta,
+                     tb,
+                     s.pad,
+                     kind.alpha,
+                     kind.beta,
+                     kind.bias,
+                     kind.aux,
+                     kind.epilogue,
+                     kind.bias_grad,
+                     kind.addend};
           cases.push_back(c);
         }
   return cases;

@@ -21,7 +21,8 @@
 
 namespace alpha::kernels {
 
-// What a GEMM does to its product p = alpha·op(a)·op(b) + beta·c before storing it in c.
+// What a GEMM does to its product p = alpha·op(a)·op(b) + beta·c (beta·addend with an addend) before storing it
+// in c.
 enum class GemmEpilogue : uint8_t {
   none,   // c = p + bias (bias optional)
   gelu,   // pre = p + bias (bias optional); c = gelu(pre); aux = pre when aux is set
@@ -61,6 +62,10 @@ struct GemmArgs {
   int64_t ld_aux = 0;         // dgelu reads it
   GemmBiasGrad bias_grad_of = GemmBiasGrad::none;
   Out* bias_grad = nullptr;   // (n) for c_columns, (m) for a_columns
+  // (m, n), rows ldc apart: read in place of c's values (p = alpha·op(a)·op(b) + beta·addend), so that c is only
+  // written: a residual stream added by the product's GEMM into a fresh output. Needs beta != 0, batch 1, Out = T
+  // and no dgelu epilogue.
+  const Out* addend = nullptr;
 };
 
 template <class T>
@@ -81,14 +86,14 @@ struct ColumnSumArgs {
 // Raises ValueError naming `op` unless the epilogue fields of `args` fit together (the rules above; with a
 // wider output, only the bias gradient of a): both backends call it first, so they accept exactly the same
 // calls.
-void check_gemm_epilogue(const char* op, int64_t batch, double beta, bool trans_a, bool has_bias,
-                         GemmEpilogue epilogue, bool has_aux, int64_t ld_aux, int64_t n, GemmBiasGrad bias_grad_of,
-                         bool has_bias_grad, bool wider_output);
+void check_gemm_epilogue(const char* op, int64_t batch, double beta, bool trans_a, bool has_bias, GemmEpilogue epilogue,
+                         bool has_aux, int64_t ld_aux, int64_t n, GemmBiasGrad bias_grad_of, bool has_bias_grad,
+                         bool has_addend, bool wider_output);
 template <class T, class Out>
 void check_gemm_epilogue(const char* op, const GemmArgs<T, Out>& args) {
   check_gemm_epilogue(op, args.batch, double(args.beta), args.trans_a, args.bias != nullptr, args.epilogue,
                       args.aux != nullptr, args.ld_aux, args.n, args.bias_grad_of, args.bias_grad != nullptr,
-                      !std::is_same_v<T, Out>);
+                      args.addend != nullptr, !std::is_same_v<T, Out>);
 }
 
 // T = float or double; gemm and column_sum also take bf16 or f16 inputs with a float output, gemm widening

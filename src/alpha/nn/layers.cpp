@@ -27,10 +27,13 @@ Linear::Linear(std::string prefix, int64_t in_features, int64_t out_features, bo
 
 // The linear and LayerNorm functions take the parameters themselves: under bf16/f16 compute they compute with
 // the held compute copies and return the parameters' gradients as f32 sums (autograd/compute_parameters.h).
-autograd::Variable Linear::forward(const autograd::Variable& x) const { return autograd::linear(x, weight(), bias()); }
+autograd::Variable Linear::forward(const autograd::Variable& x, const autograd::Variable& residual) const {
+  return autograd::linear(x, weight(), bias(), residual);
+}
 
-autograd::Variable gelu_mlp(const Linear& fc, const Linear& proj, const autograd::Variable& x) {
-  return autograd::gelu_mlp(x, fc.weight(), fc.bias(), proj.weight(), proj.bias());
+autograd::Variable gelu_mlp(const Linear& fc, const Linear& proj, const autograd::Variable& x,
+                            const autograd::Variable& residual) {
+  return autograd::gelu_mlp(x, fc.weight(), fc.bias(), proj.weight(), proj.bias(), residual);
 }
 
 LayerNorm::LayerNorm(std::string prefix, int64_t dim, bool bias, double eps, const ParameterOptions& options)

@@ -32,7 +32,8 @@ class Linear : public Module {
  public:
   Linear(std::string prefix, int64_t in_features, int64_t out_features, bool bias, double init_std,
          const ParameterOptions& options);
-  autograd::Variable forward(const autograd::Variable& x) const;  // [..., in] -> [..., out]
+  // [..., in] -> [..., out]; with a residual [..., out], residual + the layer's output (autograd::linear).
+  autograd::Variable forward(const autograd::Variable& x, const autograd::Variable& residual = {}) const;
   // The parameters as the computation takes them (cast to the compute dtype); the bias is undefined without one.
   autograd::Variable compute_weight() const { return options_.for_compute(*weight_); }
   autograd::Variable compute_bias() const { return bias_ ? options_.for_compute(*bias_) : autograd::Variable(); }
@@ -47,8 +48,10 @@ class Linear : public Module {
 };
 
 // proj(gelu(fc(x))): the GELU MLP as one autograd function (autograd::gelu_mlp), so fc+GELU is one GEMM with
-// an epilogue and its backward a DGELU epilogue on proj's input-gradient GEMM.
-autograd::Variable gelu_mlp(const Linear& fc, const Linear& proj, const autograd::Variable& x);
+// an epilogue and its backward a DGELU epilogue on proj's input-gradient GEMM; a residual, when given, added by
+// proj's GEMM.
+autograd::Variable gelu_mlp(const Linear& fc, const Linear& proj, const autograd::Variable& x,
+                            const autograd::Variable& residual = {});
 
 // Normalises the last dimension: weight [dim] ones, bias [dim] zeros (when `bias`).
 class LayerNorm : public Module {

@@ -116,20 +116,31 @@ void weight_and_bias_grads(const Where& where, const MatrixBatch& dym, const Ten
   }
 }
 
-// out = epilogue(x·Wᵀ + b) as one GEMM (the bias in its epilogue); with a gelu epilogue and keep_pre, pre
-// receives x·Wᵀ + b.
+// out = epilogue(x·Wᵀ + b) as one GEMM (the bias in its epilogue), or residual + x·Wᵀ + b with a residual
+// (GEMM's addend: beta = 1) and no epilogue; with a gelu epilogue and keep_pre, pre receives x·Wᵀ + b.
 LinearGelu linear_forward(std::string_view op, const Tensor& x, const Tensor& weight, const Tensor& bias,
-                          kernels::GemmEpilogue epilogue, bool keep_pre) {
+                          kernels::GemmEpilogue epilogue, bool keep_pre, const Tensor& residual = Tensor()) {
   check_linear_operands(op, x, weight, bias);
   int64_t out_features = weight.size(0), in_features = weight.size(1);
   MatrixBatch xm = as_matrices(x, 0), wm = as_matrices(weight, 0);
   Tensor bc = bias.defined() ? bias.contiguous() : Tensor();
   Shape shape = with_last(leading_shape(x, 1), {out_features});
+  Tensor rc;  // the residual, contiguous: the addend's rows are the output's
+  if (residual.defined()) {
+    check_same_device(op, "residual", residual, x);
+    check_same_dtype(op, "residual", residual, x);
+    check_shape(op, "residual", residual, shape);
+    rc = residual.contiguous();
+  }
   LinearGelu result{keep_pre ? Tensor::empty(shape, x.dtype(), x.device()) : Tensor(),
                     Tensor::empty(shape, x.dtype(), x.device())};
   dispatch_float(op, x, [&]<class T>(const auto& where) {
     auto args = gemm_2d<T>(xm, wm, result.out, xm.rows, out_features, in_features, false, true);
     if (bc.defined()) args.bias = bc.data<T>();
+    if (rc.defined()) {
+      args.addend = rc.data<T>();
+      args.beta = acc_t<T>(1);
+    }
     args.epilogue = epilogue;
     if (keep_pre) {
       args.aux = result.pre.data<T>();
@@ -183,8 +194,8 @@ Tensor matmul(const Tensor& a, const Tensor& b, bool trans_a, bool trans_b) {
   return out;
 }
 
-Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
-  return linear_forward("linear", x, weight, bias, kernels::GemmEpilogue::none, false).out;
+Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& residual) {
+  return linear_forward("linear", x, weight, bias, kernels::GemmEpilogue::none, false, residual).out;
 }
 
 LinearGrads linear_backward(const Tensor& dy, const Tensor& x, const Tensor& weight, bool need_dx,

@@ -23,7 +23,9 @@ Tensor matmul(const Tensor& a, const Tensor& b, bool trans_a = false, bool trans
 void check_linear_operands(std::string_view op, const Tensor& x, const Tensor& weight, const Tensor& bias);
 
 // y = x · Wᵀ + b: x [..., in], weight [out, in], bias [out] or undefined. One GEMM (the bias in its epilogue).
-Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias);
+// With a residual (x's dtype and device, y's shape), y = residual + x · Wᵀ + b from that GEMM (the residual its
+// addend), rounded once: a residual stream's add with no pass of its own.
+Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& residual = Tensor());
 
 struct LinearGrads {
   Tensor dx;       // [..., in], undefined unless requested

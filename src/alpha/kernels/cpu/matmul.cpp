@@ -5,7 +5,8 @@
 // Epilogues are loops after the BLAS call that reuse the activation kernels (kernels/activation.h), so a
 // fused linear+GELU gives the same bits as a linear followed by gelu, and a DGELU epilogue the same as
 // gelu_backward of the product. A bias with beta = 0 is broadcast into c and the product accumulated onto
-// it (beta = 1), as the linear op has always done; with beta != 0 it is added after the product. Bias
+// it (beta = 1), as the linear op has always done; with beta != 0 it is added after the product. An addend is
+// copied into c first and the product accumulated onto it (so c = beta·addend + product, then the bias). Bias
 // gradients are column sums (column_sum), the same bits as a separate column_sum call.
 //
 // bf16/f16 operands with an f32 output: the operands are widened to f32 (exactly) and multiplied by the f32
@@ -27,16 +28,20 @@
 
 namespace alpha::kernels {
 
-void check_gemm_epilogue(const char* op, int64_t batch, double beta, bool trans_a, bool has_bias,
-                         GemmEpilogue epilogue, bool has_aux, int64_t ld_aux, int64_t n, GemmBiasGrad bias_grad_of,
-                         bool has_bias_grad, bool wider_output) {
-  if (wider_output && (has_bias || epilogue != GemmEpilogue::none))
-    raise<ValueError>(op, has_bias ? "bias" : "epilogue",
+void check_gemm_epilogue(const char* op, int64_t batch, double beta, bool trans_a, bool has_bias, GemmEpilogue epilogue,
+                         bool has_aux, int64_t ld_aux, int64_t n, GemmBiasGrad bias_grad_of, bool has_bias_grad,
+                         bool has_addend, bool wider_output) {
+  if (wider_output && (has_bias || has_addend || epilogue != GemmEpilogue::none))
+    raise<ValueError>(op,
+                      has_bias     ? "bias"
+                      : has_addend ? "addend"
+                                   : "epilogue",
                       "none with an output wider than the operands (only the bias gradient of a)",
-                      has_bias ? "a pointer" : "an epilogue");
-  const bool extras = has_bias || epilogue != GemmEpilogue::none || bias_grad_of != GemmBiasGrad::none;
+                      has_bias || has_addend ? "a pointer" : "an epilogue");
+  const bool extras = has_bias || has_addend || epilogue != GemmEpilogue::none || bias_grad_of != GemmBiasGrad::none;
   if (extras && batch != 1)
-    raise<ValueError>(op, "batch", "1 with a bias, an epilogue or a bias gradient", std::to_string(batch));
+    raise<ValueError>(op, "batch", "1 with a bias, an addend, an epilogue or a bias gradient", std::to_string(batch));
+  if (has_addend && beta == 0.0) raise<ValueError>(op, "beta", "nonzero with an addend (which it scales)", "0");
   if ((bias_grad_of != GemmBiasGrad::none) != has_bias_grad)
     raise<ValueError>(op, "bias_grad", "a pointer exactly when bias_grad_of is not none",
                       has_bias_grad ? "a pointer without bias_grad_of" : "no pointer");
@@ -148,6 +153,8 @@ void gemm_one_type(const GemmArgs<T>& args) {
     CBLAS_TRANSPOSE ta = args.trans_a ? CblasTrans : CblasNoTrans;
     CBLAS_TRANSPOSE tb = args.trans_b ? CblasTrans : CblasNoTrans;
     acc_t<T> beta = args.beta;
+    if (args.addend && args.addend != args.c)  // c takes the addend's values, then the product accumulates onto them
+      for (int64_t r = 0; r < args.m; ++r) std::copy_n(args.addend + r * args.ldc, args.n, args.c + r * args.ldc);
     const bool bias_first = args.bias && beta == acc_t<T>(0);
     if (bias_first) {  // c = bias rows, then c += alpha·op(a)·op(b)
       for (int64_t r = 0; r < args.m; ++r) std::copy_n(args.bias, args.n, args.c + r * args.ldc);

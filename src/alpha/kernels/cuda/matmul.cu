@@ -20,14 +20,18 @@
 // of kernels/activation.h (PyTorch falls back to gelu(approximate="tanh") where it cannot use them), so one
 // semantics serves both backends; the CPU kernel applies the same formula in loops after its BLAS call.
 //
+// An addend (GemmArgs::addend) is cuBLASLt's C beside D = args.c, of D's layout; the unfused epilogue reads it in
+// place of c.
+//
 // Epilogue paths. bf16/f16 DGELU: a plain product into c, then our element-wise pass and column_sum
 // (gemm_dgelu says why). Fused: one cublasLtMatmul with the epilogue (BIAS, GELU[_AUX][_BIAS], f32 DGELU[_BGRAD],
 // BGRADB), when cuBLASLt documents the configuration (the aux matrix's ld a multiple of 8; we also ask the
 // bias, bias-gradient and aux pointers to be 16-byte aligned), its heuristic
 // has an algorithm for it, and, for GELU and DGELU in f32 without TF32, never: cuBLASLt's f32 GELU uses an
-// approximate tanh (about 2e-4 relative, seen on an RTX 3060), fine for bf16, f16 and TF32, not for f32. Unfused otherwise (and for k = 0): a plain cuBLASLt product alpha·op(a)·op(b) into
-// f32 scratch, then one element-wise kernel adding beta·c and the bias and applying GELU or DGELU in f32, so
-// each output is still rounded to T once, then the bias gradients by column_sum.
+// approximate tanh (about 2e-4 relative, seen on an RTX 3060), fine for bf16, f16 and TF32, not for f32. Unfused
+// otherwise (and for k = 0): a plain cuBLASLt product alpha·op(a)·op(b) into f32 scratch, then one element-wise kernel
+// adding beta·c and the bias and applying GELU or DGELU in f32, so each output is still rounded to T once, then the
+// bias gradients by column_sum.
 //
 // cuBLASLt state: one handle per device, created on first use; one 32 MiB workspace per (device, stream)
 // (Alpha queues a device's work on its default stream, so that is one per device; a second stream gets its
@@ -79,7 +83,7 @@ struct PlanKey {
   uint32_t epilogue;
   bool trans_a, trans_b;
   int64_t batch, m, n, k, lda, ldb, ldd, stride_a, stride_b, stride_d, ld_aux;
-  uint32_t align_a, align_b, align_d, align_bias, align_aux;
+  uint32_t align_a, align_b, align_c, align_d, align_bias, align_aux;
   auto operator<=>(const PlanKey&) const = default;
 };
 
@@ -166,10 +170,11 @@ cublasLtEpilogue_t epilogue_of(const GemmArgs<T, Out>& args) {
   return bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT;
 }
 
-// D = epilogue(alpha·op(a)·op(b) + beta·D) for the row-major problem in `args`, through the column-major
+// D = epilogue(alpha·op(a)·op(b) + beta·C) for the row-major problem in `args`, through the column-major
 // transpose (see the top of the file). D is `d` (rows ldd apart, element type d_type): args.c for the fused
-// path, f32 scratch for the unfused one. Returns false, having queued nothing, when cuBLASLt has no algorithm
-// for an epilogue; raises BackendError when it has none for a plain product.
+// path, f32 scratch for the unfused one; C is args.addend when set (of D's layout), else D itself. Returns false,
+// having queued nothing, when cuBLASLt has no algorithm for an epilogue; raises BackendError when it has none for a
+// plain product.
 template <class T, class Out>
 bool lt_matmul(const GemmArgs<T, Out>& args, cublasLtEpilogue_t epilogue, void* d, cudaDataType_t d_type, int64_t ldd,
                float beta, cudaStream_t stream) {
@@ -208,13 +213,32 @@ bool lt_matmul(const GemmArgs<T, Out>& args, cublasLtEpilogue_t epilogue, void* 
   init_layout(layout_b, kCudaType<T>, args.trans_a ? args.m : args.k, args.trans_a ? args.k : args.m, args.lda,
               args.batch, args.stride_a);
   init_layout(layout_d, d_type, args.n, args.m, ldd, args.batch, args.stride_c);
+  const void* c = args.addend ? static_cast<const void*>(args.addend) : d;
 
-  const PlanKey key{device, int(kCudaType<T>), int(d_type), int(compute), uint32_t(epilogue), args.trans_a,
-                    args.trans_b, args.batch, args.m, args.n, args.k, args.lda, args.ldb, ldd, args.stride_a,
-                    args.stride_b, args.stride_c, aux ? args.ld_aux : 0,
+  const PlanKey key{device,
+                    int(kCudaType<T>),
+                    int(d_type),
+                    int(compute),
+                    uint32_t(epilogue),
+                    args.trans_a,
+                    args.trans_b,
+                    args.batch,
+                    args.m,
+                    args.n,
+                    args.k,
+                    args.lda,
+                    args.ldb,
+                    ldd,
+                    args.stride_a,
+                    args.stride_b,
+                    args.stride_c,
+                    aux ? args.ld_aux : 0,
                     alignment(args.a, args.batch, args.stride_a * int64_t(sizeof(T))),
                     alignment(args.b, args.batch, args.stride_b * int64_t(sizeof(T))),
-                    alignment(d, args.batch, args.stride_c * d_bytes), alignment(bias), alignment(aux)};
+                    alignment(c, args.batch, args.stride_c * d_bytes),
+                    alignment(d, args.batch, args.stride_c * d_bytes),
+                    alignment(bias),
+                    alignment(aux)};
   cublasLtHandle_t handle = lt_handle(device);
   Plan plan{};
   bool known = false;
@@ -233,7 +257,7 @@ bool lt_matmul(const GemmArgs<T, Out>& args, cublasLtEpilogue_t epilogue, void* 
     const std::pair<cublasLtMatmulPreferenceAttributes_t, uint32_t> alignments[] = {
         {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, key.align_b},  // A' is b
         {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, key.align_a},  // B' is a
-        {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, key.align_d},
+        {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, key.align_c},
         {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, key.align_d}};
     for (const auto& [attr, bytes] : alignments)
       ALPHA_CUBLASLT_CHECK(cublasLtMatmulPreferenceSetAttribute(&preference, attr, &bytes, sizeof(bytes)));
@@ -257,9 +281,8 @@ bool lt_matmul(const GemmArgs<T, Out>& args, cublasLtEpilogue_t epilogue, void* 
                             std::to_string(ldd));
   }
   const float alpha = float(args.alpha);
-  ALPHA_CUBLASLT_CHECK(cublasLtMatmul(handle, &desc, &alpha, args.b, &layout_a, args.a, &layout_b, &beta, d,
-                                      &layout_d, d, &layout_d, &plan.algo, lt_workspace(device, stream),
-                                      kWorkspaceBytes, stream));
+  ALPHA_CUBLASLT_CHECK(cublasLtMatmul(handle, &desc, &alpha, args.b, &layout_a, args.a, &layout_b, &beta, c, &layout_d,
+                                      d, &layout_d, &plan.algo, lt_workspace(device, stream), kWorkspaceBytes, stream));
   return true;
 }
 
@@ -287,7 +310,8 @@ __device__ float gelu_grad(float x) {
 template <class T>
 struct EpilogueArgs {
   const float* product;  // (m, n) packed: alpha·op(a)·op(b); null for a zero product (k = 0)
-  Bits<T>* c;            // (m, n), rows ldc apart: read when beta != 0, written
+  Bits<T>* c;            // (m, n), rows ldc apart: read when beta != 0 (unless there is an addend), written
+  const Bits<T>* addend;  // (m, n), rows ldc apart: read in place of c when set
   int64_t ldc;
   float beta;
   const Bits<T>* bias;   // (n) or null
@@ -307,7 +331,7 @@ __global__ void epilogue_kernel(EpilogueArgs<T> e) {
     const int64_t i = idx / e.n, j = idx - i * e.n;
     Bits<T>& out = e.c[i * e.ldc + j];
     float v = e.product ? e.product[idx] : 0.0f;
-    if (e.beta != 0.0f) v = __fadd_rn(v, __fmul_rn(e.beta, Elem<T>::load(out)));
+    if (e.beta != 0.0f) v = __fadd_rn(v, __fmul_rn(e.beta, Elem<T>::load(e.addend ? e.addend[i * e.ldc + j] : out)));
     if (e.bias) v = __fadd_rn(v, Elem<T>::load(e.bias[j]));
     if (e.epilogue == GemmEpilogue::gelu) {
       if (e.aux) e.aux[i * e.ld_aux + j] = Elem<T>::store(v);
@@ -386,6 +410,7 @@ GemmArgs<T, Out> plain_product(const GemmArgs<T, Out>& args) {
   plain.aux = nullptr;
   plain.bias_grad_of = GemmBiasGrad::none;
   plain.bias_grad = nullptr;
+  plain.addend = nullptr;
   return plain;
 }
 
@@ -402,14 +427,24 @@ void gemm_unfused(const GemmArgs<T, Out>& args, cudaStream_t stream) {
     lt_matmul(plain, CUBLASLT_EPILOGUE_DEFAULT, product, CUDA_R_32F, args.n, 0.0f, stream);
   }
   if (args.batch == 1) {
-    EpilogueArgs<Out> e{product, bits(args.c), args.ldc, float(args.beta), bits(args.bias), args.epilogue,
-                        bits(args.aux), args.ld_aux, args.m, args.n};
+    EpilogueArgs<Out> e{product,         bits(args.c),  bits(args.addend), args.ldc,    float(args.beta),
+                        bits(args.bias), args.epilogue, bits(args.aux),    args.ld_aux, args.m,
+                        args.n};
     constexpr auto kernel = epilogue_kernel<Out>;
     ALPHA_CUDA_LAUNCH(kernel, blocks_for(args.m * args.n), kThreads, stream, e);
   } else {  // k = 0 with a batch: c = beta·c for each matrix (there is no epilogue with a batch)
     for (int64_t p = 0; p < args.batch; ++p) {
-      EpilogueArgs<Out> e{nullptr, bits(args.c + p * args.stride_c), args.ldc, float(args.beta), nullptr,
-                          GemmEpilogue::none, nullptr, 0, args.m, args.n};
+      EpilogueArgs<Out> e{nullptr,
+                          bits(args.c + p * args.stride_c),
+                          nullptr,
+                          args.ldc,
+                          float(args.beta),
+                          nullptr,
+                          GemmEpilogue::none,
+                          nullptr,
+                          0,
+                          args.m,
+                          args.n};
       constexpr auto kernel = epilogue_kernel<Out>;
       ALPHA_CUDA_LAUNCH(kernel, blocks_for(args.m * args.n), kThreads, stream, e);
     }
