@@ -204,5 +204,46 @@ TEST(Tape, BackwardOffersAnUnsharedSlotToAddInto) {
   EXPECT_FALSE(gradient_accumulator(0, x.value()).defined());  // outside a backward function
 }
 
+TEST(Tape, BackwardOffersALeafFedTwiceItsPassSum) {
+  // y = 3·w + identity(w) for a leaf w that already holds a gradient: the identity runs second and is offered
+  // this pass's sum (holding the scale's 3), never w's gradient itself, which gets the pass's 4 added once.
+  clear_tape();
+  Variable w(test::random({5}), true);
+  w.set_grad(Tensor::full({5}, 10.0, DType::f32));
+  bool offered = false;
+  backward(sum(add(scale(w, 3.0), adding_identity(w, offered))));
+  EXPECT_TRUE(offered);
+  for (float v : w.grad().to_vector<float>()) EXPECT_EQ(v, 14.0f);
+  // Fed once, a leaf is offered nothing.
+  Variable once(test::random({5}), true);
+  backward(sum(adding_identity(once, offered)));
+  EXPECT_FALSE(offered);
+  for (float v : once.grad().to_vector<float>()) EXPECT_EQ(v, 1.0f);
+}
+
+// identity(x) that records, when its backward runs, whether backward says its gradient is the seed 1.
+Variable seed_probe(const Variable& x, bool& is_one) {
+  return record("seed_probe", x.value().clone(), {x}, [&] {
+    return BackwardFn([&is_one](const Tensor& g, const std::vector<bool>&) {
+      is_one = gradient_is_one();
+      return std::vector<Tensor>{g};
+    });
+  });
+}
+
+TEST(Tape, GradientIsOneOnlyAtTheRootBackwardSeeded) {
+  clear_tape();
+  Variable x(test::random({1}), true);
+  bool root = false, inner = true;
+  backward(seed_probe(sum(seed_probe(x, inner)), root));
+  EXPECT_TRUE(root);
+  EXPECT_FALSE(inner);  // below the root: its gradient is whatever reached it
+  backward(seed_probe(sum(x), root), Tensor::full({}, 1.0, DType::f32));
+  EXPECT_FALSE(root);  // a given grad_output, even of 1
+  backward(seed_probe(scale(x, 2.0), root));
+  EXPECT_TRUE(root);
+  EXPECT_FALSE(gradient_is_one());  // outside a backward function
+}
+
 }  // namespace
 }  // namespace alpha::autograd

@@ -317,6 +317,13 @@ TEST_F(CudaRows, EmbeddingMatchesCpu) {
         Tensor wide = cuda_embedding_backward(dy.gpu, c.ids.to(kGpu), 1000, DType::f32);
         EXPECT_TRUE(gpu_close(wide, want, "cuda.embedding"));  // the f32 row of the table
         EXPECT_TRUE(test::bit_equal(wide, ops::embedding_backward(dy.gpu, c.ids.to(kGpu), 1000, false, DType::f32)));
+        // Added into an f32 gradient already there (a tied table's): the CPU's f64 sums added to the same values.
+        Tensor before = test::random({1000, c.channels}, DType::f32);
+        Tensor into = before.to(kGpu);
+        Tensor added = ops::embedding_backward(dy.gpu, c.ids.to(kGpu), 1000, false, DType::f32, into);
+        EXPECT_TRUE(test::bit_equal(added, into));  // returned: the tensor added into
+        EXPECT_TRUE(gpu_close(added, ops::embedding_backward(dy.cpu, c.ids, 1000, false, std::nullopt, before),
+                              "cuda.embedding"));
       }
     }
 #endif

@@ -4,12 +4,15 @@
 #include <gtest/gtest.h>
 #include <omp.h>
 
+#include <cmath>
 #include <cstring>
 
 #include "alpha/autograd/functions.h"
 #include "alpha/kernels/embedding.h"
 #include "alpha/ops/check.h"
+#include "alpha/ops/elementwise.h"
 #include "alpha/ops/embedding.h"
+#include "alpha/ops/matmul.h"
 #include "kernels/kernel_helpers.h"
 #include "support/checks.h"
 
@@ -64,6 +67,28 @@ TEST_P(EmbeddingSizes, KernelsMatchF64Loops) {
     kernels::cpu::embedding_backward(
         kernels::EmbeddingBackwardArgs<T>{dy.data<T>(), ids.data<int32_t>(), dtable.data<T>(), N, V, C});
     EXPECT_TRUE(all_close(dtable, naive_embedding_backward(dy, ids, V), "embedding"));
+    // Accumulating onto a table gradient already there: used rows get their sums added, the others stay as they
+    // were (NaN rows would show a read of them or a write).
+    Tensor before = random({V, C}, dtype);
+    std::vector<double> want = naive_embedding_backward(dy, ids, V).to_vector<double>(),
+                        bv = before.to_vector<double>();
+    std::vector<bool> used(size_t(V), false);
+    for (int32_t id : ids.to_vector<int32_t>()) used[size_t(id)] = true;
+    for (int64_t v = 0; v < V; ++v)
+      for (int64_t c = 0; c < C; ++c)
+        want[size_t(v * C + c)] = used[size_t(v)] ? want[size_t(v * C + c)] + bv[size_t(v * C + c)] : NAN;
+    Tensor sums = before.clone();
+    for (int64_t v = 0; v < V; ++v)
+      if (!used[size_t(v)]) sums.select(0, v).copy_from(Tensor::full({C}, NAN, dtype));
+    kernels::cpu::embedding_backward(
+        kernels::EmbeddingBackwardArgs<T>{dy.data<T>(), ids.data<int32_t>(), sums.data<T>(), N, V, C, true});
+    for (int64_t v = 0; v < V; ++v) {
+      if (used[size_t(v)]) continue;
+      for (double x : sums.select(0, v).to_vector<double>()) ASSERT_TRUE(std::isnan(x)) << "unused row " << v;
+      sums.select(0, v).copy_from(Tensor::zeros({C}, dtype));
+      for (int64_t c = 0; c < C; ++c) want[size_t(v * C + c)] = 0.0;
+    }
+    EXPECT_TRUE(all_close(sums, Tensor::from_vector(want, {V, C}), "embedding"));
   });
 }
 
@@ -139,6 +164,36 @@ TEST(Embedding, BadInputsRaise) {
   // A table gradient in another dtype than dy's: only f32 beside bf16/f16 dy (a GPU's).
   EXPECT_ALPHA_ERROR(ops::embedding_backward(random({5, 4}), ids, 10, false, DType::f64), DTypeError,
                      "[embedding_backward]", "'grad_dtype'", "f32 (dy's), or f32 beside bf16 or f16 dy", "f64");
+  // A gradient to add into: the table's shape, the gradient's dtype, contiguous.
+  Tensor dy = random({5, 4});
+  EXPECT_ALPHA_ERROR(ops::embedding_backward(dy, ids, 10, false, std::nullopt, random({10, 5})), ShapeError,
+                     "[embedding_backward]", "'add_into'", "[10, 4]");
+  EXPECT_ALPHA_ERROR(ops::embedding_backward(dy, ids, 10, false, std::nullopt, random({10, 4}, DType::f64)), DTypeError,
+                     "[embedding_backward]", "'add_into'", "f32");
+  EXPECT_ALPHA_ERROR(ops::embedding_backward(dy, ids, 10, false, std::nullopt, random({4, 10}).transpose(0, 1)),
+                     LayoutError, "[embedding_backward]", "'add_into'");
+}
+
+// A tied table (looked up, and read again by a linear layer): the lookup's backward adds its rows into the
+// pass's sum backward offers it, the result the two contributions' sum, in f64 the same bits as adding them.
+TEST(Embedding, TiedTableGetsBothContributionsAddedInPlace) {
+  for (DType dtype : {DType::f64, DType::f32}) {
+    SCOPED_TRACE(dtype_name(dtype));
+    Tensor table = random({11, 6}, dtype), ids = random_indices({2, 7}, 11), x = random({2, 7, 6}, dtype);
+    Tensor dlogits = random({2, 7, 11}, dtype);
+    autograd::Variable w(table, true);
+    autograd::Variable logits =
+        autograd::linear(autograd::add(autograd::embedding(ids, w), autograd::Variable(x)), w, autograd::Variable());
+    autograd::backward(logits, dlogits);
+    Tensor h = ops::add(ops::embedding(ids, table), x);
+    Tensor want =
+        ops::add(ops::linear_backward(dlogits, h, table, false, true, false).dweight,
+                 ops::embedding_backward(ops::linear_backward(dlogits, h, table, true, false, false).dx, ids, 11));
+    if (dtype == DType::f64)
+      EXPECT_EQ(w.grad().to_vector<double>(), want.to_vector<double>());
+    else
+      EXPECT_TRUE(all_close(w.grad(), want, "embedding"));
+  }
 }
 
 // With a compute dtype the lookup reads the table converted (a parameter's held copy) and its output has that

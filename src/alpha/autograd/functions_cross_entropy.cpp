@@ -37,14 +37,14 @@ Variable linear_cross_entropy(const Variable& x, const Variable& weight, const V
   if (out.dbias.defined()) out.dbias = out.dbias.to(bias.dtype());
   return record(op, out.loss, inputs, [&] {
     // The forward computed the gradients of the loss itself; the backward scales them by the loss's gradient,
-    // read on the device. It runs once (the tape is cleared after it), so it scales them in place and hands them
-    // over (a gradient no one else holds becomes a parameter's without a copy).
+    // read on the device, unless that is backward's seed 1. It runs once (the tape is cleared after it), so it
+    // scales them in place and hands them over (a gradient no one else holds becomes a parameter's without a copy).
     return BackwardFn([grads = std::vector<Tensor>{out.dx, out.dweight, out.dbias}](
                           const Tensor& g, const std::vector<bool>& needs) mutable {
       std::vector<Tensor> needed;
       for (size_t i = 0; i < grads.size(); ++i)
         if (needs[i] && grads[i].defined()) needed.push_back(grads[i]);
-      if (!needed.empty()) ops::scale_grads(needed, g.to(DType::f64));
+      if (!needed.empty() && !gradient_is_one()) ops::scale_grads(needed, g.to(DType::f64));
       return std::vector<Tensor>{needs[0] ? std::move(grads[0]) : Tensor(), needs[1] ? std::move(grads[1]) : Tensor(),
                                  needs[2] ? std::move(grads[2]) : Tensor()};
     });

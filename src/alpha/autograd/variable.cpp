@@ -84,21 +84,24 @@ void accumulate(Tensor& slot, const Shape& shape, const Tensor& g, const char* o
   else slot = ops::add(slot, g);
 }
 
-// The slots backward offers the node it is running (gradient_accumulator), one per input, on this thread; a
-// nested backward (activation recomputation) offers its own and gives the outer ones back when it returns.
-thread_local const std::vector<Tensor>* offered_accumulators = nullptr;
+// What backward tells the node it is running, on this thread: the slots it offers (gradient_accumulator), one per
+// input, and whether the node's gradient is the 1 backward seeded itself (gradient_is_one). A nested backward
+// (activation recomputation) sets its own and gives the outer ones back when it returns.
+struct RunningNode {
+  const std::vector<Tensor>* offered = nullptr;
+  bool gradient_is_one = false;
+};
+thread_local RunningNode running_node;
 
-class OfferedAccumulators {
+class RunningNodeScope {
  public:
-  explicit OfferedAccumulators(const std::vector<Tensor>& slots) : outer_(offered_accumulators) {
-    offered_accumulators = &slots;
-  }
-  ~OfferedAccumulators() { offered_accumulators = outer_; }
-  OfferedAccumulators(const OfferedAccumulators&) = delete;
-  OfferedAccumulators& operator=(const OfferedAccumulators&) = delete;
+  explicit RunningNodeScope(RunningNode now) : outer_(running_node) { running_node = now; }
+  ~RunningNodeScope() { running_node = outer_; }
+  RunningNodeScope(const RunningNodeScope&) = delete;
+  RunningNodeScope& operator=(const RunningNodeScope&) = delete;
 
  private:
-  const std::vector<Tensor>* outer_;
+  RunningNode outer_;
 };
 
 int64_t live_producer(const VariableState& state, const char* op) {
@@ -257,20 +260,22 @@ void backward(const Variable& root, const Tensor& grad_output, const LeafReadyFn
       for (size_t j = 0; j < needs.size(); ++j) needs[j] = node.inputs[j].needs_grad();
       // A node input's slot that already holds a contribution, contiguous and no one else's (its storage held by
       // the slot alone: a residual add's shared gradient is offered only once the other holder is gone), offered
-      // at the first of the node's edges to it.
+      // at the first of the node's edges to it. For a leaf fed more than once (a tied embedding) that is this
+      // pass's sum (pass_grad), never the leaf's gradient itself.
       std::vector<Tensor> accumulators(needs.size());
       for (size_t j = 0; j < needs.size(); ++j) {
         const Edge& e = node.inputs[j];
-        if (!needs[j] || e.leaf) continue;
+        if (!needs[j]) continue;
         bool first_edge = true;
-        for (size_t k = 0; k < j; ++k) first_edge &= node.inputs[k].leaf || node.inputs[k].node != e.node;
-        const Tensor& slot = nodes[size_t(e.node)].grad_out;
+        for (size_t k = 0; k < j; ++k)
+          first_edge &= e.leaf ? node.inputs[k].leaf != e.leaf : node.inputs[k].leaf || node.inputs[k].node != e.node;
+        const Tensor& slot = e.leaf ? feeds.at(e.leaf.get()).pass_grad : nodes[size_t(e.node)].grad_out;
         if (first_edge && slot.defined() && slot.is_contiguous() && slot.storage().use_count() == 1)
           accumulators[j] = slot;
       }
       std::vector<Tensor> grads;
       {
-        OfferedAccumulators offer(accumulators);
+        RunningNodeScope running({&accumulators, i == start && !grad_output.defined()});
         grads = node.backward(node.grad_out, needs);
       }
       std::vector<bool> added(needs.size());  // the function added into the slot it was offered
@@ -306,9 +311,11 @@ void backward(const Variable& root, const Tensor& grad_output, const LeafReadyFn
   clear_tape();
 }
 
+bool gradient_is_one() { return running_node.gradient_is_one; }
+
 Tensor gradient_accumulator(size_t index, const Tensor& input) {
-  if (!offered_accumulators || index >= offered_accumulators->size()) return Tensor();
-  const Tensor& slot = (*offered_accumulators)[index];
+  if (!running_node.offered || index >= running_node.offered->size()) return Tensor();
+  const Tensor& slot = (*running_node.offered)[index];
   if (!slot.defined() || slot.shape() != input.shape() || slot.dtype() != input.dtype()) return Tensor();
   return slot;
 }

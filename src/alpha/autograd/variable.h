@@ -101,6 +101,10 @@ void backward(const Variable& root, const Tensor& grad_output = {}, const LeafRe
 // more: one pass over the slot instead of a store and an add. Anywhere else, undefined.
 Tensor gradient_accumulator(size_t index, const Tensor& input);
 
+// While backward runs the node of its root with the gradient it seeded itself (a scalar root, no grad_output):
+// true, that gradient being exactly 1, so that a function may skip multiplying by it. False anywhere else.
+bool gradient_is_one();
+
 // Drops every recorded node without running it (e.g. after an evaluation under gradients).
 void clear_tape();
 size_t tape_size();

@@ -3,7 +3,8 @@
 // must match the CPU kernel's f64 result rounded to the dtype bit for bit, and repeat bit for bit. Shapes
 // (positions, vocab, channels) cover channels 1, 7, 64, 768 and 100003 (vectorised and scalar rows),
 // GPT-2's vocabulary 50257 (most rows unused: they must be 0), a vocabulary of 3 under 4099 positions
-// (every id repeated ~1400 times), and no positions at all (dtable all 0).
+// (every id repeated ~1400 times), and no positions at all (dtable all 0); and the backward accumulating onto
+// a gradient already there (used rows get their sums added, the others keep their values).
 #if ALPHA_WITH_CUDA
 #include <string>
 
@@ -49,6 +50,14 @@ void check_lookup(Context& ctx, const Lookup& shape) {
   ctx.compare("embedding_backward", dtable, want, "cuda.embedding");
   ctx.compare_bits("embedding_backward.same_bits_as_cpu", dtable, want.to(dtype));
   ctx.compare_bits("embedding_backward.repeats", again, dtable);
+
+  // Accumulating onto a gradient already there (random, not poison: unused rows must keep it).
+  Tensor before = ctx.random({V, C}, dtype), sums = ctx.to_gpu(before, dtype);
+  kernels::cuda::embedding_backward(
+      EmbeddingBackwardArgs<T>{gdy.data<T>(), gids.data<int32_t>(), sums.data<T>(), N, V, C, true}, ctx.stream());
+  kernels::cpu::embedding_backward(
+      EmbeddingBackwardArgs<double>{dy.data<double>(), ids.data<int32_t>(), before.data<double>(), N, V, C, true});
+  ctx.compare("embedding_backward.accumulate", sums, before, "cuda.embedding");
 }
 
 }  // namespace

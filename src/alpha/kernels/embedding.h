@@ -29,10 +29,13 @@ template <class T, class G = T>
 struct EmbeddingBackwardArgs {
   const T* dy;         // (N, C)
   const int32_t* ids;  // (N)
-  G* dtable;           // (V, C), every element written (rows no position uses get 0)
+  G* dtable;           // (V, C), every element written (rows no position uses get 0), unless accumulate
   int64_t positions;   // N
   int64_t vocab;       // V
   int64_t channels;    // C
+  // Each used row's sum is added to dtable's row, the total rounded once; rows no position uses keep their values
+  // (a tied table's gradient from another use, with no separate gradient written and added).
+  bool accumulate = false;
 };
 
 namespace cpu {

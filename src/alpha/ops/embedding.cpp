@@ -45,7 +45,7 @@ bool embedding_backward_writes(DType dy_dtype, DType grad_dtype) {
 }
 
 Tensor embedding_backward(const Tensor& dy, const Tensor& ids, int64_t vocab_size, bool ids_checked,
-                          std::optional<DType> grad_dtype) {
+                          std::optional<DType> grad_dtype, const Tensor& add_into) {
   check_backend_float("embedding_backward", "dy", dy);
   if (vocab_size < 1)
     raise<ValueError>("embedding_backward", "vocab_size", "at least 1", std::to_string(vocab_size));
@@ -62,11 +62,19 @@ Tensor embedding_backward(const Tensor& dy, const Tensor& ids, int64_t vocab_siz
   dy_shape.push_back(C);
   check_shape("embedding_backward", "dy", dy, dy_shape);
   Tensor dyc = dy.contiguous();
-  Tensor dtable = Tensor::empty({vocab_size, C}, out_dtype, dy.device());
+  Tensor dtable = add_into;
+  if (add_into.defined()) {
+    check_same_device("embedding_backward", "add_into", add_into, dy);
+    check_dtype("embedding_backward", "add_into", add_into, {out_dtype});
+    check_shape("embedding_backward", "add_into", add_into, {vocab_size, C});
+    check_contiguous("embedding_backward", "add_into", add_into);
+  } else {
+    dtable = Tensor::empty({vocab_size, C}, out_dtype, dy.device());
+  }
   dispatch_float("embedding_backward", dy, [&]<class T>(const auto& where) {
     auto launch = [&]<class G>() {
-      const kernels::EmbeddingBackwardArgs<T, G> args{dyc.data<T>(), idc.data<int32_t>(), dtable.data<G>(),
-                                                      idc.numel(),   vocab_size,          C};
+      const kernels::EmbeddingBackwardArgs<T, G> args{
+          dyc.data<T>(), idc.data<int32_t>(), dtable.data<G>(), idc.numel(), vocab_size, C, add_into.defined()};
       ALPHA_KERNEL(embedding_backward)(where, args);
     };
     if constexpr (std::is_same_v<T, bf16> || std::is_same_v<T, f16>) {

@@ -41,12 +41,15 @@ void embedding_backward(const EmbeddingBackwardArgs<T, G>& args) {
     // Dynamic: buckets are very uneven (frequent tokens), and each row is reduced by one thread only.
 #pragma omp for schedule(dynamic, 16)
     for (int64_t v = 0; v < V; ++v) {
+      if (args.accumulate && bucket_start[size_t(v)] == bucket_start[size_t(v) + 1]) continue;  // left as it is
       std::fill(row_sum.begin(), row_sum.end(), A(0));
       for (int64_t k = bucket_start[size_t(v)]; k < bucket_start[size_t(v) + 1]; ++k) {
         const T* g = args.dy + positions[size_t(k)] * C;
         for (int64_t c = 0; c < C; ++c) row_sum[size_t(c)] += A(g[c]);
       }
       G* out = args.dtable + v * C;
+      if (args.accumulate)
+        for (int64_t c = 0; c < C; ++c) row_sum[size_t(c)] += A(out[c]);
       for (int64_t c = 0; c < C; ++c) out[c] = G(row_sum[size_t(c)]);
     }
   }

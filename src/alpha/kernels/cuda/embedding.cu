@@ -103,13 +103,15 @@ template <class T, class G, int V>
 __device__ void store_chunk(const EmbeddingBackwardArgs<T, G>& a, int64_t row, int64_t j, const double (&sum)[V]) {
   Bits<G>* out = bits(a.dtable) + row * a.channels + j * V;
   if constexpr (V == 1) {
-    out[0] = Elem<G>::store(float(sum[0]));
+    out[0] = Elem<G>::store(float(a.accumulate ? sum[0] + double(Elem<G>::load(out[0])) : sum[0]));
   } else {
     constexpr int kVector = kLanes<G>;
     static_assert(V % kVector == 0, "a chunk is whole vectors of G");
     for (int q = 0; q < V / kVector; ++q) {
       float rounded[kVector];
-      for (int u = 0; u < kVector; ++u) rounded[u] = float(sum[q * kVector + u]);
+      if (a.accumulate) unpack<G>(reinterpret_cast<const uint4*>(out)[q], rounded);  // the values added to
+      for (int u = 0; u < kVector; ++u)
+        rounded[u] = float(a.accumulate ? sum[q * kVector + u] + double(rounded[u]) : sum[q * kVector + u]);
       reinterpret_cast<uint4*>(out)[q] = pack<G>(rounded);
     }
   }
@@ -175,8 +177,8 @@ __global__ void __launch_bounds__(kRowThreads)
   }
 }
 
-// Step 4b: one block per table row. A row no position uses gets 0; one whose run lies in one tile was
-// written by step 4a; one whose run crosses tiles sums its partials in tile order: its part of its first
+// Step 4b: one block per table row. A row no position uses gets 0 (accumulating: is left alone); one whose run lies in
+// one tile was written by step 4a; one whose run crosses tiles sums its partials in tile order: its part of its first
 // tile (that tile's tail, or its head when the run starts the tile), the heads of the tiles it fills, and
 // the head of its last tile.
 template <class T, class G, int V>
@@ -188,6 +190,7 @@ __global__ void __launch_bounds__(kRowThreads)
     const int64_t begin = run_begin ? run_begin[v] : 0, end = run_end ? run_end[v] : 0;
     const int64_t first_tile = begin / kTile, last_tile = (end - 1) / kTile;
     if (end > begin && first_tile == last_tile) continue;
+    if (end == begin && a.accumulate) continue;  // an unused row keeps its values
     for (int64_t j = threadIdx.x; j < chunks; j += kRowThreads) {
       double sum[V] = {};
       for (int64_t t = first_tile; end > begin && t <= last_tile; ++t) {
