@@ -211,7 +211,9 @@ TEST(Tape, BackwardOffersALeafFedTwiceItsPassSum) {
   Variable w(test::random({5}), true);
   w.set_grad(Tensor::full({5}, 10.0, DType::f32));
   bool offered = false;
-  backward(sum(add(scale(w, 3.0), adding_identity(w, offered))));
+  Variable same = adding_identity(w, offered);  // recorded first, so backward runs it after the scale
+  Variable tripled = scale(w, 3.0);
+  backward(sum(add(tripled, same)));
   EXPECT_TRUE(offered);
   for (float v : w.grad().to_vector<float>()) EXPECT_EQ(v, 14.0f);
   // Fed once, a leaf is offered nothing.
@@ -229,6 +231,41 @@ Variable seed_probe(const Variable& x, bool& is_one) {
       return std::vector<Tensor>{g};
     });
   });
+}
+
+// identity(x) whose backward adds 1 into its gradient when the tape hands that over (own_gradient) and returns it,
+// recording whether it was handed over.
+Variable overwriting_identity(const Variable& x, bool& owned) {
+  return record("overwriting_identity", x.value().clone(), {x}, [&] {
+    return BackwardFn([&owned](const Tensor& g, const std::vector<bool>&) {
+      Tensor own = own_gradient();
+      owned = own.defined();
+      if (!owned) return std::vector<Tensor>{g};
+      EXPECT_EQ(own.storage(), g.storage());
+      ops::add_(own, Tensor::full(own.shape(), 1.0, own.dtype()));
+      return std::vector<Tensor>{own};
+    });
+  });
+}
+
+TEST(Tape, BackwardHandsANodeItsGradientWhenNoOneElseHoldsIt) {
+  clear_tape();
+  bool owned = false;
+  Variable x(test::random({5}), true);
+  backward(sum(scale(overwriting_identity(x, owned), 2.0)));  // g = 2, the scale's alone
+  EXPECT_TRUE(owned);
+  for (float v : x.grad().to_vector<float>()) EXPECT_EQ(v, 3.0f);
+  // The residual add hands its gradient to both its inputs: the identity's is shared while its node runs.
+  Variable y(test::random({5}), true);
+  Variable a = scale(y, 1.0);
+  backward(sum(add(a, overwriting_identity(a, owned))));
+  EXPECT_FALSE(owned);
+  for (float v : y.grad().to_vector<float>()) EXPECT_EQ(v, 2.0f);
+  // A given grad_output stays the caller's.
+  Variable z(test::random({5}), true);
+  backward(overwriting_identity(z, owned), Tensor::full({5}, 1.0, DType::f32));
+  EXPECT_FALSE(owned);
+  EXPECT_FALSE(own_gradient().defined());  // outside a backward function
 }
 
 TEST(Tape, GradientIsOneOnlyAtTheRootBackwardSeeded) {

@@ -12,6 +12,7 @@
 
 #include "alpha/autograd/functions.h"
 #include "alpha/nn/gpt.h"
+#include "alpha/ops/elementwise.h"
 #include "alpha/train/telemetry.h"
 #include "alpha/train/train_config.h"
 #include "nn/nn_helpers.h"
@@ -207,13 +208,42 @@ TEST(LayerNormLinear, GradcheckF64) {
 }
 
 TEST(LayerNormGeluMlp, GradcheckF64) {
-  auto f = [](const std::vector<Variable>& v) {
-    return autograd::layernorm_gelu_mlp(v[0], {v[1], v[2], 1e-5}, v[3], v[4], v[5], v[6]);
+  for (bool add_input : {false, true}) {
+    auto f = [add_input](const std::vector<Variable>& v) {
+      return autograd::layernorm_gelu_mlp(v[0], {v[1], v[2], 1e-5}, v[3], v[4], v[5], v[6], add_input);
+    };
+    EXPECT_TRUE(test::gradcheck(
+        f, {test::random({2, 3, 4}, DType::f64), test::random({4}, DType::f64, 0.5, 1.5), test::random({4}, DType::f64),
+            test::random({8, 4}, DType::f64), test::random({8}, DType::f64), test::random({4, 8}, DType::f64),
+            test::random({4}, DType::f64)}))
+        << "add_input " << add_input;
+  }
+}
+
+// x + MLP(LayerNorm(x)) fused (add_input) against gelu_mlp with x as its residual after a separate layernorm, in
+// f32: the same bits, values and every gradient, where the tape hands the fused function its output's gradient
+// (behind a scale); handed a gradient someone else holds, it adds the residual's gradient in a pass of its own.
+TEST(LayerNormGeluMlp, AddingItsInputMatchesGeluMlpWithItAsResidual) {
+  std::vector<Tensor> values{test::random({2, 5, 6}), test::random({6}, DType::f32, 0.5, 1.5),
+                             test::random({6}),       test::random({12, 6}),
+                             test::random({12}),      test::random({6, 12}),
+                             test::random({6})};
+  Tensor dy = test::random({2, 5, 6});
+  auto run = [&](bool fused, bool behind_a_scale) {
+    std::vector<Variable> v;
+    for (const Tensor& t : values) v.emplace_back(t, true);
+    Variable y = fused ? autograd::layernorm_gelu_mlp(v[0], {v[1], v[2], 1e-5}, v[3], v[4], v[5], v[6], true)
+                       : autograd::gelu_mlp(autograd::layernorm(v[0], v[1], v[2], 1e-5), v[3], v[4], v[5], v[6], v[0]);
+    std::vector<Tensor> out{y.value()};
+    autograd::backward(behind_a_scale ? autograd::scale(y, 0.5) : y, dy);
+    for (const Variable& p : v) out.push_back(p.grad());
+    return out;
   };
-  EXPECT_TRUE(test::gradcheck(f, {test::random({2, 3, 4}, DType::f64), test::random({4}, DType::f64, 0.5, 1.5),
-                                  test::random({4}, DType::f64), test::random({8, 4}, DType::f64),
-                                  test::random({8}, DType::f64), test::random({4, 8}, DType::f64),
-                                  test::random({4}, DType::f64)}));
+  const std::vector<Tensor> plain = run(false, true), fused = run(true, true), unowned = run(true, false);
+  for (size_t i = 0; i < plain.size(); ++i) {
+    EXPECT_TRUE(test::bit_equal(fused[i], plain[i])) << i;
+    if (i > 0) EXPECT_TRUE(test::all_close(unowned[i], ops::scale(plain[i], 2.0), "layernorm")) << i;
+  }
 }
 
 // A leaf the nested graph reaches but nobody listed would get the nested backward's gradient straight into its

@@ -68,8 +68,11 @@ struct LayerNormParams {
 };
 Variable layernorm_linear(const Variable& x, const LayerNormParams& norm, const Variable& weight,
                           const Variable& bias);
+// With add_input, layernorm_gelu_mlp returns x + that (a block's residual stream without dropout, added by proj's
+// GEMM); its backward adds the LayerNorm's dx into the output's gradient where the tape hands that over.
 Variable layernorm_gelu_mlp(const Variable& x, const LayerNormParams& norm, const Variable& fc_weight,
-                            const Variable& fc_bias, const Variable& proj_weight, const Variable& proj_bias);
+                            const Variable& fc_bias, const Variable& proj_weight, const Variable& proj_bias,
+                            bool add_input = false);
 
 // Level "block": segment(inputs) keeping only the inputs. Forward runs the segment without recording; the
 // one node recorded lists the inputs and then `parameters` (every leaf the segment reads besides its inputs),

@@ -6,6 +6,7 @@
 #include "alpha/autograd/compute_parameters.h"
 #include "alpha/autograd/functions.h"
 #include "alpha/ops/activation.h"
+#include "alpha/ops/elementwise.h"
 #include "alpha/ops/layernorm.h"
 #include "alpha/ops/matmul.h"
 
@@ -28,10 +29,21 @@ struct NormInputs {
 
   // Gradients of x, weight and bias (needs[0..2]) from the gradient of the normalised output; x is the
   // node's input 0, whose gradient dx is added into where backward offers it (as autograd::layernorm does).
+  // With `residual`, the node's output adds x itself (x + f(x)) and residual is that output's gradient g, which
+  // x's gradient also takes: the kernel adds dx into g where the tape hands g over and no slot is offered
+  // (own_gradient), else it is added after. The function calls this after its last read of g.
   std::vector<Tensor> backward(const Tensor& dnormed, const ops::LayerNormOutput& normed,
-                               const std::vector<bool>& needs) const {
-    return params.grads(ops::layernorm_backward(dnormed, x, params.weight.value, normed.mean, normed.rstd, needs[0],
-                                                needs[1], needs[2], gradient_accumulator(0, x)));
+                               const std::vector<bool>& needs, const Tensor& residual = Tensor()) const {
+    Tensor into = gradient_accumulator(0, x);
+    bool added_into_residual = false;
+    if (needs[0] && residual.defined() && !into.defined()) {
+      Tensor g = own_gradient();
+      if (g.defined() && g.shape() == x.shape() && g.dtype() == x.dtype()) into = g, added_into_residual = true;
+    }
+    std::vector<Tensor> grads = params.grads(ops::layernorm_backward(dnormed, x, params.weight.value, normed.mean,
+                                                                     normed.rstd, needs[0], needs[1], needs[2], into));
+    if (needs[0] && residual.defined() && !added_into_residual) ops::add_(grads[0], residual);
+    return grads;
   }
 };
 
@@ -66,23 +78,26 @@ Variable layernorm_linear(const Variable& x, const LayerNormParams& norm, const 
 // input-gradient GEMM with a DGELU epilogue, and last the normalised x for fc's weight gradient and LayerNorm's
 // backward.
 Variable layernorm_gelu_mlp(const Variable& x, const LayerNormParams& norm, const Variable& fc_weight,
-                            const Variable& fc_bias, const Variable& proj_weight, const Variable& proj_bias) {
+                            const Variable& fc_bias, const Variable& proj_weight, const Variable& proj_bias,
+                            bool add_input) {
   std::vector<Variable> inputs{x, norm.weight, norm.bias, fc_weight, fc_bias, proj_weight, proj_bias};
   NormInputs norm_inputs("layernorm_gelu_mlp", x, norm);
   const LinearParameters fc_p("layernorm_gelu_mlp", fc_weight, fc_bias, x.dtype()),
       proj_p("layernorm_gelu_mlp", proj_weight, proj_bias, x.dtype());
   ops::LinearGelu fc =
       ops::linear_gelu(norm_inputs.normalise().y, fc_p.weight.value, fc_p.bias.value, needs_recording(inputs));
-  Tensor y = ops::linear(fc.out, proj_p.weight.value, proj_p.bias.value);
+  Tensor y = ops::linear(fc.out, proj_p.weight.value, proj_p.bias.value, add_input ? x.value() : Tensor());
   return record("layernorm_gelu_mlp", y, inputs, [&] {
-    return BackwardFn([norm_inputs, fc_p, proj_p, pre = fc.pre](const Tensor& g, const std::vector<bool>& needs) {
+    return BackwardFn([norm_inputs, fc_p, proj_p, pre = fc.pre, add_input](const Tensor& g,
+                                                                           const std::vector<bool>& needs) {
       const bool need_dnormed = needs[0] || needs[1] || needs[2];  // x or the norm's parameters
       const bool need_dpre = need_dnormed || needs[3];
       ops::LayerNormOutput normed;
       if (need_dpre) normed = norm_inputs.normalise();
       std::vector<Tensor> mlp = mlp_backward(g, normed.y, pre, ops::gelu(pre), fc_p, proj_p,
                                              {need_dnormed, needs[3], needs[4], needs[5], needs[6]});
-      std::vector<Tensor> grads = need_dnormed ? norm_inputs.backward(mlp[0], normed, needs) : std::vector<Tensor>(3);
+      std::vector<Tensor> grads =
+          need_dnormed ? norm_inputs.backward(mlp[0], normed, needs, add_input ? g : Tensor()) : std::vector<Tensor>(3);
       grads.insert(grads.end(), mlp.begin() + 1, mlp.end());
       return grads;
     });

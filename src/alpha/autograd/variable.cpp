@@ -85,11 +85,13 @@ void accumulate(Tensor& slot, const Shape& shape, const Tensor& g, const char* o
 }
 
 // What backward tells the node it is running, on this thread: the slots it offers (gradient_accumulator), one per
-// input, and whether the node's gradient is the 1 backward seeded itself (gradient_is_one). A nested backward
-// (activation recomputation) sets its own and gives the outer ones back when it returns.
+// input, whether the node's gradient is the 1 backward seeded itself (gradient_is_one), and that gradient when the
+// tape alone holds it (own_gradient). A nested backward (activation recomputation) sets its own and gives the outer
+// ones back when it returns.
 struct RunningNode {
   const std::vector<Tensor>* offered = nullptr;
   bool gradient_is_one = false;
+  const Tensor* owned = nullptr;
 };
 thread_local RunningNode running_node;
 
@@ -275,7 +277,9 @@ void backward(const Variable& root, const Tensor& grad_output, const LeafReadyFn
       }
       std::vector<Tensor> grads;
       {
-        RunningNodeScope running({&accumulators, i == start && !grad_output.defined()});
+        const bool owned = node.grad_out.is_contiguous() && node.grad_out.storage().use_count() == 1;
+        RunningNodeScope running(
+            {&accumulators, i == start && !grad_output.defined(), owned ? &node.grad_out : nullptr});
         grads = node.backward(node.grad_out, needs);
       }
       std::vector<bool> added(needs.size());  // the function added into the slot it was offered
@@ -312,6 +316,8 @@ void backward(const Variable& root, const Tensor& grad_output, const LeafReadyFn
 }
 
 bool gradient_is_one() { return running_node.gradient_is_one; }
+
+Tensor own_gradient() { return running_node.owned ? *running_node.owned : Tensor(); }
 
 Tensor gradient_accumulator(size_t index, const Tensor& input) {
   if (!running_node.offered || index >= running_node.offered->size()) return Tensor();

@@ -105,6 +105,12 @@ Tensor gradient_accumulator(size_t index, const Tensor& input);
 // true, that gradient being exactly 1, so that a function may skip multiplying by it. False anywhere else.
 bool gradient_is_one();
 
+// While backward runs a node: the node's gradient g itself, contiguous, when the tape alone holds it, for the
+// function to write into once it has last read g and return as an input's gradient (x's of x + f(x): g plus f's
+// x-gradient, with no new tensor and no add pass). No other gradient it returns may be a view of g. Undefined when
+// someone else holds g, and anywhere else.
+Tensor own_gradient();
+
 // Drops every recorded node without running it (e.g. after an evaluation under gradients).
 void clear_tape();
 size_t tape_size();

@@ -73,11 +73,11 @@ class CausalSelfAttention : public Module {
     add_child(*nsa_v_);
   }
 
-  // attn(norm(x)) for the block's input x (B, T, C) and its first LayerNorm, plus `residual` when given (added by
-  // the output projection's GEMM). With recompute_norm the normalised x is recomputed in backward, unless NSA's
+  // attn(norm(x)) for the block's input x (B, T, C) and its first LayerNorm, plus x itself with add_input (added
+  // by the output projection's GEMM). With recompute_norm the normalised x is recomputed in backward, unless NSA's
   // gate reads it too.
   Variable forward(const Variable& x, const LayerNorm& norm, bool recompute_norm, const ops::DropoutConfig& probs,
-                   const Variable& residual) const {
+                   bool add_input) const {
     int64_t B = x.size(0), T = x.size(1), D = config_.head_dim();
     int64_t q_width = config_.n_head * D, kv_width = config_.n_kv_head * D;
     const bool keep_normed = !recompute_norm || nsa_gate_;
@@ -103,7 +103,7 @@ class CausalSelfAttention : public Module {
       y = autograd::self_attention(qkv, config_.n_head, config_.n_kv_head, attention,
                                    flash_ ? autograd::AttentionKernel::flash : autograd::AttentionKernel::materialized);
     }
-    return proj_.forward(autograd::reshape(y, {B, T, config_.n_embd}), residual);
+    return proj_.forward(autograd::reshape(y, {B, T, config_.n_embd}), add_input ? x : Variable());
   }
 
  private:
@@ -142,13 +142,12 @@ class MLP : public Module {
     add_child(proj_);
   }
 
-  // proj(gelu(fc(norm(x)))), plus `residual` when given (added by proj's GEMM; not with recompute_norm_gelu);
-  // with recompute_norm_gelu neither norm(x) nor the GELU output is kept.
-  Variable forward(const Variable& x, const LayerNorm& norm, bool recompute_norm_gelu, const Variable& residual) const {
-    if (!recompute_norm_gelu) return gelu_mlp(fc_, proj_, norm.forward(x), residual);
-    if (residual.defined())
-      raise<ValueError>("MLP::forward", "residual", "none with recompute_norm_gelu", "a residual");
-    return autograd::layernorm_gelu_mlp(x, params_of(norm), fc_.weight(), fc_.bias(), proj_.weight(), proj_.bias());
+  // proj(gelu(fc(norm(x)))), plus x itself with add_input (added by proj's GEMM); with recompute_norm_gelu
+  // neither norm(x) nor the GELU output is kept.
+  Variable forward(const Variable& x, const LayerNorm& norm, bool recompute_norm_gelu, bool add_input) const {
+    if (!recompute_norm_gelu) return gelu_mlp(fc_, proj_, norm.forward(x), add_input ? x : Variable());
+    return autograd::layernorm_gelu_mlp(x, params_of(norm), fc_.weight(), fc_.bias(), proj_.weight(), proj_.bias(),
+                                        add_input);
   }
 
  private:
@@ -172,15 +171,13 @@ class Block : public Module {
 
   // recompute_norms: level "ln_gelu" (each LayerNorm fused into the layer reading it, the GELU output dropped).
   // A residual add without dropout (p = 0) is done by the GEMM that ends its branch (its addend), with no pass of
-  // its own, except the MLP's under ln_gelu: layernorm_gelu_mlp reads x for its LayerNorm as well, and the
-  // residual's gradient would then be added to that LayerNorm's dx in a pass of its own in backward, where
-  // residual_dropout_add's LayerNorm adds it in its kernel.
+  // its own.
   Variable forward(const Variable& x, const BlockDropout& dropout, bool recompute_norms) const {
     const bool attn_residual_in_gemm = dropout.attn_residual.p == 0.0;
-    Variable h = attn_.forward(x, ln1_, recompute_norms, dropout.attention, attn_residual_in_gemm ? x : Variable());
+    Variable h = attn_.forward(x, ln1_, recompute_norms, dropout.attention, attn_residual_in_gemm);
     if (!attn_residual_in_gemm) h = autograd::residual_dropout_add(x, h, dropout.attn_residual);
-    const bool mlp_residual_in_gemm = dropout.mlp_residual.p == 0.0 && !recompute_norms;
-    Variable out = mlp_.forward(h, ln2_, recompute_norms, mlp_residual_in_gemm ? h : Variable());
+    const bool mlp_residual_in_gemm = dropout.mlp_residual.p == 0.0;
+    Variable out = mlp_.forward(h, ln2_, recompute_norms, mlp_residual_in_gemm);
     return mlp_residual_in_gemm ? out : autograd::residual_dropout_add(h, out, dropout.mlp_residual);
   }
 
