@@ -62,17 +62,19 @@ struct GraphCase {
   const char* precision;
   int64_t grad_accum;
   const char* recompute;
+  bool stochastic_rounding = false;
 };
 
 void expect_graph_steps_give_the_bits_of_the_steps_without_it(const GraphCase& c) {
   SCOPED_TRACE(std::string(c.precision) + ", grad_accum " + std::to_string(c.grad_accum) + ", recompute " +
-               c.recompute);
+               c.recompute + (c.stochastic_rounding ? ", stochastic rounding" : ""));
   test::TempDir dir;
   TrainerOptions eager = on_gpu(tiny_options(dir / "eager", 12), c.precision);
   eager.train.eval_every = 5;
   eager.train.save_every = 0;
   eager.train.grad_accum = c.grad_accum;
   eager.train.recompute = c.recompute;
+  eager.train.stochastic_rounding = c.stochastic_rounding;
   Trainer(eager).run();
   TrainerOptions graphed = eager;
   graphed.run_dir = dir / "graphed";
@@ -102,6 +104,8 @@ TEST_F(CudaTraining, CudaGraphStepsGiveTheBitsOfTheStepsWithoutIt) {
   expect_graph_steps_give_the_bits_of_the_steps_without_it({"f32", 1, "none"});
   expect_graph_steps_give_the_bits_of_the_steps_without_it({"bf16", 1, "none"});
   expect_graph_steps_give_the_bits_of_the_steps_without_it({"bf16", 2, "none"});
+  // The compute copies' rounding bits drawn with each step's number, read by the captured AdamW.
+  expect_graph_steps_give_the_bits_of_the_steps_without_it({"bf16", 1, "none", true});
   test::TempDir dir;
   TrainerOptions dropout = on_gpu(tiny_options(dir.path(), 2), "bf16");
   dropout.train.cuda_graphs = true;

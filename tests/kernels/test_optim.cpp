@@ -246,7 +246,7 @@ TEST(Optim, ListStepWithTermsInMemoryGivesTheBitsOfTheConfigs) {
   const Tensor factor = Tensor::full({}, 0.5, DType::f64);
   ops::adamw_step(want_params, grads, want_ms, want_vs, copies, configs, factor);
   const Tensor terms = ops::adamw_step_terms(params, configs);
-  EXPECT_EQ(terms.shape(), (Shape{2, 3}));
+  EXPECT_EQ(terms.shape(), (Shape{2, 4}));
   std::vector<ops::AdamWConfig> stale = configs;  // lr and step come from the terms, not from these
   for (auto& c : stale) c.lr = 1.0, c.step = 1;
   ops::adamw_step(params, grads, ms, vs, copies, stale, factor, terms);
@@ -262,6 +262,34 @@ TEST(Optim, ListStepWithTermsInMemoryGivesTheBitsOfTheConfigs) {
   EXPECT_ALPHA_ERROR(ops::adamw_step(params, grads, ms, vs, copies, configs, factor, terms.slice(0, 0, 1)), ShapeError,
                      "[adamw_step]", "'terms'");
   EXPECT_ALPHA_ERROR(ops::adamw_step_terms(params, {configs[0]}), ValueError, "[adamw_step_terms]", "'configs'");
+}
+
+// An f32 master's f16 compute copy rounded stochastically: with the terms in memory the step they hold draws the
+// rounding bits, not the configs' (what a replayed CUDA graph's AdamW relies on), the copy's bits those of the
+// step with the configs at that step.
+TEST(Optim, ListStepWithTermsInMemoryRoundsTheCopyWithTheTermsStep) {
+  const Tensor param = random({2053}), grad = random({2053}), m = random({2053}, DType::f32, 0, 1),
+               v = random({2053}, DType::f32, 0, 1);
+  ops::AdamWConfig config{3e-3, 0.9, 0.95, 1e-8, 0.1, 9};
+  config.stochastic_rounding = ops::StochasticRounding{1234, 3, 0};
+  auto run = [&](const ops::AdamWConfig& c, const Tensor& terms) {
+    std::vector<Tensor> params{param.clone()}, ms{m.clone()}, vs{v.clone()};
+    std::vector<Tensor> copies{Tensor::empty({2053}, DType::f16)};
+    const Tensor factor = Tensor::full({}, 1.0, DType::f64);
+    if (terms.defined())
+      ops::adamw_step(params, {grad}, ms, vs, copies, {c}, factor, terms);
+    else
+      ops::adamw_step(params, {grad}, ms, vs, copies, {c}, factor);
+    return copies[0];
+  };
+  const Tensor want = run(config, Tensor());
+  ops::AdamWConfig stale = config;
+  stale.step = 1;
+  const Tensor terms = ops::adamw_step_terms({param}, {config});
+  EXPECT_TRUE(test::bit_equal(run(stale, terms), want));
+  Tensor step_one = terms.clone();  // the same update with step 1's rounding bits: some values round the other way
+  step_one.data<double>()[3] = 1.0;
+  EXPECT_FALSE(test::bit_equal(run(stale, step_one), want));
 }
 
 TEST(Optim, NormKernelsMatchNaiveLoops) {

@@ -35,7 +35,7 @@ TEST(CudaGraphConfig, RefusesWhatACapturedStepCannotReplay) {
   TrainConfig rounding = t;
   rounding.precision = "bf16";
   rounding.stochastic_rounding = true;
-  EXPECT_ALPHA_ERROR(rounding.validate(), ConfigError, "'cuda_graphs'", "stochastic_rounding");
+  rounding.validate();  // the captured AdamW reads each step's number, which draws its rounding bits
 }
 
 // What the trainer refuses beyond TrainConfig, before it touches a device (so this runs without a GPU).

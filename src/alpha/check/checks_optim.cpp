@@ -12,8 +12,10 @@
 //   and the ops: global_grad_norm over a list of grads against the CPU op in f64, repeated bit for bit,
 //   and clipping with the norm on the device against clipping with it on the host, bit for bit;
 // - the trainer's queued step: step_guard's factor bit for bit against the CPU op's, AdamW over f32 masters with
-//   bf16 compute copies reading that factor on the device against the host factor, bit for bit, and a NaN
-//   factor (an infinite loss) leaving every param, moment and copy as it was.
+//   bf16 compute copies reading that factor on the device against the host factor, bit for bit, the same with
+//   the per-step terms read on the device and the copies rounded stochastically with the terms' step (as a
+//   replayed CUDA graph runs it) against the host's configs, and a NaN factor (an infinite loss) leaving every
+//   param, moment and copy as it was.
 #if ALPHA_WITH_CUDA
 #include <cmath>
 #include <string>
@@ -229,6 +231,19 @@ void check_queued_step(Context& ctx) {
   ops::adamw_step(on_device.params, on_device.grads, on_device.ms, on_device.vs, on_device.copies, configs, factor);
   ops::adamw_step(on_host.params, on_host.grads, on_host.ms, on_host.vs, on_host.copies, configs, cpu_factor.item());
   compare_lists("queued_step", on_device, on_host, ".same_bits_as_host_factor");
+
+  // As a captured step replays it: the terms (learning rate, bias corrections, step) read on the device, the
+  // configs' stale, and the copies rounded stochastically with the terms' step.
+  std::vector<ops::AdamWConfig> rounded = configs, stale;
+  for (size_t k = 0; k < rounded.size(); ++k)
+    rounded[k].stochastic_rounding = ops::StochasticRounding{77, uint32_t(k), 0};
+  stale = rounded;
+  for (auto& c : stale) c.lr = 1.0, c.step = 1;
+  const Tensor terms = ops::adamw_step_terms(make().params, rounded).to(ctx.gpu());
+  List replayed = make(), direct = make();
+  ops::adamw_step(replayed.params, replayed.grads, replayed.ms, replayed.vs, replayed.copies, stale, factor, terms);
+  ops::adamw_step(direct.params, direct.grads, direct.ms, direct.vs, direct.copies, rounded, cpu_factor.item());
+  compare_lists("queued_step.device_terms_stochastic", replayed, direct, ".same_bits_as_host_configs");
 
   const Tensor bad_losses = Tensor::from_vector<float>({2.5f, INFINITY}, {2}).to(ctx.gpu());
   const Tensor skip = ops::step_guard(norm, bad_losses, loss_scale, max_norm);

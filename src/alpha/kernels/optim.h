@@ -65,6 +65,16 @@ ALPHA_HD uint32_t stochastic_rounding_bits(const StochasticRounding& r, int64_t 
   return philox_bits(r.seed, r.offset + uint64_t(i), r.stream);
 }
 
+// r at step `step` (1-based): its substream's step half replaced (stochastic_rounding_stream), for an update that
+// reads its step where it runs (AdamWArgs::terms_at).
+ALPHA_HD StochasticRounding stochastic_rounding_at_step(StochasticRounding r, int64_t step) {
+  r.stream = (r.stream & ~uint64_t(0xffffffffu)) | uint32_t(uint64_t(step));
+  return r;
+}
+
+// The values of an update's row of AdamWArgs::terms_at: step_size, inv_sqrt_bias_correction2, decay, step.
+constexpr int kAdamWTerms = 4;
+
 template <class T, class G = T, class C = G>
 struct AdamWArgs {
   T* param;           // (n), updated in place: the master copy
@@ -85,9 +95,10 @@ struct AdamWArgs {
   // (1) in the param's memory, or null: the factor read there replaces grad_scale (rounded to acc_t<T> as
   // grad_scale is), and a NaN there leaves param, m, v and param_copy as they are: a skipped step.
   const double* grad_scale_at = nullptr;
-  // (3) in the param's memory, or null: this update's adamw_step_terms (step_size, inv_sqrt_bias_correction2,
-  // decay, each a value of acc_t<T> held in f64), read where the kernel runs in place of those of lr and step.
-  // A launch captured once (a CUDA graph) then makes every later step, whose lr and step the host writes there.
+  // (kAdamWTerms) in the param's memory, or null: this update's adamw_step_terms (step_size,
+  // inv_sqrt_bias_correction2, decay, each a value of acc_t<T> held in f64, then the step, whose stochastic
+  // rounding's substream it selects), read where the kernel runs in place of those of lr and step. A launch
+  // captured once (a CUDA graph) then makes every later step, whose lr and step the host writes there.
   const double* terms_at = nullptr;
 };
 

@@ -232,7 +232,7 @@ void adamw_list(std::vector<Tensor>& params, const std::vector<Tensor>& grads, s
             list.push_back(
                 adamw_args<T, G, C>(params[k], contiguous_grads[k], ms[k], vs[k], copy_of(k), configs[k], grad_scale,
                                     grad_scale_tensor.defined() ? grad_scale_tensor.data<double>() : nullptr));
-            if (terms.defined()) list.back().terms_at = terms.data<double>() + 3 * k;
+            if (terms.defined()) list.back().terms_at = terms.data<double>() + kernels::kAdamWTerms * k;
           }
           ALPHA_KERNEL(multi_adamw_step)(where, std::span<const kernels::AdamWArgs<T, G, C>>(list));
         });
@@ -304,7 +304,7 @@ void adamw_step(std::vector<Tensor>& params, const std::vector<Tensor>& grads, s
     check_f64_scalar(op, "grad_scale", grad_scale, params[0].device());
     check_defined(op, "terms", terms);
     check_dtype(op, "terms", terms, {DType::f64});
-    check_shape(op, "terms", terms, {int64_t(params.size()), 3});
+    check_shape(op, "terms", terms, {int64_t(params.size()), kernels::kAdamWTerms});
     check_contiguous(op, "terms", terms);
     if (terms.device() != params[0].device())
       raise<DeviceError>(op, "terms", "a tensor on " + params[0].device().str(), terms.device().str());
@@ -323,12 +323,13 @@ Tensor adamw_step_terms(const std::vector<Tensor>& params, const std::vector<Ada
     auto append = [&]<class A>() {
       const kernels::AdamWStepTerms<A> t =
           kernels::adamw_step_terms<A>(A(c.lr), A(c.beta1), A(c.beta2), A(c.weight_decay), c.step);
-      terms.insert(terms.end(), {double(t.step_size), double(t.inv_sqrt_bias_correction2), double(t.decay)});
+      terms.insert(terms.end(),
+                   {double(t.step_size), double(t.inv_sqrt_bias_correction2), double(t.decay), double(c.step)});
     };
     if (params[k].dtype() == DType::f64) append.template operator()<double>();
     else append.template operator()<float>();
   }
-  return Tensor::from_vector(terms, {int64_t(params.size()), 3});
+  return Tensor::from_vector(terms, {int64_t(params.size()), kernels::kAdamWTerms});
 }
 
 Tensor step_guard(const Tensor& scaled_norm, const Tensor& losses, double loss_scale, double max_norm) {

@@ -77,16 +77,17 @@ void adamw_step(std::vector<Tensor>& params, const std::vector<Tensor>& grads, s
 void adamw_step(std::vector<Tensor>& params, const std::vector<Tensor>& grads, std::vector<Tensor>& ms,
                 std::vector<Tensor>& vs, std::vector<Tensor>& compute_copies, const std::vector<AdamWConfig>& configs,
                 const Tensor& grad_scale);
-// The same with each update's per-step scalars read where the kernels run as well: terms, an f64 [P, 3]
+// The same with each update's per-step scalars read where the kernels run as well: terms, an f64 [P, 4]
 // contiguous tensor on the params' device, row k adamw_step_terms's for params[k] (configs[k].lr and .step then
-// go unused), so that a launch captured once (a CUDA graph) and replayed makes every later step, with the terms the
-// host writes there before each replay. The same bits as the overload above with those configs.
+// go unused, the step's stochastic rounding too), so that a launch captured once (a CUDA graph) and replayed makes
+// every later step, with the terms the host writes there before each replay. The same bits as the overload above with
+// those configs.
 void adamw_step(std::vector<Tensor>& params, const std::vector<Tensor>& grads, std::vector<Tensor>& ms,
                 std::vector<Tensor>& vs, std::vector<Tensor>& compute_copies, const std::vector<AdamWConfig>& configs,
                 const Tensor& grad_scale, const Tensor& terms);
 // The per-step scalars of each param's update with configs[k] (kernels::adamw_step_terms in the param's
-// accumulation type, held in f64): an f64 [P, 3] tensor on the host, rows (step_size, inv_sqrt_bias_correction2,
-// decay).
+// accumulation type, held in f64): an f64 [P, 4] tensor on the host, rows (step_size, inv_sqrt_bias_correction2,
+// decay, step).
 Tensor adamw_step_terms(const std::vector<Tensor>& params, const std::vector<AdamWConfig>& configs);
 
 // copies[k] = params[k] rounded stochastically to copies[k]'s dtype with roundings[k] at step `step`: the

@@ -112,8 +112,6 @@ void TrainConfig::validate() const {
     require(!scales_loss(), "cuda_graphs",
             "false with loss scaling (f16, or loss_scaling \"dynamic\": the scale changes between steps)",
             str(cuda_graphs));
-    require(!stochastic_rounding, "cuda_graphs",
-            "false with stochastic_rounding (its bits are drawn per step, passed by value)", str(cuda_graphs));
   }
   require(nn::recompute_from_name(recompute).has_value(), "recompute", nn::kRecomputeNames, str(recompute));
 }

@@ -27,6 +27,8 @@ template <class T, class G, class C>
 void adamw_step(const AdamWArgs<T, G, C>& args) {
   using A = acc_t<T>;
   const AdamWStepTerms<A> terms = args.terms_at ? adamw_terms_from<A>(args.terms_at) : adamw_step_terms(args);
+  const StochasticRounding rounding =
+      args.terms_at ? stochastic_rounding_at_step(args.rounding, int64_t(args.terms_at[3])) : args.rounding;
   A grad_scale = args.grad_scale;
   if (args.grad_scale_at) {
     if (std::isnan(*args.grad_scale_at)) return;  // a skipped step
@@ -41,7 +43,7 @@ void adamw_step(const AdamWArgs<T, G, C>& args) {
     args.v[i] = T(v);
     args.param[i] = T(A(args.param[i]) * terms.decay -
                       terms.step_size * m / (std::sqrt(v) * terms.inv_sqrt_bias_correction2 + args.eps));
-    if (args.param_copy) args.param_copy[i] = copy_of<C>(A(args.param[i]), args.stochastic_rounding, args.rounding, i);
+    if (args.param_copy) args.param_copy[i] = copy_of<C>(A(args.param[i]), args.stochastic_rounding, rounding, i);
   }
 }
 

@@ -41,10 +41,12 @@ static_assert(kChunk % kThreads == 0, "a chunk is whole strides of the block");
 
 unsigned blocks_for(int64_t n) { return unsigned(std::clamp<int64_t>((n + kThreads - 1) / kThreads, 1, kMaxBlocks)); }
 
-// The f32 scalars of one AdamW step, as the CPU kernel uses them.
+// The f32 scalars of one AdamW step, as the CPU kernel uses them, and the compute copy's stochastic rounding
+// (which the step read where the kernel runs selects, as it does the terms).
 struct AdamWScalars {
   float lr, beta1, beta2, eps, grad_scale;
   AdamWStepTerms<float> terms;
+  StochasticRounding rounding;
 };
 
 template <class T, class G, class C>
@@ -55,17 +57,20 @@ struct AdamWPointers {
   Bits<T>* v;
   Bits<C>* param_copy;  // nullptr: none
   int64_t n;
-  bool stochastic_rounding;  // the copy rounded stochastically with `rounding`'s bits, not to nearest
-  StochasticRounding rounding;
+  bool stochastic_rounding;     // the copy rounded stochastically with AdamWScalars::rounding's bits, not to nearest
   const double* grad_scale_at;  // nullptr: AdamWScalars::grad_scale
   const double* terms_at;       // nullptr: AdamWScalars::terms
 };
 
-// The scalars with the terms read from terms_at and the factor from grad_scale_at where those are set (the
-// factor rounded to f32 as the host rounds grad_scale); false when the factor is NaN: the step is skipped.
+// The scalars with the terms read from terms_at (and the stochastic rounding's step) and the factor from
+// grad_scale_at where those are set (the factor rounded to f32 as the host rounds grad_scale); false when the
+// factor is NaN: the step is skipped.
 template <class T, class G, class C>
 __device__ bool resolve_scalars(const AdamWPointers<T, G, C>& x, AdamWScalars& s) {
-  if (x.terms_at) s.terms = adamw_terms_from<float>(x.terms_at);
+  if (x.terms_at) {
+    s.terms = adamw_terms_from<float>(x.terms_at);
+    s.rounding = stochastic_rounding_at_step(s.rounding, int64_t(x.terms_at[3]));
+  }
   if (!x.grad_scale_at) return true;
   const double factor = *x.grad_scale_at;
   if (factor != factor) return false;
@@ -108,7 +113,7 @@ __device__ void adamw_update(const AdamWPointers<T, G, C>& x, const AdamWScalars
   x.param[i] = stored;
   if (x.param_copy) {
     const bool stochastic = std::is_same_v<T, float> && x.stochastic_rounding;  // an f32 master's bf16/f16 copy
-    x.param_copy[i] = copy_bits<C>(Elem<T>::load(stored), stochastic, x.rounding, i);
+    x.param_copy[i] = copy_bits<C>(Elem<T>::load(stored), stochastic, s.rounding, i);
   }
 }
 
@@ -209,20 +214,21 @@ template <class T, class G, class C>
 __global__ void multi_adamw_kernel(const __grid_constant__ LaunchTable<AdamWEntry<T, G, C>> table) {
   const BlockWork work = block_work(table);
   const AdamWEntry<T, G, C>& e = table.tensors[work.tensor];
+  const AdamWPointers<T, G, C>& x = e.x;
   AdamWScalars s = e.s;
-  if (!resolve_scalars(e.x, s)) return;
+  if (!resolve_scalars(x, s)) return;
   // The thread's elements of the chunk (for_chunk's) all loaded before any is updated: as far as the compiler
   // knows the tensors may alias, so element by element each update waited for its own loads (gpt2-124m's step,
   // H200, 2026-11-29: 1.03 -> 0.91 ms; 55 registers a thread).
   constexpr int kStrides = int(kChunk / kThreads);
-  const int64_t start = work.chunk * kChunk, end = start + kChunk < e.x.n ? start + kChunk : e.x.n;
+  const int64_t start = work.chunk * kChunk, end = start + kChunk < x.n ? start + kChunk : x.n;
   AdamWLoaded loaded[kStrides];
 #pragma unroll
   for (int k = 0; k < kStrides; ++k)
-    if (const int64_t i = start + threadIdx.x + int64_t(k) * kThreads; i < end) loaded[k] = adamw_load(e.x, i);
+    if (const int64_t i = start + threadIdx.x + int64_t(k) * kThreads; i < end) loaded[k] = adamw_load(x, i);
 #pragma unroll
   for (int k = 0; k < kStrides; ++k)
-    if (const int64_t i = start + threadIdx.x + int64_t(k) * kThreads; i < end) adamw_update(e.x, s, i, loaded[k]);
+    if (const int64_t i = start + threadIdx.x + int64_t(k) * kThreads; i < end) adamw_update(x, s, i, loaded[k]);
 }
 
 // out = factor·x, the factor read from *device_factor where that is set.
@@ -295,7 +301,7 @@ __global__ void scale_by_kernel(Bits<T>* x, const double* factor, int64_t n) {
 
 template <class T, class G, class C>
 AdamWScalars adamw_scalars(const AdamWArgs<T, G, C>& args) {
-  return {args.lr, args.beta1, args.beta2, args.eps, args.grad_scale, adamw_step_terms(args)};
+  return {args.lr, args.beta1, args.beta2, args.eps, args.grad_scale, adamw_step_terms(args), args.rounding};
 }
 
 template <class T, class G, class C>
@@ -307,7 +313,6 @@ AdamWPointers<T, G, C> adamw_pointers(const AdamWArgs<T, G, C>& args) {
           args.param_copy ? bits(args.param_copy) : nullptr,
           args.n,
           args.stochastic_rounding,
-          args.rounding,
           args.grad_scale_at,
           args.terms_at};
 }
