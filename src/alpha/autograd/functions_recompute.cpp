@@ -35,14 +35,12 @@ struct NormInputs {
   std::vector<Tensor> backward(const Tensor& dnormed, const ops::LayerNormOutput& normed,
                                const std::vector<bool>& needs, const Tensor& residual = Tensor()) const {
     Tensor into = gradient_accumulator(0, x);
-    bool added_into_residual = false;
-    if (needs[0] && residual.defined() && !into.defined()) {
-      Tensor g = own_gradient();
-      if (g.defined() && g.shape() == x.shape() && g.dtype() == x.dtype()) into = g, added_into_residual = true;
-    }
+    // residual is the node's own gradient: the tape hands it over when no one else holds it (own_gradient)
+    const bool into_residual = needs[0] && residual.defined() && !into.defined() && own_gradient().defined();
+    if (into_residual) into = residual;
     std::vector<Tensor> grads = params.grads(ops::layernorm_backward(dnormed, x, params.weight.value, normed.mean,
                                                                      normed.rstd, needs[0], needs[1], needs[2], into));
-    if (needs[0] && residual.defined() && !added_into_residual) ops::add_(grads[0], residual);
+    if (needs[0] && residual.defined() && !into_residual) ops::add_(grads[0], residual);
     return grads;
   }
 };

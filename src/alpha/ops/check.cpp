@@ -62,6 +62,14 @@ void check_size(std::string_view op, std::string_view arg, const Tensor& t, int6
                       shape_str(t.shape()));
 }
 
+void check_in_place(std::string_view op, std::string_view arg, const Tensor& t, const Shape& shape, DType dtype,
+                    const Tensor& reference) {
+  check_same_device(op, arg, t, reference);
+  check_dtype(op, arg, t, {dtype});
+  check_shape(op, arg, t, shape);
+  check_contiguous(op, arg, t);
+}
+
 void check_cpu_float(std::string_view op, std::string_view arg, const Tensor& t) {
   check_defined(op, arg, t);
   if (!t.device().is_cpu())

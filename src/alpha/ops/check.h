@@ -23,6 +23,10 @@ void check_dim(std::string_view op, std::string_view arg, const Tensor& t, int64
 void check_min_dim(std::string_view op, std::string_view arg, const Tensor& t, int64_t dims);
 void check_shape(std::string_view op, std::string_view arg, const Tensor& t, const Shape& expected);
 void check_size(std::string_view op, std::string_view arg, const Tensor& t, int64_t dim, int64_t expected);
+// A tensor an op writes into in place (an optimiser's moments, a gradient dx is added into): on `reference`'s
+// device, of `dtype` and `shape`, contiguous.
+void check_in_place(std::string_view op, std::string_view arg, const Tensor& t, const Shape& shape, DType dtype,
+                    const Tensor& reference);
 // The float dtypes the CPU backend computes in: f32, and f64 (the reference precision).
 void check_cpu_float(std::string_view op, std::string_view arg, const Tensor& t);
 

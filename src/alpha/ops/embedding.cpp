@@ -62,15 +62,8 @@ Tensor embedding_backward(const Tensor& dy, const Tensor& ids, int64_t vocab_siz
   dy_shape.push_back(C);
   check_shape("embedding_backward", "dy", dy, dy_shape);
   Tensor dyc = dy.contiguous();
-  Tensor dtable = add_into;
-  if (add_into.defined()) {
-    check_same_device("embedding_backward", "add_into", add_into, dy);
-    check_dtype("embedding_backward", "add_into", add_into, {out_dtype});
-    check_shape("embedding_backward", "add_into", add_into, {vocab_size, C});
-    check_contiguous("embedding_backward", "add_into", add_into);
-  } else {
-    dtable = Tensor::empty({vocab_size, C}, out_dtype, dy.device());
-  }
+  if (add_into.defined()) check_in_place("embedding_backward", "add_into", add_into, {vocab_size, C}, out_dtype, dy);
+  Tensor dtable = add_into.defined() ? add_into : Tensor::empty({vocab_size, C}, out_dtype, dy.device());
   dispatch_float("embedding_backward", dy, [&]<class T>(const auto& where) {
     auto launch = [&]<class G>() {
       const kernels::EmbeddingBackwardArgs<T, G> args{

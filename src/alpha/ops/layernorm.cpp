@@ -66,12 +66,7 @@ LayerNormGrads layernorm_backward(const Tensor& dy, const Tensor& x, const Tenso
   check_row_statistic(op, "rstd", rstd, x);
   Tensor dyc = dy.contiguous(), xc = x.contiguous(), wc = weight.contiguous();
   const bool accumulate = need_dx && add_dx_into.defined();
-  if (accumulate) {
-    check_same_device(op, "add_dx_into", add_dx_into, x);
-    check_same_dtype(op, "add_dx_into", add_dx_into, x);
-    check_shape(op, "add_dx_into", add_dx_into, x.shape());
-    check_contiguous(op, "add_dx_into", add_dx_into);
-  }
+  if (accumulate) check_in_place(op, "add_dx_into", add_dx_into, x.shape(), x.dtype(), x);
   LayerNormGrads grads;
   if (need_dx) grads.dx = accumulate ? add_dx_into : Tensor::empty(x.shape(), x.dtype(), x.device());
   if (need_dweight) grads.dweight = Tensor::empty({cols}, accumulation_dtype(x.dtype()), x.device());

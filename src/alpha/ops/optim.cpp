@@ -105,12 +105,8 @@ void check_adamw(std::string_view op, const AdamWNames& names, const Tensor& par
   check_same_device(op, names.grad, grad, param);
   check_grad_dtype(op, names.grad, grad, param.dtype());
   check_shape(op, names.grad, grad, param.shape());
-  for (auto [name, state] : {std::pair<const std::string*, const Tensor*>{&names.m, &m}, {&names.v, &v}}) {
-    check_same_device(op, *name, *state, param);
-    check_same_dtype(op, *name, *state, param);
-    check_shape(op, *name, *state, param.shape());
-    check_contiguous(op, *name, *state);
-  }
+  for (auto [name, state] : {std::pair<const std::string*, const Tensor*>{&names.m, &m}, {&names.v, &v}})
+    check_in_place(op, *name, *state, param.shape(), param.dtype(), param);
   if (compute_copy) {
     check_same_device(op, names.compute_copy, *compute_copy, param);
     // grad's dtype is checked against param's above, so an f32 grad means an f32 param.
