@@ -15,12 +15,12 @@
 #   4. failure: `alpha train --gpus N`, worker rank 1 killed with SIGKILL mid-run: rank 0 must stop
 #      within the collective timeout (20 s) + 30 s, with an error naming rank 1, and the launcher too.
 # Usage: scripts/distributed-gpu.sh [--skip-build] [--gpus N (2, 4, 8 or 16; default 2)] [--loss-steps S]
-#        [--throughput-only (step 3 alone) | --loss-only (steps 0-2 alone)]
+#        [--throughput-only (step 3 alone) | --loss-only (steps 0-2 alone) | --no-throughput (all but step 3)]
 # (issue 12: --gpus 8 --loss-steps 200). Exit code 0 only when every check passed.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out="${OUT:-gpu-logs}"
-build=1 world=2 loss_steps=100 throughput_only=0 loss_only=0
+build=1 world=2 loss_steps=100 throughput_only=0 loss_only=0 no_throughput=0
 while [ $# -gt 0 ]; do
   case "$1" in
     --skip-build) build=0 ;;
@@ -28,12 +28,13 @@ while [ $# -gt 0 ]; do
     --loss-steps) loss_steps="${2:-}"; shift ;;
     --throughput-only) throughput_only=1 ;;
     --loss-only) loss_only=1 ;;
+    --no-throughput) no_throughput=1 ;;
     *) echo "unknown argument $1" >&2; exit 2 ;;
   esac
   shift
 done
-[ "$throughput_only" = 1 ] && [ "$loss_only" = 1 ] &&
-  { echo "--throughput-only and --loss-only: choose one (neither runs every check)" >&2; exit 2; }
+[ $(( throughput_only + loss_only + no_throughput )) -gt 1 ] &&
+  { echo "--throughput-only, --loss-only and --no-throughput: choose one" >&2; exit 2; }
 case "$world" in
   2 | 4 | 8 | 16) ;;  # they divide the loss match's global batch of 16
   *) echo "--gpus: expected 2, 4, 8 or 16, got $world" >&2; exit 2 ;;
@@ -156,21 +157,23 @@ done
 fi
 
 [ "$loss_only" = 1 ] && finish
-say "== 3. throughput (bf16, same batch per GPU; median tokens/s over steps 6-30)"
-echo "| config | batch per GPU x seq | 1 GPU tok/s | $world GPUs tok/s | efficiency | $world GPUs ZeRO-1 tok/s | efficiency |" > "$out/scaling.md"
-echo "|---|---|---|---|---|---|---|" >> "$out/scaling.md"
-for spec in "seed 32 512" "gpt2-124m 16 1024"; do
-  read -r config batch seq <<< "$spec"
-  perf=(--config "$config" --precision bf16 --steps 30 --batch-size "$batch" --seq-len "$seq")
-  run "$config-1" "${perf[@]}" --device cuda || continue
-  run "$config-n" "${perf[@]}" --gpus "$world" --data "$runs/$config-1/data"
-  run "$config-n-zero1" "${perf[@]}" --gpus "$world" --data "$runs/$config-1/data" --zero1 true
-  t1=$(tokens_per_second "$config-1"); tn=$(tokens_per_second "$config-n"); tz=$(tokens_per_second "$config-n-zero1")
-  en=$(efficiency "$t1" "$tn"); ez=$(efficiency "$t1" "$tz")
-  echo "| $config | $batch x $seq | $t1 | $tn | $en | $tz | $ez |" >> "$out/scaling.md"
-  say "$config: 1 GPU $t1 tok/s, $world GPUs $tn tok/s (efficiency $en), ZeRO-1 $tz tok/s (efficiency $ez)"
-done
-cat "$out/scaling.md"
+if [ "$no_throughput" = 0 ]; then
+  say "== 3. throughput (bf16, same batch per GPU; median tokens/s over steps 6-30)"
+  echo "| config | batch per GPU x seq | 1 GPU tok/s | $world GPUs tok/s | efficiency | $world GPUs ZeRO-1 tok/s | efficiency |" > "$out/scaling.md"
+  echo "|---|---|---|---|---|---|---|" >> "$out/scaling.md"
+  for spec in "seed 32 512" "gpt2-124m 16 1024"; do
+    read -r config batch seq <<< "$spec"
+    perf=(--config "$config" --precision bf16 --steps 30 --batch-size "$batch" --seq-len "$seq")
+    run "$config-1" "${perf[@]}" --device cuda || continue
+    run "$config-n" "${perf[@]}" --gpus "$world" --data "$runs/$config-1/data"
+    run "$config-n-zero1" "${perf[@]}" --gpus "$world" --data "$runs/$config-1/data" --zero1 true
+    t1=$(tokens_per_second "$config-1"); tn=$(tokens_per_second "$config-n"); tz=$(tokens_per_second "$config-n-zero1")
+    en=$(efficiency "$t1" "$tn"); ez=$(efficiency "$t1" "$tz")
+    echo "| $config | $batch x $seq | $t1 | $tn | $en | $tz | $ez |" >> "$out/scaling.md"
+    say "$config: 1 GPU $t1 tok/s, $world GPUs $tn tok/s (efficiency $en), ZeRO-1 $tz tok/s (efficiency $ez)"
+  done
+  cat "$out/scaling.md"
+fi
 
 [ "$throughput_only" = 1 ] && finish
 say "== 4. failure: worker rank 1 killed mid-run, dist timeout 20 s"

@@ -122,20 +122,28 @@ TEST(DataParallel, AllReduceLeavesTheAverageOnEveryRank) {
 
 TEST(DataParallel, StepLossesAreGatheredRankByRankInTheGradientsSynchronisation) {
   constexpr int kWorld = 3;
-  auto group = std::make_shared<InProcessGroup>(kWorld, milliseconds(10000));
-  std::vector<Replica> replicas;
-  for (int r = 0; r < kWorld; ++r) replicas.emplace_back(r);
-  std::vector<std::vector<float>> got(kWorld);
-  run_ranks(kWorld, [&](int rank) {
-    InProcessCommunicator comm(group, rank);
-    DataParallel dp(comm, replicas[size_t(rank)].parameters, {/*bucket_bytes=*/32, false});
-    // Two micro-batches a rank; values no other rank or slot has.
-    Tensor losses = Tensor::from_vector(std::vector<float>{1.5f + rank, -0.25f * float(rank + 1)}, {2});
-    got[size_t(rank)] = dp.reduce_gradients(losses);
-    EXPECT_EQ(comm.collectives(), int64_t(dp.buckets().size()) + 1) << "the buckets and one gather";
-  });
-  const std::vector<float> expected{1.5f, -0.25f, 2.5f, -0.5f, 3.5f, -0.75f};
-  for (int r = 0; r < kWorld; ++r) EXPECT_EQ(got[size_t(r)], expected) << "rank " << r;
+  // reduce_gradients reads them on the host; queue_reduction leaves them on the device, the gradients' views
+  // set as well.
+  for (bool queued : {false, true}) {
+    SCOPED_TRACE(queued ? "queue_reduction" : "reduce_gradients");
+    auto group = std::make_shared<InProcessGroup>(kWorld, milliseconds(10000));
+    std::vector<Replica> replicas;
+    for (int r = 0; r < kWorld; ++r) replicas.emplace_back(r);
+    std::vector<std::vector<float>> got(kWorld);
+    run_ranks(kWorld, [&](int rank) {
+      InProcessCommunicator comm(group, rank);
+      DataParallel dp(comm, replicas[size_t(rank)].parameters, {/*bucket_bytes=*/32, false});
+      // Two micro-batches a rank; values no other rank or slot has.
+      Tensor losses = Tensor::from_vector(std::vector<float>{1.5f + rank, -0.25f * float(rank + 1)}, {2});
+      got[size_t(rank)] = queued ? dp.queue_reduction(losses).to_vector<float>() : dp.reduce_gradients(losses);
+      EXPECT_EQ(comm.collectives(), int64_t(dp.buckets().size()) + 1) << "the buckets and one gather";
+      const autograd::Variable& first = replicas[size_t(rank)].parameters[0].variable;
+      EXPECT_EQ(first.grad().storage(), dp.gradient_shards()[dp.buckets().size() - 1].storage())
+          << "the first parameter's gradient is its run of the last bucket";
+    });
+    const std::vector<float> expected{1.5f, -0.25f, 2.5f, -0.5f, 3.5f, -0.75f};
+    for (int r = 0; r < kWorld; ++r) EXPECT_EQ(got[size_t(r)], expected) << "rank " << r;
+  }
 }
 
 // The deterministic reduction gives the bits of one process accumulating the ranks' gradients as

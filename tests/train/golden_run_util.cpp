@@ -39,10 +39,13 @@ void expect_same_checkpoint(const std::filesystem::path& a, const std::filesyste
         << ca.weights[i].first << " differs";
   }
   ASSERT_EQ(ca.optimizer.size(), cb.optimizer.size());
-  for (size_t i = 0; i < ca.optimizer.size(); ++i)
+  for (size_t i = 0; i < ca.optimizer.size(); ++i) {
     EXPECT_EQ(ca.optimizer[i].second.to_vector<float>(), cb.optimizer[i].second.to_vector<float>())
         << ca.optimizer[i].first << " differs";
-  if (same_data_position) EXPECT_EQ(ca.state.at("data"), cb.state.at("data"));
+  }
+  if (same_data_position) {
+    EXPECT_EQ(ca.state.at("data"), cb.state.at("data"));
+  }
 }
 
 void expect_resume_is_bit_exact(TrainerOptions straight, const test::TempDir& dir) {

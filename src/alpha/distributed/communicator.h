@@ -5,11 +5,13 @@
 //
 // Ordering: a collective may return before it has completed (NCCL queues it on its own stream after the
 // work already queued on the device's default stream); synchronize() waits for all of them within the
-// timeout. When a peer dies or hangs, synchronize() (or the collective itself) aborts the group and raises
-// RankFailureError naming the rank that failed, never waiting forever.
+// timeout, and order_after_collectives() queues the device's later work after them instead. When a peer dies or hangs,
+// synchronize() (or the collective itself) aborts the group and raises RankFailureError naming the rank that failed,
+// never waiting forever.
 #pragma once
 #include <chrono>
 #include <cstddef>
+#include <span>
 #include <string>
 
 #include "alpha/core/device.h"
@@ -19,6 +21,13 @@
 namespace alpha::distributed {
 
 enum class ReduceOp { sum, average };
+
+// `bytes` bytes from src to dst, both on the communicator's device.
+struct ByteCopy {
+  void* dst;
+  const void* src;
+  size_t bytes;
+};
 
 // A collective could not complete: a rank died, hung past the timeout, or the library reported an error.
 // failed_rank() is the rank held responsible (-1 when the cause could not be tied to one).
@@ -49,9 +58,19 @@ class Communicator {
   // Root's `count` elements are copied into every other rank's `data`.
   virtual void broadcast(void* data, size_t count, DType dtype, int root) = 0;
 
+  // The copies, queued as a collective is: after the work queued on the device's default stream so far, and
+  // before the collectives issued after them. On a GPU they run on the communicator's stream, beside the
+  // device's later work rather than in its stream. Their sources must be neither written nor freed before
+  // work ordered after the collectives (order_after_collectives, synchronize).
+  virtual void copy(std::span<const ByteCopy> copies) = 0;
+
   // Waits until every collective issued so far has completed. RankFailureError (after aborting the group)
   // when that takes longer than timeout() or a peer failed.
   virtual void synchronize() = 0;
+  // Makes the work queued on the device's default stream from now on wait for every collective issued so far,
+  // without the host waiting (on a GPU, a stream's wait for an event). That wait has no timeout of its own: a
+  // host that then waits for the device must call synchronize() first, which is where a failed peer is named.
+  virtual void order_after_collectives() = 0;
   // Stops the group: pending and later collectives of every rank fail instead of waiting.
   virtual void abort(const std::string& reason) = 0;
 

@@ -117,11 +117,24 @@ Tensor DataParallel::bucket_slice(size_t bucket, const BucketEntry& entry) const
 
 void DataParallel::launch_bucket(size_t b) {
   std::vector<Tensor> slices, grads;
+  bool plain_bytes = true;  // every gradient of the bucket's dtype: a byte copy packs it
   for (const auto& e : buckets_[b].entries) {
     slices.push_back(bucket_slice(b, e));
     grads.push_back(flat_view(e.parameter, true));
+    plain_bytes &= grads.back().dtype() == dtype_;
   }
-  copy_many(slices, grads);  // one launch on a GPU, not one per parameter
+  // A bucket completed while backward goes on is packed on the communicator's stream, beside backward, not in
+  // its stream (the gradients stay held until queue_reduction orders the device's later work after the
+  // collectives). The last bucket completes when backward has ended: nothing runs beside its packing, and the
+  // device's own copy kernel, one launch for the bucket, is the faster copy.
+  if (plain_bytes && b + 1 < buckets_.size()) {
+    std::vector<ByteCopy> copies;
+    for (size_t k = 0; k < grads.size(); ++k)
+      copies.push_back({slices[k].raw_data(), grads[k].raw_data(), grads[k].nbytes()});
+    communicator_.copy(copies);
+  } else {
+    copy_many(slices, grads);
+  }
   if (options_.deterministic)
     communicator_.all_gather(flat_[b].raw_data(), gathered_[b].raw_data(), size_t(buckets_[b].padded_numel),
                              dtype_);
@@ -145,8 +158,8 @@ autograd::LeafReadyFn DataParallel::gradient_ready_hook() {
   return [this](const autograd::VariableState& leaf) { on_gradient_ready(leaf); };
 }
 
-std::vector<float> DataParallel::reduce_gradients(const Tensor& step_losses) {
-  constexpr const char* op = "DataParallel::reduce_gradients";
+Tensor DataParallel::queue_reduction(const Tensor& step_losses) {
+  constexpr const char* op = "DataParallel::queue_reduction";
   if (step_losses.defined()) {
     if (step_losses.dtype() != DType::f32 || step_losses.dim() != 1 || !step_losses.is_contiguous())
       raise<ValueError>(op, "step_losses", "a contiguous f32 vector", step_losses.describe());
@@ -164,14 +177,13 @@ std::vector<float> DataParallel::reduce_gradients(const Tensor& step_losses) {
     communicator_.all_gather(step_losses.raw_data(), gathered_losses.raw_data(), size_t(step_losses.numel()),
                              DType::f32);
   }
-  communicator_.synchronize();
+  communicator_.order_after_collectives();
   launched_ = 0;
   for (size_t b = 0; b < buckets_.size(); ++b) not_ready_[b] = buckets_[b].entries.size();
-  std::vector<float> losses = gathered_losses.defined() ? gathered_losses.to_vector<float>() : std::vector<float>();
   if (options_.deterministic) add_in_rank_order();
   if (options_.zero1) {
     for (auto& p : parameters_) p.variable.clear_grad();  // the shards hold what the step needs
-    return losses;
+    return gathered_losses;
   }
   // The averaged gradients stay in the buckets: each parameter's gradient becomes its view there (no copy
   // back). The next backward makes fresh gradients (the optimiser releases these after its step).
@@ -183,7 +195,13 @@ std::vector<float> DataParallel::reduce_gradients(const Tensor& step_losses) {
       else Tensor(v.grad()).copy_from(averaged);
     }
   }
-  return losses;
+  return gathered_losses;
+}
+
+std::vector<float> DataParallel::reduce_gradients(const Tensor& step_losses) {
+  const Tensor gathered_losses = queue_reduction(step_losses);
+  communicator_.synchronize();
+  return gathered_losses.defined() ? gathered_losses.to_vector<float>() : std::vector<float>();
 }
 
 void DataParallel::add_in_rank_order() {

@@ -6,8 +6,9 @@
 // own. In the last micro-step's backward (gradient accumulation reduces once per optimiser step), given
 // gradient_ready_hook(), a bucket is packed (one copy_many launch) and its collective launched as soon as
 // the last of its gradients is complete, in bucket order, so on a GPU the collectives run on the
-// communicator's stream while backward goes on; reduce_gradients() launches what is left, waits, and makes
-// each parameter's gradient its averaged run of the bucket (a view: nothing is copied back). Gradients are
+// communicator's stream while backward goes on; queue_reduction() launches what is left, queues the device's
+// later work behind it, and makes each parameter's gradient its averaged run of the bucket (a view: nothing is
+// copied back). Gradients are
 // averaged (sum / world_size).
 //
 // ZeRO-1: each bucket is padded to a multiple of world_size and split into world_size equal shards; the
@@ -84,13 +85,19 @@ class DataParallel {
   // the ranks. With ZeRO-1: this rank's shards of the buckets hold the averaged gradient, and the model's
   // gradients are released (consumed: the next backward's gradients become them afresh).
   // `step_losses`, when given, is this rank's loss of each micro-batch (a contiguous f32 vector on the
-  // communicator's device, as long on every rank): every rank's are gathered in the same synchronisation as
-  // the gradients, so a step waits for its peers once, and returned on the host, rank by rank (the order of
-  // the global batch). Gathered, not reduced: every rank can sum them in f64 in that order, so the loss is
-  // the same bits on every rank and as one process accumulating the global batch.
+  // communicator's device, as long on every rank): every rank's are gathered beside the gradients, so a step
+  // waits for its peers once, and returned rank by rank (the order of the global batch). Gathered, not
+  // reduced: every rank can sum them in f64 in that order, so the loss is the same bits on every rank and as
+  // one process accumulating the global batch.
+  // Queued only: the device's later work waits for the collectives (Communicator::order_after_collectives)
+  // and the host does not, so the optimiser's step can be queued behind them at once; the gathered losses
+  // are returned on the device. The caller must call communicator().synchronize() before it waits for the
+  // device (that is where a failed peer is named within the timeout).
+  Tensor queue_reduction(const Tensor& step_losses = Tensor());
+  // queue_reduction, then synchronize(), then the gathered losses read on the host (empty without).
   std::vector<float> reduce_gradients(const Tensor& step_losses = Tensor());
   // For autograd::backward in the last micro-step: launches each bucket's collective as soon as its
-  // gradients are complete (buckets in order, the same on every rank). reduce_gradients() then finishes.
+  // gradients are complete (buckets in order, the same on every rank). queue_reduction() then finishes.
   autograd::LeafReadyFn gradient_ready_hook();
 
   // ZeRO-1 only. The global L2 norm of the averaged gradients (each rank's shards' sum of squares, summed

@@ -64,6 +64,7 @@ class NcclCommunicator : public Communicator {
     check_cuda(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreateWithFlags");
     check_cuda(cudaEventCreateWithFlags(&queued_, cudaEventDisableTiming), "cudaEventCreateWithFlags");
     check_cuda(cudaEventCreateWithFlags(&done_, cudaEventDisableTiming), "cudaEventCreateWithFlags");
+    check_cuda(cudaEventCreateWithFlags(&issued_, cudaEventDisableTiming), "cudaEventCreateWithFlags");
     // Non-blocking: init and collectives return at once, so a missing peer shows as a timeout here.
     ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
     config.blocking = 0;
@@ -83,6 +84,7 @@ class NcclCommunicator : public Communicator {
     }
     cudaEventDestroy(queued_);
     cudaEventDestroy(done_);
+    cudaEventDestroy(issued_);
     cudaStreamDestroy(stream_);
   }
 
@@ -107,6 +109,12 @@ class NcclCommunicator : public Communicator {
   void broadcast(void* data, size_t count, DType dtype, int root) override {
     ncclDataType_t type = nccl_dtype("broadcast", dtype);
     launch("ncclBroadcast", [&] { return ncclBroadcast(data, data, count, type, root, comm_, stream_); });
+  }
+
+  void copy(std::span<const ByteCopy> copies) override {
+    follow_default_stream("copy");
+    for (const ByteCopy& c : copies)
+      check_cuda(cudaMemcpyAsync(c.dst, c.src, c.bytes, cudaMemcpyDeviceToDevice, stream_), "cudaMemcpyAsync");
   }
 
   void synchronize() override {
@@ -135,6 +143,14 @@ class NcclCommunicator : public Communicator {
     }
   }
 
+  void order_after_collectives() override {
+    if (aborted_) fail("order_after_collectives", "the communicator was aborted earlier");
+    cuda::set_device(device_.index);
+    check_cuda(cudaEventRecord(issued_, stream_), "cudaEventRecord");
+    check_cuda(cudaStreamWaitEvent(static_cast<cudaStream_t>(cuda::default_stream(device_.index).handle), issued_, 0),
+               "cudaStreamWaitEvent");
+  }
+
   void abort(const std::string&) override {
     if (aborted_) return;
     aborted_ = true;
@@ -142,14 +158,19 @@ class NcclCommunicator : public Communicator {
   }
 
  private:
-  // Queues a collective on the communicator's stream after the work on the default stream.
-  template <class Call>
-  void launch(const char* name, Call call) {
+  // What the communicator's stream queues next runs after the work queued so far on the default stream.
+  void follow_default_stream(const char* name) {
     if (aborted_) fail(name, "the communicator was aborted earlier");
     cuda::set_device(device_.index);
     check_cuda(cudaEventRecord(queued_, static_cast<cudaStream_t>(cuda::default_stream(device_.index).handle)),
                "cudaEventRecord");
     check_cuda(cudaStreamWaitEvent(stream_, queued_, 0), "cudaStreamWaitEvent");
+  }
+
+  // Queues a collective on the communicator's stream after the work on the default stream.
+  template <class Call>
+  void launch(const char* name, Call call) {
+    follow_default_stream(name);
     wait_ready(call(), name);
   }
 
@@ -186,7 +207,7 @@ class NcclCommunicator : public Communicator {
   std::chrono::milliseconds timeout_;
   ncclComm_t comm_ = nullptr;
   cudaStream_t stream_ = nullptr;
-  cudaEvent_t queued_ = nullptr, done_ = nullptr;
+  cudaEvent_t queued_ = nullptr, done_ = nullptr, issued_ = nullptr;
   int64_t synchronizations_ = 0;
   bool aborted_ = false;
 };

@@ -457,13 +457,18 @@ std::string Trainer::run(std::optional<int64_t> stop_at_step) {
       forward_s += done.forward_s;
       backward_s += done.backward_s;
     }
+    // Data parallel: the micro-batches' losses in one device vector, gathered from every rank beside the
+    // gradients' reduction: every rank sums the same values in the same order (the global batch's) and then
+    // skips the step, or not, together.
+    Tensor gathered_losses;
     if (data_->parallel) {
-      // The micro-batches' losses in one device vector, gathered from every rank in the gradients'
-      // synchronisation: every rank sums the same values in the same order (the global batch's) and then
-      // skips the step, or not, together.
       const Tensor step_losses = stacked_losses(micro_losses, DType::f32, device);
-      for (float micro_loss : data_->parallel->reduce_gradients(step_losses)) loss_sum += double(micro_loss);
-      loss_sum /= double(world_of(options_));
+      if (sharded(options_)) {
+        for (float micro_loss : data_->parallel->reduce_gradients(step_losses)) loss_sum += double(micro_loss);
+        loss_sum /= double(world_of(options_));
+      } else {
+        gathered_losses = data_->parallel->queue_reduction(step_losses);
+      }
     }
     inject_gradient_fault(*model_, step + 1);  // test-only, off unless ALPHA_FAULT_* is set
     Stopwatch phase;  // the optimizer's host time: queueing its work, then settling the step after the wait
@@ -472,23 +477,29 @@ std::string Trainer::run(std::optional<int64_t> stop_at_step) {
       std::tie(loss_sum, scaled_norm) = graphed_step(step, lr, recompute);
       forward_s = phase.seconds();  // the whole step: its replay and the read of its numbers
       phase.restart();
-    } else if (!data_->parallel) {
-      // On one device the norm, the step's gradient factor (clipping and unscaling, NaN for a non-finite loss or
-      // norm: ops::step_guard) and the optimizer step are all queued before the host reads the losses and the
-      // norm, and that read waits for the norm only. The host takes in the step's numbers and queues the next
-      // step's forward while the optimizer step runs, instead of the device waiting for it in between.
+    } else if (!sharded(options_)) {
+      // The norm, the step's gradient factor (clipping and unscaling, NaN for a non-finite loss or norm:
+      // ops::step_guard) and the optimizer step are all queued before the host reads the losses and the norm,
+      // and that read waits for the norm only. The host takes in the step's numbers and queues the next step's
+      // forward while the optimizer step runs, instead of the device waiting for it in between. Data parallel,
+      // all of it is queued behind the gradients' collectives, and the host waits for those (within the
+      // timeout, naming a failed peer) before it reads.
       const Tensor queued_norm = data_->optimizer->grad_norm_tensor();
-      const Tensor losses = stacked_losses(micro_losses, accumulation_dtype(micro_losses[0].dtype()), device);
+      const Tensor losses = data_->parallel
+                                ? gathered_losses
+                                : stacked_losses(micro_losses, accumulation_dtype(micro_losses[0].dtype()), device);
       HostCopy read({losses, queued_norm});
       data_->optimizer->queued_step(lr, ops::step_guard(queued_norm, losses, loss_scale, t.grad_clip));
       optimizer_s = phase.seconds();
+      if (data_->parallel) data_->parallel->communicator().synchronize();
       const std::vector<Tensor> host = read.wait();
       phase.restart();
-      for (double micro_loss : host[0].to_vector<double>()) loss_sum += micro_loss;  // in micro-step order
+      // In micro-step order (data parallel: rank by rank, the global batch's order), summed in f64.
+      for (double micro_loss : host[0].to(DType::f64).to_vector<double>()) loss_sum += micro_loss;
+      if (data_->parallel) loss_sum /= double(world_of(options_));
       scaled_norm = host[1].item();
     } else {
-      const Tensor queued_norm = sharded(options_) ? Tensor() : data_->optimizer->grad_norm_tensor();
-      scaled_norm = sharded(options_) ? data_->parallel->grad_norm() : queued_norm.item();
+      scaled_norm = data_->parallel->grad_norm();
     }
     // A NaN or Inf in the loss or the gradients skips the step: no parameter or optimizer-state update.
     const double norm = scaled_norm / loss_scale;  // exact: a power of two
@@ -498,16 +509,12 @@ std::string Trainer::run(std::optional<int64_t> stop_at_step) {
     if (!skipped) nonfinite_in_a_row = 0;
     else if (!scaler_backs_off) ++nonfinite_in_a_row;
     ClipResult clip{norm, skipped ? std::nan("") : 1.0};
-    if (!data_->parallel) {
+    if (!sharded(options_)) {
       data_->optimizer->settle(!skipped);  // the device skipped it, or not, by the same test
       if (!skipped) clip = AdamW::clip_result(loss_scale, t.grad_clip, scaled_norm);
-    } else if (!skipped && sharded(options_)) {
-      clip.clip_coef = data_->parallel->sharded_step(lr, t.grad_clip, norm,
-                                                     {t.beta1, t.beta2, t.adam_eps, t.weight_decay,
-                                                      rounding_seed(options_)},
-                                                     loss_scale);
     } else if (!skipped) {
-      clip = data_->optimizer->clipped_step(lr, loss_scale, t.grad_clip, scaled_norm);
+      clip.clip_coef = data_->parallel->sharded_step(
+          lr, t.grad_clip, norm, {t.beta1, t.beta2, t.adam_eps, t.weight_decay, rounding_seed(options_)}, loss_scale);
     }
     data_->optimizer->clear_grads();
     optimizer_s += phase.seconds();
