@@ -7,7 +7,6 @@
 #pragma once
 #include <chrono>
 #include <condition_variable>
-#include <cstring>
 #include <functional>
 #include <memory>
 #include <mutex>
@@ -61,9 +60,6 @@ class InProcessCommunicator : public Communicator {
   void reduce_scatter(const void* send, void* recv, size_t recv_count, DType dtype, ReduceOp op) override;
   void all_gather(const void* send, void* recv, size_t send_count, DType dtype) override;
   void broadcast(void* data, size_t count, DType dtype, int root) override;
-  void copy(std::span<const ByteCopy> copies) override {  // at once, like every collective here
-    for (const ByteCopy& c : copies) std::memcpy(c.dst, c.src, c.bytes);
-  }
   void synchronize() override {}  // every collective completes before it returns
   void order_after_collectives() override {}
   void abort(const std::string& reason) override { group_->abort(reason); }

@@ -11,7 +11,6 @@
 #pragma once
 #include <chrono>
 #include <cstddef>
-#include <span>
 #include <string>
 
 #include "alpha/core/device.h"
@@ -21,13 +20,6 @@
 namespace alpha::distributed {
 
 enum class ReduceOp { sum, average };
-
-// `bytes` bytes from src to dst, both on the communicator's device.
-struct ByteCopy {
-  void* dst;
-  const void* src;
-  size_t bytes;
-};
 
 // A collective could not complete: a rank died, hung past the timeout, or the library reported an error.
 // failed_rank() is the rank held responsible (-1 when the cause could not be tied to one).
@@ -57,12 +49,6 @@ class Communicator {
   virtual void all_gather(const void* send, void* recv, size_t send_count, DType dtype) = 0;
   // Root's `count` elements are copied into every other rank's `data`.
   virtual void broadcast(void* data, size_t count, DType dtype, int root) = 0;
-
-  // The copies, queued as a collective is: after the work queued on the device's default stream so far, and
-  // before the collectives issued after them. On a GPU they run on the communicator's stream, beside the
-  // device's later work rather than in its stream. Their sources must be neither written nor freed before
-  // work ordered after the collectives (order_after_collectives, synchronize).
-  virtual void copy(std::span<const ByteCopy> copies) = 0;
 
   // Waits until every collective issued so far has completed. RankFailureError (after aborting the group)
   // when that takes longer than timeout() or a peer failed.

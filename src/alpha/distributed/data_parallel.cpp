@@ -117,24 +117,13 @@ Tensor DataParallel::bucket_slice(size_t bucket, const BucketEntry& entry) const
 
 void DataParallel::launch_bucket(size_t b) {
   std::vector<Tensor> slices, grads;
-  bool plain_bytes = true;  // every gradient of the bucket's dtype: a byte copy packs it
   for (const auto& e : buckets_[b].entries) {
     slices.push_back(bucket_slice(b, e));
     grads.push_back(flat_view(e.parameter, true));
-    plain_bytes &= grads.back().dtype() == dtype_;
   }
-  // A bucket completed while backward goes on is packed on the communicator's stream, beside backward, not in
-  // its stream (the gradients stay held until queue_reduction orders the device's later work after the
-  // collectives). The last bucket completes when backward has ended: nothing runs beside its packing, and the
-  // device's own copy kernel, one launch for the bucket, is the faster copy.
-  if (plain_bytes && b + 1 < buckets_.size()) {
-    std::vector<ByteCopy> copies;
-    for (size_t k = 0; k < grads.size(); ++k)
-      copies.push_back({slices[k].raw_data(), grads[k].raw_data(), grads[k].nbytes()});
-    communicator_.copy(copies);
-  } else {
-    copy_many(slices, grads);
-  }
+  // One launch on a GPU, not one per parameter, in the device's stream: copies on the communicator's stream
+  // (cudaMemcpyAsync, one per parameter) measured slower, 2026-11-29 (docs/PERFORMANCE.md).
+  copy_many(slices, grads);
   if (options_.deterministic)
     communicator_.all_gather(flat_[b].raw_data(), gathered_[b].raw_data(), size_t(buckets_[b].padded_numel),
                              dtype_);

@@ -111,12 +111,6 @@ class NcclCommunicator : public Communicator {
     launch("ncclBroadcast", [&] { return ncclBroadcast(data, data, count, type, root, comm_, stream_); });
   }
 
-  void copy(std::span<const ByteCopy> copies) override {
-    follow_default_stream("copy");
-    for (const ByteCopy& c : copies)
-      check_cuda(cudaMemcpyAsync(c.dst, c.src, c.bytes, cudaMemcpyDeviceToDevice, stream_), "cudaMemcpyAsync");
-  }
-
   void synchronize() override {
     if (aborted_) fail("synchronize", "the communicator was aborted earlier");
     cuda::set_device(device_.index);
@@ -158,19 +152,14 @@ class NcclCommunicator : public Communicator {
   }
 
  private:
-  // What the communicator's stream queues next runs after the work queued so far on the default stream.
-  void follow_default_stream(const char* name) {
+  // Queues a collective on the communicator's stream after the work on the default stream.
+  template <class Call>
+  void launch(const char* name, Call call) {
     if (aborted_) fail(name, "the communicator was aborted earlier");
     cuda::set_device(device_.index);
     check_cuda(cudaEventRecord(queued_, static_cast<cudaStream_t>(cuda::default_stream(device_.index).handle)),
                "cudaEventRecord");
     check_cuda(cudaStreamWaitEvent(stream_, queued_, 0), "cudaStreamWaitEvent");
-  }
-
-  // Queues a collective on the communicator's stream after the work on the default stream.
-  template <class Call>
-  void launch(const char* name, Call call) {
-    follow_default_stream(name);
     wait_ready(call(), name);
   }
 
