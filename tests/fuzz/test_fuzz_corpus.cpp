@@ -58,7 +58,9 @@ void replay(const std::string& target, const std::function<bool(const fs::path&)
       ok = false;
     }
     (ok ? accepted : rejected)++;
-    if (must_be_accepted(seed)) EXPECT_TRUE(ok) << "a valid_/real_ seed was rejected";
+    if (must_be_accepted(seed)) {
+      EXPECT_TRUE(ok) << "a valid_/real_ seed was rejected";
+    }
   }
   EXPECT_GT(rejected, 0) << "the corpus holds no hostile input";
   EXPECT_GT(accepted, 0) << "the corpus holds no valid input";
@@ -117,7 +119,9 @@ TEST(FuzzCorpus, TokenizerLoad) {
     data::Tokenizer tok = data::Tokenizer::load(seed.string());
     const std::string text = "Once upon a time, \xE2\x96\x81 caf\xC3\xA9\n";
     std::vector<int32_t> ids = tok.encode(text);
-    if (seed.filename().string().starts_with("valid_")) EXPECT_EQ(tok.decode(ids), text);
+    if (seed.filename().string().starts_with("valid_")) {
+      EXPECT_EQ(tok.decode(ids), text);
+    }
     return true;
   });
 }
@@ -163,7 +167,9 @@ TEST(FuzzCorpus, MetricsLog) {
   replay("metrics_log", [](const fs::path& seed) {
     dashboard::MetricsLog log = dashboard::read_metrics(seed);
     std::optional<int64_t> last = dashboard::last_step(seed);
-    if (last) EXPECT_FALSE(log.records.empty());
+    if (last) {
+      EXPECT_FALSE(log.records.empty());
+    }
     for (const auto& r : log.records) EXPECT_GT(r.at("step").get<int64_t>(), 0);
     return log.skipped_lines == 0;
   });

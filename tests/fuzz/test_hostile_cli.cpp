@@ -42,9 +42,9 @@ TEST(HostileCli, ResumeFromAHostileStateJson) {
   test::TempDir dir;
   train::save_checkpoint(dir / "run", 1, train::CheckpointData{{}, {}, nlohmann::json::object()}, 0);
   const fs::path state = dir / "run" / "checkpoints" / "step_00000001" / "state.json";
-  for (const std::string text : {std::string("{\"format_version\": 1, \"step\": 1}"), std::string("not json"),
-                                 std::string("{\"format_version\": 1, \"step\": 1e400}"),
-                                 "{\"x\": " + std::string(100000, '[') + std::string(100000, ']') + "}"}) {
+  for (const std::string& text : {std::string("{\"format_version\": 1, \"step\": 1}"), std::string("not json"),
+                                  std::string("{\"format_version\": 1, \"step\": 1e400}"),
+                                  "{\"x\": " + std::string(100000, '[') + std::string(100000, ']') + "}"}) {
     SCOPED_TRACE(text.substr(0, 60));
     test::write_raw(state, text);
     int code = run_expecting_one_line_error("train --resume --out " + dir.file("run"), dir);

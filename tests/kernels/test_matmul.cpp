@@ -164,7 +164,7 @@ class GemmEpilogueKernel : public ::testing::TestWithParam<EpilogueParam> {};
 
 TEST_P(GemmEpilogueKernel, MatchesF64LoopsAndLeavesPaddingAlone) {
   const EpilogueParam& p = GetParam();
-  const int64_t batch = p.shape.batch, m = p.shape.m, k = p.shape.k, n = p.shape.n;
+  const int64_t m = p.shape.m, k = p.shape.k, n = p.shape.n;
   const EpilogueCase& e = p.epilogue;
   const DType dtype = p.dtype;
   Tensor a = random(p.trans_a ? Shape{k, m} : Shape{m, k}, dtype);

@@ -242,7 +242,9 @@ TEST(LayerNormGeluMlp, AddingItsInputMatchesGeluMlpWithItAsResidual) {
   const std::vector<Tensor> plain = run(false, true), fused = run(true, true), unowned = run(true, false);
   for (size_t i = 0; i < plain.size(); ++i) {
     EXPECT_TRUE(test::bit_equal(fused[i], plain[i])) << i;
-    if (i > 0) EXPECT_TRUE(test::all_close(unowned[i], ops::scale(plain[i], 2.0), "layernorm")) << i;
+    if (i > 0) {
+      EXPECT_TRUE(test::all_close(unowned[i], ops::scale(plain[i], 2.0), "layernorm")) << i;
+    }
   }
 }
 

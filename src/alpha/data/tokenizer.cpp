@@ -178,7 +178,7 @@ struct Tokenizer::Model {
     for (size_t pos = 0; pos < text.size();) {
       if (text[pos] == '\n') {
         encode_stretch(text.substr(start, pos - start));
-        out.push_back(byte_ids['\n']);
+        out.push_back(byte_ids[size_t('\n')]);
         start = ++pos;
       } else if (text.substr(pos, kSpaceMark.size()) == kSpaceMark) {
         encode_stretch(text.substr(start, pos - start));
