@@ -122,68 +122,6 @@ TEST(MasterParameters, F64MastersUnderF32ComputeGetTheCastsGradients) {
                 [](const LayerCase&, size_t, const Tensor& m, const Tensor& c) { EXPECT_TRUE(test::bit_equal(m, c)); });
 }
 
-// Every case with masters, run twice: once plain and once with every parameter naming a poisoned gradient
-// destination (Variable::set_gradient_destination, data parallel's bucket runs). A linear layer's weight and bias
-// gradient (the masters' sums: f32 under bf16 compute, made in the destination; under f32 compute, converted
-// into an f64 master's) then lands in its destination, the same bits as without; a LayerNorm's and the DGELU pass's
-// compute-dtype fc bias sum come back as their own buffers, untouched destinations beside them. A parameter fed twice
-// (a tied weight) ignores its destination.
-void expect_destinations_receive_the_sums(DType master, DType compute, Device device) {
-  for (const LayerCase& c : layer_cases()) {
-    SCOPED_TRACE(c.name);
-    const Tensor x = test::random(kX, compute).to(device), dy = test::random(c.y_shape, compute).to(device);
-    std::vector<Tensor> params;
-    for (const Shape& s : c.param_shapes) params.push_back(test::random(s, master).to(device));
-    const Run plain = run(c.layer, x, params, dy, true);
-    clear_tape();
-    std::vector<Variable> leaves;
-    std::vector<Tensor> destinations;
-    for (const Tensor& v : params) {
-      leaves.emplace_back(v.clone(), true);
-      destinations.push_back(Tensor::full(v.shape(), std::nan(""), master, device));
-      leaves.back().set_gradient_destination(destinations.back());
-    }
-    backward(c.layer(Variable(x, true), leaves), dy);
-    for (size_t i = 0; i < params.size(); ++i) {
-      SCOPED_TRACE("parameter " + std::to_string(i));
-      const bool norm_parameter = c.name.rfind("layernorm", 0) == 0 && i < 2;
-      const bool in_place = !norm_parameter && !c.summed_in_compute_dtype[i];
-      EXPECT_TRUE(test::bit_equal(leaves[i].grad(), plain.param_grads[i]));
-      EXPECT_EQ(leaves[i].grad().raw_data() == destinations[i].raw_data(), in_place);
-      if (!in_place) {
-        EXPECT_TRUE(std::isnan(destinations[i].to(Device::cpu()).to(DType::f64).to_vector<double>()[0]));
-      }
-    }
-  }
-  // Tied: a weight used by two layers gets the sum of both, in a buffer of the pass's own.
-  clear_tape();
-  Variable x(test::random({3, kIn}, compute).to(device), true);
-  Variable tied(test::random({kIn, kIn}, master).to(device), true), bias(test::random({kIn}, master).to(device), true);
-  Tensor destination = Tensor::full({kIn, kIn}, std::nan(""), master, device);
-  tied.set_gradient_destination(destination);
-  backward(sum(linear(linear(x, tied, bias), tied, bias)));
-  EXPECT_NE(tied.grad().raw_data(), destination.raw_data());
-  EXPECT_TRUE(std::isnan(destination.to(Device::cpu()).to(DType::f64).to_vector<double>()[0]));
-  EXPECT_FALSE(std::isnan(tied.grad().to(Device::cpu()).to(DType::f64).to_vector<double>()[0]));
-}
-
-TEST(MasterParameters, GradientDestinationsReceiveTheLinearLayersSumsBitForBit) {
-  expect_destinations_receive_the_sums(DType::f64, DType::f32, Device::cpu());
-}
-
-TEST(MasterParameters, AGradientDestinationMustBeLikeTheValue) {
-  Variable w(test::random({2, 3}), true);
-  EXPECT_ALPHA_ERROR(w.set_gradient_destination(Tensor::zeros({3, 2}, DType::f32)), ShapeError,
-                     "[Variable::set_gradient_destination]", "'destination'");
-  EXPECT_ALPHA_ERROR(w.set_gradient_destination(Tensor::zeros({2, 3}, DType::f64)), ValueError, "'destination'", "f32");
-  EXPECT_ALPHA_ERROR(w.set_gradient_destination(Tensor::zeros({3, 2}, DType::f32).transpose(0, 1)), ValueError,
-                     "contiguous");
-  EXPECT_ALPHA_ERROR(Variable(test::random({2, 3})).set_gradient_destination(Tensor::zeros({2, 3}, DType::f32)),
-                     ValueError, "a leaf that requires a gradient");
-  w.set_gradient_destination(Tensor::zeros({2, 3}, DType::f32));
-  w.set_gradient_destination(Tensor());  // none again
-}
-
 TEST(MasterParameters, AParameterOfANonFloatDtypeRaises) {
   Variable x(test::random({3, 4}), true);
   Variable weight(test::random({2, 4}).to(DType::i32), false);
@@ -208,12 +146,6 @@ TEST_F(CudaMasterParameters, F32MastersUnderBf16ComputeGetUnroundedSums) {
                   }
                   EXPECT_EQ(any_off_bf16, !c.summed_in_compute_dtype[i]) << "some sum is not a bf16 value";
                 });
-#endif
-}
-
-TEST_F(CudaMasterParameters, GradientDestinationsReceiveTheLinearLayersSumsBitForBit) {
-#if ALPHA_WITH_CUDA
-  expect_destinations_receive_the_sums(DType::f32, DType::bf16, Device::cuda(0));
 #endif
 }
 

@@ -146,46 +146,6 @@ TEST(DataParallel, StepLossesAreGatheredRankByRankInTheGradientsSynchronisation)
   }
 }
 
-// A linear layer with f64 master parameters under f32 compute converts its gradients' sums straight into their
-// runs of the buckets (gradient destinations): backward leaves them there, the bucket is launched without a
-// packing copy for them, and the reduction averages them as it would have averaged copies (bit for bit against
-// the ranks' gradients made without data parallelism, averaged here).
-TEST(DataParallel, LinearLayersMakeTheirMasterGradientsInTheBuckets) {
-  constexpr int kWorld = 2;
-  auto group = std::make_shared<InProcessGroup>(kWorld, milliseconds(10000));
-  const Tensor weight = Tensor::normal({3, 4}, 0.0, 1.0, 7).to(DType::f64),
-               bias = Tensor::normal({3}, 0.0, 1.0, 8).to(DType::f64);
-  auto rank_input = [](int rank) { return Tensor::normal({5, 4}, 0.0, 1.0, 20 + uint64_t(rank)); };
-  // Each rank's gradients alone, then their average in rank order.
-  std::vector<std::vector<double>> expected(2);
-  for (int rank = 0; rank < kWorld; ++rank) {
-    autograd::Variable w(weight.clone(), true), b(bias.clone(), true);
-    autograd::backward(autograd::sum(autograd::linear(autograd::Variable(rank_input(rank)), w, b)));
-    const std::vector<double> gw = w.grad().to_vector<double>(), gb = b.grad().to_vector<double>();
-    if (rank == 0)
-      expected = {gw, gb};
-    else
-      for (int p = 0; p < 2; ++p)
-        for (size_t k = 0; k < expected[size_t(p)].size(); ++k)
-          expected[size_t(p)][k] = (expected[size_t(p)][k] + (p == 0 ? gw : gb)[k]) / 2;
-  }
-  run_ranks(kWorld, [&](int rank) {
-    InProcessCommunicator comm(group, rank);
-    autograd::Variable w(weight.clone(), true, "w"), b(bias.clone(), true, "b");
-    DataParallel dp(comm, {{"w", w, true}, {"b", b, false}}, {/*bucket_bytes=*/1 << 20, false});
-    ASSERT_EQ(dp.buckets().size(), 1u);
-    autograd::backward(autograd::sum(autograd::linear(autograd::Variable(rank_input(rank)), w, b)), {},
-                       [&](const autograd::VariableState& leaf) {
-                         // Made in the bucket, before its collective is launched.
-                         EXPECT_EQ(leaf.grad.storage(), dp.gradient_shards()[0].storage()) << leaf.name;
-                         dp.gradient_ready_hook()(leaf);
-                       });
-    dp.reduce_gradients();
-    EXPECT_EQ(w.grad().to_vector<double>(), expected[0]) << "rank " << rank;
-    EXPECT_EQ(b.grad().to_vector<double>(), expected[1]) << "rank " << rank;
-  });
-}
-
 // The deterministic reduction gives the bits of one process accumulating the ranks' gradients as
 // micro-batches: each scaled by 1/world first (the trainer scales the loss by 1/grad_accum), then added
 // in rank order with autograd's accumulation add. Plain and ZeRO-1 (its shards); powers of two.

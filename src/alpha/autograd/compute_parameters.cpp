@@ -22,26 +22,11 @@ void LinearParameters::master_grads(const Tensor& dy, const Tensor& x, bool want
   const bool master_weight = want_weight && weight.master, master_bias = want_bias && bias.master;
   if (!master_weight && !master_bias) return;
   const DType sums = accumulation_dtype(x.dtype());
-  // A destination (of the master's dtype) takes the sums themselves when they are of that dtype, else their
-  // conversion, which is a pass of its own either way.
-  const Tensor weight_destination = master_weight ? gradient_destination(weight_input) : Tensor(),
-               bias_destination = master_bias ? gradient_destination(weight_input + 1) : Tensor();
-  auto sums_buffer = [&](const ComputeParameter& parameter, const Tensor& destination) {
-    return destination.defined() && destination.dtype() == sums
-               ? destination
-               : Tensor::empty(parameter.value.shape(), sums, x.device());
-  };
-  auto in_master_dtype = [](const Tensor& sum, const Tensor& destination, DType dtype) {
-    if (sum.dtype() == dtype) return sum;
-    if (!destination.defined()) return sum.to(dtype);
-    Tensor(destination).copy_from(sum);
-    return destination;
-  };
-  Tensor dw = master_weight ? sums_buffer(weight, weight_destination) : Tensor();
-  Tensor db = master_bias ? sums_buffer(bias, bias_destination) : Tensor();
+  Tensor dw = master_weight ? Tensor::empty(weight.value.shape(), sums, x.device()) : Tensor();
+  Tensor db = master_bias ? Tensor::empty(bias.value.shape(), sums, x.device()) : Tensor();
   ops::linear_param_grads_into(dy, x, dw, db, /*accumulate=*/false);
-  if (master_weight) dweight = in_master_dtype(dw, weight_destination, weight.dtype);
-  if (master_bias) dbias = in_master_dtype(db, bias_destination, bias.dtype);
+  if (master_weight) dweight = dw.to(weight.dtype);
+  if (master_bias) dbias = db.to(bias.dtype);
 }
 
 std::vector<Tensor> NormParameters::grads(const ops::LayerNormGrads& g) const {

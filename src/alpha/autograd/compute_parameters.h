@@ -31,20 +31,15 @@ struct WeightAndBias {
   WeightAndBias(std::string_view op, const Variable& weight, const Variable& bias, DType compute);
 };
 
-// A linear layer's, whose weight is the recorded node's input `weight_input` and whose bias is the next input.
+// A linear layer's.
 struct LinearParameters : WeightAndBias {
-  LinearParameters(std::string_view op, const Variable& weight, const Variable& bias, DType compute,
-                   size_t weight_input)
-      : WeightAndBias(op, weight, bias, compute), weight_input(weight_input) {}
-  size_t weight_input;
+  using WeightAndBias::WeightAndBias;
   // Whether the compute-dtype backward (ops::linear_backward, ops::gelu_linear_backward) is to compute the
   // weight's or the bias's gradient: wanted, and not a master's.
   bool weight_grad_in_compute(bool wanted) const { return wanted && !weight.master; }
   bool bias_grad_in_compute(bool wanted) const { return wanted && !bias.master; }
   // The wanted masters' gradients from the layer's output gradient dy and input x, summed in f32 (f64 for f64
-  // compute) and returned in the masters' dtypes; the other slots are left as they are. Summed straight into a
-  // destination backward offers for the input (gradient_destination: a data-parallel bucket) when it is of the
-  // sums' dtype. While backward runs the node.
+  // compute) and returned in the masters' dtypes; the other slots are left as they are.
   void master_grads(const Tensor& dy, const Tensor& x, bool want_weight, bool want_bias, Tensor& dweight,
                     Tensor& dbias) const;
 };

@@ -29,7 +29,7 @@ Variable linear_cross_entropy(const Variable& x, const Variable& weight, const V
   // weight and bias in x's dtype, as the op computes with them (a master through its held compute copy). For a
   // master the op's sums over its chunks come back unrounded (wide_param_grads), converted to the parameter's
   // dtype where they are not in it.
-  const LinearParameters p(op, weight, bias, x.dtype(), 1);
+  const LinearParameters p(op, weight, bias, x.dtype());
   ops::LinearCrossEntropy out = ops::linear_cross_entropy(
       x.value(), p.weight.value, p.bias.value, targets, wanted(x), wanted(weight), wanted(bias), logit_softcap,
       ops::kLinearCrossEntropyChunkBytes, p.weight.master || p.bias.master, targets_checked);

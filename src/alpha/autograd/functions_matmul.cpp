@@ -21,7 +21,7 @@ Variable matmul(const Variable& a, const Variable& b, bool trans_a, bool trans_b
 
 // The residual's gradient is g itself (no pass over it), as residual_dropout_add's at p = 0.
 Variable linear(const Variable& x, const Variable& weight, const Variable& bias, const Variable& residual) {
-  const LinearParameters p("linear", weight, bias, x.dtype(), 1);
+  const LinearParameters p("linear", weight, bias, x.dtype());
   Tensor y = ops::linear(x.value(), p.weight.value, p.bias.value, residual.defined() ? residual.value() : Tensor());
   return record("linear", y, {x, weight, bias, residual}, [&] {
     return BackwardFn([xv = x.value(), p](const Tensor& g, const std::vector<bool>& needs) {
@@ -40,8 +40,8 @@ Variable linear(const Variable& x, const Variable& weight, const Variable& bias,
 Variable gelu_mlp(const Variable& x, const Variable& fc_weight, const Variable& fc_bias, const Variable& proj_weight,
                   const Variable& proj_bias, const Variable& residual) {
   std::vector<Variable> inputs{x, fc_weight, fc_bias, proj_weight, proj_bias, residual};
-  const LinearParameters fc_p("gelu_mlp", fc_weight, fc_bias, x.dtype(), 1),
-      proj_p("gelu_mlp", proj_weight, proj_bias, x.dtype(), 3);
+  const LinearParameters fc_p("gelu_mlp", fc_weight, fc_bias, x.dtype()),
+      proj_p("gelu_mlp", proj_weight, proj_bias, x.dtype());
   ops::LinearGelu fc = ops::linear_gelu(x.value(), fc_p.weight.value, fc_p.bias.value, needs_recording(inputs));
   Tensor y =
       ops::linear(fc.out, proj_p.weight.value, proj_p.bias.value, residual.defined() ? residual.value() : Tensor());

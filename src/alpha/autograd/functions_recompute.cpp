@@ -52,7 +52,7 @@ struct NormInputs {
 Variable layernorm_linear(const Variable& x, const LayerNormParams& norm, const Variable& weight,
                           const Variable& bias) {
   NormInputs norm_inputs("layernorm_linear", x, norm);
-  const LinearParameters p("layernorm_linear", weight, bias, x.dtype(), 3);
+  const LinearParameters p("layernorm_linear", weight, bias, x.dtype());
   Tensor y = ops::linear(norm_inputs.normalise().y, p.weight.value, p.bias.value);
   return record("layernorm_linear", y, {x, norm.weight, norm.bias, weight, bias}, [&] {
     return BackwardFn([norm_inputs, p](const Tensor& g, const std::vector<bool>& needs) {
@@ -80,8 +80,8 @@ Variable layernorm_gelu_mlp(const Variable& x, const LayerNormParams& norm, cons
                             bool add_input) {
   std::vector<Variable> inputs{x, norm.weight, norm.bias, fc_weight, fc_bias, proj_weight, proj_bias};
   NormInputs norm_inputs("layernorm_gelu_mlp", x, norm);
-  const LinearParameters fc_p("layernorm_gelu_mlp", fc_weight, fc_bias, x.dtype(), 3),
-      proj_p("layernorm_gelu_mlp", proj_weight, proj_bias, x.dtype(), 5);
+  const LinearParameters fc_p("layernorm_gelu_mlp", fc_weight, fc_bias, x.dtype()),
+      proj_p("layernorm_gelu_mlp", proj_weight, proj_bias, x.dtype());
   ops::LinearGelu fc =
       ops::linear_gelu(norm_inputs.normalise().y, fc_p.weight.value, fc_p.bias.value, needs_recording(inputs));
   Tensor y = ops::linear(fc.out, proj_p.weight.value, proj_p.bias.value, add_input ? x.value() : Tensor());

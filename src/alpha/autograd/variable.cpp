@@ -84,13 +84,12 @@ void accumulate(Tensor& slot, const Shape& shape, const Tensor& g, const char* o
   else slot = ops::add(slot, g);
 }
 
-// What backward tells the node it is running, on this thread: the slots it offers (gradient_accumulator) and the
-// leaves' destinations (gradient_destination), one per input, whether the node's gradient is the 1 backward seeded
-// itself (gradient_is_one), and that gradient when the tape alone holds it (own_gradient). A nested backward
-// (activation recomputation) sets its own and gives the outer ones back when it returns.
+// What backward tells the node it is running, on this thread: the slots it offers (gradient_accumulator), one per
+// input, whether the node's gradient is the 1 backward seeded itself (gradient_is_one), and that gradient when the
+// tape alone holds it (own_gradient). A nested backward (activation recomputation) sets its own and gives the outer
+// ones back when it returns.
 struct RunningNode {
   const std::vector<Tensor>* offered = nullptr;
-  const std::vector<Tensor>* destinations = nullptr;  // gradient_destination's, one per input
   bool gradient_is_one = false;
   const Tensor* owned = nullptr;
 };
@@ -192,23 +191,6 @@ void Variable::set_grad(Tensor grad) {
   state_->grad = std::move(grad);
 }
 
-void Variable::set_gradient_destination(Tensor destination) {
-  constexpr const char* op = "Variable::set_gradient_destination";
-  if (!state_) raise<ValueError>(op, "self", "a defined variable", "an undefined variable");
-  if (!state_->is_leaf || !state_->requires_grad)
-    raise<ValueError>(op, "self", "a leaf that requires a gradient",
-                      state_->is_leaf ? "a leaf without" : "an op's output");
-  if (destination.defined()) {
-    require_like_value(op, "destination", destination, state_->value);
-    if (destination.dtype() != state_->value.dtype() || !destination.is_contiguous())
-      raise<ValueError>(
-          op, "destination",
-          std::string("a contiguous tensor of the value's dtype ") + std::string(dtype_name(state_->value.dtype())),
-          destination.describe());
-  }
-  state_->gradient_destination = std::move(destination);
-}
-
 bool grad_enabled() { return tape().grad_enabled; }
 
 bool needs_recording(const std::vector<Variable>& inputs) {
@@ -282,12 +264,10 @@ void backward(const Variable& root, const Tensor& grad_output, const LeafReadyFn
       // the slot alone: a residual add's shared gradient is offered only once the other holder is gone), offered
       // at the first of the node's edges to it. For a leaf fed more than once (a tied embedding) that is this
       // pass's sum (pass_grad), never the leaf's gradient itself.
-      std::vector<Tensor> accumulators(needs.size()), destinations(needs.size());
+      std::vector<Tensor> accumulators(needs.size());
       for (size_t j = 0; j < needs.size(); ++j) {
         const Edge& e = node.inputs[j];
         if (!needs[j]) continue;
-        if (e.leaf && feeds.at(e.leaf.get()).edges == 1 && !e.leaf->grad.defined())
-          destinations[j] = e.leaf->gradient_destination;
         bool first_edge = true;
         for (size_t k = 0; k < j; ++k)
           first_edge &= e.leaf ? node.inputs[k].leaf != e.leaf : node.inputs[k].leaf || node.inputs[k].node != e.node;
@@ -299,7 +279,7 @@ void backward(const Variable& root, const Tensor& grad_output, const LeafReadyFn
       {
         const bool owned = node.grad_out.is_contiguous() && node.grad_out.storage().use_count() == 1;
         RunningNodeScope running(
-            {&accumulators, &destinations, i == start && !grad_output.defined(), owned ? &node.grad_out : nullptr});
+            {&accumulators, i == start && !grad_output.defined(), owned ? &node.grad_out : nullptr});
         grads = node.backward(node.grad_out, needs);
       }
       std::vector<bool> added(needs.size());  // the function added into the slot it was offered
@@ -315,10 +295,6 @@ void backward(const Variable& root, const Tensor& grad_output, const LeafReadyFn
           continue;
         }
         LeafFeed& feed = feeds.at(e.leaf.get());
-        if (destinations[j].defined() && grads[j].raw_data() == destinations[j].raw_data()) {
-          e.leaf->grad = grads[j];  // written where the leaf asked, not to be copied out of the shared buffer
-          continue;
-        }
         if (feed.edges > 1) accumulate(feed.pass_grad, e.leaf->value.shape(), grads[j], node.op, Slot::backward_owned);
         else accumulate(e.leaf->grad, e.leaf->value.shape(), grads[j], node.op, Slot::leaf);
       }
@@ -342,11 +318,6 @@ void backward(const Variable& root, const Tensor& grad_output, const LeafReadyFn
 bool gradient_is_one() { return running_node.gradient_is_one; }
 
 Tensor own_gradient() { return running_node.owned ? *running_node.owned : Tensor(); }
-
-Tensor gradient_destination(size_t index) {
-  if (!running_node.destinations || index >= running_node.destinations->size()) return Tensor();
-  return (*running_node.destinations)[index];
-}
 
 Tensor gradient_accumulator(size_t index, const Tensor& input) {
   if (!running_node.offered || index >= running_node.offered->size()) return Tensor();

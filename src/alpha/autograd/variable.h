@@ -25,9 +25,6 @@ struct VariableState {
   int64_t producer = -1;    // non-leaf: index of the node that made it, on the tape of `epoch`
   uint64_t epoch = 0;
   std::string name;
-  // Where backward is to write the leaf's gradient when it arrives into an empty grad from a single edge
-  // (Variable::set_gradient_destination); undefined: a buffer of the producing function's own.
-  Tensor gradient_destination;
   // A leaf's value converted to another dtype (mixed precision: the bf16 copy of an f32 parameter), kept
   // from one step to the next so the forward does not convert every weight again; undefined when none is
   // held. cast() fills it; mutable_value() drops it, since the value may change through the reference.
@@ -63,12 +60,6 @@ class Variable {
   // Replaces a leaf's gradient with `grad` (the value's shape, on its device), kept as given, not copied:
   // data-parallel training hands back each averaged gradient as a view of its bucket.
   void set_grad(Tensor grad);
-  // A buffer of the value's shape and dtype, contiguous, on its device, that backward is to make the leaf's
-  // gradient when it arrives while the gradient is empty (gradient_destination below): data-parallel training
-  // names each parameter's run of its bucket, so that the gradient is made where it is reduced, with no packing
-  // copy. Undefined: none (the default). Only the functions that ask write there; the engine keeps any other
-  // function's gradient as it is, and a leaf fed by more than one edge (a tied embedding) gets its pass's sum.
-  void set_gradient_destination(Tensor destination);
   const std::shared_ptr<VariableState>& state() const { return state_; }
 
   // Shorthands for the value's metadata.
@@ -109,12 +100,6 @@ void backward(const Variable& root, const Tensor& grad_output = {}, const LeafRe
 // function that adds into it returns that same tensor as the input's gradient and the engine adds nothing
 // more: one pass over the slot instead of a store and an add. Anywhere else, undefined.
 Tensor gradient_accumulator(size_t index, const Tensor& input);
-
-// While backward runs a node's backward function: the destination its input `index` names
-// (Variable::set_gradient_destination) when that input is a leaf fed by this one edge whose gradient is still
-// empty, for the function to write the input's gradient there, whole (every element), and return that tensor,
-// which then becomes the leaf's gradient as it is. Undefined anywhere else.
-Tensor gradient_destination(size_t index);
 
 // While backward runs the node of its root with the gradient it seeded itself (a scalar root, no grad_output):
 // true, that gradient being exactly 1, so that a function may skip multiplying by it. False anywhere else.

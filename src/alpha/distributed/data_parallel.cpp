@@ -92,18 +92,6 @@ DataParallel::DataParallel(Communicator& communicator, std::vector<nn::NamedPara
     }
   }
   scalar_ = Tensor::zeros({1}, DType::f64, communicator_.device());
-  // Backward makes the gradients that ask (a mixed-precision linear layer's f32 sums) in their runs of the
-  // buckets, where they are reduced: no packing copy for those.
-  for (size_t b = 0; b < buckets_.size(); ++b)
-    for (const auto& e : buckets_[b].entries) {
-      autograd::Variable v = parameters_[e.parameter].variable;
-      if (v.requires_grad()) v.set_gradient_destination(bucket_slice(b, e).view(v.shape()));
-    }
-}
-
-DataParallel::~DataParallel() {
-  for (auto& p : parameters_)
-    if (p.variable.requires_grad()) p.variable.set_gradient_destination(Tensor());
 }
 
 Tensor DataParallel::flat_view(size_t parameter, bool gradient) const {
@@ -128,17 +116,14 @@ Tensor DataParallel::bucket_slice(size_t bucket, const BucketEntry& entry) const
 }
 
 void DataParallel::launch_bucket(size_t b) {
-  // The gradients backward did not make in their runs of the bucket (gradient destinations) are copied there, in
-  // one launch on a GPU, in the device's stream: copies on the communicator's stream (cudaMemcpyAsync, one per
-  // parameter) measured slower, 2026-11-29 (docs/PERFORMANCE.md).
   std::vector<Tensor> slices, grads;
   for (const auto& e : buckets_[b].entries) {
-    Tensor slice = bucket_slice(b, e), grad = flat_view(e.parameter, true);
-    if (grad.raw_data() == slice.raw_data()) continue;
-    slices.push_back(std::move(slice));
-    grads.push_back(std::move(grad));
+    slices.push_back(bucket_slice(b, e));
+    grads.push_back(flat_view(e.parameter, true));
   }
-  if (!slices.empty()) copy_many(slices, grads);
+  // One launch on a GPU, not one per parameter, in the device's stream: copies on the communicator's stream
+  // (cudaMemcpyAsync, one per parameter) measured slower, 2026-11-29 (docs/PERFORMANCE.md).
+  copy_many(slices, grads);
   if (options_.deterministic)
     communicator_.all_gather(flat_[b].raw_data(), gathered_[b].raw_data(), size_t(buckets_[b].padded_numel),
                              dtype_);

@@ -3,11 +3,8 @@
 //
 // Buckets: the parameters are grouped, in reverse order (the order backward finishes them: the last layer's
 // first), into flat buffers of about bucket_bytes each; a parameter larger than that gets a bucket of its
-// own. Each parameter's run of its bucket is its gradient destination, so that backward makes the gradients
-// that can be made in place (mixed precision's f32 sums of a linear layer: most of a GPT's bytes) where they are
-// reduced. In the last micro-step's backward (gradient accumulation reduces once per optimiser step), given
-// gradient_ready_hook(), a bucket is packed (the gradients made elsewhere, one copy_many launch) and its
-// collective launched as soon as
+// own. In the last micro-step's backward (gradient accumulation reduces once per optimiser step), given
+// gradient_ready_hook(), a bucket is packed (one copy_many launch) and its collective launched as soon as
 // the last of its gradients is complete, in bucket order, so on a GPU the collectives run on the
 // communicator's stream while backward goes on; queue_reduction() launches what is left, queues the device's
 // later work behind it, and makes each parameter's gradient its averaged run of the bucket (a view: nothing is
@@ -82,12 +79,7 @@ std::vector<ShardSegment> shard_segments(const std::vector<Bucket>& buckets, int
 class DataParallel {
  public:
   // The parameters' values and gradients must live on the communicator's device, all of one floating dtype.
-  // Names each parameter's run of its bucket as its gradient destination (autograd: backward makes a gradient
-  // there when the function making it asks), and takes the destinations back when destroyed.
   DataParallel(Communicator& communicator, std::vector<nn::NamedParameter> parameters, DataParallelOptions options);
-  ~DataParallel();
-  DataParallel(const DataParallel&) = delete;
-  DataParallel& operator=(const DataParallel&) = delete;
 
   // After the last micro-step's backward. Without ZeRO-1: every rank's gradients become the average over
   // the ranks. With ZeRO-1: this rank's shards of the buckets hold the averaged gradient, and the model's
