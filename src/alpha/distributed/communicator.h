@@ -5,9 +5,9 @@
 //
 // Ordering: a collective may return before it has completed (NCCL queues it on its own stream after the
 // work already queued on the device's default stream); synchronize() waits for all of them within the
-// timeout, and order_after_collectives() queues the device's later work after them instead. When a peer dies or hangs,
-// synchronize() (or the collective itself) aborts the group and raises RankFailureError naming the rank that failed,
-// never waiting forever.
+// timeout, and order_after_collectives() queues the device's later work after them instead. When a peer dies
+// or hangs, synchronize() (or the collective itself) aborts the group and raises RankFailureError naming the
+// rank that failed, never waiting forever.
 #pragma once
 #include <chrono>
 #include <cstddef>

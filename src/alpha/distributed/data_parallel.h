@@ -8,8 +8,7 @@
 // the last of its gradients is complete, in bucket order, so on a GPU the collectives run on the
 // communicator's stream while backward goes on; queue_reduction() launches what is left, queues the device's
 // later work behind it, and makes each parameter's gradient its averaged run of the bucket (a view: nothing is
-// copied back). Gradients are
-// averaged (sum / world_size).
+// copied back). Gradients are averaged (sum / world_size).
 //
 // ZeRO-1: each bucket is padded to a multiple of world_size and split into world_size equal shards; the
 // gradients are reduce-scattered, so rank r holds the averaged gradient of shard r of every bucket, keeps
