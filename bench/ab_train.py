@@ -9,10 +9,16 @@ every run reads it.
 Per run: the median tokens/s over the steps after --warmup (metrics.jsonl, the profiled step left out), the
 largest per-step peak of the caching allocator's bytes in use, and, from the profiled step (profile.json), the
 GPU span, its active time and the kernels whose time differs most between the first variant and the others.
+It also says whether each variant's losses are the first's bit for bit (a change meant to leave the numbers
+alone must).
+
+Data parallel (issue 11): with --gpus N every variant trains on N GPUs (`alpha train --gpus N`, the batch per
+GPU); --scaling adds, each round, a run of the first variant on --device alone, and prints each variant's
+scaling efficiency, tokens/s ÷ (N × that run's median).
 
 Usage: python3 bench/ab_train.py --variant new=build/cuda/alpha --variant old=/tmp/alpha_old
        [--config gpt2-124m] [--batch-size 16] [--seq-len 1024] [--steps 40] [--warmup 5] [--rounds 2]
-       [--device cuda:0] [--profile-step 20] [--out DIR] [-- extra alpha train flags]
+       [--device cuda:0] [--gpus N [--scaling]] [--profile-step 20] [--out DIR] [-- extra alpha train flags]
 Writes DIR/ab_CONFIG.json with every run.
 """
 import argparse
@@ -24,10 +30,11 @@ import sys
 import tempfile
 
 
-def run_train(binary, config, args, data_dir, run_dir, extra):
+def run_train(binary, config, args, data_dir, run_dir, extra, gpus):
+    where = ["--gpus", str(gpus)] if gpus > 1 else ["--device", args.device]
     cmd = [binary, "train", "--config", config, "--precision", args.precision, "--batch-size", str(args.batch_size),
            "--seq-len", str(args.seq_len), "--steps", str(args.steps), "--eval-every", "0", "--sample-tokens", "0",
-           "--save-every", "-1", "--device", args.device, "--data", data_dir, "--out", run_dir]
+           "--save-every", "-1", "--data", data_dir, "--out", run_dir] + where
     if args.profile_step:
         cmd += ["--profile-step", str(args.profile_step)]
     done = subprocess.run(cmd + extra, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
@@ -41,7 +48,7 @@ def run_train(binary, config, args, data_dir, run_dir, extra):
         raise SystemExit(f"ab_train.py: {run_dir}: no steps after the {args.warmup} warm-up steps")
     result = {"tokens_per_second": statistics.median(r["tokens_per_second"] for r in timed),
               "timed_steps": len(timed), "peak_bytes": max(r["peak_bytes"] for r in records),
-              "final_loss": records[-1]["loss"]}
+              "final_loss": records[-1]["loss"], "losses": [r["loss"] for r in records if "loss" in r]}
     profile_path = os.path.join(run_dir, "profile.json")
     if args.profile_step and os.path.exists(profile_path):
         with open(profile_path) as f:
@@ -75,6 +82,9 @@ def main():
     parser.add_argument("--warmup", type=int, default=5)
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--device", default="cuda:0")
+    parser.add_argument("--gpus", type=int, default=1, help="every variant on this many GPUs (alpha train --gpus)")
+    parser.add_argument("--scaling", action="store_true",
+                        help="with --gpus N > 1: a 1-GPU run of the first variant each round, and the efficiency")
     parser.add_argument("--profile-step", type=int, default=20, help="0: no profiled step")
     parser.add_argument("--out", default=".")
     args = parser.parse_args(argv)
@@ -86,15 +96,27 @@ def main():
             parser.error(f"--{name.replace('_', '-')}: expected a positive count, got {getattr(args, name)}")
     if not 0 <= args.warmup < args.steps:
         parser.error(f"--warmup: expected 0 <= warmup < steps ({args.steps}), got {args.warmup}")
+    if args.gpus < 1:
+        parser.error(f"--gpus: expected a positive count, got {args.gpus}")
+    if args.scaling and args.gpus < 2:
+        parser.error(f"--scaling: expected --gpus of 2 or more (the runs it compares with one GPU), got {args.gpus}")
+    baseline = "1-gpu"
+    if args.scaling and baseline in {name for name, _ in variants}:
+        parser.error(f"--variant: the name {baseline!r} is --scaling's run; choose another")
 
     runs = {name: [] for name, _ in variants}
     with tempfile.TemporaryDirectory() as tmp:
         data_dir = os.path.join(tmp, "data")
         subprocess.run([variants[0][1], "prepare", "--builtin", "--out", data_dir], check=True,
                        stdout=subprocess.DEVNULL)
+        if args.scaling:
+            runs[baseline] = []
         for r in range(args.rounds):
-            for name, binary in variants:
-                result = run_train(binary, args.config, args, data_dir, os.path.join(tmp, f"{name}_{r}"), extra)
+            schedule = [(name, binary, args.gpus) for name, binary in variants]
+            if args.scaling:
+                schedule.insert(0, (baseline, variants[0][1], 1))
+            for name, binary, gpus in schedule:
+                result = run_train(binary, args.config, args, data_dir, os.path.join(tmp, f"{name}_{r}"), extra, gpus)
                 runs[name].append(result)
                 active = f", GPU active {result['active_s'] * 1e3:.2f} of {result['span_s'] * 1e3:.2f} ms" \
                     if "active_s" in result else ""
@@ -103,11 +125,18 @@ def main():
 
     base_name = variants[0][0]
     base = statistics.median(x["tokens_per_second"] for x in runs[base_name])
-    print(f"\n{args.config}, {args.precision}, batch {args.batch_size} x {args.seq_len}, {args.device}: medians of "
+    where = f"{args.gpus} GPUs" if args.gpus > 1 else args.device
+    print(f"\n{args.config}, {args.precision}, batch {args.batch_size} x {args.seq_len}, {where}: medians of "
           f"{args.rounds} rounds")
+    single = statistics.median(x["tokens_per_second"] for x in runs[baseline]) if args.scaling else None
+    if single:
+        print(f"  {baseline:10s} {single:12,.0f} tokens/s  ({base_name} on {args.device} alone)")
     for name, _ in variants:
         tps = statistics.median(x["tokens_per_second"] for x in runs[name])
-        print(f"  {name:10s} {tps:12,.0f} tokens/s  {tps / base:6.3f} x {base_name}")
+        efficiency = f"  efficiency {tps / (args.gpus * single):.3f}" if single else ""
+        same = all(run["losses"] == base_run["losses"] for run, base_run in zip(runs[name], runs[base_name]))
+        print(f"  {name:10s} {tps:12,.0f} tokens/s  {tps / base:6.3f} x {base_name}{efficiency}  losses "
+              f"{'bit-identical to' if same else 'differ from'} {base_name}'s")
     if all(run.get("kernels") for name, _ in variants for run in runs[name]):
         def kernel_ms(name):
             names = set().union(*(run["kernels"] for run in runs[name]))
@@ -123,7 +152,7 @@ def main():
     os.makedirs(args.out, exist_ok=True)
     with open(os.path.join(args.out, f"ab_{args.config}.json"), "w") as f:
         json.dump({"config": args.config, "batch_size": args.batch_size, "seq_len": args.seq_len,
-                   "device": args.device, "variants": dict(variants), "runs": runs}, f, indent=2)
+                   "device": args.device, "gpus": args.gpus, "variants": dict(variants), "runs": runs}, f, indent=2)
 
 
 if __name__ == "__main__":
