@@ -306,21 +306,9 @@ std::vector<GemmCase> epilogue_cases() {
       for (bool ta : {false, true})
         for (bool tb : {false, true}) {
           if (kind.bias_grad == GemmBiasGrad::a_columns && !ta) continue;
-          GemmCase c{kind.name,
-                     1,
-                     s.m,
-                     s.k,
-                     s.n,
-                     ta,
-                     tb,
-                     s.pad,
-                     kind.alpha,
-                     kind.beta,
-                     kind.bias,
-                     kind.aux,
-                     kind.epilogue,
-                     kind.bias_grad,
-                     kind.addend};
+          GemmCase c{kind.name, 1,         s.m,      s.k,           s.n,           ta, tb, s.pad, kind.alpha,
+                     kind.beta, kind.bias, kind.aux, kind.epilogue, kind.bias_grad};
+          c.addend = kind.addend;
           cases.push_back(c);
         }
   return cases;

@@ -56,7 +56,7 @@ struct StochasticRounding {
 
 // The substream of tensor `tensor` (an index in the caller's parameter list) at step `step` (1-based, taken
 // modulo 2³²): each (tensor, step) draws its own bits, never those of dropout (substream 0: step >= 1).
-constexpr uint64_t stochastic_rounding_stream(uint32_t tensor, int64_t step) {
+ALPHA_HD constexpr uint64_t stochastic_rounding_stream(uint32_t tensor, int64_t step) {
   return (uint64_t(tensor) << 32) | uint32_t(uint64_t(step));
 }
 
@@ -65,15 +65,15 @@ ALPHA_HD uint32_t stochastic_rounding_bits(const StochasticRounding& r, int64_t 
   return philox_bits(r.seed, r.offset + uint64_t(i), r.stream);
 }
 
-// r at step `step` (1-based): its substream's step half replaced (stochastic_rounding_stream), for an update that
-// reads its step where it runs (AdamWArgs::terms_at).
-ALPHA_HD StochasticRounding stochastic_rounding_at_step(StochasticRounding r, int64_t step) {
-  r.stream = (r.stream & ~uint64_t(0xffffffffu)) | uint32_t(uint64_t(step));
-  return r;
-}
-
 // The values of an update's row of AdamWArgs::terms_at: step_size, inv_sqrt_bias_correction2, decay, step.
 constexpr int kAdamWTerms = 4;
+
+// r at the step a row of terms carries (its last value): the substream of r's tensor at that step
+// (stochastic_rounding_stream), for an update that reads its step where it runs (AdamWArgs::terms_at).
+ALPHA_HD StochasticRounding stochastic_rounding_at_step(StochasticRounding r, const double* terms) {
+  r.stream = stochastic_rounding_stream(uint32_t(r.stream >> 32), int64_t(terms[kAdamWTerms - 1]));
+  return r;
+}
 
 template <class T, class G = T, class C = G>
 struct AdamWArgs {

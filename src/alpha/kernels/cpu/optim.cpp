@@ -28,7 +28,7 @@ void adamw_step(const AdamWArgs<T, G, C>& args) {
   using A = acc_t<T>;
   const AdamWStepTerms<A> terms = args.terms_at ? adamw_terms_from<A>(args.terms_at) : adamw_step_terms(args);
   const StochasticRounding rounding =
-      args.terms_at ? stochastic_rounding_at_step(args.rounding, int64_t(args.terms_at[3])) : args.rounding;
+      args.terms_at ? stochastic_rounding_at_step(args.rounding, args.terms_at) : args.rounding;
   A grad_scale = args.grad_scale;
   if (args.grad_scale_at) {
     if (std::isnan(*args.grad_scale_at)) return;  // a skipped step

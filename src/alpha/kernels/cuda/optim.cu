@@ -69,7 +69,7 @@ template <class T, class G, class C>
 __device__ bool resolve_scalars(const AdamWPointers<T, G, C>& x, AdamWScalars& s) {
   if (x.terms_at) {
     s.terms = adamw_terms_from<float>(x.terms_at);
-    s.rounding = stochastic_rounding_at_step(s.rounding, int64_t(x.terms_at[3]));
+    s.rounding = stochastic_rounding_at_step(s.rounding, x.terms_at);
   }
   if (!x.grad_scale_at) return true;
   const double factor = *x.grad_scale_at;
