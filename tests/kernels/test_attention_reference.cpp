@@ -15,6 +15,7 @@
 #include "alpha/autograd/functions.h"
 #include "alpha/core/philox.h"
 #include "alpha/kernels/attention_reference.h"
+#include "alpha/kernels/flash_attention.h"
 #include "alpha/ops/attention.h"
 #include "alpha/ops/attention_params.h"
 #include "alpha/ops/check.h"
@@ -564,6 +565,23 @@ TEST(AttentionReferenceWindow, RangesMatchTheNaiveMask) {
                 }
               }
           }
+}
+
+// The flash backward's workspace: D's rows, then (non-deterministic bf16/f16 only) the dQ accumulator from a
+// 16-byte aligned offset, as the copy engine's reduce-add and float2 atomics need, whatever the row count.
+TEST(FlashAttentionWorkspace, HoldsTheDqAccumulatorFromASixteenByteAlignedOffset) {
+  EXPECT_EQ(kernels::flash_dq_accumulator_offset(0), 0);
+  EXPECT_EQ(kernels::flash_dq_accumulator_offset(1), 4);
+  EXPECT_EQ(kernels::flash_dq_accumulator_offset(4), 4);
+  EXPECT_EQ(kernels::flash_dq_accumulator_offset(1047), 1048);
+  kernels::AttentionParams<bf16> p = {};
+  p.batch = 1, p.q_heads = 3, p.q_len = 7, p.kv_heads = 3, p.kv_len = 7, p.head_dim = 48, p.value_dim = 48;
+  EXPECT_EQ(kernels::flash_attention_backward_workspace(p), 21);  // deterministic: D only
+  p.deterministic = false;
+  EXPECT_EQ(kernels::flash_attention_backward_workspace(p), 24 + 21 * 48);
+  kernels::AttentionParams<float> f32 = {};
+  f32.batch = 1, f32.q_heads = 3, f32.q_len = 7, f32.head_dim = 48, f32.deterministic = false;
+  EXPECT_EQ(kernels::flash_attention_backward_workspace(f32), 21);  // f32 has no atomic-dQ backward
 }
 
 }  // namespace

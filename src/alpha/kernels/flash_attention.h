@@ -21,8 +21,10 @@
 // Determinism: by default no atomics; every output element is owned by one thread that adds its terms in a
 // fixed order (dK, dV: query head, then query, ascending), and row reductions use fixed shuffle trees, so
 // every run gives the same bits. With params.deterministic false the bf16/f16 backward instead adds each
-// key block's dQ contribution into an f32 accumulator with atomics (FlashAttention-2's scheme), skipping the
-// separate dQ pass; dq then varies in its low bits from run to run.
+// key block's dQ contribution into an f32 accumulator with atomics (FlashAttention-2's scheme; on Hopper, for
+// head dims 33-64, with the copy engine's reduce-add, FlashAttention-3's), skipping the separate dQ pass; dq
+// then varies in its low bits from run to run. On Hopper, head dims 97-128, and 33-64 causal with Tk <= 2048,
+// stay deterministic either way (wgmma_backward_adds_dq).
 //
 // Head dimensions: D and Dv from 1 to 256, independently (kernels are compiled for buckets of the widest
 // of the two: 64, 128, 256); wider raises ShapeError.
@@ -39,14 +41,18 @@ namespace alpha::kernels {
 // The widest head dimension (D or Dv) the kernels are built for.
 inline constexpr int64_t kFlashMaxHeadDim = 256;
 
+// Where the dQ accumulator starts in the backward's workspace, in floats after D's `rows` values: rounded up
+// to 16 bytes, as the copy engine's additions (and float2 atomics) need.
+inline int64_t flash_dq_accumulator_offset(int64_t rows) { return (rows + 3) / 4 * 4; }
+
 // The f32 workspace of the backward, in elements: D = rowsum(dO∘O), one value per query row (B·Hq·Tq), and
 // for the non-deterministic bf16/f16 backward (params.deterministic false) the f32 dQ accumulator the atomics
-// add into (B·Hq·Tq·D).
+// add into (B·Hq·Tq·D, from flash_dq_accumulator_offset).
 template <class T>
 int64_t flash_attention_backward_workspace(const AttentionParams<T>& p) {
   const int64_t rows = p.batch * p.q_heads * p.q_len;
   const bool atomic_dq = !std::is_same_v<T, float> && !p.deterministic;
-  return atomic_dq ? rows * (1 + p.head_dim) : rows;
+  return atomic_dq ? flash_dq_accumulator_offset(rows) + rows * p.head_dim : rows;
 }
 
 #if ALPHA_WITH_CUDA
@@ -62,21 +68,29 @@ void flash_attention_forward(const AttentionForwardArgs<T>& args, Stream stream)
 template <class T>
 void flash_attention_backward(const AttentionBackwardArgs<T>& args, float* workspace, Stream stream);
 // Whether the bf16/f16 backward of these head dimensions runs Hopper's wgmma kernels on the current device
-// (head-dim buckets 64 and 128 on a compute capability 9.0 device, in a library built with sm_90a code):
-// their result is the deterministic one whatever AttentionConfig::deterministic asks.
+// (head-dim buckets 64 and 128 on a compute capability 9.0 device, in a library built with sm_90a code).
 bool wgmma_backward_runs(int64_t head_dim, int64_t value_dim);
+// Whether this backward runs the wgmma dK/dV kernel that also adds dQ into the f32 accumulator (FlashAttention-3's
+// 5 products instead of 7): params.deterministic false, head-dim bucket 64, not causal with Tk <= 2048 (where it
+// measured slower). Where the wgmma kernels run and this is false, the backward is the deterministic one
+// whatever params.deterministic asks. T = bf16 or f16.
+template <class T>
+bool wgmma_backward_adds_dq(const AttentionParams<T>& p);
 // Which kernels flash attention of these head dimensions runs on the current device, in words for the logs:
 // the Hopper kernels (TMA-fed, warp-specialised wgmma), the mma.sync tensor-core kernels, or, for f32, the
 // FMA kernels.
 std::string flash_attention_kernels_here(bool f32, int64_t head_dim, int64_t value_dim);
 // The workspace flash_attention_backward uses on the current device, in floats: as
-// flash_attention_backward_workspace, less the atomic dQ accumulator where the wgmma kernels run (they
-// recompute dQ whatever params.deterministic asks, and read only D).
+// flash_attention_backward_workspace, less the atomic dQ accumulator where the wgmma kernels run and recompute
+// dQ (not wgmma_backward_adds_dq: they read only D).
 template <class T>
 int64_t flash_attention_backward_workspace_here(const AttentionParams<T>& p) {
-  const bool wgmma = !std::is_same_v<T, float> && p.head_dim <= kFlashMaxHeadDim &&
-                     p.value_dim <= kFlashMaxHeadDim && wgmma_backward_runs(p.head_dim, p.value_dim);
-  return wgmma ? p.batch * p.q_heads * p.q_len : flash_attention_backward_workspace(p);
+  if constexpr (!std::is_same_v<T, float>) {
+    if (p.head_dim <= kFlashMaxHeadDim && p.value_dim <= kFlashMaxHeadDim &&
+        wgmma_backward_runs(p.head_dim, p.value_dim) && !wgmma_backward_adds_dq(p))
+      return p.batch * p.q_heads * p.q_len;
+  }
+  return flash_attention_backward_workspace(p);
 }
 }  // namespace cuda
 #endif

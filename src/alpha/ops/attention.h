@@ -30,9 +30,11 @@ struct AttentionConfig {
   // they do not cover (the CPU, f32) instead of running another path.
   bool constant_time = false;
   // Deterministic (the default): every run gives the same bits. false opts into the faster backward of the
-  // bf16/f16 flash kernels that adds dQ with f32 atomics (FlashAttention-2's scheme; the order of the
-  // additions, so the low bits of dq, vary from run to run). The other kernels stay deterministic either
-  // way; constant_time requires deterministic (the atomic kernel is not audited).
+  // bf16/f16 flash kernels that adds dQ into f32 with atomics (FlashAttention-2's scheme; on Hopper at head
+  // dims 33-64 the copy engine's reduce-add, FlashAttention-3's; the order of the additions, so the low bits
+  // of dq, vary from run to run), where it is the faster (kernels::cuda::wgmma_backward_adds_dq on Hopper).
+  // The other kernels stay deterministic either way; constant_time requires deterministic (the atomic kernels
+  // are not audited).
   bool deterministic = true;
 };
 

@@ -22,6 +22,7 @@
 #include "alpha/core/error.h"
 #include "alpha/kernels/attention_reference.h"
 #include "alpha/kernels/cuda/attention_common.cuh"
+#include "alpha/kernels/flash_attention.h"
 
 namespace alpha::kernels::cuda {
 
@@ -171,11 +172,11 @@ bool wgmma_kernels_run(int bucket);
 // The warp-specialised TMA/wgmma forward of bucket 64 or 128 (where wgmma_kernels_run).
 template <class T>
 void flash_attention_wgmma_forward(const AttentionForwardArgs<T>& args, int bucket, cudaStream_t stream);
-// The wgmma backward of bucket 64 or 128 (where wgmma_kernels_run), deterministic whatever the parameters
-// ask: faster than the atomic-dQ mma kernels there (flash_attention_wgmma_backward.cu has the numbers);
-// delta: D = rowsum(dO∘O).
+// The wgmma backward of bucket 64 or 128 (where wgmma_kernels_run). Deterministic, but for bucket 64 with
+// params.deterministic false (wgmma_backward_adds_dq), where the dK/dV kernel also adds dQ into the f32
+// accumulator (flash_attention_wgmma_backward.cu has the numbers). workspace: as flash_attention_mma_backward's.
 template <class T>
-void flash_attention_wgmma_backward(const AttentionBackwardArgs<T>& args, const float* delta, cudaStream_t stream);
+void flash_attention_wgmma_backward(const AttentionBackwardArgs<T>& args, float* workspace, cudaStream_t stream);
 // workspace (flash_attention_backward_workspace floats): D = rowsum(dO∘O) per query row in its first B·Hq·Tq,
 // already computed (launch_attention_delta); for the non-deterministic backward the dQ accumulator after it.
 template <class T>

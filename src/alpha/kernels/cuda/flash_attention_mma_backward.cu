@@ -17,7 +17,7 @@
 // Non-deterministic (params.deterministic false, opt-in): key_grads alone, FlashAttention-2's way. Each warp
 // also stores its dSᵀ (keys × queries, T) in a shared tile; then the block's warps split the query tile's
 // dQ share dS·K (K already in shared memory) by columns and add it to an f32 accumulator with float2
-// atomics; store_dq_kernel scales and rounds it into dq. 5 tile products, but the atomics' order varies.
+// atomics; launch_store_dq scales and rounds it into dq. 5 tile products, but the atomics' order varies.
 // On Hopper, the deterministic backward of bucket 128 runs the same two kernels on wgmma
 // instead (flash_attention_wgmma_backward.cu).
 #include "alpha/kernels/cuda/flash_attention_mma_backward.cuh"
@@ -265,20 +265,6 @@ __global__ void __launch_bounds__(kThreads, BackwardTraits<kHeadDim>::kMinBlocks
   store_query_grads(a, b, h, i0 + row0, lane, dq);
 }
 
-// dq = scale · dq_sum, rounded to T: dq_sum is [B·Hq, Tq, D] f32, dq [B, Tq, Hq, D]; two elements per thread.
-template <class T>
-__global__ void store_dq_kernel(AttentionBackwardArgs<T> a, const float* dq_sum) {
-  const AttentionParams<T>& p = a.params;
-  const int64_t pairs = p.batch * p.q_heads * p.q_len * p.head_dim / 2;
-  for (int64_t e = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; e < pairs; e += int64_t(gridDim.x) * blockDim.x) {
-    const int64_t row = 2 * e / p.head_dim, d = 2 * e % p.head_dim;
-    const int64_t bh = row / p.q_len, i = row % p.q_len, b = bh / p.q_heads, h = bh % p.q_heads;
-    const float2 sum = reinterpret_cast<const float2*>(dq_sum)[e];
-    *reinterpret_cast<uint32_t*>(bits(a.dq) + grad_offset(b, i, h, p.q_len, a.dq_row_stride, p.q_heads, p.head_dim) +
-                                 d) = pack2<T>(sum.x * p.scale, sum.y * p.scale);
-  }
-}
-
 template <class T, int kHeadDim>
 void backward(const AttentionBackwardArgs<T>& args, float* workspace, cudaStream_t stream) {
   using Keys = KeyShape<kHeadDim>;
@@ -289,13 +275,11 @@ void backward(const AttentionBackwardArgs<T>& args, float* workspace, cudaStream
                       heads_extent(p.batch * p.kv_heads, "flash_attention_backward"));
   if (!p.deterministic) {
     const int64_t rows = p.batch * p.q_heads * p.q_len;
-    float* dq_sum = workspace + rows;
+    float* dq_sum = workspace + flash_dq_accumulator_offset(rows);
     ALPHA_CUDA_CHECK(cudaMemsetAsync(dq_sum, 0, size_t(rows * p.head_dim) * sizeof(float), stream));
     launch_with_shared(key_grads_kernel<T, kHeadDim, true>, "flash_attention_backward (dk, dv, atomic dq)", key_grid,
                        kThreads, key_grads_bytes<kHeadDim, true>(), stream, args, delta, dq_sum);
-    const int64_t pairs = rows * p.head_dim / 2;
-    const unsigned blocks = unsigned(std::min<int64_t>((pairs + 255) / 256, 65535));
-    ALPHA_CUDA_LAUNCH(store_dq_kernel<T>, blocks, 256, stream, args, dq_sum);
+    launch_store_dq(args, dq_sum, stream);
     return;
   }
   launch_with_shared(key_grads_kernel<T, kHeadDim, false>, "flash_attention_backward (dk, dv)", key_grid, kThreads,

@@ -5,10 +5,11 @@
 // mma.m16n8's C fragments (a wgmma warpgroup's accumulator is four warps' worth of them, warp w owning rows
 // [16w, 16w + 16) of the block), so one step serves both.
 #pragma once
+#include <algorithm>
+#include <type_traits>
+
 #include "alpha/kernels/cuda/flash_attention_mma.cuh"
 #include "alpha/kernels/cuda/mma.cuh"
-
-#include <type_traits>
 
 namespace alpha::kernels::cuda::mma_backward {
 
@@ -249,6 +250,28 @@ __device__ __forceinline__ void store_query_grads(const AttentionBackwardArgs<T>
     const int64_t i = row0 + r;
     return i < p.q_len ? bits(a.dq) + grad_offset(b, i, h, p.q_len, a.dq_row_stride, p.q_heads, p.head_dim) : nullptr;
   });
+}
+
+// dq = scale · dq_sum, rounded to T: dq_sum is [B·Hq, Tq, D] f32, dq [B, Tq, Hq, D]; two elements per thread.
+template <class T>
+__global__ void store_dq_kernel(AttentionBackwardArgs<T> a, const float* dq_sum) {
+  const AttentionParams<T>& p = a.params;
+  const int64_t pairs = p.batch * p.q_heads * p.q_len * p.head_dim / 2;
+  for (int64_t e = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; e < pairs; e += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t row = 2 * e / p.head_dim, d = 2 * e % p.head_dim;
+    const int64_t bh = row / p.q_len, i = row % p.q_len, b = bh / p.q_heads, h = bh % p.q_heads;
+    const float2 sum = reinterpret_cast<const float2*>(dq_sum)[e];
+    *reinterpret_cast<uint32_t*>(bits(a.dq) + grad_offset(b, i, h, p.q_len, a.dq_row_stride, p.q_heads, p.head_dim) +
+                                 d) = mma::pack2<T>(sum.x * p.scale, sum.y * p.scale);
+  }
+}
+// The non-deterministic backwards' last pass: dq from the dQ accumulator the dK/dV kernel added into.
+template <class T>
+void launch_store_dq(const AttentionBackwardArgs<T>& args, const float* dq_sum, cudaStream_t stream) {
+  const AttentionParams<T>& p = args.params;
+  const int64_t pairs = p.batch * p.q_heads * p.q_len * p.head_dim / 2;
+  const unsigned blocks = unsigned(std::min<int64_t>((pairs + 255) / 256, 65535));
+  ALPHA_CUDA_LAUNCH(store_dq_kernel<T>, blocks, 256, stream, args, dq_sum);
 }
 
 }  // namespace alpha::kernels::cuda::mma_backward

@@ -1,7 +1,8 @@
 // Flash attention backward for bf16/f16 on Hopper's warpgroup tensor-core instructions (wgmma, sm_90a): the
 // deterministic backward of the mma.sync kernels (flash_attention_mma_backward.cu; the walks, statistics,
 // entry steps and stores they share are in flash_attention_mma_backward.cuh) with every tile product on
-// wgmma (wgmma.cuh). Head-dimension buckets 64 and 128, every mask (the numbers are above flash_attention_wgmma_backward).
+// wgmma (wgmma.cuh). Head-dimension buckets 64 and 128, every mask (the numbers are above
+// flash_attention_wgmma_backward).
 //
 // key_grads: one block per (key block of 64·kWarpgroups keys, b·Hkv + kv head); warpgroup w owns keys
 // [64w, 64w + 64) and holds their dK and dV in f32 registers. K and V stay in shared memory; the steps'
@@ -24,13 +25,17 @@
 //   S_t = Q·Kᵀ and dP̃_t = dO·Vᵀ, behind them dQ += dS_{t−1}·K_{t−1} (K read transposed), hands V_t back
 //   once dP̃_t has landed, runs the entry step of t meanwhile, and hands K_{t−1} back after its dQ product.
 // Like the mma kernels, 7 tile products per (query tile, key tile) instead of FlashAttention-2's 5: dQ is
-// recomputed rather than added with atomics, the price of a deterministic result. The non-deterministic
-// atomic-dQ variant of the mma kernels is slower than these on Hopper, so a caller that allows
-// non-determinism gets these too where they run. So was a D 64 key_grads kernel that also added dQ = dS·K
-// with atomics (dSᵀ through shared memory, read MN-major as wgmma's A, one product and 16 float2 atomics
-// per thread per step, serialised after the entry step; H100, 2026-11-26): 10.90 ms at T 8192 against
-// 10.36 ms for these two kernels, its 255 registers spilling 152 bytes. Hiding that product and its atomics
-// behind the next step's needs registers this kernel does not have.
+// recomputed rather than added with atomics, the price of a deterministic result.
+// Non-deterministic (params.deterministic false), bucket 64 but its short causal shapes (adds_query_grads): the
+// two-consumer TMA dK/dV kernel alone, FlashAttention-3's way, 5 products. Each consumer also stores its dSᵀ
+// rows of the step in a shared tile, forms its 64 keys' share of the step's dQ, dS·K (dSᵀ and K both read
+// MN-major), stores it as f32 in a shared tile, and one thread has the copy engine add the tile into an f32
+// accumulator in L2 (cp.reduce.async.bulk.tensor, tma.cuh), so the consumers issue no atomics;
+// launch_store_dq scales and rounds it into dq. The additions' order varies from run to run. An earlier try (H100, 2026-11-26) added
+// dQ with 16 float2 atomics per thread per step from the registers of the cp.async dK/dV kernel: 10.90 ms at
+// T 8192 against 10.36 ms for the two deterministic kernels, its 255 registers spilling 152 bytes. Bucket 128's
+// dK/dV kernel has no registers to spare for the product (dK and dV alone take 128 a thread), so it stays
+// deterministic whatever the parameters ask.
 #include "alpha/kernels/cuda/flash_attention_mma_backward.cuh"
 #include "alpha/kernels/cuda/tma.cuh"
 #include "alpha/kernels/cuda/wgmma.cuh"
@@ -106,6 +111,22 @@ struct WgmmaBackwardTraits<64> {
     return p.causal && p.kv_len <= 2048;
   }
 };
+
+// Whether this backward adds dQ in the dK/dV kernel: params.deterministic false, bucket 64 (whose dK/dV kernel
+// is on TMA; D is a multiple of 8, so the f32 accumulator's rows are 16-byte aligned, as its tensor map needs),
+// outside the short causal shapes. There (one consumer at two blocks per SM) it measured slower than the
+// deterministic kernels: 0.92× at T 512 and 0.95-0.97× at T 2048 causal, D 64, and 0.98× at the seed shape,
+// against 1.03-1.09× without a mask and 1.06-1.08× causal at T 8192 (H200, 2026-11-29, three runs of
+// bench/flash_attention.py --quick). Elsewhere the deterministic kernels run. Tried the same day and not kept:
+// the dQ product issued with the next step's dK and dV products, to run during its entry step (224 bytes of
+// spills; 1.00-1.01× at T 8192), and the two consumers' shares summed in the block before one addition each
+// of half the tile (a barrier of both consumers per step; 0.91-0.94×). Without the copy engine's additions
+// at all (timing only) the kernel was 1.12× at T 8192: the additions in L2 are not what limits it.
+template <class T>
+bool adds_query_grads(const AttentionParams<T>& p) {
+  return !p.deterministic && mma_head_dim_bucket(p, "flash_attention_backward") == 64 &&
+         !WgmmaBackwardTraits<64>::short_causal(p);
+}
 
 // The cp.async dK/dV kernel's shared memory: the held K and V tiles, kStages stages of two streamed tiles (Q
 // and dO), and kStages stages of the streamed rows' lse2 and D.
@@ -255,12 +276,13 @@ struct TmaQueryGradsShape {
   static constexpr size_t kBytes = kTileBytes + (1 + 4 * kStages) * sizeof(uint64_t);
 };
 
-// The dQ kernel's parameter: the arguments, D = rowsum(dO∘O), and the tensor maps of q, k, v and dO.
+// The TMA kernels' parameter: the arguments, D = rowsum(dO∘O), the tensor maps of q, k, v and dO, and (the
+// atomic-dQ dK/dV kernel only) of the f32 dQ accumulator [B·Hq, Tq, D].
 template <class T>
 struct TmaBackwardArgs {
   AttentionBackwardArgs<T> args;
   const float* delta;
-  CUtensorMap q, k, v, dout;
+  CUtensorMap q, k, v, dout, dq_sum;
 };
 
 template <class T, class Config>
@@ -364,17 +386,38 @@ __global__ void __launch_bounds__(Config::kThreads, Config::kMinBlocks)
 #endif
 }
 
-template <class Config>
+// kAtomicDq: per consumer also a dSᵀ tile (its 64 keys × the step's queries) and two f32 dQ tiles (the step's
+// queries × the bucket's columns) that the dQ share is added from, after the tiles, 1024-byte aligned.
+template <class Config, bool kAtomicDq = false>
 struct TmaKeyGradsShape {
   static constexpr int kHeadDim = Config::kHeadDim, kRows = 64 * Config::kConsumers, kStages = Config::kStages;
   static constexpr int kStream = Config::kStream;
   using HeldTile = wgmma::SwizzledTile<kRows, kHeadDim>;
   using StreamTile = wgmma::SwizzledTile<kStream, kHeadDim>;
+  using ScoreTile = wgmma::SwizzledTile<64, kStream>;
+  using QueryGradTile = tma::AccumulatorTile<kStream, kHeadDim>;
   static constexpr size_t kTileBytes = 2 * size_t(HeldTile::kBytes) + 2 * kStages * size_t(StreamTile::kBytes);
+  static constexpr size_t kAtomicDqBytes =
+      kAtomicDq ? Config::kConsumers * (size_t(ScoreTile::kBytes) + 2 * size_t(QueryGradTile::kBytes)) : 0;
   static constexpr size_t kStatsBytes = 2 * kStages * kStream * sizeof(float);
   // After the tiles and the statistics: the held tiles' barrier, then each stage's full and empty barrier.
-  static constexpr size_t kBytes = kTileBytes + kStatsBytes + (1 + 2 * kStages) * sizeof(uint64_t);
+  static constexpr size_t kBytes = kTileBytes + kAtomicDqBytes + kStatsBytes + (1 + 2 * kStages) * sizeof(uint64_t);
 };
+
+// Stores a warp's dSᵀ A fragments (rows: its 16 keys from key_row0, columns: the step's 8·kN queries) into the
+// consumer's swizzled tile: register x of a[k] holds (row g + 8·(x % 2), columns 16k + 8·(x / 2) + 2t, +1).
+template <int kN, int kCols>
+__device__ __forceinline__ void store_score_fragments(wgmma::SwizzledTile<64, kCols> tile, int key_row0,
+                                                      const FragA (&a)[kN / 2], int lane) {
+  char* bytes = reinterpret_cast<char*>(tile.data);
+#pragma unroll
+  for (int k = 0; k < kN / 2; ++k)
+#pragma unroll
+    for (int x = 0; x < 4; ++x) {
+      const int row = key_row0 + lane / 4 + 8 * (x % 2), col = 16 * k + 8 * (x / 2) + 2 * (lane % 4);
+      *reinterpret_cast<uint32_t*>(bytes + tile.chunk_offset(row, col / 8) + col % 8 * 2) = a[k].x[x];
+    }
+}
 
 // dK and dV, warp-specialised: K and V held, each step's Q, dO (TMA, producer warp 0) and statistics (lse2 and
 // D, producer warp 1) streamed through one ring; a stage is handed back after the step's dK and dV products,
@@ -382,18 +425,24 @@ struct TmaKeyGradsShape {
 // Its consumers' step loop repeats key_grads_kernel's. Sharing it (the accumulators and the step as one struct
 // with inlined members, tried 2026-11-26, when both kernels still held the dropout code) raised ptxas's spills
 // from 1,276 to 2,092 bytes at D 128 and from 168 to 256 at D 64, so each kernel keeps its own copy.
-template <class T, class Config, bool kDropout>
+template <class T, class Config, bool kDropout, bool kAtomicDq>
 __global__ void __launch_bounds__(Config::kThreads, Config::kMinBlocks)
     tma_key_grads_kernel(const __grid_constant__ TmaBackwardArgs<T> params) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  using Shape = TmaKeyGradsShape<Config>;
+  using Shape = TmaKeyGradsShape<Config, kAtomicDq>;
   constexpr int kHeadDim = Config::kHeadDim, kStages = Config::kStages;
   constexpr int kQ = Config::kStream, kN = kQ / 8, kO = kHeadDim / 8;
   extern __shared__ __align__(1024) uint16_t shared[];
   const typename Shape::HeldTile k_tile{shared}, v_tile = k_tile.next(1);
   // Step n's stage n % kStages: q_tiles.next(stage), do_tiles.next(stage), lse2_rows + stage·kQ, delta_rows + stage·kQ.
   const typename Shape::StreamTile q_tiles{v_tile.next(1).data}, do_tiles = q_tiles.next(kStages);
-  float* lse2_rows = reinterpret_cast<float*>(reinterpret_cast<char*>(shared) + Shape::kTileBytes);
+  // kAtomicDq: consumer c's dSᵀ tile score_tiles.next(c), its dQ tiles query_grad_tiles.next(2c), .next(2c + 1).
+  const typename Shape::ScoreTile score_tiles{
+      reinterpret_cast<uint16_t*>(reinterpret_cast<char*>(shared) + Shape::kTileBytes)};
+  const typename Shape::QueryGradTile query_grad_tiles{
+      reinterpret_cast<float*>(score_tiles.next(Config::kConsumers).data)};
+  float* lse2_rows =
+      reinterpret_cast<float*>(reinterpret_cast<char*>(shared) + Shape::kTileBytes + Shape::kAtomicDqBytes);
   float* delta_rows = lse2_rows + kStages * kQ;
   uint64_t* held_full = reinterpret_cast<uint64_t*>(delta_rows + kStages * kQ);
   uint64_t* step_full = held_full + 1;
@@ -464,6 +513,50 @@ __global__ void __launch_bounds__(Config::kThreads, Config::kMinBlocks)
       issue_ab<T, kQ>(dk[0], dscores[0], q_tiles.next(stage));
       wgmma::commit();
     };
+    // kAtomicDq: dq_sum[bh, step's queries, :] += dS·K over this consumer's 64 keys. dSᵀ goes through the
+    // consumer's shared tile (read MN-major as A, K MN-major as B), the product into f32 registers, then into
+    // the step's dQ tile (two, alternating, so that the copy engine may still read the last one), and one
+    // thread (reducer) has the copy engine add the tile into dq_sum. Two barriers of the consumer's
+    // warpgroup per step: before the product (every warp's dSᵀ rows written; the dQ tile the step writes
+    // read out by its addition two steps back) and before the addition (every warp's dQ rows written).
+    const bool reducer = warp % 4 == 0 && lane == 0;
+    const typename Shape::ScoreTile score_tile = score_tiles.next(consumer);
+    auto consumer_barrier = [&] {  // barrier 1 + consumer, among the consumer's warpgroup
+      if (consumer == 0)
+        tma::named_barrier<1, 128>();
+      else
+        tma::named_barrier<2, 128>();
+    };
+    static_assert(Config::kConsumers <= 2, "one named barrier per consumer warpgroup");
+    auto add_query_grads = [&](QueryStep step, int n) {
+      store_score_fragments<kN>(score_tile, 16 * (warp % 4), dscores[0], lane);
+      if (reducer) tma::bulk_wait_read<1>();
+      wgmma::fence_async_proxy();
+      consumer_barrier();
+      FragC dq[kO];
+      wgmma::fence();
+#pragma unroll
+      for (int k = 0; k < 4; ++k)
+        wgmma::product_ss<T, kHeadDim, true>(dq, score_tile.mn_major(k), k_tile.mn_major(4 * consumer + k), k > 0);
+      wgmma::commit();
+      wgmma::wait<0>();
+      wgmma::hold(dq);
+      const typename Shape::QueryGradTile dq_tile = query_grad_tiles.next(2 * consumer + n % 2);
+#pragma unroll
+      for (int o = 0; o < kO; ++o)
+#pragma unroll
+        for (int half = 0; half < 2; ++half)
+          *dq_tile.pair(16 * (warp % 4) + mma_backward::fragment_row(lane, 2 * half),
+                        mma_backward::fragment_col(lane, o, 0)) = make_float2(dq[o].x[2 * half], dq[o].x[2 * half + 1]);
+      wgmma::fence_async_proxy();
+      consumer_barrier();
+      if (reducer) {
+#pragma unroll
+        for (int box = 0; box < Shape::QueryGradTile::kBoxes; ++box)
+          tma::reduce_add_box(&params.dq_sum, dq_tile.box(box), 32 * box, int(step.i0), int(b * p.q_heads + step.h));
+        tma::bulk_commit();
+      }
+    };
     tma::wait(held_full, 0);
     QueryStep current = first;
     for (int n = 0; n < walk.steps; ++n, current = walk.following(current)) {
@@ -491,6 +584,7 @@ __global__ void __launch_bounds__(Config::kThreads, Config::kMinBlocks)
       if (previous_stage >= 0) tma::arrive(step_empty + previous_stage);
       mma::to_a_fragments<T>(probs, st);
       mma::to_a_fragments<T>(dscores, dpt);
+      if constexpr (kAtomicDq) add_query_grads(current, n);
       previous_stage = stage;
     }
     if (previous_stage >= 0) {
@@ -501,6 +595,9 @@ __global__ void __launch_bounds__(Config::kThreads, Config::kMinBlocks)
       wgmma::hold(dk[0]);
       tma::arrive(step_empty + previous_stage);
     }
+    if constexpr (kAtomicDq) {
+      if (reducer) tma::bulk_wait_all();  // the block's shared memory outlives the last additions' reads
+    }
     store_key_grads(a, b, kv_head, j0 + key_row0, lane, dk, dv);
   }
 #else
@@ -509,43 +606,63 @@ __global__ void __launch_bounds__(Config::kThreads, Config::kMinBlocks)
 }
 
 // The TMA kernels' parameter: tensor maps of q and dO in boxes of query_rows rows, of k and v in boxes of
-// key_rows rows.
+// key_rows rows, and (dq_sum not null) of the dQ accumulator in boxes of query_rows rows.
 template <class T>
 TmaBackwardArgs<T> tma_backward_args(const AttentionBackwardArgs<T>& args, const float* delta, int query_rows,
-                                     int key_rows) {
+                                     int key_rows, float* dq_sum = nullptr) {
   constexpr const char* kOp = "flash_attention_backward";
   const AttentionParams<T>& p = args.params;
   // dO is [B, Tq, Hq, Dv], contiguous.
   const AttentionStrides dout_strides{p.q_len * p.q_heads * p.value_dim, p.q_heads * p.value_dim, p.value_dim};
-  return {args,
-          delta,
-          tma::head_tensor_map(args.q, p.q_strides, p.batch, p.q_len, p.q_heads, p.head_dim, query_rows, kOp, "q"),
-          tma::head_tensor_map(args.k, p.k_strides, p.batch, p.kv_len, p.kv_heads, p.head_dim, key_rows, kOp, "k"),
-          tma::head_tensor_map(args.v, p.v_strides, p.batch, p.kv_len, p.kv_heads, p.value_dim, key_rows, kOp, "v"),
-          tma::head_tensor_map(args.dout, dout_strides, p.batch, p.q_len, p.q_heads, p.value_dim, query_rows, kOp,
-                               "dout")};
+  TmaBackwardArgs<T> params{
+      args,
+      delta,
+      tma::head_tensor_map(args.q, p.q_strides, p.batch, p.q_len, p.q_heads, p.head_dim, query_rows, kOp, "q"),
+      tma::head_tensor_map(args.k, p.k_strides, p.batch, p.kv_len, p.kv_heads, p.head_dim, key_rows, kOp, "k"),
+      tma::head_tensor_map(args.v, p.v_strides, p.batch, p.kv_len, p.kv_heads, p.value_dim, key_rows, kOp, "v"),
+      tma::head_tensor_map(args.dout, dout_strides, p.batch, p.q_len, p.q_heads, p.value_dim, query_rows, kOp, "dout"),
+      {}};
+  if (dq_sum != nullptr)
+    params.dq_sum = tma::accumulator_tensor_map(dq_sum, p.batch * p.q_heads, p.q_len, p.head_dim, query_rows, kOp,
+                                                "workspace (dQ accumulator)");
+  return params;
 }
 
-template <class T, class KeyConfig>
-void launch_tma_key_grads(const AttentionBackwardArgs<T>& args, const float* delta, cudaStream_t stream) {
-  using Keys = TmaKeyGradsShape<KeyConfig>;
+// The dK/dV kernel on TMA; kAtomicDq: it also adds each step's dQ share into dq_sum (zeroed, [B·Hq, Tq, D] f32).
+template <class T, class KeyConfig, bool kAtomicDq>
+void launch_tma_key_grads(const AttentionBackwardArgs<T>& args, const float* delta, float* dq_sum,
+                          cudaStream_t stream) {
   constexpr const char* kOp = "flash_attention_backward";
   const AttentionParams<T>& p = args.params;
-  const TmaBackwardArgs<T> params = tma_backward_args(args, delta, Keys::kStream, Keys::kRows);
-  const dim3 key_grid(tile_count(p.kv_len, Keys::kRows), heads_extent(p.batch * p.kv_heads, kOp));
-  const auto kernel =
-      p.dropout_p > 0 ? tma_key_grads_kernel<T, KeyConfig, true> : tma_key_grads_kernel<T, KeyConfig, false>;
-  launch_with_shared(kernel, "flash_attention_backward (dk, dv)", key_grid, KeyConfig::kThreads, Keys::kBytes, stream,
-                     params);
+  const TmaBackwardArgs<T> params =
+      tma_backward_args(args, delta, KeyConfig::kStream, 64 * KeyConfig::kConsumers, kAtomicDq ? dq_sum : nullptr);
+  const dim3 key_grid(tile_count(p.kv_len, 64 * KeyConfig::kConsumers), heads_extent(p.batch * p.kv_heads, kOp));
+  const auto kernel = p.dropout_p > 0 ? tma_key_grads_kernel<T, KeyConfig, true, kAtomicDq>
+                                      : tma_key_grads_kernel<T, KeyConfig, false, kAtomicDq>;
+  launch_with_shared(kernel,
+                     kAtomicDq ? "flash_attention_backward (dk, dv, added dq)" : "flash_attention_backward (dk, dv)",
+                     key_grid, KeyConfig::kThreads, TmaKeyGradsShape<KeyConfig, kAtomicDq>::kBytes, stream, params);
 }
 
 template <class T, class KeyConfig, class QueryConfig>
-void backward(const AttentionBackwardArgs<T>& args, const float* delta, cudaStream_t stream) {
+void backward(const AttentionBackwardArgs<T>& args, float* workspace, cudaStream_t stream) {
   using Queries = TmaQueryGradsShape<QueryConfig>;
   constexpr const char* kOp = "flash_attention_backward";
   const AttentionParams<T>& p = args.params;
+  const float* delta = workspace;
   if constexpr (KeyConfig::kTma) {
-    launch_tma_key_grads<T, KeyConfig>(args, delta, stream);
+    // The one-consumer kernel serves the short causal shapes, which adds_query_grads leaves deterministic.
+    if constexpr (KeyConfig::kConsumers == 2) {
+      if (adds_query_grads(p)) {
+        const int64_t rows = p.batch * p.q_heads * p.q_len;
+        float* dq_sum = workspace + flash_dq_accumulator_offset(rows);
+        ALPHA_CUDA_CHECK(cudaMemsetAsync(dq_sum, 0, size_t(rows * p.head_dim) * sizeof(float), stream));
+        launch_tma_key_grads<T, KeyConfig, true>(args, delta, dq_sum, stream);
+        launch_store_dq(args, dq_sum, stream);
+        return;
+      }
+    }
+    launch_tma_key_grads<T, KeyConfig, false>(args, delta, nullptr, stream);
   } else {
     using Keys = WgmmaBackwardShape<KeyConfig>;
     const dim3 key_grid(tile_count(p.kv_len, Keys::kRows), heads_extent(p.batch * p.kv_heads, kOp));
@@ -576,24 +693,30 @@ void backward(const AttentionBackwardArgs<T>& args, const float* delta, cudaStre
 // atomic-dQ mma kernels 1.37 / 4.51 / 17.20. So buckets 64 and 128 run here with every mask, deterministic
 // or not (wgmma_kernels_run); the other buckets keep the mma.sync kernels.
 template <class T>
-void flash_attention_wgmma_backward(const AttentionBackwardArgs<T>& args, const float* delta, cudaStream_t stream) {
+void flash_attention_wgmma_backward(const AttentionBackwardArgs<T>& args, float* workspace, cudaStream_t stream) {
   using namespace wgmma_backward;
   if (mma_head_dim_bucket(args.params, "flash_attention_backward") == 64) {
     using Traits = WgmmaBackwardTraits<64>;
     if (Traits::short_causal(args.params))
-      return backward<T, Traits::ShortCausalKeys, Traits::Queries>(args, delta, stream);
-    return backward<T, Traits::Keys, Traits::Queries>(args, delta, stream);
+      return backward<T, Traits::ShortCausalKeys, Traits::Queries>(args, workspace, stream);
+    return backward<T, Traits::Keys, Traits::Queries>(args, workspace, stream);
   }
   using Traits = WgmmaBackwardTraits<128>;
-  backward<T, Traits::Keys, Traits::Queries>(args, delta, stream);
+  backward<T, Traits::Keys, Traits::Queries>(args, workspace, stream);
 }
 
 bool wgmma_backward_runs(int64_t head_dim, int64_t value_dim) {
   return wgmma_kernels_run(mma_head_dim_bucket(head_dim, value_dim, "wgmma_backward_runs"));
 }
 
-#define ALPHA_INSTANTIATE(T)                                                                           \
-  template void flash_attention_wgmma_backward<T>(const AttentionBackwardArgs<T>&, const float*, cudaStream_t);
+template <class T>
+bool wgmma_backward_adds_dq(const AttentionParams<T>& p) {
+  return wgmma_backward_runs(p.head_dim, p.value_dim) && wgmma_backward::adds_query_grads(p);
+}
+
+#define ALPHA_INSTANTIATE(T)                                                                              \
+  template void flash_attention_wgmma_backward<T>(const AttentionBackwardArgs<T>&, float*, cudaStream_t); \
+  template bool wgmma_backward_adds_dq<T>(const AttentionParams<T>&);
 ALPHA_INSTANTIATE(bf16)
 ALPHA_INSTANTIATE(f16)
 #undef ALPHA_INSTANTIATE

@@ -27,6 +27,26 @@ PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder() {
   return encoder;
 }
 
+// Encodes a tiled, 128-byte swizzled map; LayoutError naming `op` and `name` (with `strides`, in words) when the
+// driver refuses it.
+template <int kRank>
+CUtensorMap encode(CUtensorMapDataType type, void* x, const cuuint64_t (&dims)[kRank],
+                   const cuuint64_t (&byte_strides)[kRank - 1], const cuuint32_t (&box)[kRank], const char* op,
+                   const char* name, const std::string& strides) {
+  cuuint32_t element_strides[kRank];
+  for (cuuint32_t& e : element_strides) e = 1;
+  CUtensorMap map;
+  const CUresult result = tensor_map_encoder()(&map, type, kRank, x, dims, byte_strides, box, element_strides,
+                                               CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                                               CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  if (result != CUDA_SUCCESS)
+    raise<LayoutError>(op, name,
+                       "a layout the copy engine can describe (16-byte aligned, strides multiples of 16 bytes "
+                       "below 2^40)",
+                       strides + " (cuTensorMapEncodeTiled error " + std::to_string(int(result)) + ")");
+  return map;
+}
+
 }  // namespace
 
 CUtensorMap head_tensor_map(const void* x, bool bf16, size_t element_bytes, const AttentionStrides& strides,
@@ -36,20 +56,19 @@ CUtensorMap head_tensor_map(const void* x, bool bf16, size_t element_bytes, cons
   const cuuint64_t byte_strides[3] = {cuuint64_t(strides.head) * element_bytes, cuuint64_t(strides.time) * element_bytes,
                                       cuuint64_t(strides.batch) * element_bytes};
   const cuuint32_t box[4] = {64, 1, cuuint32_t(box_rows), 1};
-  const cuuint32_t element_strides[4] = {1, 1, 1, 1};
-  CUtensorMap map;
-  const CUresult result = tensor_map_encoder()(
-      &map, bf16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16, 4,
-      const_cast<void*>(x), dims, byte_strides, box, element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE,
-      CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-  if (result != CUDA_SUCCESS)
-    raise<LayoutError>(op, name,
-                       "a layout the copy engine can describe (16-byte aligned, strides multiples of 16 bytes "
-                       "below 2^40)",
-                       "strides " + std::to_string(strides.batch) + ", " + std::to_string(strides.time) + ", " +
-                           std::to_string(strides.head) + " (cuTensorMapEncodeTiled error " +
-                           std::to_string(int(result)) + ")");
-  return map;
+  return encode<4>(bf16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16, const_cast<void*>(x),
+                   dims, byte_strides, box, op, name,
+                   "strides " + std::to_string(strides.batch) + ", " + std::to_string(strides.time) + ", " +
+                       std::to_string(strides.head));
+}
+
+CUtensorMap accumulator_tensor_map(float* x, int64_t heads, int64_t time, int64_t features, int box_rows,
+                                   const char* op, const char* name) {
+  const cuuint64_t dims[3] = {cuuint64_t(features), cuuint64_t(time), cuuint64_t(heads)};
+  const cuuint64_t byte_strides[2] = {cuuint64_t(features) * 4, cuuint64_t(time * features) * 4};
+  const cuuint32_t box[3] = {32, cuuint32_t(box_rows), 1};
+  return encode<3>(CU_TENSOR_MAP_DATA_TYPE_FLOAT32, x, dims, byte_strides, box, op, name,
+                   "rows of " + std::to_string(features) + " f32");
 }
 
 }  // namespace alpha::kernels::cuda::tma

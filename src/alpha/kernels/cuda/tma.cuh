@@ -35,6 +35,12 @@ CUtensorMap head_tensor_map(const T* x, const AttentionStrides& strides, int64_t
   return head_tensor_map(x, std::is_same_v<T, bf16>, sizeof(T), strides, batch, time, heads, features, box_rows, op,
                          name);
 }
+// The tensor map of an f32 accumulator [heads, time, features] (contiguous) that blocks add tiles into
+// (reduce_add_box): rank 3, innermost first, boxes of 32 features (128 bytes) × box_rows rows × 1 head,
+// 128-byte swizzled (AccumulatorTile's layout), writes past every end dropped. LayoutError naming `op` and
+// `name` when the driver refuses it (features must be a multiple of 4: rows 16-byte aligned).
+CUtensorMap accumulator_tensor_map(float* x, int64_t heads, int64_t time, int64_t features, int box_rows,
+                                   const char* op, const char* name);
 
 // Initialises a barrier that completes a phase after `arrivals` arrivals (and their transaction bytes).
 __device__ __forceinline__ void barrier_init(uint64_t* barrier, int arrivals) {
@@ -76,6 +82,37 @@ __device__ __forceinline__ void load_box(void* destination, const void* map, uin
       "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(mma::shared_address(barrier))
       : "memory");
 }
+// Adds the f32 box at shared memory `source` into the box at coordinates (c0, c1, c2) of a rank-3 tensor
+// map (accumulator_tensor_map), element by element in L2 (atomically per element; the order of two blocks'
+// additions is not fixed). One thread issues it, after the threads that wrote `source` passed
+// fence_async_proxy and a barrier; it joins the thread's current bulk group (bulk_commit).
+__device__ __forceinline__ void reduce_add_box(const void* map, const void* source, int c0, int c1, int c2) {
+  asm volatile(
+      "cp.reduce.async.bulk.tensor.3d.global.shared::cta.add.tile.bulk_group [%0, {%1, %2, %3}], [%4];\n" ::"l"(
+          reinterpret_cast<uint64_t>(map)),
+      "r"(c0), "r"(c1), "r"(c2), "r"(mma::shared_address(source))
+      : "memory");
+}
+// Closes this thread's bulk operations issued since the last commit into one group.
+__device__ __forceinline__ void bulk_commit() { asm volatile("cp.async.bulk.commit_group;\n" ::: "memory"); }
+// Waits until at most kPending of this thread's bulk groups still read their shared memory (the source may
+// then be rewritten).
+template <int kPending>
+__device__ __forceinline__ void bulk_wait_read() {
+  asm volatile("cp.async.bulk.wait_group.read %0;\n" ::"n"(kPending) : "memory");
+}
+// Waits until every bulk group of this thread has completed, its writes included (before the block exits).
+__device__ __forceinline__ void bulk_wait_all() { asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory"); }
+
+// A barrier among kThreads threads of the block (whole warps) on hardware barrier kId (1-15; 0 is
+// __syncthreads'): lets one warpgroup meet without stopping the others. The id is an immediate: with an id in
+// a register ptxas reserves all 16 of the block's barriers.
+template <int kId, int kThreads>
+__device__ __forceinline__ void named_barrier() {
+  static_assert(kId >= 1 && kId < 16, "barrier 0 is __syncthreads'");
+  asm volatile("bar.sync %0, %1;\n" ::"n"(kId), "n"(kThreads) : "memory");
+}
+
 // Fetches a tensor map into the descriptor cache ahead of its first copy.
 __device__ __forceinline__ void prefetch_map(const void* map) {
   asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(map)) : "memory");
@@ -92,6 +129,24 @@ __device__ __forceinline__ void load_tile(Tile tile, const CUtensorMap& map, uin
   for (int block = 0; block < Tile::kBytes / Tile::kBlockBytes; ++block)
     load_box(tile.data + block * Tile::kBlockBytes / 2, &map, full, 64 * block, int(head), int(first_row), int(b));
 }
+
+// A shared tile of kRows × kCols f32 in the layout an accumulator_tensor_map box of kRows rows takes: one
+// box per 32 columns (128-byte rows back to back), the 16-byte chunk c of row r at chunk position c ^ (r % 8)
+// (the 128-byte swizzle, as SwizzledTile's, so a warp's stores of C fragments spread over the banks). Starts
+// 1024-byte aligned.
+template <int kRows, int kCols>
+struct AccumulatorTile {
+  static_assert(kCols % 32 == 0 && kRows % 8 == 0, "whole 32-column boxes of whole 8-row swizzle periods");
+  static constexpr int kBoxBytes = kRows * 128, kBoxes = kCols / 32, kBytes = kBoxBytes * kBoxes;
+  float* data;
+  __device__ AccumulatorTile next(int index) const { return {data + index * kBytes / 4}; }
+  __device__ float* box(int b) const { return data + b * kBoxBytes / 4; }
+  // Columns col and col + 1 (col even) of row r.
+  __device__ float2* pair(int r, int col) const {
+    const int offset = col / 32 * kBoxBytes + r * 128 + ((col % 32 / 4) ^ (r % 8)) * 16 + col % 4 * 4;
+    return reinterpret_cast<float2*>(reinterpret_cast<char*>(data) + offset);
+  }
+};
 
 // The stage of a ring of kStages that tile n (counting from 0) fills, and the parity of that fill's phase:
 // consumers wait for it on the stage's full barrier; the producer waits on the stage's empty barrier with

@@ -60,8 +60,9 @@ struct SwizzledTile {
     const uint32_t base = mma::shared_address(data);
     return descriptor(base + uint32_t(16 * k / 64 * kBlockBytes + row0 * 128 + 16 * k % 64 * 2), 16, 1024);
   }
-  // The tile as an MN-major B operand (rows are K, columns are N: B = tile, as V for P·V), k-step `k` (rows
-  // [16k, 16k + 16)): 64-column blocks kBlockBytes apart (the leading offset), 8-row groups 1024 bytes apart.
+  // The tile as an MN-major operand (rows are K, columns are M or N: B = tile, as V for P·V, or A = tileᵀ, as
+  // dS for dS·K from a dSᵀ tile), k-step `k` (rows [16k, 16k + 16)): 64-column blocks kBlockBytes apart (the
+  // leading offset), 8-row groups 1024 bytes apart.
   __device__ uint64_t mn_major(int k) const {
     const uint32_t base = mma::shared_address(data);
     return descriptor(base + uint32_t(16 * k * 128), kBlockBytes, 1024);
@@ -131,11 +132,12 @@ __device__ __forceinline__ void hold(FragC (&c)[kN]) {
   "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, " \
   "%23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, "  \
   "%44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}"
-// D (+)= A·B with A and B from shared memory, both K-major. `accumulate` 0 overwrites the accumulators.
-#define ALPHA_WGMMA_SS(shape, types, dregs, a, b, scale, accs)                                                         \
+// D (+)= A·B with A and B from shared memory, both K-major (`major` "0, 0") or both MN-major ("1, 1").
+// `accumulate` 0 overwrites the accumulators.
+#define ALPHA_WGMMA_SS(shape, types, dregs, a, b, scale, major, ...)                                                   \
   asm volatile("{\n .reg .pred p;\n setp.ne.b32 p, %" scale ", 0;\n wgmma.mma_async.sync.aligned." shape ".f32." types \
-               " " dregs ", %" a ", %" b ", p, 1, 1, 0, 0;\n}\n"                                                       \
-               : accs                                                                                                  \
+               " " dregs ", %" a ", %" b ", p, 1, 1, " major ";\n}\n"                                                  \
+               : __VA_ARGS__                                                                                           \
                : "l"(desc_a), "l"(desc_b), "r"(accumulate))
 // D += A·B with A from registers (an mma.m16n8k16 A fragment per warp) and B from shared memory, MN-major
 // (transposed: the last 1).
@@ -145,21 +147,33 @@ __device__ __forceinline__ void hold(FragC (&c)[kN]) {
                : accs                                                                                                \
                : "r"(a.x[0]), "r"(a.x[1]), "r"(a.x[2]), "r"(a.x[3]), "l"(desc_b), "r"(1))
 
-// c (kN/8 fragments per warp: the warpgroup's 64 × kN block) = (accumulate ? c : 0) + A·Bᵀ, one 16-deep
-// k-step, A and B K-major in shared memory (desc_a: 64 rows; desc_b: kN rows). kN is 64 or 128.
-template <class T, int kN>
+// c (kN/8 fragments per warp: the warpgroup's 64 × kN block) = (accumulate ? c : 0) + A·B, one 16-deep
+// k-step, A (64 rows) and B (kN columns) in shared memory: both K-major (kMnMajor false: c += A·Bᵀ with the
+// tiles' rows M and N, as Q·Kᵀ) or both MN-major (true: rows K, as dS·K with dSᵀ and K stored row by row).
+// kN is 64 or 128.
+template <class T, int kN, bool kMnMajor = false>
 __device__ __forceinline__ void product_ss(FragC (&c)[kN / 8], uint64_t desc_a, uint64_t desc_b, int accumulate) {
   static_assert(std::is_same_v<T, bf16> || std::is_same_v<T, f16>, "wgmma takes bf16 or f16 here");
   static_assert(kN == 64 || kN == 128, "instantiated for N = 64 and 128");
   constexpr bool kBf16 = std::is_same_v<T, bf16>;
-  if constexpr (kN == 64 && kBf16)
-    ALPHA_WGMMA_SS("m64n64k16", "bf16.bf16", ALPHA_WGMMA_D32, "32", "33", "34", ALPHA_WGMMA_C64);
-  if constexpr (kN == 64 && !kBf16)
-    ALPHA_WGMMA_SS("m64n64k16", "f16.f16", ALPHA_WGMMA_D32, "32", "33", "34", ALPHA_WGMMA_C64);
-  if constexpr (kN == 128 && kBf16)
-    ALPHA_WGMMA_SS("m64n128k16", "bf16.bf16", ALPHA_WGMMA_D64, "64", "65", "66", ALPHA_WGMMA_C128);
-  if constexpr (kN == 128 && !kBf16)
-    ALPHA_WGMMA_SS("m64n128k16", "f16.f16", ALPHA_WGMMA_D64, "64", "65", "66", ALPHA_WGMMA_C128);
+#define ALPHA_WGMMA_SS_LAYOUTS(shape, types, dregs, a, b, scale, ...)      \
+  if constexpr (kMnMajor)                                                  \
+    ALPHA_WGMMA_SS(shape, types, dregs, a, b, scale, "1, 1", __VA_ARGS__); \
+  else                                                                     \
+    ALPHA_WGMMA_SS(shape, types, dregs, a, b, scale, "0, 0", __VA_ARGS__);
+  if constexpr (kN == 64 && kBf16) {
+    ALPHA_WGMMA_SS_LAYOUTS("m64n64k16", "bf16.bf16", ALPHA_WGMMA_D32, "32", "33", "34", ALPHA_WGMMA_C64)
+  }
+  if constexpr (kN == 64 && !kBf16) {
+    ALPHA_WGMMA_SS_LAYOUTS("m64n64k16", "f16.f16", ALPHA_WGMMA_D32, "32", "33", "34", ALPHA_WGMMA_C64)
+  }
+  if constexpr (kN == 128 && kBf16) {
+    ALPHA_WGMMA_SS_LAYOUTS("m64n128k16", "bf16.bf16", ALPHA_WGMMA_D64, "64", "65", "66", ALPHA_WGMMA_C128)
+  }
+  if constexpr (kN == 128 && !kBf16) {
+    ALPHA_WGMMA_SS_LAYOUTS("m64n128k16", "f16.f16", ALPHA_WGMMA_D64, "64", "65", "66", ALPHA_WGMMA_C128)
+  }
+#undef ALPHA_WGMMA_SS_LAYOUTS
 }
 
 // c += A·B, one 16-deep k-step: A from this warp's registers (its 16 rows), B MN-major in shared memory.
