@@ -17,6 +17,7 @@
 #include "alpha/distributed/nccl_communicator.h"
 #include "distributed/in_process_communicator.h"
 #include "support/gpu.h"
+#include "support/sharded_step.h"
 #if ALPHA_WITH_CUDA
 #include "alpha/runtime/cuda_backend.h"
 #endif
@@ -118,7 +119,7 @@ std::vector<std::vector<std::vector<float>>> train_two_steps(int world, DataPara
         }
       dp.reduce_gradients();
       if (zero1) {
-        dp.sharded_step(1e-2, 0.5, dp.grad_norm(), {0.9, 0.95, 1e-8, 0.1});
+        alpha::test::sharded_step(dp, 1e-2, 0.5, {0.9, 0.95, 1e-8, 0.1});
       } else {
         // Plain data parallel leaves the averaged gradients: step them the simplest way, by hand.
         for (auto& p : mine) {

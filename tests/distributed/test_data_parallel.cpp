@@ -12,8 +12,9 @@
 #include "alpha/distributed/data_parallel.h"
 #include "alpha/ops/elementwise.h"
 #include "alpha/ops/optim.h"
-#include "support/checks.h"
 #include "distributed/in_process_communicator.h"
+#include "support/checks.h"
+#include "support/sharded_step.h"
 
 namespace alpha::distributed {
 namespace {
@@ -268,9 +269,7 @@ TEST(DataParallel, Zero1StepMatchesAdamWOnTheAveragedGradients) {
         dp.reduce_gradients();
         for (const auto& p : mine.parameters)
           EXPECT_FALSE(p.variable.grad().defined()) << "ZeRO-1 consumes the local gradients";
-        double n = dp.grad_norm();
-        norms[size_t(rank)] = n;
-        dp.sharded_step(lr, clip, n, adamw);
+        norms[size_t(rank)] = alpha::test::sharded_step(dp, lr, clip, adamw);
       }
       EXPECT_EQ(dp.step_count(), 2);
     });
@@ -285,6 +284,65 @@ TEST(DataParallel, Zero1StepMatchesAdamWOnTheAveragedGradients) {
       }
     }
   }
+}
+
+// A step whose factor is NaN (a non-finite loss or norm: ops::step_guard) is skipped on the device: nothing
+// moves, settle_sharded_step(false) leaves the step count, and the next step is the first step's bits. The norm
+// is the same bits on every rank. Misuse is refused naming what was expected.
+TEST(DataParallel, Zero1QueuedStepSkippedOnANonFiniteFactorAndSettledOnce) {
+  const DataParallel::AdamW adamw{0.9, 0.95, 1e-8, 0.1};
+  constexpr int kWorld = 3;
+  auto run = [&](bool skip_first) {
+    auto group = std::make_shared<InProcessGroup>(kWorld, milliseconds(10000));
+    std::vector<Replica> replicas;
+    for (int r = 0; r < kWorld; ++r) replicas.emplace_back(r);
+    std::vector<std::vector<float>> params(kWorld);
+    std::vector<double> norms(kWorld);
+    run_ranks(kWorld, [&](int rank) {
+      InProcessCommunicator comm(group, rank);
+      Replica& mine = replicas[size_t(rank)];
+      DataParallel dp(comm, mine.parameters, {/*bucket_bytes=*/32, true});
+      const Tensor values_before = mine.parameters[2].variable.value().clone();
+      for (int attempt = skip_first ? 0 : 1; attempt < 2; ++attempt) {
+        if (attempt == 1 && skip_first)  // the same gradients again (the skipped step consumed them)
+          for (size_t p = 0; p < mine.parameters.size(); ++p)
+            autograd::backward(mine.parameters[p].variable, Replica(rank).parameters[p].variable.grad());
+        dp.reduce_gradients();
+        const Tensor norm = dp.queue_sharded_norm();
+        const Tensor losses = Tensor::from_vector(std::vector<float>{attempt == 0 ? NAN : 1.0f}, {1});
+        dp.queue_sharded_step(1e-2, ops::step_guard(norm, losses, 1.0, 0.5), adamw);
+        EXPECT_ALPHA_ERROR(dp.queue_sharded_step(1e-2, ops::step_guard(norm, losses, 1.0, 0.5), adamw), ValueError,
+                           "[DataParallel::queue_sharded_step]", "settle_sharded_step");
+        comm.synchronize();
+        dp.settle_sharded_step(attempt == 1);
+        if (attempt == 0) {
+          EXPECT_EQ(dp.step_count(), 0) << "a skipped step does not count";
+          EXPECT_TRUE(alpha::test::bit_equal(mine.parameters[2].variable.value(), values_before))
+              << "nor moves anything";
+        }
+        norms[size_t(rank)] = norm.item();
+      }
+      EXPECT_EQ(dp.step_count(), 1);
+      EXPECT_ALPHA_ERROR(dp.settle_sharded_step(true), ValueError, "[DataParallel::settle_sharded_step]",
+                         "none queued");
+      EXPECT_ALPHA_ERROR(dp.queue_sharded_step(1e-2, Tensor(), adamw), ValueError, "'factor'");
+      for (const auto& p : mine.parameters) {
+        std::vector<float> v = p.variable.value().to_vector<float>();
+        params[size_t(rank)].insert(params[size_t(rank)].end(), v.begin(), v.end());
+      }
+    });
+    for (int r = 1; r < kWorld; ++r) {
+      EXPECT_EQ(params[size_t(r)], params[0]) << "rank " << r;
+      EXPECT_EQ(norms[size_t(r)], norms[0]) << "the norm's bits on rank " << r;
+    }
+    return params[0];
+  };
+  EXPECT_EQ(run(true), run(false)) << "a skipped step leaves the next one the first step's bits";
+
+  InProcessCommunicator alone(std::make_shared<InProcessGroup>(1, milliseconds(1000)), 0);
+  Replica replica(0);
+  DataParallel plain(alone, replica.parameters, {/*bucket_bytes=*/32, false});
+  EXPECT_ALPHA_ERROR(plain.queue_sharded_norm(), ConfigError, "'zero1'");
 }
 
 TEST(DataParallel, ShardStateRoundTripsAndRejectsAnotherLayout) {

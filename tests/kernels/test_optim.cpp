@@ -131,6 +131,25 @@ TEST(Optim, GradNormIsIdenticalAcrossThreadCounts) {
   EXPECT_EQ(std::memcmp(&one, &three, sizeof one), 0) << one << " vs " << three;
 }
 
+// The norm in two halves (for a norm over several processes): a slot per tensor holding its Σ g², then the
+// slots added in order and square-rooted, the same bits as the norm in one go; a sum over processes between
+// the halves adds elementwise.
+TEST(Optim, NormInTwoHalvesIsTheNormInOne) {
+  std::vector<Tensor> grads = {random({300001}), random({65537}), random({3, 5, 11}).transpose(0, 2)};
+  const Tensor squares = ops::sums_of_squares(grads);
+  ASSERT_EQ(squares.shape(), (Shape{3}));
+  const std::vector<double> slots = squares.to_vector<double>();
+  for (size_t k = 0; k < grads.size(); ++k) {
+    double want = 0;
+    for (double x : grads[k].contiguous().to_vector<double>()) want += x * x;
+    EXPECT_NEAR(slots[k], want, 1e-9 * want) << "slot " << k;
+  }
+  const double whole = ops::global_grad_norm(grads), halves = ops::norm_of_sums_of_squares(squares).item();
+  EXPECT_EQ(std::memcmp(&whole, &halves, sizeof whole), 0) << whole << " vs " << halves;
+  EXPECT_ALPHA_ERROR(ops::norm_of_sums_of_squares(squares.to(DType::f32)), ValueError, "[norm_of_sums_of_squares]",
+                     "'squares'", "f64");
+}
+
 TEST(Optim, ClipScalesGradsToMaxNorm) {
   std::vector<Tensor> grads = {random({64}, DType::f64, -3, 3), random({7, 13}, DType::f64, -3, 3)};
   std::vector<std::vector<double>> before = {grads[0].to_vector<double>(), grads[1].to_vector<double>()};

@@ -17,6 +17,7 @@
 #include "alpha/train/train_config.h"
 #include "distributed/in_process_communicator.h"
 #include "support/checks.h"
+#include "support/sharded_step.h"
 
 namespace alpha::train {
 namespace {
@@ -131,12 +132,29 @@ TEST(StochasticRoundingTraining, Zero1RoundsEachCopyAsTheUnshardedStepDoes) {
       distributed::test::InProcessCommunicator comm(group, rank);
       std::vector<nn::NamedParameter>& mine = replicas[size_t(rank)];
       DataParallel dp(comm, mine, {/*bucket_bytes=*/32, true});
-      for (int step = 0; step < 2; ++step) {
+      for (int attempt = 0; attempt < 3; ++attempt) {
         for (size_t i = 0; i < mine.size(); ++i)
-          autograd::backward(mine[i].variable, Tensor::normal(shapes[i], 0.0, 1.0, 1000 * (rank + 1) + i + 10 * step));
+          autograd::backward(mine[i].variable,
+                             Tensor::normal(shapes[i], 0.0, 1.0, 1000 * (rank + 1) + i + 10 * attempt));
         dp.reduce_gradients();
-        dp.sharded_step(1e-2, 0.0, dp.grad_norm(), adamw);
+        if (attempt != 0) {
+          alpha::test::sharded_step(dp, 1e-2, 0.0, adamw);
+          continue;
+        }
+        // A first step skipped on the device (a NaN loss): the copies stay the casts, rounded to nearest (not the
+        // master rounded stochastically with step 0's bits).
+        std::vector<Tensor> before;
+        for (const auto& p : mine) before.push_back(p.variable.compute_copy());
+        const Tensor norm = dp.queue_sharded_norm();
+        dp.queue_sharded_step(1e-2, ops::step_guard(norm, Tensor::from_vector(std::vector<float>{NAN}, {1}), 1.0, 0.0),
+                              adamw);
+        comm.synchronize();
+        dp.settle_sharded_step(false);
+        for (size_t k = 0; k < mine.size(); ++k)
+          if (before[k].defined())
+            EXPECT_TRUE(alpha::test::bit_equal(mine[k].variable.compute_copy(), before[k])) << "parameter " << k;
       }
+      EXPECT_EQ(dp.step_count(), 2);
     });
     for (int r = 0; r < world; ++r)
       for (size_t k = 0; k < shapes.size(); ++k) {

@@ -91,7 +91,6 @@ DataParallel::DataParallel(Communicator& communicator, std::vector<nn::NamedPara
       v_.push_back(Tensor::zeros({b.shard_numel}, dtype_, communicator_.device()));
     }
   }
-  scalar_ = Tensor::zeros({1}, DType::f64, communicator_.device());
 }
 
 Tensor DataParallel::flat_view(size_t parameter, bool gradient) const {
@@ -215,30 +214,31 @@ std::vector<Tensor> DataParallel::gradient_shards() const {
   return shards;
 }
 
-double DataParallel::grad_norm() {
+Tensor DataParallel::queue_sharded_norm() {
   if (!options_.zero1)
-    raise<ConfigError>("DataParallel::grad_norm", "zero1", "a DataParallel built with zero1 on", "zero1 off");
+    raise<ConfigError>("DataParallel::queue_sharded_norm", "zero1", "a DataParallel built with zero1 on", "zero1 off");
   // The padding of the shards is zero, so it adds nothing to the norm.
-  double local = ops::global_grad_norm(gradient_shards());
-  scalar_.fill_(local * local);
-  communicator_.all_reduce(scalar_.raw_data(), 1, DType::f64, ReduceOp::sum);
-  communicator_.synchronize();
-  return std::sqrt(scalar_.item());
+  Tensor squares = ops::sums_of_squares(gradient_shards());
+  communicator_.all_reduce(squares.raw_data(), size_t(squares.numel()), DType::f64, ReduceOp::sum);
+  communicator_.order_after_collectives();
+  return ops::norm_of_sums_of_squares(squares);
 }
 
-double DataParallel::sharded_step(double lr, double grad_clip, double norm, const AdamW& adamw, double loss_scale) {
-  if (!options_.zero1)
-    raise<ConfigError>("DataParallel::sharded_step", "zero1", "a DataParallel built with zero1 on", "zero1 off");
-  // The held compute copies to round afterwards: the step's mutable_value() drops them.
-  std::vector<Tensor> held(parameters_.size());
+void DataParallel::queue_sharded_step(double lr, const Tensor& factor, const AdamW& adamw) {
+  constexpr const char* op = "DataParallel::queue_sharded_step";
+  if (!options_.zero1) raise<ConfigError>(op, "zero1", "a DataParallel built with zero1 on", "zero1 off");
+  if (step_queued_)
+    raise<ValueError>(op, "self", "no queued step unsettled (call settle_sharded_step first)",
+                      "step " + std::to_string(step_count_ + 1) + " queued");
+  if (!factor.defined()) raise<ValueError>(op, "factor", "a device factor (ops::step_guard's)", "an undefined tensor");
+  // The held compute copies to round (or hand back) at settle_sharded_step: the step's mutable_value() drops them.
+  held_copies_.assign(parameters_.size(), Tensor());
   if (adamw.stochastic_rounding_seed)
     for (size_t k = 0; k < parameters_.size(); ++k) {
       const Tensor& copy = parameters_[k].variable.compute_copy();
-      if (copy.defined() && copy.dtype() != dtype_) held[k] = copy;
+      if (copy.defined() && copy.dtype() != dtype_) held_copies_[k] = copy;
     }
   std::vector<Tensor> shards = gradient_shards();
-  const double coef = grad_clip > 0 ? ops::clip_coefficient(grad_clip, norm) : 1.0;
-  ++step_count_;
   std::vector<Tensor> params, grads, ms, vs;
   std::vector<ops::AdamWConfig> configs;
   for (const auto& s : segments_) {
@@ -247,15 +247,22 @@ double DataParallel::sharded_step(double lr, double grad_clip, double norm, cons
     ms.push_back(m_[s.bucket].slice(0, s.shard_offset, s.shard_offset + s.numel));
     vs.push_back(v_[s.bucket].slice(0, s.shard_offset, s.shard_offset + s.numel));
     configs.push_back({lr, adamw.beta1, adamw.beta2, adamw.eps,
-                       parameters_[s.parameter].decay ? adamw.weight_decay : 0.0, step_count_});
+                       parameters_[s.parameter].decay ? adamw.weight_decay : 0.0, step_count_ + 1});
   }
-  // Unscaled and clipped inside the update (no pass of its own over the shards).
-  ops::adamw_step(params, grads, ms, vs, configs, coef / loss_scale);
-  // The updated values go where the gradient was: this rank's part of the all-gather below.
-  copy_many(grads, params);
+  if (!params.empty()) {  // a rank whose shards hold only padding updates nothing
+    const Tensor terms = ops::adamw_step_terms(params, configs);
+    if (!terms_.defined() || terms_.shape() != terms.shape())
+      terms_ = Tensor::empty(terms.shape(), DType::f64, communicator_.device());
+    terms_.copy_from(terms);
+    std::vector<Tensor> no_copies(params.size());  // the copies are rounded from the gathered values, below
+    // Unscaled and clipped inside the update (no pass of its own over the shards).
+    ops::adamw_step(params, grads, ms, vs, no_copies, configs, factor, terms_);
+    // The updated values go where the gradient was: this rank's part of the all-gather below.
+    copy_many(grads, params);
+  }
   for (size_t b = 0; b < buckets_.size(); ++b)
     communicator_.all_gather(shards[b].raw_data(), flat_[b].raw_data(), size_t(buckets_[b].shard_numel), dtype_);
-  communicator_.synchronize();
+  communicator_.order_after_collectives();
   std::vector<Tensor> values, gathered;
   for (size_t b = 0; b < buckets_.size(); ++b) {
     for (const auto& e : buckets_[b].entries) {
@@ -264,9 +271,22 @@ double DataParallel::sharded_step(double lr, double grad_clip, double norm, cons
     }
   }
   copy_many(values, gathered);
-  if (adamw.stochastic_rounding_seed)
-    nn::keep_stochastic_compute_copies(parameters_, held, *adamw.stochastic_rounding_seed, step_count_);
-  return coef;
+  queued_rounding_seed_ = adamw.stochastic_rounding_seed;
+  step_queued_ = true;
+}
+
+void DataParallel::settle_sharded_step(bool applied) {
+  if (!step_queued_)
+    raise<ValueError>("DataParallel::settle_sharded_step", "self", "a step queued by queue_sharded_step",
+                      "none queued");
+  step_queued_ = false;
+  if (applied) ++step_count_;
+  if (queued_rounding_seed_ && applied)
+    nn::keep_stochastic_compute_copies(parameters_, held_copies_, *queued_rounding_seed_, step_count_);
+  else  // the parameters kept their values, so their copies are still theirs
+    for (size_t k = 0; k < parameters_.size(); ++k)
+      if (held_copies_[k].defined()) autograd::Variable(parameters_[k].variable).keep_compute_copy(held_copies_[k]);
+  held_copies_.clear();
 }
 
 std::vector<std::pair<std::string, Tensor>> DataParallel::shard_state() const {

@@ -99,22 +99,31 @@ class DataParallel {
   // gradients are complete (buckets in order, the same on every rank). queue_reduction() then finishes.
   autograd::LeafReadyFn gradient_ready_hook();
 
-  // ZeRO-1 only. The global L2 norm of the averaged gradients (each rank's shards' sum of squares, summed
-  // over the ranks): the same value on every rank. A collective.
-  double grad_norm();
-  // ZeRO-1 only: divides the shards by loss_scale (a power of two: the loss was multiplied by it; 1 without
-  // loss scaling) and clips them by `norm` (grad_norm()'s divided by loss_scale, finite) when grad_clip > 0,
-  // in one pass; runs AdamW on this rank's shards with learning rate lr, and all-gathers the updated
-  // parameters into every rank's model. Returns the clip coefficient.
-  // With a stochastic_rounding_seed, each parameter's held bf16/f16 compute copy is then rewritten from the
-  // gathered value, rounded stochastically with the bits train::AdamW's step would draw for it (parameter k as
-  // tensor k, the whole tensor's element indices: ops::stochastic_round), so the copies are the bits of the
-  // unsharded step on the same values; parameters holding no copy are left to round to nearest on use.
+  // ZeRO-1's step, queued as the one-GPU step is (nothing here waits for the device or the peers), after
+  // queue_reduction:
+  //   norm = queue_sharded_norm();                                      // read it when the step is done
+  //   queue_sharded_step(lr, ops::step_guard(norm, losses, scale, clip), adamw);
+  //   communicator().synchronize(), read the norm and the losses, then settle_sharded_step(applied).
+  // queue_sharded_norm: the global L2 norm of the averaged gradients as a 0-d f64 tensor on the device, the
+  // same bits on every rank: each rank's per-bucket sums of squares of its shards, summed over the ranks by an
+  // all-reduce, then added in bucket order (ops::sums_of_squares, ops::norm_of_sums_of_squares).
+  Tensor queue_sharded_norm();
+  // AdamW on this rank's shards, the gradients multiplied by `factor` (a single-element f64 tensor on the device,
+  // ops::step_guard's: unscaling and clipping; a NaN skips the update there), with learning rate lr and step
+  // step_count() + 1 (the scalars written to the device, as train::AdamW::queued_step does), then the updated
+  // parameters all-gathered into every rank's model. ValueError while a step is queued and not settled.
+  // With a stochastic_rounding_seed, settle_sharded_step rewrites each parameter's held bf16/f16 compute copy
+  // from the gathered value, rounded stochastically with the bits train::AdamW's step would draw for it
+  // (parameter k as tensor k, the whole tensor's element indices: ops::stochastic_round), so the copies are the
+  // bits of the unsharded step on the same values; parameters holding no copy are left to round to nearest on use.
   struct AdamW {
     double beta1, beta2, eps, weight_decay;
     std::optional<uint64_t> stochastic_rounding_seed = std::nullopt;
   };
-  double sharded_step(double lr, double grad_clip, double norm, const AdamW& adamw, double loss_scale = 1.0);
+  void queue_sharded_step(double lr, const Tensor& factor, const AdamW& adamw);
+  // Says whether the queued step was applied (the factor finite: the caller read the norm and the losses),
+  // which advances step_count() or not; a step not applied leaves the held compute copies as they were.
+  void settle_sharded_step(bool applied);
 
   // ZeRO-1 state of this rank: m/bucket_<b> and v/bucket_<b> (its shard of each bucket), and the step.
   std::vector<std::pair<std::string, Tensor>> shard_state() const;
@@ -151,8 +160,11 @@ class DataParallel {
   size_t launched_ = 0;                 // this step: buckets whose collective is queued (0 .. launched_-1)
   std::vector<ShardSegment> segments_;  // ZeRO-1: this rank's shards, parameter by parameter
   std::vector<Tensor> m_, v_;           // ZeRO-1: AdamW moments of this rank's shard of each bucket
+  Tensor terms_;                        // ZeRO-1: the queued step's AdamW scalars, on the device
+  bool step_queued_ = false;            // ZeRO-1: a queue_sharded_step not yet settled
+  std::optional<uint64_t> queued_rounding_seed_;  // its stochastic rounding
+  std::vector<Tensor> held_copies_;               // the compute copies it dropped, for settle_sharded_step
   int64_t step_count_ = 0;
-  Tensor scalar_;  // one element on the device, for grad_norm()
 };
 
 // Returns once every rank of the group has called it (RankFailureError after the communicator's timeout).

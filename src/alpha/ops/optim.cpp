@@ -353,14 +353,16 @@ Tensor step_guard(const Tensor& scaled_norm, const Tensor& losses, double loss_s
   return factor;
 }
 
-Tensor global_grad_norm_tensor(const std::vector<Tensor>& grads) {
-  constexpr std::string_view op = "global_grad_norm";
+namespace {
+
+// The sums of squares of global_grad_norm under the name of the op that asked for them.
+Tensor sums_of_squares_for(std::string_view op, const std::vector<Tensor>& grads) {
   for (size_t i = 0; i < grads.size(); ++i) {
     check_backend_float(op, grad_name(i), grads[i]);
     check_same_device(op, grad_name(i), grads[i], grads[0]);
   }
   const Device device = grads.empty() ? Device::cpu() : grads[0].device();
-  // One slot per tensor, written by that tensor's fixed-order sum, then added in list order: deterministic.
+  // One slot per tensor, written by that tensor's fixed-order sum: deterministic.
   Tensor squares = Tensor::empty({int64_t(grads.size())}, DType::f64, device);
   std::vector<Tensor> contiguous;
   for (const Tensor& g : grads) contiguous.push_back(g.contiguous());
@@ -370,11 +372,28 @@ Tensor global_grad_norm_tensor(const std::vector<Tensor>& grads) {
       list.push_back({contiguous[i].data<T>(), squares.data<double>() + i, contiguous[i].numel()});
     ALPHA_KERNEL(multi_sum_squares)(where, std::span<const kernels::SumSquaresArgs<T>>(list));
   });
-  Tensor norm = Tensor::empty({}, DType::f64, device);
-  dispatch_device(op, device, [&](const auto& where) {
+  return squares;
+}
+
+}  // namespace
+
+Tensor sums_of_squares(const std::vector<Tensor>& grads) { return sums_of_squares_for("sums_of_squares", grads); }
+
+Tensor norm_of_sums_of_squares(const Tensor& squares) {
+  constexpr std::string_view op = "norm_of_sums_of_squares";
+  if (squares.dtype() != DType::f64 || squares.dim() != 1 || !squares.is_contiguous())
+    raise<ValueError>(op, "squares", "a contiguous 1-D f64 tensor (sums_of_squares')",
+                      std::string(dtype_name(squares.dtype())) + " " + shape_str(squares.shape()));
+  Tensor norm = Tensor::empty({}, DType::f64, squares.device());
+  dispatch_device(op, squares.device(), [&](const auto& where) {
     ALPHA_KERNEL(grad_norm)(where, kernels::GradNormArgs{squares.data<double>(), squares.numel(), norm.data<double>()});
   });
   return norm;
+}
+
+Tensor global_grad_norm_tensor(const std::vector<Tensor>& grads) {
+  // The slots added in list order: deterministic.
+  return norm_of_sums_of_squares(sums_of_squares_for("global_grad_norm", grads));
 }
 
 double global_grad_norm(const std::vector<Tensor>& grads) {

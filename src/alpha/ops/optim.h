@@ -103,6 +103,12 @@ void stochastic_round(const std::vector<Tensor>& params, std::vector<Tensor>& co
 double global_grad_norm(const std::vector<Tensor>& grads);
 // The same norm as a 0-d f64 tensor on the grads' device (the CPU for an empty list), without waiting.
 Tensor global_grad_norm_tensor(const std::vector<Tensor>& grads);
+// global_grad_norm_tensor in two halves, for a norm over gradients spread over several processes: each
+// tensor's Σ g² (f64, a fixed-order sum) in its own slot of a 1-D f64 tensor on the grads' device; then
+// √(the slots added in list order), 0-d f64 there. Between them the slots can be summed over the processes
+// (an all-reduce), elementwise, so the norm still adds the same number of terms in the same order on every one.
+Tensor sums_of_squares(const std::vector<Tensor>& grads);
+Tensor norm_of_sums_of_squares(const Tensor& squares);
 
 // min(1, max_norm / (norm + 1e-6)): the factor clip_grad_norm scales the grads by (max_norm > 0, norm finite
 // and >= 0; ValueError otherwise).

@@ -461,15 +461,8 @@ std::string Trainer::run(std::optional<int64_t> stop_at_step) {
     // gradients' reduction: every rank sums the same values in the same order (the global batch's) and then
     // skips the step, or not, together.
     Tensor gathered_losses;
-    if (data_->parallel) {
-      const Tensor step_losses = stacked_losses(micro_losses, DType::f32, device);
-      if (sharded(options_)) {
-        for (float micro_loss : data_->parallel->reduce_gradients(step_losses)) loss_sum += double(micro_loss);
-        loss_sum /= double(world_of(options_));
-      } else {
-        gathered_losses = data_->parallel->queue_reduction(step_losses);
-      }
-    }
+    if (data_->parallel)
+      gathered_losses = data_->parallel->queue_reduction(stacked_losses(micro_losses, DType::f32, device));
     inject_gradient_fault(*model_, step + 1);  // test-only, off unless ALPHA_FAULT_* is set
     Stopwatch phase;  // the optimizer's host time: queueing its work, then settling the step after the wait
     double scaled_norm = 0, optimizer_s = 0;
@@ -477,19 +470,26 @@ std::string Trainer::run(std::optional<int64_t> stop_at_step) {
       std::tie(loss_sum, scaled_norm) = graphed_step(step, lr, recompute);
       forward_s = phase.seconds();  // the whole step: its replay and the read of its numbers
       phase.restart();
-    } else if (!sharded(options_)) {
+    } else {
       // The norm, the step's gradient factor (clipping and unscaling, NaN for a non-finite loss or norm:
       // ops::step_guard) and the optimizer step are all queued before the host reads the losses and the norm,
       // and that read waits for the norm only. The host takes in the step's numbers and queues the next step's
       // forward while the optimizer step runs, instead of the device waiting for it in between. Data parallel,
-      // all of it is queued behind the gradients' collectives, and the host waits for those (within the
-      // timeout, naming a failed peer) before it reads.
-      const Tensor queued_norm = data_->optimizer->grad_norm_tensor();
+      // all of it is queued behind the gradients' collectives (ZeRO-1: the norm's all-reduce too, and the
+      // update is followed by the parameters' all-gather), and the host waits for those (within the timeout,
+      // naming a failed peer) before it reads.
+      const Tensor queued_norm =
+          sharded(options_) ? data_->parallel->queue_sharded_norm() : data_->optimizer->grad_norm_tensor();
       const Tensor losses = data_->parallel
                                 ? gathered_losses
                                 : stacked_losses(micro_losses, accumulation_dtype(micro_losses[0].dtype()), device);
       HostCopy read({losses, queued_norm});
-      data_->optimizer->queued_step(lr, ops::step_guard(queued_norm, losses, loss_scale, t.grad_clip));
+      const Tensor factor = ops::step_guard(queued_norm, losses, loss_scale, t.grad_clip);
+      if (sharded(options_))
+        data_->parallel->queue_sharded_step(lr, factor,
+                                            {t.beta1, t.beta2, t.adam_eps, t.weight_decay, rounding_seed(options_)});
+      else
+        data_->optimizer->queued_step(lr, factor);
       optimizer_s = phase.seconds();
       if (data_->parallel) data_->parallel->communicator().synchronize();
       const std::vector<Tensor> host = read.wait();
@@ -498,8 +498,6 @@ std::string Trainer::run(std::optional<int64_t> stop_at_step) {
       for (double micro_loss : host[0].to(DType::f64).to_vector<double>()) loss_sum += micro_loss;
       if (data_->parallel) loss_sum /= double(world_of(options_));
       scaled_norm = host[1].item();
-    } else {
-      scaled_norm = data_->parallel->grad_norm();
     }
     // A NaN or Inf in the loss or the gradients skips the step: no parameter or optimizer-state update.
     const double norm = scaled_norm / loss_scale;  // exact: a power of two
@@ -509,13 +507,12 @@ std::string Trainer::run(std::optional<int64_t> stop_at_step) {
     if (!skipped) nonfinite_in_a_row = 0;
     else if (!scaler_backs_off) ++nonfinite_in_a_row;
     ClipResult clip{norm, skipped ? std::nan("") : 1.0};
-    if (!sharded(options_)) {
-      data_->optimizer->settle(!skipped);  // the device skipped it, or not, by the same test
-      if (!skipped) clip = AdamW::clip_result(loss_scale, t.grad_clip, scaled_norm);
-    } else if (!skipped) {
-      clip.clip_coef = data_->parallel->sharded_step(
-          lr, t.grad_clip, norm, {t.beta1, t.beta2, t.adam_eps, t.weight_decay, rounding_seed(options_)}, loss_scale);
-    }
+    // The device skipped the step, or not, by the same test.
+    if (sharded(options_))
+      data_->parallel->settle_sharded_step(!skipped);
+    else
+      data_->optimizer->settle(!skipped);
+    if (!skipped) clip = AdamW::clip_result(loss_scale, t.grad_clip, scaled_norm);
     data_->optimizer->clear_grads();
     optimizer_s += phase.seconds();
     double step_s = clock.seconds();

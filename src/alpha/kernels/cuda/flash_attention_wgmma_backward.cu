@@ -691,7 +691,8 @@ void backward(const AttentionBackwardArgs<T>& args, float* workspace, cudaStream
 // warpgroups per block, the same call's alpha_attention_bench, ms at T 512 / 2048 / 8192) 1.04 / 2.98 /
 // 10.68 here against 1.36 / 4.71 / 18.02 (causal 0.86 / 1.86 / 5.69 against 0.89 / 2.59 / 9.47), the
 // atomic-dQ mma kernels 1.37 / 4.51 / 17.20. So buckets 64 and 128 run here with every mask, deterministic
-// or not (wgmma_kernels_run); the other buckets keep the mma.sync kernels.
+// or not (wgmma_kernels_run: with deterministic false, bucket 64's added-dQ kernel where adds_query_grads); the
+// other buckets keep the mma.sync kernels.
 template <class T>
 void flash_attention_wgmma_backward(const AttentionBackwardArgs<T>& args, float* workspace, cudaStream_t stream) {
   using namespace wgmma_backward;
