@@ -13,7 +13,8 @@
 // ZeRO-1: each bucket is padded to a multiple of world_size and split into world_size equal shards; the
 // gradients are reduce-scattered, so rank r holds the averaged gradient of shard r of every bucket, keeps
 // AdamW's m and v for those elements only, updates those parameters, and all-gathers the updated values.
-// Clipping uses the global norm: each rank's sum of squares over its shards, summed over the ranks.
+// Clipping uses the global norm: each bucket's sum of squares over the ranks' shards (an all-reduce), then
+// the buckets' sums added in order.
 //
 // Determinism: the bucket layout is a pure function of the parameter shapes, bucket_bytes and world_size,
 // and the collectives run in the same order every step; with a deterministic communicator (NCCL's ring
