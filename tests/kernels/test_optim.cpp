@@ -283,6 +283,25 @@ TEST(Optim, ListStepWithTermsInMemoryGivesTheBitsOfTheConfigs) {
   EXPECT_ALPHA_ERROR(ops::adamw_step_terms(params, {configs[0]}), ValueError, "[adamw_step_terms]", "'configs'");
 }
 
+// The terms written where a step reads them: the values of adamw_step_terms, in place while the shape holds (the
+// address a captured launch keeps), anew for another list length.
+TEST(Optim, WrittenStepTermsStayInPlaceForTheSameList) {
+  const std::vector<Tensor> params = {random({1001}), random({7, 13}, DType::f64)};
+  std::vector<ops::AdamWConfig> configs = {{3e-3, 0.9, 0.95, 1e-8, 0.1, 7}, {1e-3, 0.8, 0.99, 1e-6, 0.0, 2}};
+  Tensor terms;
+  ops::write_adamw_step_terms(terms, params, configs);
+  EXPECT_TRUE(test::bit_equal(terms, ops::adamw_step_terms(params, configs)));
+  const void* address = terms.raw_data();
+  configs[0].step = 8;
+  ops::write_adamw_step_terms(terms, params, configs);
+  EXPECT_EQ(terms.raw_data(), address) << "rewritten in place";
+  EXPECT_TRUE(test::bit_equal(terms, ops::adamw_step_terms(params, configs)));
+  ops::write_adamw_step_terms(terms, {params[0]}, {configs[0]});
+  EXPECT_EQ(terms.shape(), (Shape{1, 4}));
+  EXPECT_ALPHA_ERROR(ops::write_adamw_step_terms(terms, params, {configs[0]}), ValueError, "[adamw_step_terms]",
+                     "'configs'");
+}
+
 // An f32 master's f16 compute copy rounded stochastically: with the terms in memory the step they hold draws the
 // rounding bits, not the configs' (what a replayed CUDA graph's AdamW relies on), the copy's bits those of the
 // step with the configs at that step.

@@ -250,10 +250,7 @@ void DataParallel::queue_sharded_step(double lr, const Tensor& factor, const Ada
                        parameters_[s.parameter].decay ? adamw.weight_decay : 0.0, step_count_ + 1});
   }
   if (!params.empty()) {  // a rank whose shards hold only padding updates nothing
-    const Tensor terms = ops::adamw_step_terms(params, configs);
-    if (!terms_.defined() || terms_.shape() != terms.shape())
-      terms_ = Tensor::empty(terms.shape(), DType::f64, communicator_.device());
-    terms_.copy_from(terms);
+    ops::write_adamw_step_terms(terms_, params, configs);
     std::vector<Tensor> no_copies(params.size());  // the copies are rounded from the gathered values, below
     // Unscaled and clipped inside the update (no pass of its own over the shards).
     ops::adamw_step(params, grads, ms, vs, no_copies, configs, factor, terms_);

@@ -328,6 +328,13 @@ Tensor adamw_step_terms(const std::vector<Tensor>& params, const std::vector<Ada
   return Tensor::from_vector(terms, {int64_t(params.size()), kernels::kAdamWTerms});
 }
 
+void write_adamw_step_terms(Tensor& terms, const std::vector<Tensor>& params, const std::vector<AdamWConfig>& configs) {
+  const Tensor host = adamw_step_terms(params, configs);
+  if (!terms.defined() || terms.shape() != host.shape())
+    terms = Tensor::empty(host.shape(), DType::f64, params.empty() ? Device::cpu() : params[0].device());
+  terms.copy_from(host);
+}
+
 Tensor step_guard(const Tensor& scaled_norm, const Tensor& losses, double loss_scale, double max_norm) {
   constexpr std::string_view op = "step_guard";
   check_defined(op, "scaled_norm", scaled_norm);

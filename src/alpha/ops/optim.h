@@ -89,6 +89,9 @@ void adamw_step(std::vector<Tensor>& params, const std::vector<Tensor>& grads, s
 // accumulation type, held in f64): an f64 [P, 4] tensor on the host, rows (step_size, inv_sqrt_bias_correction2,
 // decay, step).
 Tensor adamw_step_terms(const std::vector<Tensor>& params, const std::vector<AdamWConfig>& configs);
+// The same terms written into `terms` on the params' device, for the step that reads them there: allocated when
+// undefined or of another shape, else overwritten in place (its address stays, as a captured launch needs).
+void write_adamw_step_terms(Tensor& terms, const std::vector<Tensor>& params, const std::vector<AdamWConfig>& configs);
 
 // copies[k] = params[k] rounded stochastically to copies[k]'s dtype with roundings[k] at step `step`: the
 // compute copy that adamw_step with that rounding and step wrote beside the param it left (a resumed run

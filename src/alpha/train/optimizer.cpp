@@ -77,9 +77,7 @@ void AdamW::prepare_step(double lr) {
   if (!parameters_.empty()) {
     std::vector<Tensor> params;
     for (const auto& p : parameters_) params.push_back(p.variable.value());
-    const Tensor terms = ops::adamw_step_terms(params, configs(lr, step_count_ + 1));
-    if (!terms_.defined()) terms_ = Tensor::empty(terms.shape(), DType::f64, params[0].device());
-    terms_.copy_from(terms);
+    ops::write_adamw_step_terms(terms_, params, configs(lr, step_count_ + 1));
   }
   prepared_lr_ = lr;
   queued_ = true;
