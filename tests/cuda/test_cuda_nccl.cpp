@@ -16,8 +16,8 @@
 #include "alpha/distributed/local_launcher.h"
 #include "alpha/distributed/nccl_communicator.h"
 #include "distributed/in_process_communicator.h"
+#include "support/data_parallel_steps.h"
 #include "support/gpu.h"
-#include "support/sharded_step.h"
 #if ALPHA_WITH_CUDA
 #include "alpha/runtime/cuda_backend.h"
 #endif
@@ -117,7 +117,7 @@ std::vector<std::vector<std::vector<float>>> train_two_steps(int world, DataPara
           if (!zero1) mine[p].variable.zero_grad();
           autograd::backward(mine[p].variable, again[p].variable.grad());
         }
-      dp.reduce_gradients();
+      alpha::test::reduce_gradients(dp);
       if (zero1) {
         alpha::test::sharded_step(dp, 1e-2, 0.5, {0.9, 0.95, 1e-8, 0.1});
       } else {

@@ -14,7 +14,7 @@
 #include "alpha/ops/optim.h"
 #include "distributed/in_process_communicator.h"
 #include "support/checks.h"
-#include "support/sharded_step.h"
+#include "support/data_parallel_steps.h"
 
 namespace alpha::distributed {
 namespace {
@@ -100,7 +100,7 @@ TEST(DataParallel, AllReduceLeavesTheAverageOnEveryRank) {
       InProcessCommunicator comm(group, rank);
       DataParallel dp(comm, replicas[size_t(rank)].parameters, {/*bucket_bytes=*/32, false});
       EXPECT_GT(dp.buckets().size(), 2u);
-      dp.reduce_gradients();
+      alpha::test::reduce_gradients(dp);
       EXPECT_EQ(comm.collectives(), int64_t(dp.buckets().size())) << "one collective per bucket";
       // The averaged gradients are views of the buckets, not copies of them.
       for (size_t b = 0; b < dp.buckets().size(); ++b)
@@ -136,7 +136,8 @@ TEST(DataParallel, StepLossesAreGatheredRankByRankInTheGradientsSynchronisation)
       DataParallel dp(comm, replicas[size_t(rank)].parameters, {/*bucket_bytes=*/32, false});
       // Two micro-batches a rank; values no other rank or slot has.
       Tensor losses = Tensor::from_vector(std::vector<float>{1.5f + rank, -0.25f * float(rank + 1)}, {2});
-      got[size_t(rank)] = queued ? dp.queue_reduction(losses).to_vector<float>() : dp.reduce_gradients(losses);
+      got[size_t(rank)] =
+          queued ? dp.queue_reduction(losses).to_vector<float>() : alpha::test::reduce_gradients(dp, losses);
       EXPECT_EQ(comm.collectives(), int64_t(dp.buckets().size()) + 1) << "the buckets and one gather";
       const autograd::Variable& first = replicas[size_t(rank)].parameters[0].variable;
       EXPECT_EQ(first.grad().storage(), dp.gradient_shards()[dp.buckets().size() - 1].storage())
@@ -172,7 +173,7 @@ TEST(DataParallel, DeterministicReductionEqualsAccumulationInRankOrderBitForBit)
       run_ranks(world, [&](int rank) {
         InProcessCommunicator comm(group, rank);
         DataParallel dp(comm, replicas[size_t(rank)].parameters, {/*bucket_bytes=*/32, zero1, /*deterministic=*/true});
-        dp.reduce_gradients();
+        alpha::test::reduce_gradients(dp);
         if (zero1) {
           segments[size_t(rank)] = dp.segments();
           for (const Tensor& shard : dp.gradient_shards()) shards[size_t(rank)].push_back(shard.clone());
@@ -217,7 +218,7 @@ TEST(DataParallel, BackwardLaunchesEachBucketAsSoonAsItsGradientsAreComplete) {
       ready[size_t(rank)].push_back(&leaf == a.state().get() ? "a" : "b");
       collectives_at_ready[size_t(rank)].push_back(comm.collectives());
     });
-    dp.reduce_gradients();
+    alpha::test::reduce_gradients(dp);
     EXPECT_EQ(comm.collectives(), 2) << "reduce_gradients found both buckets launched";
     grad_a[size_t(rank)] = a.grad().to_vector<float>();
     grad_b[size_t(rank)] = b.grad().to_vector<float>();
@@ -266,7 +267,7 @@ TEST(DataParallel, Zero1StepMatchesAdamWOnTheAveragedGradients) {
         if (step == 1)  // the same gradients again (the first step's were consumed)
           for (size_t p = 0; p < mine.parameters.size(); ++p)
             autograd::backward(mine.parameters[p].variable, Replica(rank).parameters[p].variable.grad());
-        dp.reduce_gradients();
+        alpha::test::reduce_gradients(dp);
         for (const auto& p : mine.parameters)
           EXPECT_FALSE(p.variable.grad().defined()) << "ZeRO-1 consumes the local gradients";
         norms[size_t(rank)] = alpha::test::sharded_step(dp, lr, clip, adamw);
@@ -307,7 +308,7 @@ TEST(DataParallel, Zero1QueuedStepSkippedOnANonFiniteFactorAndSettledOnce) {
         if (attempt == 1 && skip_first)  // the same gradients again (the skipped step consumed them)
           for (size_t p = 0; p < mine.parameters.size(); ++p)
             autograd::backward(mine.parameters[p].variable, Replica(rank).parameters[p].variable.grad());
-        dp.reduce_gradients();
+        alpha::test::reduce_gradients(dp);
         const Tensor norm = dp.queue_sharded_norm();
         const Tensor losses = Tensor::from_vector(std::vector<float>{attempt == 0 ? NAN : 1.0f}, {1});
         dp.queue_sharded_step(1e-2, ops::step_guard(norm, losses, 1.0, 0.5), adamw);
@@ -374,10 +375,10 @@ TEST(DataParallel, RejectsParametersWithoutGradientsAndBadOptions) {
   InProcessCommunicator comm(group, 0);
   autograd::Variable no_grad(Tensor::zeros({4}, DType::f32), true, "w");
   DataParallel dp(comm, {{"w", no_grad, true}}, {64, false});
-  EXPECT_THROW(dp.reduce_gradients(), ValueError);
+  EXPECT_THROW(alpha::test::reduce_gradients(dp), ValueError);
   autograd::backward(no_grad, Tensor::normal({4}, 0.0, 1.0, 5));
   try {
-    dp.reduce_gradients(Tensor::zeros({2}, DType::f64));
+    alpha::test::reduce_gradients(dp, Tensor::zeros({2}, DType::f64));
     FAIL() << "no error";
   } catch (const ValueError& e) {
     EXPECT_NE(std::string(e.what()).find("step_losses"), std::string::npos) << e.what();

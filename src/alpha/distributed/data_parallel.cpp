@@ -100,7 +100,7 @@ Tensor DataParallel::flat_view(size_t parameter, bool gradient) const {
     return v.mutable_value().view({-1});
   }
   if (!p.variable.grad().defined())
-    raise<ValueError>("DataParallel::reduce_gradients", p.name, "a parameter with a gradient (run backward first)",
+    raise<ValueError>("DataParallel::queue_reduction", p.name, "a parameter with a gradient (run backward first)",
                       "none");
   return p.variable.grad().view({-1});
 }
@@ -184,12 +184,6 @@ Tensor DataParallel::queue_reduction(const Tensor& step_losses) {
     }
   }
   return gathered_losses;
-}
-
-std::vector<float> DataParallel::reduce_gradients(const Tensor& step_losses) {
-  const Tensor gathered_losses = queue_reduction(step_losses);
-  communicator_.synchronize();
-  return gathered_losses.defined() ? gathered_losses.to_vector<float>() : std::vector<float>();
 }
 
 void DataParallel::add_in_rank_order() {

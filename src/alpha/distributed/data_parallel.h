@@ -94,8 +94,6 @@ class DataParallel {
   // are returned on the device. The caller must call communicator().synchronize() before it waits for the
   // device (that is where a failed peer is named within the timeout).
   Tensor queue_reduction(const Tensor& step_losses = Tensor());
-  // queue_reduction, then synchronize(), then the gathered losses read on the host (empty without).
-  std::vector<float> reduce_gradients(const Tensor& step_losses = Tensor());
   // For autograd::backward in the last micro-step: launches each bucket's collective as soon as its
   // gradients are complete (buckets in order, the same on every rank). queue_reduction() then finishes.
   autograd::LeafReadyFn gradient_ready_hook();
@@ -133,7 +131,7 @@ class DataParallel {
   // when one is missing, unknown or of another length.
   void load_shard_state(const std::vector<std::pair<std::string, Tensor>>& tensors, int64_t step_count);
 
-  // ZeRO-1: this rank's shard of every bucket (after reduce_gradients, the averaged gradient there).
+  // ZeRO-1: this rank's shard of every bucket (after queue_reduction, the averaged gradient there).
   std::vector<Tensor> gradient_shards() const;
   const std::vector<Bucket>& buckets() const { return buckets_; }
   const std::vector<ShardSegment>& segments() const { return segments_; }

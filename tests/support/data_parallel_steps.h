@@ -1,13 +1,21 @@
-// ZeRO-1's step as the trainer makes it (distributed::DataParallel's queued step), for the tests that step a
-// DataParallel by hand: the norm and the update queued, the collectives waited for, the norm read, the step
-// settled.
+// A DataParallel's reduction and ZeRO-1 step as the trainer makes them, waited for, for the tests that drive a
+// DataParallel by hand.
 #pragma once
 #include <cmath>
+#include <vector>
 
 #include "alpha/distributed/data_parallel.h"
 #include "alpha/ops/optim.h"
 
 namespace alpha::test {
+
+// queue_reduction, then the collectives waited for (synchronize: a failed peer is named), then the gathered
+// losses read on the host, rank by rank (empty without step_losses).
+inline std::vector<float> reduce_gradients(distributed::DataParallel& dp, const Tensor& step_losses = Tensor()) {
+  const Tensor gathered = dp.queue_reduction(step_losses);
+  dp.communicator().synchronize();
+  return gathered.defined() ? gathered.to(Device::cpu()).to_vector<float>() : std::vector<float>();
+}
 
 // After reduce_gradients (or queue_reduction): one ZeRO-1 step with learning rate lr, clipped to `clip` (0: no
 // clipping), no loss scaling. Returns the global gradient norm the step used.
