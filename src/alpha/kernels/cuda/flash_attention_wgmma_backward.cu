@@ -528,7 +528,7 @@ __global__ void __launch_bounds__(Config::kThreads, Config::kMinBlocks)
         tma::named_barrier<2, 128>();
     };
     static_assert(Config::kConsumers <= 2, "one named barrier per consumer warpgroup");
-    auto add_query_grads = [&](QueryStep step, int n) {
+    auto add_query_grads = [&](int64_t bh, int64_t i0, int n) {  // step n: query rows i0.. of head bh
       store_score_fragments<kN>(score_tile, 16 * (warp % 4), dscores[0], lane);
       if (reducer) tma::bulk_wait_read<1>();
       wgmma::fence_async_proxy();
@@ -546,14 +546,14 @@ __global__ void __launch_bounds__(Config::kThreads, Config::kMinBlocks)
       for (int o = 0; o < kO; ++o)
 #pragma unroll
         for (int half = 0; half < 2; ++half)
-          *dq_tile.pair(16 * (warp % 4) + mma_backward::fragment_row(lane, 2 * half),
-                        mma_backward::fragment_col(lane, o, 0)) = make_float2(dq[o].x[2 * half], dq[o].x[2 * half + 1]);
+          *dq_tile.pair(16 * (warp % 4) + fragment_row(lane, 2 * half), fragment_col(lane, o, 0)) =
+              make_float2(dq[o].x[2 * half], dq[o].x[2 * half + 1]);
       wgmma::fence_async_proxy();
       consumer_barrier();
       if (reducer) {
 #pragma unroll
         for (int box = 0; box < Shape::QueryGradTile::kBoxes; ++box)
-          tma::reduce_add_box(&params.dq_sum, dq_tile.box(box), 32 * box, int(step.i0), int(b * p.q_heads + step.h));
+          tma::reduce_add_box(&params.dq_sum, dq_tile.box(box), 32 * box, int(i0), int(bh));
         tma::bulk_commit();
       }
     };
@@ -584,7 +584,7 @@ __global__ void __launch_bounds__(Config::kThreads, Config::kMinBlocks)
       if (previous_stage >= 0) tma::arrive(step_empty + previous_stage);
       mma::to_a_fragments<T>(probs, st);
       mma::to_a_fragments<T>(dscores, dpt);
-      if constexpr (kAtomicDq) add_query_grads(current, n);
+      if constexpr (kAtomicDq) add_query_grads(bh, i0, n);
       previous_stage = stage;
     }
     if (previous_stage >= 0) {
@@ -628,14 +628,15 @@ TmaBackwardArgs<T> tma_backward_args(const AttentionBackwardArgs<T>& args, const
   return params;
 }
 
-// The dK/dV kernel on TMA; kAtomicDq: it also adds each step's dQ share into dq_sum (zeroed, [B·Hq, Tq, D] f32).
+// The dK/dV kernel on TMA; kAtomicDq: it also adds each step's dQ share into dq_sum (zeroed, [B·Hq, Tq, D] f32;
+// null without kAtomicDq).
 template <class T, class KeyConfig, bool kAtomicDq>
 void launch_tma_key_grads(const AttentionBackwardArgs<T>& args, const float* delta, float* dq_sum,
                           cudaStream_t stream) {
   constexpr const char* kOp = "flash_attention_backward";
   const AttentionParams<T>& p = args.params;
   const TmaBackwardArgs<T> params =
-      tma_backward_args(args, delta, KeyConfig::kStream, 64 * KeyConfig::kConsumers, kAtomicDq ? dq_sum : nullptr);
+      tma_backward_args(args, delta, KeyConfig::kStream, 64 * KeyConfig::kConsumers, dq_sum);
   const dim3 key_grid(tile_count(p.kv_len, 64 * KeyConfig::kConsumers), heads_extent(p.batch * p.kv_heads, kOp));
   const auto kernel = p.dropout_p > 0 ? tma_key_grads_kernel<T, KeyConfig, true, kAtomicDq>
                                       : tma_key_grads_kernel<T, KeyConfig, false, kAtomicDq>;
