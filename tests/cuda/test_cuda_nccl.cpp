@@ -1,7 +1,8 @@
 // The NCCL communicator on two GPUs of this machine, one thread per rank (cuda:0 and cuda:1), through the
 // same TCP rendezvous as separate processes use: every collective's result in f32 and bf16, data-parallel
-// gradient averaging and a ZeRO-1 step against the in-process communicator's on the CPU, and a rank that
-// stops participating named within the timeout. Skipped without NCCL or with fewer than two GPUs.
+// gradient averaging and a ZeRO-1 step against the in-process communicator's on the CPU (ZeRO-1 also with every
+// parameter holding a bf16 copy: the copies all-gathered, the values after them), and a rank that stops
+// participating named within the timeout. Skipped without NCCL or with fewer than two GPUs.
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -11,6 +12,7 @@
 #include <thread>
 #include <vector>
 
+#include "alpha/autograd/functions.h"
 #include "alpha/autograd/variable.h"
 #include "alpha/distributed/data_parallel.h"
 #include "alpha/distributed/local_launcher.h"
@@ -88,27 +90,31 @@ TEST_F(CudaNccl, CollectivesGiveEveryRankTheExpectedValues) {
   });
 }
 
-// Parameters of odd sizes with per-rank gradients, on `device`.
-std::vector<nn::NamedParameter> replica(int rank, Device device) {
+// Parameters of odd sizes with per-rank gradients, on `device`, holding bf16 compute copies if asked.
+std::vector<nn::NamedParameter> replica(int rank, Device device, bool hold_copies = false) {
   const std::vector<Shape> shapes{{3, 5}, {7}, {40, 3}, {1}, {6, 2}};
   std::vector<nn::NamedParameter> parameters;
   for (size_t i = 0; i < shapes.size(); ++i) {
     std::string name = std::string("p").append(std::to_string(i));  // (GCC 12 -Wrestrict misfires on "p" + ...)
     autograd::Variable v(Tensor::normal(shapes[i], 0.0, 1.0, 100 + i).to(device), true, name);
     autograd::backward(v, Tensor::normal(shapes[i], 0.0, 1.0, 1000 * (rank + 1) + i).to(device));
+    if (hold_copies) autograd::cast(v, DType::bf16);
     parameters.push_back({name, v, i % 2 == 0});
   }
+  autograd::clear_tape();
   return parameters;
 }
 
-// Two steps of data parallel (plain, or ZeRO-1 with clipping), returning every rank's parameters.
+// Two steps of data parallel (plain, or ZeRO-1 with clipping), returning every rank's parameters. With
+// hold_copies (ZeRO-1), each rank's held bf16 copies must be its values rounded to nearest after each step.
 std::vector<std::vector<std::vector<float>>> train_two_steps(int world, DataParallelOptions options,
-                                                             const std::function<Communicator&(int)>& comm_of) {
+                                                             const std::function<Communicator&(int)>& comm_of,
+                                                             bool hold_copies = false) {
   const bool zero1 = options.zero1;
   std::vector<std::vector<std::vector<float>>> params(static_cast<size_t>(world));
   test::run_ranks(world, [&](int rank) {
     Communicator& comm = comm_of(rank);
-    std::vector<nn::NamedParameter> mine = replica(rank, comm.device());
+    std::vector<nn::NamedParameter> mine = replica(rank, comm.device(), hold_copies);
     DataParallel dp(comm, mine, options);
     for (int step = 0; step < 2; ++step) {
       if (step == 1)
@@ -120,6 +126,13 @@ std::vector<std::vector<std::vector<float>>> train_two_steps(int world, DataPara
       alpha::test::reduce_gradients(dp);
       if (zero1) {
         alpha::test::sharded_step(dp, 1e-2, 0.5, {0.9, 0.95, 1e-8, 0.1});
+        for (const auto& p : mine)
+          if (hold_copies) {
+            ASSERT_TRUE(p.variable.compute_copy().defined()) << p.name;
+            EXPECT_EQ(p.variable.compute_copy().to(DType::f32).to_vector<float>(),
+                      p.variable.value().to(DType::bf16).to(DType::f32).to_vector<float>())
+                << "rank " << rank << " " << p.name << " step " << step;
+          }
       } else {
         // Plain data parallel leaves the averaged gradients: step them the simplest way, by hand.
         for (auto& p : mine) {
@@ -137,25 +150,29 @@ std::vector<std::vector<std::vector<float>>> train_two_steps(int world, DataPara
 }
 
 TEST_F(CudaNccl, DataParallelAndZero1MatchTheInProcessCommunicatorOnTheCpu) {
-  for (bool zero1 : {false, true}) {
-    for (bool deterministic : {false, true}) {
-      const DataParallelOptions options{/*bucket_bytes=*/32, zero1, deterministic};
-      std::vector<std::unique_ptr<Communicator>> nccl(static_cast<size_t>(kWorld));
-      test::run_ranks(kWorld, [&](int rank) { nccl[size_t(rank)] = join(rank, milliseconds(60000)); });
-      auto gpu = train_two_steps(kWorld, options, [&](int rank) -> Communicator& { return *nccl[size_t(rank)]; });
-      auto group = std::make_shared<test::InProcessGroup>(kWorld, milliseconds(60000));
-      std::vector<std::unique_ptr<test::InProcessCommunicator>> local;
-      for (int r = 0; r < kWorld; ++r) local.push_back(std::make_unique<test::InProcessCommunicator>(group, r));
-      auto cpu = train_two_steps(kWorld, {32, zero1, false},
-                                 [&](int rank) -> Communicator& { return *local[size_t(rank)]; });
-      for (int r = 0; r < kWorld; ++r)
-        for (size_t p = 0; p < cpu[0].size(); ++p)
-          for (size_t i = 0; i < cpu[0][p].size(); ++i)
-            ASSERT_NEAR(gpu[size_t(r)][p][i], cpu[0][p][i], 1e-5)
-                << (zero1 ? "ZeRO-1" : "plain") << (deterministic ? ", deterministic" : "") << " rank " << r
-                << " parameter " << p << " [" << i << "]";
-      test::run_ranks(kWorld, [&](int rank) { nccl[size_t(rank)].reset(); });
-    }
+  struct Variant {
+    bool zero1, deterministic, hold_copies;
+  };
+  for (const Variant& variant : {Variant{false, false, false}, Variant{false, true, false}, Variant{true, false, false},
+                                 Variant{true, true, false}, Variant{true, false, true}}) {
+    const DataParallelOptions options{/*bucket_bytes=*/32, variant.zero1, variant.deterministic};
+    std::vector<std::unique_ptr<Communicator>> nccl(static_cast<size_t>(kWorld));
+    test::run_ranks(kWorld, [&](int rank) { nccl[size_t(rank)] = join(rank, milliseconds(60000)); });
+    auto gpu = train_two_steps(
+        kWorld, options, [&](int rank) -> Communicator& { return *nccl[size_t(rank)]; }, variant.hold_copies);
+    auto group = std::make_shared<test::InProcessGroup>(kWorld, milliseconds(60000));
+    std::vector<std::unique_ptr<test::InProcessCommunicator>> local;
+    for (int r = 0; r < kWorld; ++r) local.push_back(std::make_unique<test::InProcessCommunicator>(group, r));
+    auto cpu = train_two_steps(kWorld, {32, variant.zero1, false},
+                               [&](int rank) -> Communicator& { return *local[size_t(rank)]; });
+    for (int r = 0; r < kWorld; ++r)
+      for (size_t p = 0; p < cpu[0].size(); ++p)
+        for (size_t i = 0; i < cpu[0][p].size(); ++i)
+          ASSERT_NEAR(gpu[size_t(r)][p][i], cpu[0][p][i], 1e-5)
+              << (variant.zero1 ? "ZeRO-1" : "plain") << (variant.deterministic ? ", deterministic" : "")
+              << (variant.hold_copies ? ", bf16 copies held" : "") << " rank " << r << " parameter " << p << " [" << i
+              << "]";
+    test::run_ranks(kWorld, [&](int rank) { nccl[size_t(rank)].reset(); });
   }
 }
 

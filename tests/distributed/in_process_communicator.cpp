@@ -15,6 +15,7 @@ namespace {
 double load(const void* data, DType dtype, size_t i) {
   if (dtype == DType::f64) return static_cast<const double*>(data)[i];
   if (dtype == DType::f32) return static_cast<const float*>(data)[i];
+  if (dtype == DType::f16) return float(static_cast<const f16*>(data)[i]);
   return float(static_cast<const bf16*>(data)[i]);
 }
 void store(void* data, DType dtype, size_t i, double value) {
@@ -22,6 +23,8 @@ void store(void* data, DType dtype, size_t i, double value) {
     static_cast<double*>(data)[i] = value;
   else if (dtype == DType::f32)
     static_cast<float*>(data)[i] = float(value);
+  else if (dtype == DType::f16)
+    static_cast<f16*>(data)[i] = f16(float(value));
   else
     static_cast<bf16*>(data)[i] = bf16(float(value));
 }
@@ -109,7 +112,10 @@ void InProcessCommunicator::all_gather(const void* send, void* recv, size_t send
   require_collective_dtype("all_gather", dtype);
   size_t bytes = send_count * dtype_size(dtype);
   exchange("all_gather", send, recv, [&](const auto& posted) {
-    for (size_t r = 0; r < posted.size(); ++r) std::memcpy(static_cast<char*>(recv) + r * bytes, posted[r].send, bytes);
+    for (size_t r = 0; r < posted.size(); ++r) {
+      char* block = static_cast<char*>(recv) + r * bytes;
+      if (block != posted[r].send) std::memcpy(block, posted[r].send, bytes);  // in place: this rank's block is there
+    }
   });
 }
 

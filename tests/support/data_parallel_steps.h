@@ -18,7 +18,7 @@ inline std::vector<float> reduce_gradients(distributed::DataParallel& dp, const 
 }
 
 // After reduce_gradients (or queue_reduction): one ZeRO-1 step with learning rate lr, clipped to `clip` (0: no
-// clipping), no loss scaling. Returns the global gradient norm the step used.
+// clipping), no loss scaling, every parameter's value gathered. Returns the global gradient norm the step used.
 inline double sharded_step(distributed::DataParallel& dp, double lr, double clip,
                            const distributed::DataParallel::AdamW& adamw) {
   const Tensor norm = dp.queue_sharded_norm();
@@ -27,6 +27,7 @@ inline double sharded_step(distributed::DataParallel& dp, double lr, double clip
   dp.communicator().synchronize();
   const double value = norm.to(Device::cpu()).item();
   dp.settle_sharded_step(std::isfinite(value));
+  dp.complete_parameters();  // the tests read the values next (the trainer lets the next forward run first)
   return value;
 }
 

@@ -6,6 +6,8 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -112,65 +114,112 @@ TEST(StochasticRoundingTraining, NothingToRestoreBeforeTheFirstStep) {
   for (const auto& p : params) EXPECT_FALSE(p.variable.compute_copy().defined()) << p.name;
 }
 
+// ZeRO-1 over the in-process communicator, on parameters of odd sizes whose shards split them (the same values on
+// every rank), each holding a compute copy of copy_dtype(i) (none for nullopt): three attempts, each averaging fresh
+// per-rank gradients and then stepping (step_count() must be 2 after them), with the step's stochastic rounding
+// seed; the second attempt is skipped on the device (a NaN loss), and must move neither the values nor the copies.
+// Returns each rank's parameters, every value gathered.
+const std::vector<Shape> kShardedShapes{{3, 5}, {7}, {40, 3}, {1}, {6, 2}};
+
+std::vector<std::vector<nn::NamedParameter>> train_sharded(
+    int world, std::optional<uint64_t> seed, const std::function<std::optional<DType>(size_t)>& copy_dtype) {
+  std::vector<std::vector<nn::NamedParameter>> replicas(static_cast<size_t>(world));
+  for (int r = 0; r < world; ++r)
+    for (size_t i = 0; i < kShardedShapes.size(); ++i) {
+      std::string name = std::string("p").append(std::to_string(i));
+      Variable v(Tensor::normal(kShardedShapes[i], 0.0, 1.0, 100 + i), true, name);
+      if (std::optional<DType> dtype = copy_dtype(i)) autograd::cast(v, *dtype);
+      replicas[size_t(r)].push_back({name, v, i % 2 == 0});
+    }
+  autograd::clear_tape();
+  auto group = std::make_shared<distributed::test::InProcessGroup>(world, std::chrono::milliseconds(10000));
+  distributed::test::run_ranks(world, [&](int rank) {
+    distributed::test::InProcessCommunicator comm(group, rank);
+    std::vector<nn::NamedParameter>& mine = replicas[size_t(rank)];
+    distributed::DataParallel dp(comm, mine, {/*bucket_bytes=*/32, true});
+    for (int attempt = 0; attempt < 3; ++attempt) {
+      for (size_t i = 0; i < mine.size(); ++i)
+        autograd::backward(mine[i].variable,
+                           Tensor::normal(kShardedShapes[i], 0.0, 1.0, 1000 * (rank + 1) + i + 10 * attempt));
+      alpha::test::reduce_gradients(dp);
+      const bool skip = attempt == 1;
+      std::vector<Tensor> values, copies;
+      for (const auto& p : mine) {
+        values.push_back(p.variable.value().clone());
+        copies.push_back(p.variable.compute_copy().defined() ? p.variable.compute_copy().clone() : Tensor());
+      }
+      const Tensor norm = dp.queue_sharded_norm();
+      const Tensor losses = Tensor::from_vector(std::vector<float>{skip ? NAN : 1.0f}, {1});
+      dp.queue_sharded_step(1e-2, ops::step_guard(norm, losses, 1.0, 0.0), {0.9, 0.95, 1e-8, 0.1, seed});
+      comm.synchronize();
+      dp.settle_sharded_step(!skip);
+      dp.complete_parameters();
+      if (!skip) continue;
+      for (size_t k = 0; k < mine.size(); ++k) {
+        EXPECT_TRUE(alpha::test::bit_equal(mine[k].variable.value(), values[k])) << "parameter " << k;
+        // A skipped first step leaves the copies the casts, rounded to nearest (not the master rounded
+        // stochastically with step 0's bits).
+        if (copies[k].defined())
+          EXPECT_TRUE(alpha::test::bit_equal(mine[k].variable.compute_copy(), copies[k])) << "parameter " << k;
+      }
+    }
+    EXPECT_EQ(dp.step_count(), 2);
+  });
+  return replicas;
+}
+
+// The copy the unsharded step writes beside value v at step 2: rounded to nearest, or stochastically with tensor k's
+// bits of that step and whole-tensor indices.
+Tensor unsharded_copy(const Tensor& value, DType dtype, std::optional<uint64_t> seed, size_t k) {
+  if (!seed) return value.to(dtype);
+  std::vector<Tensor> values = {value}, copies = {Tensor::zeros(value.shape(), dtype)};
+  ops::stochastic_round(values, copies, 2, {{*seed, uint32_t(k), 0}});
+  return copies[0];
+}
+
+// Copies of two dtypes, and a parameter holding none: the values are gathered, and each copy is rounded again.
 TEST(StochasticRoundingTraining, Zero1RoundsEachCopyAsTheUnshardedStepDoes) {
-  using distributed::DataParallel;
-  const DataParallel::AdamW adamw{0.9, 0.95, 1e-8, 0.1, kSeed};
-  const std::vector<Shape> shapes{{3, 5}, {7}, {40, 3}, {1}, {6, 2}};
   for (int world : {1, 2, 3, 4}) {
     SCOPED_TRACE("world " + std::to_string(world));
-    auto group = std::make_shared<distributed::test::InProcessGroup>(world, std::chrono::milliseconds(10000));
-    std::vector<std::vector<nn::NamedParameter>> replicas(static_cast<size_t>(world));
-    for (int r = 0; r < world; ++r)
-      for (size_t i = 0; i < shapes.size(); ++i) {
-        std::string name = std::string("p").append(std::to_string(i));
-        Variable v(Tensor::normal(shapes[i], 0.0, 1.0, 100 + i), true, name);
-        if (i != 3) autograd::cast(v, i % 2 ? DType::f16 : kCompute);  // held copies; p3 holds none
-        replicas[size_t(r)].push_back({name, v, i % 2 == 0});
-      }
-    autograd::clear_tape();
-    distributed::test::run_ranks(world, [&](int rank) {
-      distributed::test::InProcessCommunicator comm(group, rank);
-      std::vector<nn::NamedParameter>& mine = replicas[size_t(rank)];
-      DataParallel dp(comm, mine, {/*bucket_bytes=*/32, true});
-      for (int attempt = 0; attempt < 3; ++attempt) {
-        for (size_t i = 0; i < mine.size(); ++i)
-          autograd::backward(mine[i].variable,
-                             Tensor::normal(shapes[i], 0.0, 1.0, 1000 * (rank + 1) + i + 10 * attempt));
-        alpha::test::reduce_gradients(dp);
-        if (attempt != 0) {
-          alpha::test::sharded_step(dp, 1e-2, 0.0, adamw);
-          continue;
-        }
-        // A first step skipped on the device (a NaN loss): the copies stay the casts, rounded to nearest (not the
-        // master rounded stochastically with step 0's bits).
-        std::vector<Tensor> before;
-        for (const auto& p : mine) before.push_back(p.variable.compute_copy());
-        const Tensor norm = dp.queue_sharded_norm();
-        dp.queue_sharded_step(1e-2, ops::step_guard(norm, Tensor::from_vector(std::vector<float>{NAN}, {1}), 1.0, 0.0),
-                              adamw);
-        comm.synchronize();
-        dp.settle_sharded_step(false);
-        for (size_t k = 0; k < mine.size(); ++k)
-          if (before[k].defined())
-            EXPECT_TRUE(alpha::test::bit_equal(mine[k].variable.compute_copy(), before[k])) << "parameter " << k;
-      }
-      EXPECT_EQ(dp.step_count(), 2);
+    const auto replicas = train_sharded(world, kSeed, [](size_t i) {
+      return i == 3 ? std::nullopt : std::optional<DType>(i % 2 ? DType::f16 : kCompute);
     });
     for (int r = 0; r < world; ++r)
-      for (size_t k = 0; k < shapes.size(); ++k) {
+      for (size_t k = 0; k < kShardedShapes.size(); ++k) {
         const Variable& v = replicas[size_t(r)][k].variable;
         if (k == 3) {
           EXPECT_FALSE(v.compute_copy().defined()) << "a parameter that held no copy gets none";
           continue;
         }
         ASSERT_TRUE(v.compute_copy().defined()) << k;
-        // The unsharded step's copy: the master rounded with tensor k's bits of step 2, whole-tensor indices.
-        std::vector<Tensor> values = {v.value()}, want = {Tensor::zeros(v.shape(), v.compute_copy().dtype())};
-        ops::stochastic_round(values, want, 2, {{kSeed, uint32_t(k), 0}});
-        EXPECT_TRUE(test::bit_equal(v.compute_copy(), want[0])) << "rank " << r << " parameter " << k;
+        EXPECT_TRUE(test::bit_equal(v.compute_copy(), unsharded_copy(v.value(), v.compute_copy().dtype(), kSeed, k)))
+            << "rank " << r << " parameter " << k;
         EXPECT_TRUE(test::bit_equal(v.compute_copy(), replicas[0][k].variable.compute_copy())) << "same on every rank";
       }
   }
+}
+
+// When every parameter holds a copy of one dtype (the trainer's bf16 runs), the step writes this rank's part of the
+// copies beside the update and all-gathers them: every copy is the one the unsharded step writes (to nearest, or
+// stochastically), the same on every rank; the values are, bit for bit, those of the path that gathers the values
+// (no copies held).
+TEST(StochasticRoundingTraining, Zero1WithEveryCopyHeldGathersTheCopiesTheUnshardedStepWrites) {
+  for (std::optional<uint64_t> seed : {std::optional<uint64_t>(), std::optional<uint64_t>(kSeed)})
+    for (int world : {1, 2, 3, 4}) {
+      SCOPED_TRACE("world " + std::to_string(world) + (seed ? ", stochastic rounding" : ", to nearest"));
+      const auto held = train_sharded(world, seed, [](size_t) { return std::optional<DType>(kCompute); });
+      const auto bare = train_sharded(world, seed, [](size_t) { return std::nullopt; });
+      for (int r = 0; r < world; ++r)
+        for (size_t k = 0; k < kShardedShapes.size(); ++k) {
+          const Variable& v = held[size_t(r)][k].variable;
+          EXPECT_TRUE(test::bit_equal(v.value(), bare[size_t(r)][k].variable.value()))
+              << "rank " << r << " parameter " << k;
+          ASSERT_TRUE(v.compute_copy().defined()) << k;
+          EXPECT_TRUE(test::bit_equal(v.compute_copy(), unsharded_copy(v.value(), kCompute, seed, k)))
+              << "rank " << r << " parameter " << k;
+          EXPECT_TRUE(test::bit_equal(v.compute_copy(), held[0][k].variable.compute_copy())) << "same on every rank";
+        }
+    }
 }
 
 TEST(StochasticRoundingTraining, ConfigRefusesItWithoutALowPrecisionCopy) {

@@ -1,4 +1,4 @@
-// The collectives data-parallel training needs, over raw buffers of f64, f32 or bf16, behind one interface: NCCL
+// The collectives data-parallel training needs, over raw buffers of f64, f32, bf16 or f16, behind one interface: NCCL
 // between GPUs (nccl_communicator.h), and an in-process one for the CPU tests (tests/distributed). A
 // communicator is one rank of a group of world_size ranks; every rank calls the same collectives in the
 // same order with the same counts.
@@ -63,7 +63,7 @@ class Communicator {
   virtual std::chrono::milliseconds timeout() const = 0;
 };
 
-// Raises DTypeError naming `op` unless dtype is f64, f32 or bf16, the dtypes the collectives carry.
+// Raises DTypeError naming `op` unless dtype is f64, f32, bf16 or f16, the dtypes the collectives carry.
 void require_collective_dtype(const char* op, DType dtype);
 
 }  // namespace alpha::distributed

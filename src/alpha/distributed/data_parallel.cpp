@@ -89,7 +89,25 @@ DataParallel::DataParallel(Communicator& communicator, std::vector<nn::NamedPara
     for (const auto& b : buckets_) {
       m_.push_back(Tensor::zeros({b.shard_numel}, dtype_, communicator_.device()));
       v_.push_back(Tensor::zeros({b.shard_numel}, dtype_, communicator_.device()));
+      values_.push_back(Tensor::zeros({b.padded_numel}, dtype_, communicator_.device()));
     }
+    // The values move into the buckets' buffers, each parameter's becoming a view of its run, so the step's
+    // all-gather lands in the model. A held copy stays: the values it was converted from are unchanged.
+    std::vector<Tensor> runs, current;
+    for (size_t b = 0; b < buckets_.size(); ++b)
+      for (const auto& e : buckets_[b].entries) {
+        runs.push_back(values_[b].slice(0, e.offset, e.offset + e.numel));
+        current.push_back(parameters_[e.parameter].variable.value().view({-1}));  // (mutable_value drops copies)
+      }
+    copy_many(runs, current);
+    size_t run = 0;
+    for (size_t b = 0; b < buckets_.size(); ++b)
+      for (const auto& e : buckets_[b].entries) {
+        autograd::Variable v = parameters_[e.parameter].variable;
+        Tensor held = v.compute_copy();
+        v.mutable_value() = runs[run++].view(v.shape());
+        if (held.defined()) v.keep_compute_copy(std::move(held));
+      }
   }
 }
 
@@ -105,9 +123,15 @@ Tensor DataParallel::flat_view(size_t parameter, bool gradient) const {
   return p.variable.grad().view({-1});
 }
 
-Tensor DataParallel::shard_of(size_t bucket) const {
+Tensor DataParallel::shard_of(const Tensor& buffer, size_t bucket) const {
   int64_t n = buckets_[bucket].shard_numel, first = communicator_.rank() * n;
-  return flat_[bucket].slice(0, first, first + n);
+  return buffer.slice(0, first, first + n);
+}
+
+void DataParallel::all_gather_shards(const std::vector<Tensor>& buffers) {
+  for (size_t b = 0; b < buckets_.size(); ++b)
+    communicator_.all_gather(shard_of(buffers[b], b).raw_data(), buffers[b].raw_data(), size_t(buckets_[b].shard_numel),
+                             buffers[b].dtype());
 }
 
 Tensor DataParallel::bucket_slice(size_t bucket, const BucketEntry& entry) const {
@@ -127,8 +151,8 @@ void DataParallel::launch_bucket(size_t b) {
     communicator_.all_gather(flat_[b].raw_data(), gathered_[b].raw_data(), size_t(buckets_[b].padded_numel),
                              dtype_);
   else if (options_.zero1)
-    communicator_.reduce_scatter(flat_[b].raw_data(), shard_of(b).raw_data(), size_t(buckets_[b].shard_numel), dtype_,
-                                 ReduceOp::average);
+    communicator_.reduce_scatter(flat_[b].raw_data(), shard_of(flat_[b], b).raw_data(), size_t(buckets_[b].shard_numel),
+                                 dtype_, ReduceOp::average);
   else
     communicator_.all_reduce(flat_[b].raw_data(), size_t(buckets_[b].padded_numel), dtype_, ReduceOp::average);
 }
@@ -204,7 +228,7 @@ void DataParallel::add_in_rank_order() {
 
 std::vector<Tensor> DataParallel::gradient_shards() const {
   std::vector<Tensor> shards;
-  for (size_t b = 0; b < buckets_.size(); ++b) shards.push_back(shard_of(b));
+  for (size_t b = 0; b < buckets_.size(); ++b) shards.push_back(shard_of(flat_[b], b));
   return shards;
 }
 
@@ -218,6 +242,36 @@ Tensor DataParallel::queue_sharded_norm() {
   return ops::norm_of_sums_of_squares(squares);
 }
 
+DType DataParallel::gathered_copy_dtype() const {
+  const Tensor& first = parameters_[0].variable.compute_copy();
+  if (!first.defined() || first.dtype() == dtype_ || (first.dtype() != DType::bf16 && first.dtype() != DType::f16) ||
+      !ops::adamw_takes_compute_copy(dtype_, dtype_, first.dtype()))
+    return dtype_;
+  for (const auto& p : parameters_)
+    if (!p.variable.compute_copy().defined() || p.variable.compute_copy().dtype() != first.dtype()) return dtype_;
+  return first.dtype();
+}
+
+void DataParallel::hold_copies_in_buckets(DType copy_dtype) {
+  if (copies_.empty() || copies_[0].dtype() != copy_dtype) {
+    copies_.clear();
+    for (const auto& b : buckets_)
+      copies_.push_back(Tensor::zeros({b.padded_numel}, copy_dtype, communicator_.device()));
+  }
+  // A copy made since the last step (the first forward's casts, a resume's) moves in; the rest already live there.
+  std::vector<Tensor> runs, held;
+  for (size_t b = 0; b < buckets_.size(); ++b)
+    for (const auto& e : buckets_[b].entries) {
+      autograd::Variable v = parameters_[e.parameter].variable;
+      Tensor run = copies_[b].slice(0, e.offset, e.offset + e.numel);
+      if (v.compute_copy().raw_data() == run.raw_data()) continue;
+      runs.push_back(run);
+      held.push_back(v.compute_copy().view({-1}));
+      v.keep_compute_copy(run.view(v.shape()));
+    }
+  if (!runs.empty()) copy_many(runs, held);
+}
+
 void DataParallel::queue_sharded_step(double lr, const Tensor& factor, const AdamW& adamw) {
   constexpr const char* op = "DataParallel::queue_sharded_step";
   if (!options_.zero1) raise<ConfigError>(op, "zero1", "a DataParallel built with zero1 on", "zero1 off");
@@ -225,44 +279,45 @@ void DataParallel::queue_sharded_step(double lr, const Tensor& factor, const Ada
     raise<ValueError>(op, "self", "no queued step unsettled (call settle_sharded_step first)",
                       "step " + std::to_string(step_count_ + 1) + " queued");
   if (!factor.defined()) raise<ValueError>(op, "factor", "a device factor (ops::step_guard's)", "an undefined tensor");
-  // The held compute copies to round (or hand back) at settle_sharded_step: the step's mutable_value() drops them.
+  const DType copy_dtype = gathered_copy_dtype();
+  gathers_copies_ = copy_dtype != dtype_;
   held_copies_.assign(parameters_.size(), Tensor());
-  if (adamw.stochastic_rounding_seed)
+  if (gathers_copies_) {
+    hold_copies_in_buckets(copy_dtype);
+  } else {
+    // The values change under the held copies, which are dropped; with stochastic rounding settle_sharded_step
+    // rounds them again from the gathered values (or hands them back for a skipped step).
     for (size_t k = 0; k < parameters_.size(); ++k) {
-      const Tensor& copy = parameters_[k].variable.compute_copy();
-      if (copy.defined() && copy.dtype() != dtype_) held_copies_[k] = copy;
+      autograd::Variable v = parameters_[k].variable;
+      if (adamw.stochastic_rounding_seed && v.compute_copy().defined() && v.compute_copy().dtype() != dtype_)
+        held_copies_[k] = v.compute_copy();
+      v.mutable_value();
     }
+  }
   std::vector<Tensor> shards = gradient_shards();
-  std::vector<Tensor> params, grads, ms, vs;
+  std::vector<Tensor> params, grads, ms, vs, copies;
   std::vector<ops::AdamWConfig> configs;
   for (const auto& s : segments_) {
-    params.push_back(flat_view(s.parameter, false).slice(0, s.parameter_offset, s.parameter_offset + s.numel));
-    grads.push_back(shards[s.bucket].slice(0, s.shard_offset, s.shard_offset + s.numel));
-    ms.push_back(m_[s.bucket].slice(0, s.shard_offset, s.shard_offset + s.numel));
-    vs.push_back(v_[s.bucket].slice(0, s.shard_offset, s.shard_offset + s.numel));
+    const int64_t first = s.shard_offset, last = s.shard_offset + s.numel;
+    params.push_back(shard_of(values_[s.bucket], s.bucket).slice(0, first, last));
+    grads.push_back(shards[s.bucket].slice(0, first, last));
+    ms.push_back(m_[s.bucket].slice(0, first, last));
+    vs.push_back(v_[s.bucket].slice(0, first, last));
+    copies.push_back(gathers_copies_ ? shard_of(copies_[s.bucket], s.bucket).slice(0, first, last) : Tensor());
     configs.push_back({lr, adamw.beta1, adamw.beta2, adamw.eps,
                        parameters_[s.parameter].decay ? adamw.weight_decay : 0.0, step_count_ + 1});
+    if (gathers_copies_ && adamw.stochastic_rounding_seed)  // the whole tensor's bits, from this run's first index
+      configs.back().stochastic_rounding =
+          ops::StochasticRounding{*adamw.stochastic_rounding_seed, uint32_t(s.parameter), s.parameter_offset};
   }
   if (!params.empty()) {  // a rank whose shards hold only padding updates nothing
     ops::write_adamw_step_terms(terms_, params, configs);
-    std::vector<Tensor> no_copies(params.size());  // the copies are rounded from the gathered values, below
     // Unscaled and clipped inside the update (no pass of its own over the shards).
-    ops::adamw_step(params, grads, ms, vs, no_copies, configs, factor, terms_);
-    // The updated values go where the gradient was: this rank's part of the all-gather below.
-    copy_many(grads, params);
+    ops::adamw_step(params, grads, ms, vs, copies, configs, factor, terms_);
   }
-  for (size_t b = 0; b < buckets_.size(); ++b)
-    communicator_.all_gather(shards[b].raw_data(), flat_[b].raw_data(), size_t(buckets_[b].shard_numel), dtype_);
+  all_gather_shards(gathers_copies_ ? copies_ : values_);
   communicator_.order_after_collectives();
-  std::vector<Tensor> values, gathered;
-  for (size_t b = 0; b < buckets_.size(); ++b) {
-    for (const auto& e : buckets_[b].entries) {
-      values.push_back(flat_view(e.parameter, false));
-      gathered.push_back(bucket_slice(b, e));
-    }
-  }
-  copy_many(values, gathered);
-  queued_rounding_seed_ = adamw.stochastic_rounding_seed;
+  queued_rounding_seed_ = gathers_copies_ ? std::nullopt : adamw.stochastic_rounding_seed;
   step_queued_ = true;
 }
 
@@ -272,12 +327,23 @@ void DataParallel::settle_sharded_step(bool applied) {
                       "none queued");
   step_queued_ = false;
   if (applied) ++step_count_;
+  if (gathers_copies_ && applied) {
+    // Behind the copies' gather on the communicator's stream; the next forward reads the copies meanwhile.
+    all_gather_shards(values_);
+    values_in_flight_ = true;
+  }
   if (queued_rounding_seed_ && applied)
     nn::keep_stochastic_compute_copies(parameters_, held_copies_, *queued_rounding_seed_, step_count_);
   else  // the parameters kept their values, so their copies are still theirs
     for (size_t k = 0; k < parameters_.size(); ++k)
       if (held_copies_[k].defined()) autograd::Variable(parameters_[k].variable).keep_compute_copy(held_copies_[k]);
   held_copies_.clear();
+}
+
+void DataParallel::complete_parameters() {
+  if (!values_in_flight_) return;
+  communicator_.synchronize();
+  values_in_flight_ = false;
 }
 
 std::vector<std::pair<std::string, Tensor>> DataParallel::shard_state() const {

@@ -14,7 +14,12 @@
 // gradients are reduce-scattered, so rank r holds the averaged gradient of shard r of every bucket, keeps
 // AdamW's m and v for those elements only, updates those parameters, and all-gathers the updated values.
 // Clipping uses the global norm: each bucket's sum of squares over the ranks' shards (an all-reduce), then
-// the buckets' sums added in order.
+// the buckets' sums added in order. The parameters' values live in one buffer per bucket (each parameter's
+// value is a view of its run there), so the all-gather lands in place. When every parameter holds a compute
+// copy of one narrower dtype (bf16 training with f32 masters, the trainer's case), the step writes this rank's
+// part of the copies beside the update and all-gathers the copies, half the bytes, which is all the next forward
+// and backward read; the f32 values follow in a second all-gather that settle_sharded_step queues and nothing
+// waits for until the next step's reduction (or complete_parameters()), so it runs beside the next forward.
 //
 // Determinism: the bucket layout is a pure function of the parameter shapes, bucket_bytes and world_size,
 // and the collectives run in the same order every step; with a deterministic communicator (NCCL's ring
@@ -111,10 +116,13 @@ class DataParallel {
   // ops::step_guard's: unscaling and clipping; a NaN skips the update there), with learning rate lr and step
   // step_count() + 1 (the scalars written to the device, as train::AdamW::queued_step does), then the updated
   // parameters all-gathered into every rank's model. ValueError while a step is queued and not settled.
-  // With a stochastic_rounding_seed, settle_sharded_step rewrites each parameter's held bf16/f16 compute copy
-  // from the gathered value, rounded stochastically with the bits train::AdamW's step would draw for it
-  // (parameter k as tensor k, the whole tensor's element indices: ops::stochastic_round), so the copies are the
-  // bits of the unsharded step on the same values; parameters holding no copy are left to round to nearest on use.
+  // When every parameter holds a compute copy of one bf16/f16 dtype (the trainer's mixed precision), the step
+  // writes this rank's part of the copies beside the update, rounded as train::AdamW's step rounds them (to
+  // nearest, or stochastically with the bits it would draw: parameter k as tensor k, the whole tensor's element
+  // indices), all-gathers the copies, and the held copies become views of the gathered buffers; the f32 values
+  // are gathered by settle_sharded_step. Otherwise the values are gathered here, the held copies dropped, and
+  // with a stochastic_rounding_seed settle_sharded_step rewrites each held bf16/f16 copy from the gathered value
+  // with those bits (ops::stochastic_round); parameters holding no copy are left to round to nearest on use.
   struct AdamW {
     double beta1, beta2, eps, weight_decay;
     std::optional<uint64_t> stochastic_rounding_seed = std::nullopt;
@@ -122,7 +130,14 @@ class DataParallel {
   void queue_sharded_step(double lr, const Tensor& factor, const AdamW& adamw);
   // Says whether the queued step was applied (the factor finite: the caller read the norm and the losses),
   // which advances step_count() or not; a step not applied leaves the held compute copies as they were.
+  // When the step gathered the copies and was applied, this queues the all-gather of the updated f32 values:
+  // until it completes, the values outside this rank's shards are the previous step's or in flight, so only
+  // the next step's forward and backward (which read the held copies) may run before complete_parameters() or
+  // the next queue_reduction (whose collectives queue behind it, and the device's later work behind those).
   void settle_sharded_step(bool applied);
+  // Waits (within the communicator's timeout) for the values' all-gather settle_sharded_step queued, so the host
+  // and the device can read every parameter's value: before a checkpoint, an evaluation or the end of training.
+  void complete_parameters();
 
   // ZeRO-1 state of this rank: m/bucket_<b> and v/bucket_<b> (its shard of each bucket), and the step.
   std::vector<std::pair<std::string, Tensor>> shard_state() const;
@@ -143,7 +158,10 @@ class DataParallel {
   void launch_bucket(size_t bucket);                        // packs its gradients, queues its collective
   Tensor flat_view(size_t parameter, bool gradient) const;  // 1-D view of a parameter's value or gradient
   Tensor bucket_slice(size_t bucket, const BucketEntry& entry) const;  // a parameter's run in its bucket
-  Tensor shard_of(size_t bucket) const;                     // this rank's shard of a bucket's buffer
+  Tensor shard_of(const Tensor& buffer, size_t bucket) const;          // this rank's shard of a bucket's buffer
+  void all_gather_shards(const std::vector<Tensor>& buffers);          // every bucket's, in place
+  DType gathered_copy_dtype() const;  // the held copies' common narrower dtype, else dtype_ (values gathered)
+  void hold_copies_in_buckets(DType copy_dtype);  // each held copy moved into (and made a view of) copies_
   void add_in_rank_order();  // deterministic: each bucket's (or shard's) average from gathered_
 
   Communicator& communicator_;
@@ -158,6 +176,10 @@ class DataParallel {
   std::vector<size_t> not_ready_;       // this step: the gradients each bucket still waits for
   size_t launched_ = 0;                 // this step: buckets whose collective is queued (0 .. launched_-1)
   std::vector<ShardSegment> segments_;  // ZeRO-1: this rank's shards, parameter by parameter
+  std::vector<Tensor> values_;          // ZeRO-1: per bucket, the parameters' values (theirs are views of it)
+  std::vector<Tensor> copies_;          // ZeRO-1: per bucket, the held compute copies (when gathered)
+  bool gathers_copies_ = false;         // ZeRO-1: the queued step all-gathers the copies, settle the values
+  bool values_in_flight_ = false;       // ZeRO-1: settle's all-gather of the values not yet waited for
   std::vector<Tensor> m_, v_;           // ZeRO-1: AdamW moments of this rank's shard of each bucket
   Tensor terms_;                        // ZeRO-1: the queued step's AdamW scalars, on the device
   bool step_queued_ = false;            // ZeRO-1: a queue_sharded_step not yet settled

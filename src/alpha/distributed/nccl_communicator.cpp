@@ -36,7 +36,16 @@ void check_cuda(cudaError_t status, const char* call) {
 
 ncclDataType_t nccl_dtype(const char* op, DType dtype) {
   require_collective_dtype(op, dtype);
-  return dtype == DType::f64 ? ncclFloat64 : dtype == DType::f32 ? ncclFloat32 : ncclBfloat16;
+  switch (dtype) {
+    case DType::f64:
+      return ncclFloat64;
+    case DType::f32:
+      return ncclFloat32;
+    case DType::f16:
+      return ncclFloat16;
+    default:
+      return ncclBfloat16;
+  }
 }
 
 ncclRedOp_t nccl_op(ReduceOp op) { return op == ReduceOp::sum ? ncclSum : ncclAvg; }

@@ -324,6 +324,7 @@ void Trainer::resume_from_checkpoint() {
 
 double Trainer::validation_loss() {
   if (!data_->val) return std::nan("");
+  if (data_->parallel) data_->parallel->complete_parameters();  // ZeRO-1's values gathered behind the step
   autograd::NoGradGuard no_grad;
   data_->val->seek({0, 0});
   int64_t batches = std::min(options_.train.eval_batches, data_->val->batches_per_epoch());
@@ -382,8 +383,10 @@ std::pair<double, double> Trainer::graphed_step(int64_t step, double lr, nn::Rec
 }
 
 void Trainer::save(int64_t steps_done) {
-  // Under ZeRO-1 every rank writes its optimizer shard first, so the checkpoint `latest` will name has all.
+  // Under ZeRO-1 every rank writes its optimizer shard first, so the checkpoint `latest` will name has all, and
+  // the values all-gathered behind the last step have arrived.
   if (sharded(options_)) {
+    data_->parallel->complete_parameters();
     write_optimizer_shard(options_.run_dir, steps_done, rank_of(options_), world_of(options_),
                           {data_->parallel->shard_state(), data_->parallel->step_count()});
     distributed::barrier(*options_.communicator);
@@ -602,6 +605,7 @@ std::string Trainer::run(std::optional<int64_t> stop_at_step) {
       save(steps_done_);
   }
   progress.finish();
+  if (data_->parallel) data_->parallel->complete_parameters();  // the model is the caller's now
   if (steps_done_ < t.steps || t.sample_tokens == 0 || rank_of(options_) != 0) return "";
   std::string text = sample_text(*model_, *data_->tokenizer, t.prompt, t.sample_tokens, t.temperature, t.top_k,
                                  options_.model.seed);
