@@ -27,7 +27,7 @@ inline double sharded_step(distributed::DataParallel& dp, double lr, double clip
   dp.communicator().synchronize();
   const double value = norm.to(Device::cpu()).item();
   dp.settle_sharded_step(std::isfinite(value));
-  dp.complete_parameters();  // the tests read the values next (the trainer lets the next forward run first)
+  dp.complete_parameters();  // the tests read the values next (the trainer trains on without them)
   return value;
 }
 

@@ -222,6 +222,50 @@ TEST(StochasticRoundingTraining, Zero1WithEveryCopyHeldGathersTheCopiesTheUnshar
     }
 }
 
+// Gathering the copies leaves each rank's values outside its shards as they were until complete_parameters(),
+// which gathers them; a step after a copy was replaced meanwhile (a forward would have converted a stale value)
+// is refused, naming the parameter.
+TEST(StochasticRoundingTraining, Zero1LeavesOtherShardsValuesStaleUntilCompleteParameters) {
+  constexpr int kWorld = 2;
+  auto group = std::make_shared<distributed::test::InProcessGroup>(kWorld, std::chrono::milliseconds(10000));
+  std::vector<std::vector<float>> stale(kWorld), gathered(kWorld);
+  distributed::test::run_ranks(kWorld, [&](int rank) {
+    distributed::test::InProcessCommunicator comm(group, rank);
+    std::vector<nn::NamedParameter> mine;
+    Variable v(Tensor::normal({40, 3}, 0.0, 1.0, 7), true, "w");
+    autograd::cast(v, kCompute);
+    autograd::clear_tape();
+    mine.push_back({"w", v, true});
+    distributed::DataParallel dp(comm, mine, {/*bucket_bytes=*/32, true});
+    auto step = [&] {
+      autograd::backward(v, Tensor::normal({40, 3}, 0.0, 1.0, 100 + rank));
+      alpha::test::reduce_gradients(dp);
+      const Tensor norm = dp.queue_sharded_norm();
+      dp.queue_sharded_step(1e-2, ops::step_guard(norm, Tensor::zeros({1}, DType::f32), 1.0, 0.0),
+                            {0.9, 0.95, 1e-8, 0.1});
+      comm.synchronize();
+      dp.settle_sharded_step(true);
+    };
+    step();
+    stale[size_t(rank)] = v.value().to_vector<float>();
+    dp.complete_parameters();
+    gathered[size_t(rank)] = v.value().to_vector<float>();
+    EXPECT_TRUE(alpha::test::bit_equal(v.compute_copy(), v.value().to(kCompute))) << "the copy was current already";
+    step();
+    v.mutable_value();  // drops the copy: the next forward would convert the stale value
+    EXPECT_ALPHA_ERROR(step(), ValueError, "[DataParallel::queue_sharded_step]", "'w'", "complete_parameters()");
+  });
+  EXPECT_EQ(gathered[0], gathered[1]);
+  for (int rank = 0; rank < kWorld; ++rank) {
+    // 120 elements, 60 a shard: this rank's half is updated, the other half is still the initial value.
+    const size_t first = size_t(rank) * 60, other = size_t(1 - rank) * 60;
+    for (size_t i = 0; i < 60; ++i) {
+      EXPECT_EQ(stale[size_t(rank)][first + i], gathered[0][first + i]) << "rank " << rank << " [" << first + i << "]";
+      EXPECT_NE(stale[size_t(rank)][other + i], gathered[0][other + i]) << "rank " << rank << " [" << other + i << "]";
+    }
+  }
+}
+
 TEST(StochasticRoundingTraining, ConfigRefusesItWithoutALowPrecisionCopy) {
   TrainConfig t;
   t.stochastic_rounding = true;

@@ -279,6 +279,16 @@ void DataParallel::queue_sharded_step(double lr, const Tensor& factor, const Ada
     raise<ValueError>(op, "self", "no queued step unsettled (call settle_sharded_step first)",
                       "step " + std::to_string(step_count_ + 1) + " queued");
   if (!factor.defined()) raise<ValueError>(op, "factor", "a device factor (ops::step_guard's)", "an undefined tensor");
+  if (values_stale_)  // the forward must have read the gathered copies, not a stale value converted afresh
+    for (size_t b = 0; b < buckets_.size(); ++b)
+      for (const auto& e : buckets_[b].entries) {
+        const Tensor& copy = parameters_[e.parameter].variable.compute_copy();
+        if (!copy.defined() || copy.raw_data() != copies_[b].slice(0, e.offset, e.offset + e.numel).raw_data())
+          raise<ValueError>(op, parameters_[e.parameter].name,
+                            "its held compute copy as the last step gathered it (its value outside this rank's "
+                            "shards is stale: call complete_parameters() before replacing a parameter's copy)",
+                            copy.defined() ? "another copy" : "no copy");
+      }
   const DType copy_dtype = gathered_copy_dtype();
   gathers_copies_ = copy_dtype != dtype_;
   held_copies_.assign(parameters_.size(), Tensor());
@@ -327,11 +337,7 @@ void DataParallel::settle_sharded_step(bool applied) {
                       "none queued");
   step_queued_ = false;
   if (applied) ++step_count_;
-  if (gathers_copies_ && applied) {
-    // Behind the copies' gather on the communicator's stream; the next forward reads the copies meanwhile.
-    all_gather_shards(values_);
-    values_in_flight_ = true;
-  }
+  values_stale_ |= gathers_copies_ && applied;
   if (queued_rounding_seed_ && applied)
     nn::keep_stochastic_compute_copies(parameters_, held_copies_, *queued_rounding_seed_, step_count_);
   else  // the parameters kept their values, so their copies are still theirs
@@ -341,9 +347,10 @@ void DataParallel::settle_sharded_step(bool applied) {
 }
 
 void DataParallel::complete_parameters() {
-  if (!values_in_flight_) return;
+  if (!values_stale_) return;
+  all_gather_shards(values_);
   communicator_.synchronize();
-  values_in_flight_ = false;
+  values_stale_ = false;
 }
 
 std::vector<std::pair<std::string, Tensor>> DataParallel::shard_state() const {

@@ -17,9 +17,10 @@
 // the buckets' sums added in order. The parameters' values live in one buffer per bucket (each parameter's
 // value is a view of its run there), so the all-gather lands in place. When every parameter holds a compute
 // copy of one narrower dtype (bf16 training with f32 masters, the trainer's case), the step writes this rank's
-// part of the copies beside the update and all-gathers the copies, half the bytes, which is all the next forward
-// and backward read; the f32 values follow in a second all-gather that settle_sharded_step queues and nothing
-// waits for until the next step's reduction (or complete_parameters()), so it runs beside the next forward.
+// part of the copies beside the update and all-gathers only the copies, half the bytes, which is all the next
+// forward and backward read: each rank's f32 values outside its own shards then stay as they were until
+// complete_parameters() gathers them (before a checkpoint, an evaluation, the end). On 2 H200s a collective beside
+// the forward or backward slowed their kernels about as much as it hid, so the bytes not moved are what count.
 //
 // Determinism: the bucket layout is a pure function of the parameter shapes, bucket_bytes and world_size,
 // and the collectives run in the same order every step; with a deterministic communicator (NCCL's ring
@@ -130,13 +131,13 @@ class DataParallel {
   void queue_sharded_step(double lr, const Tensor& factor, const AdamW& adamw);
   // Says whether the queued step was applied (the factor finite: the caller read the norm and the losses),
   // which advances step_count() or not; a step not applied leaves the held compute copies as they were.
-  // When the step gathered the copies and was applied, this queues the all-gather of the updated f32 values:
-  // until it completes, the values outside this rank's shards are the previous step's or in flight, so only
-  // the next step's forward and backward (which read the held copies) may run before complete_parameters() or
-  // the next queue_reduction (whose collectives queue behind it, and the device's later work behind those).
+  // When the step gathered the copies and was applied, the values outside this rank's shards are stale from
+  // then on: the model may only run forward and backward (which read the held copies) until complete_parameters().
   void settle_sharded_step(bool applied);
-  // Waits (within the communicator's timeout) for the values' all-gather settle_sharded_step queued, so the host
-  // and the device can read every parameter's value: before a checkpoint, an evaluation or the end of training.
+  // All-gathers the values the copies-gathering steps left stale and waits for them (within the communicator's
+  // timeout), so the host and the device can read every parameter's value: before a checkpoint, an evaluation
+  // or the end of training. A collective: every rank calls it at the same point; nothing to do when none is
+  // stale. The next queue_sharded_step raises ValueError if a held copy was replaced while values were stale.
   void complete_parameters();
 
   // ZeRO-1 state of this rank: m/bucket_<b> and v/bucket_<b> (its shard of each bucket), and the step.
@@ -179,7 +180,7 @@ class DataParallel {
   std::vector<Tensor> values_;          // ZeRO-1: per bucket, the parameters' values (theirs are views of it)
   std::vector<Tensor> copies_;          // ZeRO-1: per bucket, the held compute copies (when gathered)
   bool gathers_copies_ = false;         // ZeRO-1: the queued step all-gathers the copies, settle the values
-  bool values_in_flight_ = false;       // ZeRO-1: settle's all-gather of the values not yet waited for
+  bool values_stale_ = false;           // ZeRO-1: the values outside this rank's shards await complete_parameters
   std::vector<Tensor> m_, v_;           // ZeRO-1: AdamW moments of this rank's shard of each bucket
   Tensor terms_;                        // ZeRO-1: the queued step's AdamW scalars, on the device
   bool step_queued_ = false;            // ZeRO-1: a queue_sharded_step not yet settled

@@ -324,7 +324,7 @@ void Trainer::resume_from_checkpoint() {
 
 double Trainer::validation_loss() {
   if (!data_->val) return std::nan("");
-  if (data_->parallel) data_->parallel->complete_parameters();  // ZeRO-1's values gathered behind the step
+  if (data_->parallel) data_->parallel->complete_parameters();  // ZeRO-1's values, which its steps leave stale
   autograd::NoGradGuard no_grad;
   data_->val->seek({0, 0});
   int64_t batches = std::min(options_.train.eval_batches, data_->val->batches_per_epoch());
@@ -384,7 +384,7 @@ std::pair<double, double> Trainer::graphed_step(int64_t step, double lr, nn::Rec
 
 void Trainer::save(int64_t steps_done) {
   // Under ZeRO-1 every rank writes its optimizer shard first, so the checkpoint `latest` will name has all, and
-  // the values all-gathered behind the last step have arrived.
+  // the values its steps left stale are gathered.
   if (sharded(options_)) {
     data_->parallel->complete_parameters();
     write_optimizer_shard(options_.run_dir, steps_done, rank_of(options_), world_of(options_),
