@@ -325,8 +325,6 @@ void DataParallel::queue_sharded_step(double lr, const Tensor& factor, const Ada
     // Unscaled and clipped inside the update (no pass of its own over the shards).
     ops::adamw_step(params, grads, ms, vs, copies, configs, factor, terms_);
   }
-  all_gather_shards(gathers_copies_ ? copies_ : values_);
-  communicator_.order_after_collectives();
   queued_rounding_seed_ = gathers_copies_ ? std::nullopt : adamw.stochastic_rounding_seed;
   step_queued_ = true;
 }
@@ -336,8 +334,15 @@ void DataParallel::settle_sharded_step(bool applied) {
     raise<ValueError>("DataParallel::settle_sharded_step", "self", "a step queued by queue_sharded_step",
                       "none queued");
   step_queued_ = false;
-  if (applied) ++step_count_;
-  values_stale_ |= gathers_copies_ && applied;
+  if (applied) {
+    ++step_count_;
+    // Queued only now, after the host's wait for the step's collectives: the host then queues the next forward
+    // while the update and this gather run, instead of the device idling after the gather until it does. A
+    // skipped step changed nothing to gather.
+    all_gather_shards(gathers_copies_ ? copies_ : values_);
+    communicator_.order_after_collectives();
+    values_stale_ |= gathers_copies_;
+  }
   if (queued_rounding_seed_ && applied)
     nn::keep_stochastic_compute_copies(parameters_, held_copies_, *queued_rounding_seed_, step_count_);
   else  // the parameters kept their values, so their copies are still theirs
