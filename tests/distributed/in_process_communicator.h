@@ -61,6 +61,8 @@ class InProcessCommunicator : public Communicator {
   void all_gather(const void* send, void* recv, size_t send_count, DType dtype) override;
   void broadcast(void* data, size_t count, DType dtype, int root) override;
   void synchronize() override {}  // every collective completes before it returns
+  void mark_issued() override {}
+  void synchronize_marked() override {}
   void order_after_collectives() override {}
   void abort(const std::string& reason) override { group_->abort(reason); }
   std::chrono::milliseconds timeout() const override { return group_->timeout(); }

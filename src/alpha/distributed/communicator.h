@@ -53,6 +53,12 @@ class Communicator {
   // Waits until every collective issued so far has completed. RankFailureError (after aborting the group)
   // when that takes longer than timeout() or a peer failed.
   virtual void synchronize() = 0;
+  // The same for the collectives issued up to the last mark_issued() only (all of them with no mark since the
+  // last wait): a host that reads what those made need not also wait for collectives queued after them, such
+  // as ZeRO-1's all-gather of the updated weights, which then runs while the host reads the step and queues the
+  // next one. The collectives left running are waited for by the next synchronize().
+  virtual void mark_issued() = 0;
+  virtual void synchronize_marked() = 0;
   // Makes the work queued on the device's default stream from now on wait for every collective issued so far,
   // without the host waiting (on a GPU, a stream's wait for an event). That wait has no timeout of its own: a
   // host that then waits for the device must call synchronize() first, which is where a failed peer is named.

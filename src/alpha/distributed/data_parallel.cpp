@@ -226,6 +226,13 @@ void DataParallel::add_in_rank_order() {
   ops::scale_grads(sums, 1.0 / world);
 }
 
+void DataParallel::synchronize_step() {
+  if (options_.zero1)
+    communicator_.synchronize_marked();
+  else
+    communicator_.synchronize();
+}
+
 std::vector<Tensor> DataParallel::gradient_shards() const {
   std::vector<Tensor> shards;
   for (size_t b = 0; b < buckets_.size(); ++b) shards.push_back(shard_of(flat_[b], b));
@@ -238,6 +245,7 @@ Tensor DataParallel::queue_sharded_norm() {
   // The padding of the shards is zero, so it adds nothing to the norm.
   Tensor squares = ops::sums_of_squares(gradient_shards());
   communicator_.all_reduce(squares.raw_data(), size_t(squares.numel()), DType::f64, ReduceOp::sum);
+  communicator_.mark_issued();  // what synchronize_step waits for: not the weights' all-gather that follows
   communicator_.order_after_collectives();
   return ops::norm_of_sums_of_squares(squares);
 }
@@ -325,6 +333,8 @@ void DataParallel::queue_sharded_step(double lr, const Tensor& factor, const Ada
     // Unscaled and clipped inside the update (no pass of its own over the shards).
     ops::adamw_step(params, grads, ms, vs, copies, configs, factor, terms_);
   }
+  all_gather_shards(gathers_copies_ ? copies_ : values_);
+  communicator_.order_after_collectives();
   queued_rounding_seed_ = gathers_copies_ ? std::nullopt : adamw.stochastic_rounding_seed;
   step_queued_ = true;
 }
@@ -334,15 +344,8 @@ void DataParallel::settle_sharded_step(bool applied) {
     raise<ValueError>("DataParallel::settle_sharded_step", "self", "a step queued by queue_sharded_step",
                       "none queued");
   step_queued_ = false;
-  if (applied) {
-    ++step_count_;
-    // Queued only now, after the host's wait for the step's collectives: the host then queues the next forward
-    // while the update and this gather run, instead of the device idling after the gather until it does. A
-    // skipped step changed nothing to gather.
-    all_gather_shards(gathers_copies_ ? copies_ : values_);
-    communicator_.order_after_collectives();
-    values_stale_ |= gathers_copies_;
-  }
+  if (applied) ++step_count_;
+  values_stale_ |= gathers_copies_ && applied;
   if (queued_rounding_seed_ && applied)
     nn::keep_stochastic_compute_copies(parameters_, held_copies_, *queued_rounding_seed_, step_count_);
   else  // the parameters kept their values, so their copies are still theirs

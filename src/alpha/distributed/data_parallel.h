@@ -97,9 +97,13 @@ class DataParallel {
   // one process accumulating the global batch.
   // Queued only: the device's later work waits for the collectives (Communicator::order_after_collectives)
   // and the host does not, so the optimiser's step can be queued behind them at once; the gathered losses
-  // are returned on the device. The caller must call communicator().synchronize() before it waits for the
-  // device (that is where a failed peer is named within the timeout).
+  // are returned on the device. The caller must call synchronize_step() before it waits for the device (that
+  // is where a failed peer is named within the timeout).
   Tensor queue_reduction(const Tensor& step_losses = Tensor());
+  // Waits, within the communicator's timeout, for the collectives a step's numbers come from (the reduction, the
+  // gathered losses, ZeRO-1's norm), not for the weights' all-gather queue_sharded_step queues after them: the
+  // host reads the step and queues the next one while that runs (the next synchronize waits for it).
+  void synchronize_step();
   // For autograd::backward in the last micro-step: launches each bucket's collective as soon as its
   // gradients are complete (buckets in order, the same on every rank). queue_reduction() then finishes.
   autograd::LeafReadyFn gradient_ready_hook();
@@ -108,33 +112,31 @@ class DataParallel {
   // queue_reduction:
   //   norm = queue_sharded_norm();                                      // read it when the step is done
   //   queue_sharded_step(lr, ops::step_guard(norm, losses, scale, clip), adamw);
-  //   communicator().synchronize(), read the norm and the losses, then settle_sharded_step(applied), which
-  //   queues the all-gather of the updated weights.
+  //   synchronize_step(), read the norm and the losses, then settle_sharded_step(applied).
   // queue_sharded_norm: the global L2 norm of the averaged gradients as a 0-d f64 tensor on the device, the
   // same bits on every rank: each rank's per-bucket sums of squares of its shards, summed over the ranks by an
   // all-reduce, then added in bucket order (ops::sums_of_squares, ops::norm_of_sums_of_squares).
   Tensor queue_sharded_norm();
   // AdamW on this rank's shards, the gradients multiplied by `factor` (a single-element f64 tensor on the device,
   // ops::step_guard's: unscaling and clipping; a NaN skips the update there), with learning rate lr and step
-  // step_count() + 1 (the scalars written to the device, as train::AdamW::queued_step does). ValueError while a
-  // step is queued and not settled. When every parameter holds a compute copy of one bf16/f16 dtype (the trainer's
-  // mixed precision), the step also writes this rank's part of the copies, rounded as train::AdamW's step rounds
-  // them (to nearest, or stochastically with the bits it would draw: parameter k as tensor k, the whole tensor's
-  // element indices), and the held copies are views of per-bucket buffers. Otherwise the held copies are dropped.
+  // step_count() + 1 (the scalars written to the device, as train::AdamW::queued_step does), then the updated
+  // parameters all-gathered into every rank's model. ValueError while a step is queued and not settled.
+  // When every parameter holds a compute copy of one bf16/f16 dtype (the trainer's mixed precision), the step
+  // writes this rank's part of the copies beside the update, rounded as train::AdamW's step rounds them (to
+  // nearest, or stochastically with the bits it would draw: parameter k as tensor k, the whole tensor's element
+  // indices), all-gathers the copies, and the held copies become views of the gathered buffers; the f32 values
+  // stay stale (settle_sharded_step). Otherwise the values are gathered here, the held copies dropped, and
+  // with a stochastic_rounding_seed settle_sharded_step rewrites each held bf16/f16 copy from the gathered value
+  // with those bits (ops::stochastic_round); parameters holding no copy are left to round to nearest on use.
   struct AdamW {
     double beta1, beta2, eps, weight_decay;
     std::optional<uint64_t> stochastic_rounding_seed = std::nullopt;
   };
   void queue_sharded_step(double lr, const Tensor& factor, const AdamW& adamw);
   // Says whether the queued step was applied (the factor finite: the caller read the norm and the losses),
-  // which advances step_count() or not; a step not applied leaves the values and held compute copies as they were.
-  // An applied step's updated shards are all-gathered now (queued, the device's later work behind them: after
-  // the host's wait for the step's collectives, so that the host queues the next forward while the device still
-  // updates and gathers): the copies when the step wrote them, and the values outside this rank's shards are stale
-  // from then on (the model may only run forward and backward, which read the copies, until
-  // complete_parameters()); else the values, and with a stochastic_rounding_seed each held bf16/f16 copy is
-  // rewritten from the gathered value with the unsharded step's bits (ops::stochastic_round); parameters holding
-  // no copy round to nearest on use.
+  // which advances step_count() or not; a step not applied leaves the held compute copies as they were.
+  // When the step gathered the copies and was applied, the values outside this rank's shards are stale from
+  // then on: the model may only run forward and backward (which read the held copies) until complete_parameters().
   void settle_sharded_step(bool applied);
   // All-gathers the values the copies-gathering steps left stale and waits for them (within the communicator's
   // timeout), so the host and the device can read every parameter's value: before a checkpoint, an evaluation

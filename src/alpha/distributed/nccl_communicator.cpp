@@ -74,6 +74,7 @@ class NcclCommunicator : public Communicator {
     check_cuda(cudaEventCreateWithFlags(&queued_, cudaEventDisableTiming), "cudaEventCreateWithFlags");
     check_cuda(cudaEventCreateWithFlags(&done_, cudaEventDisableTiming), "cudaEventCreateWithFlags");
     check_cuda(cudaEventCreateWithFlags(&issued_, cudaEventDisableTiming), "cudaEventCreateWithFlags");
+    check_cuda(cudaEventCreateWithFlags(&marked_done_, cudaEventDisableTiming), "cudaEventCreateWithFlags");
     // Non-blocking: init and collectives return at once, so a missing peer shows as a timeout here.
     ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
     config.blocking = 0;
@@ -94,6 +95,7 @@ class NcclCommunicator : public Communicator {
     cudaEventDestroy(queued_);
     cudaEventDestroy(done_);
     cudaEventDestroy(issued_);
+    cudaEventDestroy(marked_done_);
     cudaStreamDestroy(stream_);
   }
 
@@ -124,26 +126,23 @@ class NcclCommunicator : public Communicator {
     if (aborted_) fail("synchronize", "the communicator was aborted earlier");
     cuda::set_device(device_.index);
     check_cuda(cudaEventRecord(done_, stream_), "cudaEventRecord");
-    // What the rendezvous shows to the other ranks if this one hangs from here on. Not reaching it is no
-    // failure by itself: rank 0 may have finished its last step and closed it while this rank's last
-    // collective completes; the collective decides, and fail() asks over a connection of its own.
-    try {
-      store_->post_progress(++synchronizations_);
-    } catch (const IOError&) {
-    }
-    auto deadline = Clock::now() + timeout_;
-    while (true) {
-      cudaError_t query = cudaEventQuery(done_);
-      if (query == cudaSuccess) break;
-      if (query != cudaErrorNotReady) check_cuda(query, "cudaEventQuery");
-      ncclResult_t state = ncclSuccess;
-      ncclCommGetAsyncError(comm_, &state);
-      if (state != ncclSuccess && state != ncclInProgress)
-        fail("synchronize", std::string("NCCL reported ") + ncclGetErrorString(state) + ": " + ncclGetLastError(comm_));
-      if (Clock::now() > deadline)
-        fail("synchronize", "the collectives did not complete within " + std::to_string(timeout_.count()) + " ms");
-      std::this_thread::yield();
-    }
+    marked_ = false;
+    wait_for(done_, "synchronize");
+  }
+
+  void mark_issued() override {
+    if (aborted_) fail("mark_issued", "the communicator was aborted earlier");
+    cuda::set_device(device_.index);
+    check_cuda(cudaEventRecord(marked_done_, stream_), "cudaEventRecord");
+    marked_ = true;
+  }
+
+  void synchronize_marked() override {
+    if (!marked_) return synchronize();
+    if (aborted_) fail("synchronize_marked", "the communicator was aborted earlier");
+    cuda::set_device(device_.index);
+    marked_ = false;
+    wait_for(marked_done_, "synchronize_marked");
   }
 
   void order_after_collectives() override {
@@ -161,6 +160,31 @@ class NcclCommunicator : public Communicator {
   }
 
  private:
+  // Polls `event` (recorded on the communicator's stream) until it completes, failing the group on NCCL's
+  // asynchronous error or after the timeout.
+  void wait_for(cudaEvent_t event, const char* op) {
+    // What the rendezvous shows to the other ranks if this one hangs from here on. Not reaching it is no
+    // failure by itself: rank 0 may have finished its last step and closed it while this rank's last
+    // collective completes; the collective decides, and fail() asks over a connection of its own.
+    try {
+      store_->post_progress(++synchronizations_);
+    } catch (const IOError&) {
+    }
+    auto deadline = Clock::now() + timeout_;
+    while (true) {
+      cudaError_t query = cudaEventQuery(event);
+      if (query == cudaSuccess) break;
+      if (query != cudaErrorNotReady) check_cuda(query, "cudaEventQuery");
+      ncclResult_t state = ncclSuccess;
+      ncclCommGetAsyncError(comm_, &state);
+      if (state != ncclSuccess && state != ncclInProgress)
+        fail(op, std::string("NCCL reported ") + ncclGetErrorString(state) + ": " + ncclGetLastError(comm_));
+      if (Clock::now() > deadline)
+        fail(op, "the collectives did not complete within " + std::to_string(timeout_.count()) + " ms");
+      std::this_thread::yield();
+    }
+  }
+
   // Queues a collective on the communicator's stream after the work on the default stream.
   template <class Call>
   void launch(const char* name, Call call) {
@@ -206,6 +230,8 @@ class NcclCommunicator : public Communicator {
   ncclComm_t comm_ = nullptr;
   cudaStream_t stream_ = nullptr;
   cudaEvent_t queued_ = nullptr, done_ = nullptr, issued_ = nullptr;
+  cudaEvent_t marked_done_ = nullptr;  // mark_issued()'s, valid while marked_
+  bool marked_ = false;
   int64_t synchronizations_ = 0;
   bool aborted_ = false;
 };

@@ -494,7 +494,7 @@ std::string Trainer::run(std::optional<int64_t> stop_at_step) {
       else
         data_->optimizer->queued_step(lr, factor);
       optimizer_s = phase.seconds();
-      if (data_->parallel) data_->parallel->communicator().synchronize();
+      if (data_->parallel) data_->parallel->synchronize_step();
       const std::vector<Tensor> host = read.wait();
       phase.restart();
       // In micro-step order (data parallel: rank by rank, the global batch's order), summed in f64.
