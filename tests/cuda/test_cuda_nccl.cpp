@@ -1,13 +1,15 @@
 // The NCCL communicator on two GPUs of this machine, one thread per rank (cuda:0 and cuda:1), through the
 // same TCP rendezvous as separate processes use: every collective's result in f32 and bf16, data-parallel
 // gradient averaging and a ZeRO-1 step against the in-process communicator's on the CPU (ZeRO-1 also with every
-// parameter holding a bf16 copy: the copies all-gathered, the values after them), and a rank that stops
-// participating named within the timeout. Skipped without NCCL or with fewer than two GPUs.
+// parameter holding a bf16 copy: the copies all-gathered, the values after them; and both with the gradients
+// reduced in bf16, within its rounding), and a rank that stops participating named within the timeout. Skipped without
+// NCCL or with fewer than two GPUs.
 #include <gtest/gtest.h>
 
 #include <atomic>
 #include <chrono>
 #include <functional>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -124,6 +126,8 @@ std::vector<std::vector<std::vector<float>>> train_two_steps(int world, DataPara
           autograd::backward(mine[p].variable, again[p].variable.grad());
         }
       alpha::test::reduce_gradients(dp);
+      if (options.reduce_dtype)
+        for (const Tensor& shard : dp.gradient_shards()) EXPECT_EQ(shard.dtype(), *options.reduce_dtype);
       if (zero1) {
         alpha::test::sharded_step(dp, 1e-2, 0.5, {0.9, 0.95, 1e-8, 0.1});
         for (const auto& p : mine)
@@ -137,7 +141,7 @@ std::vector<std::vector<std::vector<float>>> train_two_steps(int world, DataPara
         // Plain data parallel leaves the averaged gradients: step them the simplest way, by hand.
         for (auto& p : mine) {
           autograd::Variable v = p.variable;
-          Tensor update = v.grad().to(Device::cpu());
+          Tensor update = v.grad().to(Device::cpu()).to(DType::f32);
           std::vector<float> values = v.value().to_vector<float>(), g = update.to_vector<float>();
           for (size_t i = 0; i < values.size(); ++i) values[i] -= 0.1f * g[i];
           v.mutable_value().copy_from(Tensor::from_vector(values, v.value().shape()).to(comm.device()));
@@ -152,10 +156,12 @@ std::vector<std::vector<std::vector<float>>> train_two_steps(int world, DataPara
 TEST_F(CudaNccl, DataParallelAndZero1MatchTheInProcessCommunicatorOnTheCpu) {
   struct Variant {
     bool zero1, deterministic, hold_copies;
+    std::optional<DType> reduce_dtype = std::nullopt;  // bf16: against the f32 reduction, within bf16's rounding
   };
   for (const Variant& variant : {Variant{false, false, false}, Variant{false, true, false}, Variant{true, false, false},
-                                 Variant{true, true, false}, Variant{true, false, true}}) {
-    const DataParallelOptions options{/*bucket_bytes=*/32, variant.zero1, variant.deterministic};
+                                 Variant{true, true, false}, Variant{true, false, true},
+                                 Variant{false, false, false, DType::bf16}, Variant{true, false, true, DType::bf16}}) {
+    const DataParallelOptions options{/*bucket_bytes=*/32, variant.zero1, variant.deterministic, variant.reduce_dtype};
     std::vector<std::unique_ptr<Communicator>> nccl(static_cast<size_t>(kWorld));
     test::run_ranks(kWorld, [&](int rank) { nccl[size_t(rank)] = join(rank, milliseconds(60000)); });
     auto gpu = train_two_steps(
@@ -168,10 +174,10 @@ TEST_F(CudaNccl, DataParallelAndZero1MatchTheInProcessCommunicatorOnTheCpu) {
     for (int r = 0; r < kWorld; ++r)
       for (size_t p = 0; p < cpu[0].size(); ++p)
         for (size_t i = 0; i < cpu[0][p].size(); ++i)
-          ASSERT_NEAR(gpu[size_t(r)][p][i], cpu[0][p][i], 1e-5)
+          ASSERT_NEAR(gpu[size_t(r)][p][i], cpu[0][p][i], variant.reduce_dtype ? 3e-3 : 1e-5)
               << (variant.zero1 ? "ZeRO-1" : "plain") << (variant.deterministic ? ", deterministic" : "")
-              << (variant.hold_copies ? ", bf16 copies held" : "") << " rank " << r << " parameter " << p << " [" << i
-              << "]";
+              << (variant.hold_copies ? ", bf16 copies held" : "") << (variant.reduce_dtype ? ", bf16 reduction" : "")
+              << " rank " << r << " parameter " << p << " [" << i << "]";
     test::run_ranks(kWorld, [&](int rank) { nccl[size_t(rank)].reset(); });
   }
 }

@@ -107,24 +107,30 @@ TEST_F(CudaRuntime, CopiesKeepEveryValueInEveryLayout) {
 }
 
 // copy_many in one launch per list: runs of every word size it picks (16-byte vectors, 4-, 2- and 1-byte
-// words), odd lengths and offsets, more runs than one launch takes, into a poisoned buffer whose gaps
-// must keep the poison; and a list with a strided pair, which goes pair by pair.
+// words), f32 runs converted into bf16 or f16 (the gradients packed into bf16 buckets: rounded as the CPU's
+// conversion rounds), odd lengths and offsets, more runs than one launch takes, into a poisoned buffer whose
+// gaps must keep the poison; and a list with a strided pair, which goes pair by pair.
 TEST_F(CudaRuntime, CopyManyWritesEveryRunAndNothingBeside) {
 #if ALPHA_WITH_CUDA
   struct Case {
     DType dtype;
     std::vector<int64_t> lengths;
     int64_t first, gap;  // offset of the first run; poisoned elements between two runs
+    DType source;        // the runs' dtype: dtype, or f32 converted
   };
   const std::vector<Case> cases{
-      {DType::f32, {4, 8, 1024, 4100}, 0, 4},          // 16-byte aligned throughout: vectors
-      {DType::f32, {3, 1, 1001, 70000}, 1, 1},         // 4-byte words
-      {DType::bf16, {7, 1, 333, 4097}, 1, 1},          // 2-byte words
-      {DType::u8, {5, 1, 999, 17}, 3, 1},              // bytes
-      {DType::f32, std::vector<int64_t>(300, 37), 2, 1},  // 300 runs: three launches
+      {DType::f32, {4, 8, 1024, 4100}, 0, 4, DType::f32},             // 16-byte aligned throughout: vectors
+      {DType::f32, {3, 1, 1001, 70000}, 1, 1, DType::f32},            // 4-byte words
+      {DType::bf16, {7, 1, 333, 4097}, 1, 1, DType::bf16},            // 2-byte words
+      {DType::u8, {5, 1, 999, 17}, 3, 1, DType::u8},                  // bytes
+      {DType::f32, std::vector<int64_t>(300, 37), 2, 1, DType::f32},  // 300 runs: three launches
+      {DType::bf16, {7, 1, 333, 70001}, 1, 1, DType::f32},            // converted
+      {DType::f16, {5, 2, 1025, 4099}, 3, 2, DType::f32},
+      {DType::bf16, std::vector<int64_t>(300, 37), 2, 1, DType::f32},
   };
   for (const Case& c : cases) {
-    SCOPED_TRACE(std::string(dtype_name(c.dtype)) + " runs " + std::to_string(c.lengths.size()));
+    SCOPED_TRACE(std::string(dtype_name(c.source)) + " into " + std::string(dtype_name(c.dtype)) + " runs " +
+                 std::to_string(c.lengths.size()));
     int64_t total = c.first;
     for (int64_t n : c.lengths) total += n + c.gap;
     Tensor poison = Tensor::full({total}, 3.0, c.dtype);
@@ -132,7 +138,7 @@ TEST_F(CudaRuntime, CopyManyWritesEveryRunAndNothingBeside) {
     std::vector<Tensor> dsts, srcs;
     int64_t at = c.first;
     for (int64_t n : c.lengths) {
-      Tensor src = c.dtype == DType::u8 ? Tensor::full({n}, double(n % 251), DType::u8) : test::random({n}, c.dtype);
+      Tensor src = c.dtype == DType::u8 ? Tensor::full({n}, double(n % 251), DType::u8) : test::random({n}, c.source);
       want.slice(0, at, at + n).copy_from(src);
       dsts.push_back(buffer.slice(0, at, at + n));
       srcs.push_back(src.to(kGpu));

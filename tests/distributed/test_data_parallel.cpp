@@ -121,6 +121,39 @@ TEST(DataParallel, AllReduceLeavesTheAverageOnEveryRank) {
   }
 }
 
+// reduce_dtype bf16: each rank's gradients rounded to bf16 in the buckets, averaged there (the in-process
+// communicator adds in rank order in f32 and rounds the average to bf16, as NCCL's ring does on two ranks), and
+// handed back as bf16 views of the buckets. (The step on bf16 gradients needs the GPU's kernels: the CPU backend
+// computes in f32 and f64 only; tests/cuda/test_cuda_nccl.cpp steps them, plain and ZeRO-1.)
+TEST(DataParallel, Bf16ReductionAveragesTheRoundedGradientsInBf16) {
+  for (int world : {1, 2, 3}) {
+    SCOPED_TRACE("world " + std::to_string(world));
+    std::vector<Tensor> expected;
+    for (size_t p = 0; p < Replica(0).parameters.size(); ++p) {
+      std::vector<float> total = Replica(0).parameters[p].variable.grad().to(DType::bf16).to_vector<float>();
+      for (int r = 1; r < world; ++r) {
+        std::vector<float> g = Replica(r).parameters[p].variable.grad().to(DType::bf16).to_vector<float>();
+        for (size_t i = 0; i < total.size(); ++i) total[i] += g[i];
+      }
+      for (float& x : total) x /= float(world);
+      expected.push_back(Tensor::from_vector(total, Replica(0).parameters[p].variable.shape()).to(DType::bf16));
+    }
+    auto group = std::make_shared<InProcessGroup>(world, milliseconds(10000));
+    std::vector<Replica> replicas;
+    for (int r = 0; r < world; ++r) replicas.emplace_back(r);
+    run_ranks(world, [&](int rank) {
+      InProcessCommunicator comm(group, rank);
+      std::vector<nn::NamedParameter>& mine = replicas[size_t(rank)].parameters;
+      DataParallel dp(comm, mine, {/*bucket_bytes=*/32, false, false, DType::bf16});
+      alpha::test::reduce_gradients(dp);
+      for (size_t p = 0; p < mine.size(); ++p) {
+        EXPECT_EQ(mine[p].variable.grad().dtype(), DType::bf16) << "parameter " << p;
+        EXPECT_TRUE(alpha::test::bit_equal(mine[p].variable.grad(), expected[p])) << "parameter " << p;
+      }
+    });
+  }
+}
+
 TEST(DataParallel, StepLossesAreGatheredRankByRankInTheGradientsSynchronisation) {
   constexpr int kWorld = 3;
   // reduce_gradients reads them on the host; queue_reduction leaves them on the device, the gradients' views
@@ -386,6 +419,10 @@ TEST(DataParallel, RejectsParametersWithoutGradientsAndBadOptions) {
   }
   EXPECT_THROW(DataParallel(comm, {}, {64, false}), ValueError);
   EXPECT_THROW(DataParallel(comm, {{"w", no_grad, true}}, {0, false}), ConfigError);
+  EXPECT_ALPHA_ERROR(DataParallel(comm, {{"w", no_grad, true}}, {64, false, false, DType::f16}), ConfigError,
+                     "'reduce_dtype'", "bf16", "f16");
+  EXPECT_ALPHA_ERROR(DataParallel(comm, {{"w", no_grad, true}}, {64, false, true, DType::bf16}), ConfigError,
+                     "'reduce_dtype'", "deterministic");
 }
 
 TEST(CheckResume, NamesTheWorldSizeFirstThenTheShardingLayout) {

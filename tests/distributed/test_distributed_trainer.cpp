@@ -14,6 +14,7 @@
 #include "alpha/train/checkpoint.h"
 #include "alpha/train/optimizer_shards.h"
 #include "distributed/in_process_communicator.h"
+#include "support/checks.h"
 #include "train/golden_run_util.h"
 
 namespace alpha::train {
@@ -182,6 +183,26 @@ TEST(DistributedTrainer, ResumingWithAnotherWorldSizeFailsNamingIt) {
     EXPECT_NE(message.find("world size"), std::string::npos) << message;
     EXPECT_NE(message.find("--gpus 2"), std::string::npos) << message;
   }
+}
+
+// --reduce-precision bf16 (the gradients rounded to bf16 for the collectives) needs bf16 weights with held copies,
+// which AdamW reads beside the bf16 gradients, and no deterministic reduction; the config names what it expects.
+TEST(DistributedTrainer, Bf16ReductionNeedsBf16ComputeWithHeldCopiesAndNoDeterministicReduce) {
+  TrainConfig t;
+  t.reduce_precision = "f16";
+  EXPECT_ALPHA_ERROR(t.validate(), ConfigError, "'reduce_precision'", "\"f32\" or \"bf16\"");
+  t.reduce_precision = "bf16";
+  EXPECT_ALPHA_ERROR(t.validate(), ConfigError, "'reduce_precision'", "precision is \"bf16\"");
+  t.precision = "bf16";
+  t.device = "cuda";
+  t.validate();
+  EXPECT_EQ(TrainConfig::from_json(t.to_json()).reduce_precision, "bf16");
+  EXPECT_EQ(TrainConfig::from_json(nlohmann::json::object()).reduce_precision, "f32") << "f32 by default";
+  t.hold_compute_copies = false;
+  EXPECT_ALPHA_ERROR(t.validate(), ConfigError, "'reduce_precision'", "hold_compute_copies");
+  t.hold_compute_copies = true;
+  t.deterministic_reduce = true;
+  EXPECT_ALPHA_ERROR(t.validate(), ConfigError, "'reduce_precision'", "deterministic_reduce");
 }
 
 }  // namespace

@@ -22,6 +22,12 @@ std::string state_name(const char* slot, size_t bucket) {
 
 void DataParallelOptions::validate() const {
   if (bucket_bytes < 1) raise<ConfigError>(kOp, "bucket_bytes", "a size in bytes >= 1", std::to_string(bucket_bytes));
+  if (reduce_dtype && *reduce_dtype != DType::bf16)
+    raise<ConfigError>(kOp, "reduce_dtype", "none (the parameters' dtype) or bf16",
+                       std::string(dtype_name(*reduce_dtype)));
+  if (reduce_dtype && deterministic)
+    raise<ConfigError>(kOp, "reduce_dtype", "none with deterministic (its sums are the parameters' dtype's)",
+                       std::string(dtype_name(*reduce_dtype)));
 }
 
 std::vector<Bucket> plan_buckets(const std::vector<int64_t>& numels, size_t element_bytes, int64_t bucket_bytes,
@@ -80,7 +86,9 @@ DataParallel::DataParallel(Communicator& communicator, std::vector<nn::NamedPara
     not_ready_.push_back(buckets_[b].entries.size());
   }
   for (size_t i = 0; i < parameters_.size(); ++i) parameter_of_[parameters_[i].variable.state().get()] = i;
-  for (const auto& b : buckets_) flat_.push_back(Tensor::zeros({b.padded_numel}, dtype_, communicator_.device()));
+  reduce_dtype_ = options_.reduce_dtype.value_or(dtype_);
+  for (const auto& b : buckets_)
+    flat_.push_back(Tensor::zeros({b.padded_numel}, reduce_dtype_, communicator_.device()));
   if (options_.deterministic)
     for (const auto& b : buckets_)
       gathered_.push_back(Tensor::zeros({world, b.padded_numel}, dtype_, communicator_.device()));
@@ -152,9 +160,9 @@ void DataParallel::launch_bucket(size_t b) {
                              dtype_);
   else if (options_.zero1)
     communicator_.reduce_scatter(flat_[b].raw_data(), shard_of(flat_[b], b).raw_data(), size_t(buckets_[b].shard_numel),
-                                 dtype_, ReduceOp::average);
+                                 reduce_dtype_, ReduceOp::average);
   else
-    communicator_.all_reduce(flat_[b].raw_data(), size_t(buckets_[b].padded_numel), dtype_, ReduceOp::average);
+    communicator_.all_reduce(flat_[b].raw_data(), size_t(buckets_[b].padded_numel), reduce_dtype_, ReduceOp::average);
 }
 
 void DataParallel::on_gradient_ready(const autograd::VariableState& leaf) {
@@ -198,12 +206,15 @@ Tensor DataParallel::queue_reduction(const Tensor& step_losses) {
     return gathered_losses;
   }
   // The averaged gradients stay in the buckets: each parameter's gradient becomes its view there (no copy
-  // back). The next backward makes fresh gradients (the optimiser releases these after its step).
+  // back; under a bf16 reduction the bf16 average, which AdamW reads as it is). The next backward makes fresh
+  // gradients (the optimiser releases these after its step). A gradient of another dtype than the buckets'
+  // without one (a bf16 model's gradient of an f32 parameter) takes the average in its own dtype.
   for (size_t b = 0; b < buckets_.size(); ++b) {
     for (const auto& e : buckets_[b].entries) {
       autograd::Variable v = parameters_[e.parameter].variable;
       Tensor averaged = bucket_slice(b, e).view(v.shape());
-      if (v.grad().dtype() == dtype_) v.set_grad(std::move(averaged));
+      if (v.grad().dtype() == reduce_dtype_ || options_.reduce_dtype)
+        v.set_grad(std::move(averaged));
       else Tensor(v.grad()).copy_from(averaged);
     }
   }
@@ -253,7 +264,7 @@ Tensor DataParallel::queue_sharded_norm() {
 DType DataParallel::gathered_copy_dtype() const {
   const Tensor& first = parameters_[0].variable.compute_copy();
   if (!first.defined() || first.dtype() == dtype_ || (first.dtype() != DType::bf16 && first.dtype() != DType::f16) ||
-      !ops::adamw_takes_compute_copy(dtype_, dtype_, first.dtype()))
+      !ops::adamw_takes_compute_copy(dtype_, reduce_dtype_, first.dtype()))
     return dtype_;
   for (const auto& p : parameters_)
     if (!p.variable.compute_copy().defined() || p.variable.compute_copy().dtype() != first.dtype()) return dtype_;

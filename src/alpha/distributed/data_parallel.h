@@ -22,6 +22,11 @@
 // complete_parameters() gathers them (before a checkpoint, an evaluation, the end). On 2 H200s a collective beside
 // the forward or backward slowed their kernels about as much as it hid, so the bytes not moved are what count.
 //
+// reduce_dtype bf16: the buckets hold bf16, so packing rounds each rank's f32 gradients to bf16 (one launch a
+// bucket) and the collectives move half the bytes; the averaged gradients handed back (plain) or the shards
+// stepped (ZeRO-1) are bf16, which AdamW reads beside the f32 masters. The bucket layout stays the parameters'
+// dtype's, so ZeRO-1's shards (and checkpoints) do not depend on it. Not with `deterministic`.
+//
 // Determinism: the bucket layout is a pure function of the parameter shapes, bucket_bytes and world_size,
 // and the collectives run in the same order every step; with a deterministic communicator (NCCL's ring
 // algorithm and simple protocol fixed, see nccl_communicator.h) a run repeats bit for bit. The
@@ -50,7 +55,9 @@ struct DataParallelOptions {
   int64_t bucket_bytes = 25 << 20;  // PyTorch DDP's default bucket size
   bool zero1 = false;               // shard the optimiser state (reduce-scatter + all-gather)
   bool deterministic = false;       // all-gather and add in rank order (above)
-  void validate() const;            // ConfigError naming the field
+  // The gradients' dtype in the buckets and collectives: the parameters' (none), or bf16 (below).
+  std::optional<DType> reduce_dtype = std::nullopt;
+  void validate() const;  // ConfigError naming the field
 };
 
 // A parameter's run of elements inside a bucket.
@@ -172,7 +179,8 @@ class DataParallel {
   Communicator& communicator_;
   std::vector<nn::NamedParameter> parameters_;
   DataParallelOptions options_;
-  DType dtype_;
+  DType dtype_;         // the parameters'
+  DType reduce_dtype_;  // the buckets' (options_.reduce_dtype, else dtype_)
   std::vector<Bucket> buckets_;
   std::vector<Tensor> flat_;       // one buffer per bucket
   std::vector<Tensor> gathered_;   // deterministic: per bucket, [world_size, padded_numel], every rank's

@@ -42,8 +42,18 @@ struct ContiguousCopy {
   int64_t bytes;
 };
 
+// One contiguous run of floats for convert_many, rounded to nearest even into dst's bf16 or f16.
+struct ContiguousConversion {
+  const float* src;
+  void* dst;
+  int64_t numel;
+};
+
 #if ALPHA_WITH_CUDA
 namespace cuda {
+// Converts every run (Dst: bf16 or f16), a list per launch: the gradients packed into bf16 buckets.
+template <class Dst>
+void convert_many(std::span<const ContiguousConversion> runs, Stream stream);
 // Moves the bits of every run, in words of the widest size (16, 4, 2 or 1 bytes) that every run's
 // pointers and length allow.
 void copy_many(std::span<const ContiguousCopy> copies, Stream stream);

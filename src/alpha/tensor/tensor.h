@@ -137,9 +137,10 @@ class HostCopy {
   bool collected_ = false;
 };
 
-// dsts[k].copy_from(srcs[k]) for every k. On one GPU, when every pair is contiguous, of one dtype and in two
-// storages, one launch for the whole list (kernels::cuda::copy_many) instead of one per pair; else pair by
-// pair. The destinations must not overlap one another or another pair's source.
+// dsts[k].copy_from(srcs[k]) for every k. On one GPU, when every pair is contiguous, in two storages and of one
+// dtype, or every pair f32 into one of bf16 or f16, one launch for the whole list (kernels::cuda::copy_many,
+// convert_many) instead of one per pair; else pair by pair. The destinations must not overlap one another or
+// another pair's source.
 void copy_many(std::span<const Tensor> dsts, std::span<const Tensor> srcs);
 
 template <class T>

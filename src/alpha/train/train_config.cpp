@@ -32,14 +32,16 @@ void read_field(const nlohmann::json& j, const char* name, T& value) {
 
 }  // namespace
 
-#define ALPHA_TRAIN_FIELDS(X)                                                                          \
-  X(steps) X(batch_size) X(seq_len) X(grad_accum) X(lr) X(min_lr) X(warmup_steps) X(lr_decay_steps)    \
-  X(weight_decay) X(decay_embeddings) X(beta1) X(beta2) X(adam_eps) X(grad_clip) X(max_nonfinite_steps) \
-  X(eval_every) X(eval_batches) X(save_every) X(keep_last) X(data_seed) X(val_fraction) X(sample_tokens) \
-  X(temperature) X(top_k) X(prompt) X(device) X(precision) X(stochastic_rounding) X(hold_compute_copies)         \
-  X(loss_scaling) X(loss_scale)                                                                                   \
-  X(loss_scale_growth_interval) X(tf32) X(cuda_graphs) X(zero1) X(deterministic_reduce) X(bucket_mb)             \
-  X(dist_timeout_s) X(recompute)
+#define ALPHA_TRAIN_FIELDS(X)                                                                                        \
+  X(steps)                                                                                                           \
+  X(batch_size)                                                                                                      \
+  X(seq_len)                                                                                                         \
+  X(grad_accum) X(lr) X(min_lr) X(warmup_steps) X(lr_decay_steps) X(weight_decay) X(decay_embeddings) X(beta1)       \
+      X(beta2) X(adam_eps) X(grad_clip) X(max_nonfinite_steps) X(eval_every) X(eval_batches) X(save_every)           \
+          X(keep_last) X(data_seed) X(val_fraction) X(sample_tokens) X(temperature) X(top_k) X(prompt) X(device)     \
+              X(precision) X(stochastic_rounding) X(hold_compute_copies) X(loss_scaling) X(loss_scale)               \
+                  X(loss_scale_growth_interval) X(tf32) X(cuda_graphs) X(zero1) X(deterministic_reduce) X(bucket_mb) \
+                      X(reduce_precision) X(dist_timeout_s) X(recompute)
 
 TrainConfig TrainConfig::from_json(const nlohmann::json& j) {
   if (!j.is_object()) raise<ConfigError>(kWhat, "(root)", "a JSON object", j.dump());
@@ -89,6 +91,15 @@ void TrainConfig::validate() const {
   require(temperature >= 0, "temperature", ">= 0 (0 = greedy)", str(temperature));
   require(top_k >= 0, "top_k", ">= 0 (0 = whole vocabulary)", str(top_k));
   require(bucket_mb >= 1, "bucket_mb", ">= 1", str(bucket_mb));
+  require(reduce_precision == "f32" || reduce_precision == "bf16", "reduce_precision", "\"f32\" or \"bf16\"",
+          str(reduce_precision));
+  require(reduce_precision == "f32" || (precision == "bf16" && hold_compute_copies), "reduce_precision",
+          "\"f32\" unless precision is \"bf16\" with hold_compute_copies (AdamW reads the bf16 gradients beside "
+          "the held bf16 copies of the f32 weights)",
+          str(reduce_precision));
+  require(reduce_precision == "f32" || !deterministic_reduce, "reduce_precision",
+          "\"f32\" with deterministic_reduce (its sums are one process's accumulation of the f32 gradients)",
+          str(reduce_precision));
   require(dist_timeout_s > 0, "dist_timeout_s", "> 0", str(dist_timeout_s));
   Device where = Device::parse(device, "device");
   require(precision == "f32" || precision == "bf16" || precision == "f16", "precision",

@@ -67,6 +67,9 @@ struct TrainConfig {
   bool zero1 = false;               // shard AdamW's state over the ranks (reduce-scatter + all-gather)
   bool deterministic_reduce = false; // gradients all-gathered and added in rank order (docs/DISTRIBUTED.md)
   int64_t bucket_mb = 25;           // gradient bucket size in MiB
+  // The gradients' dtype in the collectives: "f32" (the master weights') or "bf16" (half the bytes, each rank's
+  // gradient rounded to bf16 before the average, as PyTorch DDP's bf16 compression hook; docs/DISTRIBUTED.md).
+  std::string reduce_precision = "f32";
   double dist_timeout_s = 300;      // a collective waiting longer for a peer fails the run, naming the rank
   bool tf32 = false;             // f32 matmuls on a GPU may use TF32 tensor cores (10-bit mantissa inputs)
   // A CUDA device's training step (forward, backward, norm, AdamW) captured once into a CUDA graph and replayed

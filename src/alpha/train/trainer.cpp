@@ -233,7 +233,8 @@ Trainer::Trainer(TrainerOptions options) : options_(std::move(options)), data_(s
   if (options_.communicator)
     data_->parallel = std::make_unique<distributed::DataParallel>(
         *options_.communicator, parameters,
-        distributed::DataParallelOptions{t.bucket_mb << 20, t.zero1, t.deterministic_reduce});
+        distributed::DataParallelOptions{t.bucket_mb << 20, t.zero1, t.deterministic_reduce,
+                                         t.reduce_precision == "bf16" ? std::optional(DType::bf16) : std::nullopt});
   if (t.scales_loss())
     data_->scaler = std::make_unique<LossScaler>(LossScalerOptions{t.loss_scale, t.loss_scale_growth_interval});
   data_->schedule = std::make_unique<WarmupCosineSchedule>(t.lr, t.min_lr, t.effective_warmup_steps(), t.effective_decay_steps());

@@ -12,7 +12,7 @@
 // - elements: otherwise one thread per destination element in row-major order, the multi-index peeled off
 //   the flat index dimension by dimension (innermost first).
 // copy_many: contiguous runs of bytes, a list per launch (multi_tensor.cuh), each block moving one chunk
-// of kWordsPerThread words a thread of one run.
+// of kWordsPerThread words a thread of one run; convert_many the same over floats rounded to bf16 or f16.
 #include <algorithm>
 
 #include "alpha/kernels/copy.h"
@@ -147,36 +147,44 @@ void launch_rows(const CopyArgs<Src, Dst>& args, const CopyLayout& layout, cudaS
 
 constexpr int kWordsPerThread = 8;
 
-template <class Word>
+// A run of `count` elements: words of the same type (the bits move), or floats converted to bf16 or f16.
+template <class Src, class Dst>
 struct RunEntry {
-  const Word* src;
-  Word* dst;
-  int64_t words;
+  const typename Raw<Src>::type* src;
+  typename Raw<Dst>::type* dst;
+  int64_t count;
 };
 
-template <class Word>
-__global__ void copy_runs_kernel(const __grid_constant__ LaunchTable<RunEntry<Word>> table) {
+template <class Src, class Dst>
+__global__ void copy_runs_kernel(const __grid_constant__ LaunchTable<RunEntry<Src, Dst>> table) {
   const BlockWork work = block_work(table);
-  const RunEntry<Word>& run = table.tensors[work.tensor];
+  const RunEntry<Src, Dst>& run = table.tensors[work.tensor];
   const int64_t start = work.chunk * kThreads * kWordsPerThread;
-  const int64_t end = min(start + int64_t(kThreads) * kWordsPerThread, run.words);
-  for (int64_t i = start + threadIdx.x; i < end; i += kThreads) run.dst[i] = run.src[i];
+  const int64_t end = min(start + int64_t(kThreads) * kWordsPerThread, run.count);
+  for (int64_t i = start + threadIdx.x; i < end; i += kThreads) run.dst[i] = convert<Src, Dst>(run.src[i]);
+}
+
+// `runs` as RunEntry<Src, Dst> (entry), each block moving kWordsPerThread elements a thread of one run.
+template <class Src, class Dst, class Run, class MakeEntry>
+void launch_run_list(std::span<const Run> runs, MakeEntry entry, cudaStream_t stream) {
+  constexpr int64_t kChunk = int64_t(kThreads) * kWordsPerThread;
+  constexpr auto kernel = copy_runs_kernel<Src, Dst>;
+  for_each_launch<RunEntry<Src, Dst>>(
+      runs, entry, [&](const Run& r) { return (entry(r).count + kChunk - 1) / kChunk; },
+      [&](const LaunchTable<RunEntry<Src, Dst>>& table, int64_t blocks) {
+        ALPHA_CUDA_LAUNCH(kernel, unsigned(blocks), kThreads, stream, table);
+      });
 }
 
 template <class Word>
 void launch_runs(std::span<const ContiguousCopy> copies, cudaStream_t stream) {
-  constexpr int64_t kChunkWords = int64_t(kThreads) * kWordsPerThread;
-  constexpr auto kernel = copy_runs_kernel<Word>;
-  for_each_launch<RunEntry<Word>>(
+  launch_run_list<Word, Word>(
       copies,
       [](const ContiguousCopy& c) {
-        return RunEntry<Word>{static_cast<const Word*>(c.src), static_cast<Word*>(c.dst),
-                              c.bytes / int64_t(sizeof(Word))};
+        return RunEntry<Word, Word>{static_cast<const Word*>(c.src), static_cast<Word*>(c.dst),
+                                    c.bytes / int64_t(sizeof(Word))};
       },
-      [](const ContiguousCopy& c) { return (c.bytes / int64_t(sizeof(Word)) + kChunkWords - 1) / kChunkWords; },
-      [&](const LaunchTable<RunEntry<Word>>& table, int64_t blocks) {
-        ALPHA_CUDA_LAUNCH(kernel, unsigned(blocks), kThreads, stream, table);
-      });
+      stream);
 }
 
 }  // namespace
@@ -193,6 +201,18 @@ void copy_many(std::span<const ContiguousCopy> copies, Stream s) {
   if (word >= 2) return launch_runs<uint16_t>(copies, stream);
   launch_runs<uint8_t>(copies, stream);
 }
+
+template <class Dst>
+void convert_many(std::span<const ContiguousConversion> runs, Stream s) {
+  launch_run_list<float, Dst>(
+      runs,
+      [](const ContiguousConversion& c) {
+        return RunEntry<float, Dst>{c.src, static_cast<typename Raw<Dst>::type*>(c.dst), c.numel};
+      },
+      alpha::cuda::stream_handle(s));
+}
+template void convert_many<bf16>(std::span<const ContiguousConversion>, Stream);
+template void convert_many<f16>(std::span<const ContiguousConversion>, Stream);
 
 template <class Src, class Dst>
 void copy(const CopyArgs<Src, Dst>& args, Stream s) {
