@@ -122,7 +122,7 @@ std::vector<std::vector<std::vector<float>>> train_two_steps(int world, DataPara
       if (step == 1)
         for (size_t p = 0; p < mine.size(); ++p) {
           std::vector<nn::NamedParameter> again = replica(rank, comm.device());
-          if (!zero1) mine[p].variable.zero_grad();
+          if (!zero1) mine[p].variable.clear_grad();  // a fresh gradient (a bf16 bucket view takes no f32 adds)
           autograd::backward(mine[p].variable, again[p].variable.grad());
         }
       alpha::test::reduce_gradients(dp);

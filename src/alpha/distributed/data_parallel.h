@@ -2,8 +2,8 @@
 // batch, and the gradients are averaged over the ranks before the optimiser step.
 //
 // Buckets: the parameters are grouped, in reverse order (the order backward finishes them: the last layer's
-// first), into flat buffers of about bucket_bytes each; a parameter larger than that gets a bucket of its
-// own. In the last micro-step's backward (gradient accumulation reduces once per optimiser step), given
+// first), into flat buffers, each closed once it holds at least bucket_bytes (so a parameter larger than that
+// closes the bucket it joins). In the last micro-step's backward (gradient accumulation reduces once per optimiser step), given
 // gradient_ready_hook(), a bucket is packed (one copy_many launch) and its collective launched as soon as
 // the last of its gradients is complete, in bucket order, so on a GPU the collectives run on the
 // communicator's stream while backward goes on; queue_reduction() launches what is left, queues the device's
