@@ -104,7 +104,7 @@ DataParallel::DataParallel(Communicator& communicator, std::vector<nn::NamedPara
     std::vector<Tensor> runs, current;
     for (size_t b = 0; b < buckets_.size(); ++b)
       for (const auto& e : buckets_[b].entries) {
-        runs.push_back(values_[b].slice(0, e.offset, e.offset + e.numel));
+        runs.push_back(run_of(values_[b], e));
         current.push_back(parameters_[e.parameter].variable.value().view({-1}));  // (mutable_value drops copies)
       }
     copy_many(runs, current);
@@ -119,12 +119,8 @@ DataParallel::DataParallel(Communicator& communicator, std::vector<nn::NamedPara
   }
 }
 
-Tensor DataParallel::flat_view(size_t parameter, bool gradient) const {
+Tensor DataParallel::flat_gradient(size_t parameter) const {
   const nn::NamedParameter& p = parameters_[parameter];
-  if (!gradient) {
-    autograd::Variable v = p.variable;
-    return v.mutable_value().view({-1});
-  }
   if (!p.variable.grad().defined())
     raise<ValueError>("DataParallel::queue_reduction", p.name, "a parameter with a gradient (run backward first)",
                       "none");
@@ -142,15 +138,15 @@ void DataParallel::all_gather_shards(const std::vector<Tensor>& buffers) {
                              buffers[b].dtype());
 }
 
-Tensor DataParallel::bucket_slice(size_t bucket, const BucketEntry& entry) const {
-  return flat_[bucket].slice(0, entry.offset, entry.offset + entry.numel);
+Tensor DataParallel::run_of(const Tensor& buffer, const BucketEntry& entry) {
+  return buffer.slice(0, entry.offset, entry.offset + entry.numel);
 }
 
 void DataParallel::launch_bucket(size_t b) {
   std::vector<Tensor> slices, grads;
   for (const auto& e : buckets_[b].entries) {
-    slices.push_back(bucket_slice(b, e));
-    grads.push_back(flat_view(e.parameter, true));
+    slices.push_back(run_of(flat_[b], e));
+    grads.push_back(flat_gradient(e.parameter));
   }
   // One launch on a GPU, not one per parameter, in the device's stream: copies on the communicator's stream
   // (cudaMemcpyAsync, one per parameter) measured slower, 2026-11-29 (docs/PERFORMANCE.md).
@@ -212,7 +208,7 @@ Tensor DataParallel::queue_reduction(const Tensor& step_losses) {
   for (size_t b = 0; b < buckets_.size(); ++b) {
     for (const auto& e : buckets_[b].entries) {
       autograd::Variable v = parameters_[e.parameter].variable;
-      Tensor averaged = bucket_slice(b, e).view(v.shape());
+      Tensor averaged = run_of(flat_[b], e).view(v.shape());
       if (v.grad().dtype() == reduce_dtype_ || options_.reduce_dtype)
         v.set_grad(std::move(averaged));
       else Tensor(v.grad()).copy_from(averaged);
@@ -282,7 +278,7 @@ void DataParallel::hold_copies_in_buckets(DType copy_dtype) {
   for (size_t b = 0; b < buckets_.size(); ++b)
     for (const auto& e : buckets_[b].entries) {
       autograd::Variable v = parameters_[e.parameter].variable;
-      Tensor run = copies_[b].slice(0, e.offset, e.offset + e.numel);
+      Tensor run = run_of(copies_[b], e);
       if (v.compute_copy().raw_data() == run.raw_data()) continue;
       runs.push_back(run);
       held.push_back(v.compute_copy().view({-1}));
@@ -302,7 +298,7 @@ void DataParallel::queue_sharded_step(double lr, const Tensor& factor, const Ada
     for (size_t b = 0; b < buckets_.size(); ++b)
       for (const auto& e : buckets_[b].entries) {
         const Tensor& copy = parameters_[e.parameter].variable.compute_copy();
-        if (!copy.defined() || copy.raw_data() != copies_[b].slice(0, e.offset, e.offset + e.numel).raw_data())
+        if (!copy.defined() || copy.raw_data() != run_of(copies_[b], e).raw_data())
           raise<ValueError>(op, parameters_[e.parameter].name,
                             "its held compute copy as the last step gathered it (its value outside this rank's "
                             "shards is stale: call complete_parameters() before replacing a parameter's copy)",

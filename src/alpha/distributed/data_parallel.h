@@ -168,8 +168,8 @@ class DataParallel {
  private:
   void on_gradient_ready(const autograd::VariableState& leaf);
   void launch_bucket(size_t bucket);                        // packs its gradients, queues its collective
-  Tensor flat_view(size_t parameter, bool gradient) const;  // 1-D view of a parameter's value or gradient
-  Tensor bucket_slice(size_t bucket, const BucketEntry& entry) const;  // a parameter's run in its bucket
+  Tensor flat_gradient(size_t parameter) const;             // 1-D view of a parameter's gradient
+  static Tensor run_of(const Tensor& buffer, const BucketEntry& entry);  // a parameter's run in a bucket's buffer
   Tensor shard_of(const Tensor& buffer, size_t bucket) const;          // this rank's shard of a bucket's buffer
   void all_gather_shards(const std::vector<Tensor>& buffers);          // every bucket's, in place
   DType gathered_copy_dtype() const;  // the held copies' common narrower dtype, else dtype_ (values gathered)

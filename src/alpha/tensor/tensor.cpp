@@ -551,8 +551,8 @@ void copy_many(std::span<const Tensor> dsts, std::span<const Tensor> srcs) {
                       std::to_string(srcs.size()));
   if (dsts.empty()) return;
   std::vector<kernels::ContiguousCopy> runs;
-  std::vector<kernels::ContiguousConversion> conversions;  // every pair f32 into one of bf16 or f16
-  const DType to = dsts[0].dtype();
+  std::vector<kernels::ContiguousConversion> conversions;  // f32 pairs into conversion_dtype
+  DType conversion_dtype = DType::bf16;
   bool one_launch = !dsts[0].device().is_cpu();
   for (size_t k = 0; k < dsts.size(); ++k) {
     const Tensor &dst = dsts[k], &src = srcs[k];
@@ -560,22 +560,26 @@ void copy_many(std::span<const Tensor> dsts, std::span<const Tensor> srcs) {
     require_defined(src, kOp);
     if (src.shape() != dst.shape())
       raise<ShapeError>(kOp, "srcs[" + std::to_string(k) + "]", "shape " + shape_str(dst.shape()), shape_str(src.shape()));
-    one_launch = one_launch && dst.device() == dsts[0].device() && src.device() == dst.device() && dst.dtype() == to &&
+    const bool same = src.dtype() == dst.dtype();
+    const bool converts = src.dtype() == DType::f32 && (dst.dtype() == DType::bf16 || dst.dtype() == DType::f16) &&
+                          (conversions.empty() || dst.dtype() == conversion_dtype);
+    one_launch = one_launch && dst.device() == dsts[0].device() && src.device() == dst.device() && (same || converts) &&
                  dst.is_contiguous() && src.is_contiguous() && !dst.shares_storage(src);
-    if (one_launch && src.dtype() == to)
+    if (!one_launch) continue;
+    if (same) {
       runs.push_back({src.raw_data(), dst.raw_data(), int64_t(dst.nbytes())});
-    else if (one_launch && src.dtype() == DType::f32 && (to == DType::bf16 || to == DType::f16))
+    } else {
       conversions.push_back({static_cast<const float*>(src.raw_data()), dst.raw_data(), dst.numel()});
-    else
-      one_launch = false;
+      conversion_dtype = dst.dtype();
+    }
   }
-  one_launch = one_launch && (runs.empty() || conversions.empty());
+  one_launch = one_launch && (runs.empty() || conversions.empty());  // one kernel: copies or conversions
 #if ALPHA_WITH_CUDA
   if (one_launch) {
     LaunchScope launch(kOp, dsts[0].device(), LaunchLayer::tensor);
     cuda::set_device(dsts[0].device().index);
     const Stream stream = cuda::default_stream(dsts[0].device().index);
-    if (runs.empty() && to == DType::bf16) return kernels::cuda::convert_many<bf16>(conversions, stream);
+    if (runs.empty() && conversion_dtype == DType::bf16) return kernels::cuda::convert_many<bf16>(conversions, stream);
     if (runs.empty()) return kernels::cuda::convert_many<f16>(conversions, stream);
     return kernels::cuda::copy_many(runs, stream);
   }

@@ -324,8 +324,9 @@ void Trainer::resume_from_checkpoint() {
 }
 
 double Trainer::validation_loss() {
+  // ZeRO-1's values, which its steps leave stale: a collective, so before anything that differs between ranks.
+  if (data_->parallel) data_->parallel->complete_parameters();
   if (!data_->val) return std::nan("");
-  if (data_->parallel) data_->parallel->complete_parameters();  // ZeRO-1's values, which its steps leave stale
   autograd::NoGradGuard no_grad;
   data_->val->seek({0, 0});
   int64_t batches = std::min(options_.train.eval_batches, data_->val->batches_per_epoch());
