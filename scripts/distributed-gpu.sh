@@ -9,7 +9,8 @@
 #      and ZeRO-1, every step's loss within 1e-3 relative; and, as a yardstick, 1 GPU at batch 16 without
 #      accumulation against 1 GPU accumulating (the rows added in another order: docs/DISTRIBUTED.md);
 #   2. deterministic reduction: a second N-GPU run: losses and final weights bit for bit, and the final
-#      weights bit for bit those of the 1-GPU run;
+#      weights bit for bit those of the 1-GPU run; and bf16 on N GPUs, ZeRO-1 (its bf16 copies gathered, the
+#      f32 values only for the checkpoint) against plain: losses and final weights bit for bit;
 #   3. throughput: tokens/s of `seed` and `gpt2-124m` (bf16) on 1 GPU and on N GPUs, plain and ZeRO-1, at
 #      the same batch per GPU -> scaling efficiency = tokens/s on N / (N × tokens/s on 1);
 #   4. failure: `alpha train --gpus N`, worker rank 1 killed with SIGKILL mid-run: rank 0 must stop
@@ -154,6 +155,18 @@ for other in det-b one-gpu; do
     fail "deterministic $world GPUs vs $other: final weights differ"
   fi
 done
+
+say "== 2b. bf16: ZeRO-1 (the weights' bf16 copies gathered, the f32 values gathered for the checkpoint) vs plain"
+bf16=(--config seed --precision bf16 --steps "$loss_steps" --seq-len 256 "${n_gpus[@]}")
+run bf16-plain "${bf16[@]}"
+run bf16-zero1 "${bf16[@]}" --zero1 true
+line=$(compare_losses bf16-plain bf16-zero1 0) || fail "bf16 $world GPUs, ZeRO-1 vs plain: $line"
+say "bf16 $world GPUs, ZeRO-1 vs plain: $line"
+if cmp -s "$runs/bf16-plain/checkpoints/$last/model.safetensors" "$runs/bf16-zero1/checkpoints/$last/model.safetensors"; then
+  say "bf16 $world GPUs, ZeRO-1 vs plain: final weights bit-identical"
+else
+  fail "bf16 $world GPUs, ZeRO-1 vs plain: final weights differ"
+fi
 fi
 
 [ "$loss_only" = 1 ] && finish
