@@ -4,8 +4,8 @@
 //
 // Streams: collectives run on a stream of their own, each waiting for the work already queued on the
 // device's default stream, so packing the next gradient bucket overlaps the collective of the last one.
-// Failures: the communicator is created non-blocking, and synchronize() polls the stream and
-// ncclCommGetAsyncError; past the timeout, or on an asynchronous error, it asks the rendezvous which rank
+// Failures: the communicator is created non-blocking, and synchronize() polls an event recorded on its stream
+// (synchronize_marked(), the one mark_issued() recorded) and ncclCommGetAsyncError; past the timeout, or on an asynchronous error, it asks the rendezvous which rank
 // failed (a closed connection means a dead process; the rank furthest behind, a hung one), aborts the
 // communicator (ncclCommAbort) and raises RankFailureError naming that rank.
 //
