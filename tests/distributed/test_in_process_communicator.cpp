@@ -1,4 +1,4 @@
-// The test communicator itself: each collective's result on every rank, in f32 and bf16, and a rank that
+// The test communicator itself: each collective's result on every rank, in f32, bf16 and f16, and a rank that
 // stops participating makes the others fail within the timeout, naming it.
 #include <gtest/gtest.h>
 
@@ -42,6 +42,21 @@ TEST(InProcessCommunicator, Bf16RoundsTheF32Sum) {
   });
   EXPECT_EQ(got[0], 1.0f);
   EXPECT_EQ(got[1], 1.0f);
+}
+
+TEST(InProcessCommunicator, F16RoundsTheF32Average) {
+  auto group = std::make_shared<InProcessGroup>(2, milliseconds(5000));
+  std::vector<float> got(2);
+  run_ranks(2, [&](int rank) {
+    InProcessCommunicator comm(group, rank);
+    // (2 + 3·2^-10) / 2 = 1 + 2^-10 + 2^-11, half an f16 step (2^-10) above 1 + 2^-10: to even, 1 + 2^-9 (bf16
+    // would give 1).
+    f16 value(rank == 0 ? 2.0f : 0.0029296875f);
+    comm.all_reduce(&value, 1, DType::f16, ReduceOp::average);
+    got[size_t(rank)] = float(value);
+  });
+  EXPECT_EQ(got[0], 1.0f + 0.001953125f);
+  EXPECT_EQ(got[1], got[0]);
 }
 
 TEST(InProcessCommunicator, ReduceScatterAllGatherAndBroadcast) {

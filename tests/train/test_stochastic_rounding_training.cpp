@@ -204,22 +204,25 @@ TEST(StochasticRoundingTraining, Zero1RoundsEachCopyAsTheUnshardedStepDoes) {
 // stochastically), the same on every rank; the values are, bit for bit, those of the path that gathers the values
 // (no copies held).
 TEST(StochasticRoundingTraining, Zero1WithEveryCopyHeldGathersTheCopiesTheUnshardedStepWrites) {
-  for (std::optional<uint64_t> seed : {std::optional<uint64_t>(), std::optional<uint64_t>(kSeed)})
-    for (int world : {1, 2, 3, 4}) {
-      SCOPED_TRACE("world " + std::to_string(world) + (seed ? ", stochastic rounding" : ", to nearest"));
-      const auto held = train_sharded(world, seed, [](size_t) { return std::optional<DType>(kCompute); });
-      const auto bare = train_sharded(world, seed, [](size_t) { return std::nullopt; });
-      for (int r = 0; r < world; ++r)
-        for (size_t k = 0; k < kShardedShapes.size(); ++k) {
-          const Variable& v = held[size_t(r)][k].variable;
-          EXPECT_TRUE(test::bit_equal(v.value(), bare[size_t(r)][k].variable.value()))
-              << "rank " << r << " parameter " << k;
-          ASSERT_TRUE(v.compute_copy().defined()) << k;
-          EXPECT_TRUE(test::bit_equal(v.compute_copy(), unsharded_copy(v.value(), kCompute, seed, k)))
-              << "rank " << r << " parameter " << k;
-          EXPECT_TRUE(test::bit_equal(v.compute_copy(), held[0][k].variable.compute_copy())) << "same on every rank";
-        }
-    }
+  for (DType copy_dtype : {kCompute, DType::f16})  // f16: the copies gathered as f16 (a collective dtype too)
+    for (std::optional<uint64_t> seed : {std::optional<uint64_t>(), std::optional<uint64_t>(kSeed)})
+      for (int world : {1, 2, 3, 4}) {
+        SCOPED_TRACE(std::string(dtype_name(copy_dtype)) + " copies, world " + std::to_string(world) +
+                     (seed ? ", stochastic rounding" : ", to nearest"));
+        const auto held = train_sharded(world, seed, [&](size_t) { return std::optional<DType>(copy_dtype); });
+        const auto bare = train_sharded(world, seed, [](size_t) { return std::nullopt; });
+        for (int r = 0; r < world; ++r)
+          for (size_t k = 0; k < kShardedShapes.size(); ++k) {
+            const Variable& v = held[size_t(r)][k].variable;
+            EXPECT_TRUE(test::bit_equal(v.value(), bare[size_t(r)][k].variable.value()))
+                << "rank " << r << " parameter " << k;
+            ASSERT_TRUE(v.compute_copy().defined()) << k;
+            EXPECT_EQ(v.compute_copy().dtype(), copy_dtype);
+            EXPECT_TRUE(test::bit_equal(v.compute_copy(), unsharded_copy(v.value(), copy_dtype, seed, k)))
+                << "rank " << r << " parameter " << k;
+            EXPECT_TRUE(test::bit_equal(v.compute_copy(), held[0][k].variable.compute_copy())) << "same on every rank";
+          }
+      }
 }
 
 // Gathering the copies leaves each rank's values outside its shards as they were until complete_parameters(),

@@ -234,10 +234,7 @@ void DataParallel::add_in_rank_order() {
 }
 
 void DataParallel::synchronize_step() {
-  if (options_.zero1)
-    communicator_.synchronize_marked();
-  else
-    communicator_.synchronize();
+  communicator_.synchronize_marked();  // ZeRO-1's norm marks; with no mark (plain) it waits for everything
 }
 
 std::vector<Tensor> DataParallel::gradient_shards() const {
@@ -255,6 +252,14 @@ Tensor DataParallel::queue_sharded_norm() {
   communicator_.mark_issued();  // what synchronize_step waits for: not the weights' all-gather that follows
   communicator_.order_after_collectives();
   return ops::norm_of_sums_of_squares(squares);
+}
+
+bool DataParallel::holds_gathered_copy(size_t bucket, const BucketEntry& entry) const {
+  // Compared by address: no slice is made for the parameters already there, every step.
+  const Tensor& copy = parameters_[entry.parameter].variable.compute_copy();
+  return copy.defined() && !copies_.empty() && copy.dtype() == copies_[bucket].dtype() &&
+         copy.raw_data() ==
+             static_cast<const char*>(copies_[bucket].raw_data()) + entry.offset * int64_t(dtype_size(copy.dtype()));
 }
 
 DType DataParallel::gathered_copy_dtype() const {
@@ -277,9 +282,9 @@ void DataParallel::hold_copies_in_buckets(DType copy_dtype) {
   std::vector<Tensor> runs, held;
   for (size_t b = 0; b < buckets_.size(); ++b)
     for (const auto& e : buckets_[b].entries) {
+      if (holds_gathered_copy(b, e)) continue;
       autograd::Variable v = parameters_[e.parameter].variable;
       Tensor run = run_of(copies_[b], e);
-      if (v.compute_copy().raw_data() == run.raw_data()) continue;
       runs.push_back(run);
       held.push_back(v.compute_copy().view({-1}));
       v.keep_compute_copy(run.view(v.shape()));
@@ -296,14 +301,12 @@ void DataParallel::queue_sharded_step(double lr, const Tensor& factor, const Ada
   if (!factor.defined()) raise<ValueError>(op, "factor", "a device factor (ops::step_guard's)", "an undefined tensor");
   if (values_stale_)  // the forward must have read the gathered copies, not a stale value converted afresh
     for (size_t b = 0; b < buckets_.size(); ++b)
-      for (const auto& e : buckets_[b].entries) {
-        const Tensor& copy = parameters_[e.parameter].variable.compute_copy();
-        if (!copy.defined() || copy.raw_data() != run_of(copies_[b], e).raw_data())
+      for (const auto& e : buckets_[b].entries)
+        if (!holds_gathered_copy(b, e))
           raise<ValueError>(op, parameters_[e.parameter].name,
                             "its held compute copy as the last step gathered it (its value outside this rank's "
                             "shards is stale: call complete_parameters() before replacing a parameter's copy)",
-                            copy.defined() ? "another copy" : "no copy");
-      }
+                            parameters_[e.parameter].variable.compute_copy().defined() ? "another copy" : "no copy");
   const DType copy_dtype = gathered_copy_dtype();
   gathers_copies_ = copy_dtype != dtype_;
   held_copies_.assign(parameters_.size(), Tensor());

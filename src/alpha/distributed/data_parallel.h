@@ -95,17 +95,17 @@ class DataParallel {
   DataParallel(Communicator& communicator, std::vector<nn::NamedParameter> parameters, DataParallelOptions options);
 
   // After the last micro-step's backward. Without ZeRO-1: every rank's gradients become the average over
-  // the ranks. With ZeRO-1: this rank's shards of the buckets hold the averaged gradient, and the model's
-  // gradients are released (consumed: the next backward's gradients become them afresh).
-  // `step_losses`, when given, is this rank's loss of each micro-batch (a contiguous f32 vector on the
-  // communicator's device, as long on every rank): every rank's are gathered beside the gradients, so a step
-  // waits for its peers once, and returned rank by rank (the order of the global batch). Gathered, not
-  // reduced: every rank can sum them in f64 in that order, so the loss is the same bits on every rank and as
-  // one process accumulating the global batch.
-  // Queued only: the device's later work waits for the collectives (Communicator::order_after_collectives)
-  // and the host does not, so the optimiser's step can be queued behind them at once; the gathered losses
-  // are returned on the device. The caller must call synchronize_step() before it waits for the device (that
-  // is where a failed peer is named within the timeout).
+  // the ranks, views of the buckets (bf16 under a bf16 reduction: release them, as the optimiser does after its
+  // step, before another backward, whose f32 sums a bf16 view cannot take). With ZeRO-1: this rank's shards of the
+  // buckets hold the averaged gradient, and the model's gradients are released (consumed: the next backward's gradients
+  // become them afresh). `step_losses`, when given, is this rank's loss of each micro-batch (a contiguous f32 vector on
+  // the communicator's device, as long on every rank): every rank's are gathered beside the gradients, so a step waits
+  // for its peers once, and returned rank by rank (the order of the global batch). Gathered, not reduced: every rank
+  // can sum them in f64 in that order, so the loss is the same bits on every rank and as one process accumulating the
+  // global batch. Queued only: the device's later work waits for the collectives
+  // (Communicator::order_after_collectives) and the host does not, so the optimiser's step can be queued behind them at
+  // once; the gathered losses are returned on the device. The caller must call synchronize_step() before it waits for
+  // the device (that is where a failed peer is named within the timeout).
   Tensor queue_reduction(const Tensor& step_losses = Tensor());
   // Waits, within the communicator's timeout, for the collectives a step's numbers come from (the reduction, the
   // gathered losses, ZeRO-1's norm), not for the weights' all-gather queue_sharded_step queues after them: the
@@ -174,6 +174,7 @@ class DataParallel {
   void all_gather_shards(const std::vector<Tensor>& buffers);          // every bucket's, in place
   DType gathered_copy_dtype() const;  // the held copies' common narrower dtype, else dtype_ (values gathered)
   void hold_copies_in_buckets(DType copy_dtype);  // each held copy moved into (and made a view of) copies_
+  bool holds_gathered_copy(size_t bucket, const BucketEntry& entry) const;  // its held copy is its run of copies_
   void add_in_rank_order();  // deterministic: each bucket's (or shard's) average from gathered_
 
   Communicator& communicator_;

@@ -123,17 +123,13 @@ class NcclCommunicator : public Communicator {
   }
 
   void synchronize() override {
-    if (aborted_) fail("synchronize", "the communicator was aborted earlier");
-    cuda::set_device(device_.index);
-    check_cuda(cudaEventRecord(done_, stream_), "cudaEventRecord");
+    record_issued(done_, "synchronize");
     marked_ = false;
     wait_for(done_, "synchronize");
   }
 
   void mark_issued() override {
-    if (aborted_) fail("mark_issued", "the communicator was aborted earlier");
-    cuda::set_device(device_.index);
-    check_cuda(cudaEventRecord(marked_done_, stream_), "cudaEventRecord");
+    record_issued(marked_done_, "mark_issued");
     marked_ = true;
   }
 
@@ -146,9 +142,7 @@ class NcclCommunicator : public Communicator {
   }
 
   void order_after_collectives() override {
-    if (aborted_) fail("order_after_collectives", "the communicator was aborted earlier");
-    cuda::set_device(device_.index);
-    check_cuda(cudaEventRecord(issued_, stream_), "cudaEventRecord");
+    record_issued(issued_, "order_after_collectives");
     check_cuda(cudaStreamWaitEvent(static_cast<cudaStream_t>(cuda::default_stream(device_.index).handle), issued_, 0),
                "cudaStreamWaitEvent");
   }
@@ -160,6 +154,13 @@ class NcclCommunicator : public Communicator {
   }
 
  private:
+  // Records `event` on the communicator's stream: it completes with every collective issued so far.
+  void record_issued(cudaEvent_t event, const char* op) {
+    if (aborted_) fail(op, "the communicator was aborted earlier");
+    cuda::set_device(device_.index);
+    check_cuda(cudaEventRecord(event, stream_), "cudaEventRecord");
+  }
+
   // Polls `event` (recorded on the communicator's stream) until it completes, failing the group on NCCL's
   // asynchronous error or after the timeout.
   void wait_for(cudaEvent_t event, const char* op) {

@@ -32,16 +32,15 @@ void read_field(const nlohmann::json& j, const char* name, T& value) {
 
 }  // namespace
 
-#define ALPHA_TRAIN_FIELDS(X)                                                                                        \
-  X(steps)                                                                                                           \
-  X(batch_size)                                                                                                      \
-  X(seq_len)                                                                                                         \
-  X(grad_accum) X(lr) X(min_lr) X(warmup_steps) X(lr_decay_steps) X(weight_decay) X(decay_embeddings) X(beta1)       \
-      X(beta2) X(adam_eps) X(grad_clip) X(max_nonfinite_steps) X(eval_every) X(eval_batches) X(save_every)           \
-          X(keep_last) X(data_seed) X(val_fraction) X(sample_tokens) X(temperature) X(top_k) X(prompt) X(device)     \
-              X(precision) X(stochastic_rounding) X(hold_compute_copies) X(loss_scaling) X(loss_scale)               \
-                  X(loss_scale_growth_interval) X(tf32) X(cuda_graphs) X(zero1) X(deterministic_reduce) X(bucket_mb) \
-                      X(reduce_precision) X(dist_timeout_s) X(recompute)
+// clang-format off
+#define ALPHA_TRAIN_FIELDS(X)                                                                                    \
+  X(steps) X(batch_size) X(seq_len) X(grad_accum) X(lr) X(min_lr) X(warmup_steps) X(lr_decay_steps)              \
+  X(weight_decay) X(decay_embeddings) X(beta1) X(beta2) X(adam_eps) X(grad_clip) X(max_nonfinite_steps)          \
+  X(eval_every) X(eval_batches) X(save_every) X(keep_last) X(data_seed) X(val_fraction) X(sample_tokens)         \
+  X(temperature) X(top_k) X(prompt) X(device) X(precision) X(stochastic_rounding) X(hold_compute_copies)         \
+  X(loss_scaling) X(loss_scale) X(loss_scale_growth_interval) X(tf32) X(cuda_graphs) X(zero1)                    \
+  X(deterministic_reduce) X(bucket_mb) X(reduce_precision) X(dist_timeout_s) X(recompute)
+// clang-format on
 
 TrainConfig TrainConfig::from_json(const nlohmann::json& j) {
   if (!j.is_object()) raise<ConfigError>(kWhat, "(root)", "a JSON object", j.dump());

@@ -481,8 +481,8 @@ std::string Trainer::run(std::optional<int64_t> stop_at_step) {
       // and that read waits for the norm only. The host takes in the step's numbers and queues the next step's
       // forward while the optimizer step runs, instead of the device waiting for it in between. Data parallel,
       // all of it is queued behind the gradients' collectives (ZeRO-1: the norm's all-reduce too, and the
-      // update is followed by the parameters' all-gather), and the host waits for those (within the timeout,
-      // naming a failed peer) before it reads.
+      // update is followed by the weights' all-gather), and the host waits for the collectives the step's numbers
+      // come from (within the timeout, naming a failed peer) before it reads; ZeRO-1's all-gather runs on.
       const Tensor queued_norm =
           sharded(options_) ? data_->parallel->queue_sharded_norm() : data_->optimizer->grad_norm_tensor();
       const Tensor losses = data_->parallel
