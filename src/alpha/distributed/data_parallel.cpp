@@ -338,12 +338,30 @@ void DataParallel::queue_sharded_step(double lr, const Tensor& factor, const Ada
       configs.back().stochastic_rounding =
           ops::StochasticRounding{*adamw.stochastic_rounding_seed, uint32_t(s.parameter), s.parameter_offset};
   }
-  if (!params.empty()) {  // a rank whose shards hold only padding updates nothing
-    ops::write_adamw_step_terms(terms_, params, configs);
-    // Unscaled and clipped inside the update (no pass of its own over the shards).
-    ops::adamw_step(params, grads, ms, vs, copies, configs, factor, terms_);
+  if (!params.empty()) ops::write_adamw_step_terms(terms_, params, configs);
+  // Bucket by bucket, each bucket's all-gather queued as soon as its update is: the gather of one runs on the
+  // communicator's stream beside the update of the next. From the last bucket (the forward's first parameters,
+  // the tied table among them: the largest) to the first, so that what is left to gather after the last
+  // update is a small bucket. The gradients are unscaled and clipped inside the update (no pass of their own).
+  const std::vector<Tensor>& gathered = gathers_copies_ ? copies_ : values_;
+  size_t end = segments_.size();
+  for (size_t b = buckets_.size(); b-- > 0;) {
+    size_t begin = end;
+    while (begin > 0 && segments_[begin - 1].bucket == b) --begin;
+    if (begin < end) {  // a rank whose shard of this bucket is padding only updates nothing in it
+      auto part = [&](const std::vector<Tensor>& list) {
+        return std::vector<Tensor>(list.begin() + begin, list.begin() + end);
+      };
+      std::vector<Tensor> bucket_params = part(params), bucket_ms = part(ms), bucket_vs = part(vs),
+                          bucket_copies = part(copies);
+      const std::vector<ops::AdamWConfig> bucket_configs(configs.begin() + begin, configs.begin() + end);
+      ops::adamw_step(bucket_params, part(grads), bucket_ms, bucket_vs, bucket_copies, bucket_configs, factor,
+                      terms_.slice(0, int64_t(begin), int64_t(end)));
+    }
+    communicator_.all_gather(shard_of(gathered[b], b).raw_data(), gathered[b].raw_data(),
+                             size_t(buckets_[b].shard_numel), gathered[b].dtype());
+    end = begin;
   }
-  all_gather_shards(gathers_copies_ ? copies_ : values_);
   communicator_.order_after_collectives();
   queued_rounding_seed_ = gathers_copies_ ? std::nullopt : adamw.stochastic_rounding_seed;
   step_queued_ = true;

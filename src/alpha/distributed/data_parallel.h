@@ -126,8 +126,9 @@ class DataParallel {
   Tensor queue_sharded_norm();
   // AdamW on this rank's shards, the gradients multiplied by `factor` (a single-element f64 tensor on the device,
   // ops::step_guard's: unscaling and clipping; a NaN skips the update there), with learning rate lr and step
-  // step_count() + 1 (the scalars written to the device, as train::AdamW::queued_step does), then the updated
-  // parameters all-gathered into every rank's model. ValueError while a step is queued and not settled.
+  // step_count() + 1 (the scalars written to the device, as train::AdamW::queued_step does), and the updated
+  // parameters all-gathered into every rank's model, bucket by bucket: each bucket's all-gather is queued behind
+  // its update, so it runs beside the next bucket's. ValueError while a step is queued and not settled.
   // When every parameter holds a compute copy of one bf16/f16 dtype (the trainer's mixed precision), the step
   // writes this rank's part of the copies beside the update, rounded as train::AdamW's step rounds them (to
   // nearest, or stochastically with the bits it would draw: parameter k as tensor k, the whole tensor's element
