@@ -156,7 +156,10 @@ std::vector<std::vector<std::vector<float>>> train_two_steps(int world, DataPara
 TEST_F(CudaNccl, DataParallelAndZero1MatchTheInProcessCommunicatorOnTheCpu) {
   struct Variant {
     bool zero1, deterministic, hold_copies;
-    std::optional<DType> reduce_dtype = std::nullopt;  // bf16: against the f32 reduction, within bf16's rounding
+    // bf16: against the in-process communicator's bf16 reduction. Not against an f32 one: AdamW's first steps move
+    // an element by about ±lr whatever its gradient's size, so where the ranks' gradients nearly cancel, rounding
+    // them to bf16 can flip the average's sign and the element moves 2·lr the other way (seen on 2 H200s).
+    std::optional<DType> reduce_dtype = std::nullopt;
   };
   for (const Variant& variant : {Variant{false, false, false}, Variant{false, true, false}, Variant{true, false, false},
                                  Variant{true, true, false}, Variant{true, false, true},
@@ -169,12 +172,13 @@ TEST_F(CudaNccl, DataParallelAndZero1MatchTheInProcessCommunicatorOnTheCpu) {
     auto group = std::make_shared<test::InProcessGroup>(kWorld, milliseconds(60000));
     std::vector<std::unique_ptr<test::InProcessCommunicator>> local;
     for (int r = 0; r < kWorld; ++r) local.push_back(std::make_unique<test::InProcessCommunicator>(group, r));
-    auto cpu = train_two_steps(kWorld, {32, variant.zero1, false},
-                               [&](int rank) -> Communicator& { return *local[size_t(rank)]; });
+    auto cpu = train_two_steps(
+        kWorld, {32, variant.zero1, false, variant.reduce_dtype},
+        [&](int rank) -> Communicator& { return *local[size_t(rank)]; }, variant.hold_copies);
     for (int r = 0; r < kWorld; ++r)
       for (size_t p = 0; p < cpu[0].size(); ++p)
         for (size_t i = 0; i < cpu[0][p].size(); ++i)
-          ASSERT_NEAR(gpu[size_t(r)][p][i], cpu[0][p][i], variant.reduce_dtype ? 3e-3 : 1e-5)
+          ASSERT_NEAR(gpu[size_t(r)][p][i], cpu[0][p][i], variant.reduce_dtype ? 1e-3 : 1e-5)
               << (variant.zero1 ? "ZeRO-1" : "plain") << (variant.deterministic ? ", deterministic" : "")
               << (variant.hold_copies ? ", bf16 copies held" : "") << (variant.reduce_dtype ? ", bf16 reduction" : "")
               << " rank " << r << " parameter " << p << " [" << i << "]";
