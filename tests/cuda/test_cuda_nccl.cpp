@@ -92,14 +92,17 @@ TEST_F(CudaNccl, CollectivesGiveEveryRankTheExpectedValues) {
   });
 }
 
-// Parameters of odd sizes with per-rank gradients, on `device`, holding bf16 compute copies if asked.
-std::vector<nn::NamedParameter> replica(int rank, Device device, bool hold_copies = false) {
+// Parameters of odd sizes with per-rank gradients, on `device`, holding bf16 compute copies if asked; with
+// bf16_gradients the gradients are f32 values that bf16 holds exactly.
+std::vector<nn::NamedParameter> replica(int rank, Device device, bool hold_copies = false,
+                                        bool bf16_gradients = false) {
   const std::vector<Shape> shapes{{3, 5}, {7}, {40, 3}, {1}, {6, 2}};
   std::vector<nn::NamedParameter> parameters;
   for (size_t i = 0; i < shapes.size(); ++i) {
     std::string name = std::string("p").append(std::to_string(i));  // (GCC 12 -Wrestrict misfires on "p" + ...)
     autograd::Variable v(Tensor::normal(shapes[i], 0.0, 1.0, 100 + i).to(device), true, name);
-    autograd::backward(v, Tensor::normal(shapes[i], 0.0, 1.0, 1000 * (rank + 1) + i).to(device));
+    Tensor grad = Tensor::normal(shapes[i], 0.0, 1.0, 1000 * (rank + 1) + i);
+    autograd::backward(v, (bf16_gradients ? grad.to(DType::bf16).to(DType::f32) : grad).to(device));
     if (hold_copies) autograd::cast(v, DType::bf16);
     parameters.push_back({name, v, i % 2 == 0});
   }
@@ -108,20 +111,21 @@ std::vector<nn::NamedParameter> replica(int rank, Device device, bool hold_copie
 }
 
 // Two steps of data parallel (plain, or ZeRO-1 with clipping), returning every rank's parameters. With
-// hold_copies (ZeRO-1), each rank's held bf16 copies must be its values rounded to nearest after each step.
+// hold_copies (ZeRO-1), each rank's held bf16 copies must be its values rounded to nearest after each step. A
+// deferred last bucket's norm must be the norm of the gradients complete_gradients() leaves.
 std::vector<std::vector<std::vector<float>>> train_two_steps(int world, DataParallelOptions options,
                                                              const std::function<Communicator&(int)>& comm_of,
-                                                             bool hold_copies = false) {
+                                                             bool hold_copies = false, bool bf16_gradients = false) {
   const bool zero1 = options.zero1;
   std::vector<std::vector<std::vector<float>>> params(static_cast<size_t>(world));
   test::run_ranks(world, [&](int rank) {
     Communicator& comm = comm_of(rank);
-    std::vector<nn::NamedParameter> mine = replica(rank, comm.device(), hold_copies);
+    std::vector<nn::NamedParameter> mine = replica(rank, comm.device(), hold_copies, bf16_gradients);
     DataParallel dp(comm, mine, options);
     for (int step = 0; step < 2; ++step) {
       if (step == 1)
         for (size_t p = 0; p < mine.size(); ++p) {
-          std::vector<nn::NamedParameter> again = replica(rank, comm.device());
+          std::vector<nn::NamedParameter> again = replica(rank, comm.device(), false, bf16_gradients);
           if (!zero1) mine[p].variable.clear_grad();  // a fresh gradient (a bf16 bucket view takes no f32 adds)
           autograd::backward(mine[p].variable, again[p].variable.grad());
         }
@@ -139,6 +143,15 @@ std::vector<std::vector<std::vector<float>>> train_two_steps(int world, DataPara
           }
       } else {
         // Plain data parallel leaves the averaged gradients: step them the simplest way, by hand.
+        if (options.defer_last_bucket) {
+          EXPECT_GT(dp.deferred_parameters(), 0u);
+          const double deferred_norm = dp.queue_norm().to(Device::cpu()).item();
+          dp.complete_gradients();
+          std::vector<Tensor> grads;
+          for (const auto& p : mine) grads.push_back(p.variable.grad());
+          const double norm = ops::global_grad_norm(grads);
+          EXPECT_NEAR(deferred_norm, norm, 1e-12 * norm) << "rank " << rank << " step " << step;
+        }
         for (auto& p : mine) {
           autograd::Variable v = p.variable;
           Tensor update = v.grad().to(Device::cpu()).to(DType::f32);
@@ -156,32 +169,40 @@ std::vector<std::vector<std::vector<float>>> train_two_steps(int world, DataPara
 TEST_F(CudaNccl, DataParallelAndZero1MatchTheInProcessCommunicatorOnTheCpu) {
   struct Variant {
     bool zero1, deterministic, hold_copies;
-    // bf16: against the in-process communicator's bf16 reduction. Not against an f32 one: AdamW's first steps move
-    // an element by about ±lr whatever its gradient's size, so where the ranks' gradients nearly cancel, rounding
-    // them to bf16 can flip the average's sign and the element moves 2·lr the other way (seen on 2 H200s).
+    // bf16: gradients that bf16 holds exactly, against the f32 reduction of the same, so that only the average's
+    // rounding differs. (Gradients rounded to bf16 could see the average's sign flip where the ranks' nearly
+    // cancel, and AdamW's first steps move an element about ±lr whatever its size: 2·lr apart, seen on 2 H200s.
+    // The CPU backend has no bf16 reduction to compare with: it sums no bf16 squares.)
     std::optional<DType> reduce_dtype = std::nullopt;
+    bool defer_last_bucket = false;
   };
-  for (const Variant& variant : {Variant{false, false, false}, Variant{false, true, false}, Variant{true, false, false},
-                                 Variant{true, true, false}, Variant{true, false, true},
-                                 Variant{false, false, false, DType::bf16}, Variant{true, false, true, DType::bf16}}) {
-    const DataParallelOptions options{/*bucket_bytes=*/32, variant.zero1, variant.deterministic, variant.reduce_dtype};
+  for (const Variant& variant :
+       {Variant{false, false, false}, Variant{false, true, false}, Variant{true, false, false},
+        Variant{true, true, false}, Variant{true, false, true}, Variant{false, false, false, DType::bf16},
+        Variant{true, false, true, DType::bf16}, Variant{false, false, false, std::nullopt, true},
+        Variant{false, false, false, DType::bf16, true}}) {
+    const DataParallelOptions options{/*bucket_bytes=*/32, variant.zero1, variant.deterministic, variant.reduce_dtype,
+                                      variant.defer_last_bucket};
     std::vector<std::unique_ptr<Communicator>> nccl(static_cast<size_t>(kWorld));
     test::run_ranks(kWorld, [&](int rank) { nccl[size_t(rank)] = join(rank, milliseconds(60000)); });
+    const bool bf16_gradients = variant.reduce_dtype.has_value();
     auto gpu = train_two_steps(
-        kWorld, options, [&](int rank) -> Communicator& { return *nccl[size_t(rank)]; }, variant.hold_copies);
+        kWorld, options, [&](int rank) -> Communicator& { return *nccl[size_t(rank)]; }, variant.hold_copies,
+        bf16_gradients);
     auto group = std::make_shared<test::InProcessGroup>(kWorld, milliseconds(60000));
     std::vector<std::unique_ptr<test::InProcessCommunicator>> local;
     for (int r = 0; r < kWorld; ++r) local.push_back(std::make_unique<test::InProcessCommunicator>(group, r));
     auto cpu = train_two_steps(
-        kWorld, {32, variant.zero1, false, variant.reduce_dtype},
-        [&](int rank) -> Communicator& { return *local[size_t(rank)]; }, variant.hold_copies);
+        kWorld, {32, variant.zero1, false}, [&](int rank) -> Communicator& { return *local[size_t(rank)]; }, false,
+        bf16_gradients);
     for (int r = 0; r < kWorld; ++r)
       for (size_t p = 0; p < cpu[0].size(); ++p)
         for (size_t i = 0; i < cpu[0][p].size(); ++i)
           ASSERT_NEAR(gpu[size_t(r)][p][i], cpu[0][p][i], variant.reduce_dtype ? 1e-3 : 1e-5)
               << (variant.zero1 ? "ZeRO-1" : "plain") << (variant.deterministic ? ", deterministic" : "")
               << (variant.hold_copies ? ", bf16 copies held" : "") << (variant.reduce_dtype ? ", bf16 reduction" : "")
-              << " rank " << r << " parameter " << p << " [" << i << "]";
+              << (variant.defer_last_bucket ? ", last bucket deferred" : "") << " rank " << r << " parameter " << p
+              << " [" << i << "]";
     test::run_ranks(kWorld, [&](int rank) { nccl[size_t(rank)].reset(); });
   }
 }
