@@ -8,6 +8,17 @@
 // collective alone, then a loop of cuBLAS bf16 4096³ GEMMs with the collective running back to back beside
 // it, against the loop alone. A variant NCCL refuses is printed as "unsupported: <NCCL's error>".
 //
+// The loaded measurement (run_loaded): the host queues the whole GEMM loop on each device's compute stream
+// (between a start and an end event), then issues the collective in a loop on the comm streams (one group
+// across devices per collective), keeping at most kDepth in flight per device (polling events recorded on the
+// comm streams), and stops issuing once every device's GEMM end event has completed. The GEMMs are queued
+// first, so the collectives overlap them from the start but begin a little later: that skew (device 0's GEMM
+// start event to its first collective's start event) is reported as start_skew_ms. No host call inside the
+// loop waits on a compute stream, and nothing in it allocates lazily: cuBLAS has an explicit workspace, one
+// GEMM per device runs at setup, and every collective runs once, untimed, before it is measured. Every host
+// wait polls (cudaEventQuery/cudaStreamQuery) against a wall-clock limit: a variant that takes longer than
+// 30 s in all is printed as "timeout: ...", its communicators are aborted and the next variant runs.
+//
 // Build: cmake --build build/cuda --target alpha_nccl_buffers (not part of `all`)
 // Run:   NCCL_NVLS_ENABLE=0 build/cuda/alpha_nccl_buffers --out nccl_buffers.json
 //        [--iters 20] [--warmup 5] [--gemms 40] [--only window+zero]
@@ -18,6 +29,7 @@
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
+#include <chrono>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -27,13 +39,15 @@
 #include <optional>
 #include <stdexcept>
 #include <string>
+#include <thread>
 #include <vector>
 
 namespace {
 
 // ---------------------------------------------------------------------------------------------------------
 // Checks: any failure ends the program (exit 1) with the call, where it is and the library's message, except
-// the NCCL calls of one variant (registration, policy, its collectives), which throw NcclRefused instead.
+// the NCCL calls of one variant (registration, policy, its collectives), which throw NcclRefused instead, and
+// a variant past its wall-clock limit, which throws VariantTimeout.
 
 void fail(const char* call, const char* file, int line, const char* message) {
   std::fprintf(stderr, "nccl_buffers: %s:%d: %s failed: %s\n", file, line, call, message);
@@ -66,6 +80,28 @@ struct NcclRefused : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+// A variant that ran past its wall-clock limit: its rows say "timeout", its communicators are aborted and the
+// program goes on with the next variant.
+struct VariantTimeout : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+using Clock = std::chrono::steady_clock;
+
+// A wall-clock limit: every host wait polls the device and checks it.
+struct Deadline {
+  Clock::time_point at;
+  double limit_s;
+  static Deadline in(double seconds) {
+    return {Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(seconds)),
+            seconds};
+  }
+  bool passed() const { return Clock::now() > at; }
+  void check(const char* where) const {
+    if (passed()) throw VariantTimeout("over " + std::to_string(int(limit_s)) + " s (while " + where + ")");
+  }
+};
+
 // Keeps the first NCCL error of a sequence of calls (a group: ncclGroupEnd must still be called after a
 // failed call inside it), then throws it.
 struct FirstError {
@@ -87,8 +123,7 @@ struct FirstError {
 #define SOFT(errors, call) (errors)((call), #call)
 
 // ---------------------------------------------------------------------------------------------------------
-// Kernels: a deterministic fill (a hash of the index, uniform in [-1, 1)) and the gate that holds a device's
-// streams until the host has queued a whole measurement.
+// Kernels: a deterministic fill (a hash of the index, uniform in [-1, 1)).
 
 __host__ __device__ inline float hash_uniform(uint64_t i, uint32_t seed) {
   uint64_t x = i * 0x9E3779B97F4A7C15ull + seed * 0xD1B54A32D192ED03ull;
@@ -108,25 +143,6 @@ __global__ void fill_bf16(__nv_bfloat16* p, size_t n, uint32_t seed) {
     p[i] = __float2bfloat16(hash_uniform(i, seed));
 }
 
-__device__ inline uint64_t global_ns() {
-  uint64_t t;
-  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-  return t;
-}
-
-// Spins until the host sets *open (host-mapped memory), or gives up after timeout_ns and says so in *timed_out
-// (a host that blocked while queueing would otherwise hang the program).
-__global__ void gate_kernel(const volatile int* open, int* timed_out, uint64_t timeout_ns) {
-  const uint64_t start = global_ns();
-  while (*open == 0) {
-    if (global_ns() - start > timeout_ns) {
-      *timed_out = 1;
-      return;
-    }
-    __nanosleep(2000);
-  }
-}
-
 // ---------------------------------------------------------------------------------------------------------
 // Setup: the devices with their streams and GEMM operands, the collectives and the variants.
 
@@ -134,8 +150,10 @@ constexpr size_t kMiB = size_t(1) << 20;
 constexpr int kGemmSize = 4096;  // M = N = K
 constexpr int kLoadedReps = 3;   // loaded runs per (variant, collective); the median is reported
 constexpr int kGemmAloneReps = 3;
-constexpr int kDepth = 2;                            // collectives queued ahead on the comm streams
-constexpr uint64_t kGateTimeoutNs = 20000000000ull;  // 20 s
+constexpr size_t kDepth = 3;             // collectives in flight per device in a loaded run
+constexpr double kVariantLimitS = 30;    // wall clock of one variant, all its collectives
+constexpr double kGemmAloneLimitS = 60;  // the GEMM loop alone (warm-up and kGemmAloneReps runs)
+constexpr double kDrainLimitS = 30;      // draining the devices after a variant (after ncclCommAbort, say)
 
 struct Device {
   int id = 0;
@@ -143,7 +161,9 @@ struct Device {
   cublasHandle_t blas = nullptr;
   __nv_bfloat16 *a = nullptr, *b = nullptr, *c = nullptr;
   void* workspace = nullptr;
-  cudaEvent_t gate_done = nullptr, gemm_start = nullptr, gemm_stop = nullptr;
+  cudaEvent_t gemm_start = nullptr, gemm_stop = nullptr;  // compute stream: the GEMM loop
+  cudaEvent_t comm_start = nullptr;                       // comm stream: before a loaded run's first collective
+  std::vector<cudaEvent_t> coll_end;                      // comm stream: after each collective of a loaded run
 };
 
 enum class Kind { AllReduce, ReduceScatter, AllGather };
@@ -207,15 +227,13 @@ void fill_device_f32(float* p, size_t n, uint32_t seed, cudaStream_t stream) {
 }
 
 // ---------------------------------------------------------------------------------------------------------
-// The harness: the gate, the GEMM loop and the collectives' issue.
+// The harness: the devices, the GEMM loop and the host's polling waits.
 
 struct Harness {
   std::vector<Device> devices;
   int gemms = 40;
-  volatile int* gate_open = nullptr;  // host-mapped, portable: every device reads it
-  int* gate_timed_out = nullptr;
-  cudaEvent_t alone_start = nullptr, alone_stop = nullptr, comm_start = nullptr;  // device 0
-  std::vector<cudaEvent_t> coll_end;  // device 0: one per collective queued in a loaded run (grows)
+  cudaEvent_t alone_start = nullptr, alone_stop = nullptr;  // device 0's comm stream
+  size_t most_issued = 0;                                   // collectives of the longest loaded run so far
 
   int n() const { return int(devices.size()); }
 
@@ -229,9 +247,9 @@ struct Harness {
       CUDA_CHECK(cudaSetDevice(d));
       CUDA_CHECK(cudaStreamCreateWithFlags(&dev.comm, cudaStreamNonBlocking));
       CUDA_CHECK(cudaStreamCreateWithFlags(&dev.compute, cudaStreamNonBlocking));
-      CUDA_CHECK(cudaEventCreateWithFlags(&dev.gate_done, cudaEventDisableTiming));
       CUDA_CHECK(cudaEventCreate(&dev.gemm_start));
       CUDA_CHECK(cudaEventCreate(&dev.gemm_stop));
+      CUDA_CHECK(cudaEventCreate(&dev.comm_start));
       for (__nv_bfloat16** p : {&dev.a, &dev.b, &dev.c}) CUDA_CHECK(cudaMalloc(p, operand * sizeof(__nv_bfloat16)));
       fill_bf16<<<1024, 256, 0, dev.compute>>>(dev.a, operand, 1000 + 2 * d);
       CUDA_CHECK(cudaGetLastError());
@@ -239,70 +257,88 @@ struct Harness {
       CUDA_CHECK(cudaGetLastError());
       CUBLAS_CHECK(cublasCreate(&dev.blas));
       CUBLAS_CHECK(cublasSetStream(dev.blas, dev.compute));
+      // An explicit workspace, so that cuBLAS never allocates one (cudaMalloc) inside a measurement.
       const size_t workspace_bytes = 32 * kMiB;  // cuBLAS's recommendation for Hopper
       CUDA_CHECK(cudaMalloc(&dev.workspace, workspace_bytes));
       CUBLAS_CHECK(cublasSetWorkspace(dev.blas, dev.workspace, workspace_bytes));
+      // Warm-up: one GEMM through the same handle and stream (loads cuBLAS's kernel, runs its heuristics).
+      gemm(dev);
       CUDA_CHECK(cudaStreamSynchronize(dev.compute));
     }
-    void* open = nullptr;
-    CUDA_CHECK(cudaHostAlloc(&open, 2 * sizeof(int), cudaHostAllocMapped | cudaHostAllocPortable));
-    gate_open = static_cast<volatile int*>(open);
-    gate_timed_out = static_cast<int*>(open) + 1;
-    gate_open[0] = 0;
-    *gate_timed_out = 0;
     CUDA_CHECK(cudaSetDevice(0));
     CUDA_CHECK(cudaEventCreate(&alone_start));
     CUDA_CHECK(cudaEventCreate(&alone_stop));
-    CUDA_CHECK(cudaEventCreate(&comm_start));
   }
 
   void teardown() {
     CUDA_CHECK(cudaSetDevice(0));
-    for (cudaEvent_t e : coll_end) CUDA_CHECK(cudaEventDestroy(e));
     CUDA_CHECK(cudaEventDestroy(alone_start));
     CUDA_CHECK(cudaEventDestroy(alone_stop));
-    CUDA_CHECK(cudaEventDestroy(comm_start));
-    CUDA_CHECK(cudaFreeHost(const_cast<int*>(gate_open)));
     for (Device& dev : devices) {
       CUDA_CHECK(cudaSetDevice(dev.id));
+      CUDA_CHECK(cudaStreamSynchronize(dev.comm));
+      CUDA_CHECK(cudaStreamSynchronize(dev.compute));
       CUBLAS_CHECK(cublasDestroy(dev.blas));
       CUDA_CHECK(cudaFree(dev.workspace));
       for (__nv_bfloat16* p : {dev.a, dev.b, dev.c}) CUDA_CHECK(cudaFree(p));
-      CUDA_CHECK(cudaEventDestroy(dev.gate_done));
+      for (cudaEvent_t e : dev.coll_end) CUDA_CHECK(cudaEventDestroy(e));
       CUDA_CHECK(cudaEventDestroy(dev.gemm_start));
       CUDA_CHECK(cudaEventDestroy(dev.gemm_stop));
+      CUDA_CHECK(cudaEventDestroy(dev.comm_start));
       CUDA_CHECK(cudaStreamDestroy(dev.comm));
       CUDA_CHECK(cudaStreamDestroy(dev.compute));
     }
   }
 
-  void synchronize() {
+  // Makes sure every device has at least `count` collective end events (created before a loaded run, so that
+  // its loop creates none).
+  void reserve_coll_events(size_t count) {
     for (Device& dev : devices) {
-      CUDA_CHECK(cudaStreamSynchronize(dev.comm));
-      CUDA_CHECK(cudaStreamSynchronize(dev.compute));
+      if (dev.coll_end.size() >= count) continue;
+      CUDA_CHECK(cudaSetDevice(dev.id));
+      while (dev.coll_end.size() < count) {
+        cudaEvent_t e;
+        CUDA_CHECK(cudaEventCreate(&e));
+        dev.coll_end.push_back(e);
+      }
     }
   }
 
-  cudaEvent_t coll_end_event(size_t i) {
-    while (coll_end.size() <= i) {
-      CUDA_CHECK(cudaSetDevice(0));
-      cudaEvent_t e;
-      CUDA_CHECK(cudaEventCreate(&e));
-      coll_end.push_back(e);
-    }
-    return coll_end[i];
+  // C = A·B, bf16 operands and output, f32 accumulation, on the device's compute stream.
+  void gemm(Device& dev) {
+    const float one = 1.0f, zero = 0.0f;
+    CUBLAS_CHECK(cublasGemmEx(dev.blas, CUBLAS_OP_N, CUBLAS_OP_N, kGemmSize, kGemmSize, kGemmSize, &one, dev.a,
+                              CUDA_R_16BF, kGemmSize, dev.b, CUDA_R_16BF, kGemmSize, &zero, dev.c, CUDA_R_16BF,
+                              kGemmSize, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
   }
 
-  // C = A·B, bf16 operands and output, f32 accumulation, --gemms times on each device's compute stream.
+  // --gemms GEMMs on each device's compute stream.
   void queue_gemms(Device& dev) {
     CUDA_CHECK(cudaSetDevice(dev.id));
-    const float one = 1.0f, zero = 0.0f;
-    for (int i = 0; i < gemms; ++i)
-      CUBLAS_CHECK(cublasGemmEx(dev.blas, CUBLAS_OP_N, CUBLAS_OP_N, kGemmSize, kGemmSize, kGemmSize, &one, dev.a,
-                                CUDA_R_16BF, kGemmSize, dev.b, CUDA_R_16BF, kGemmSize, &zero, dev.c, CUDA_R_16BF,
-                                kGemmSize, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+    for (int i = 0; i < gemms; ++i) gemm(dev);
   }
 };
+
+// True once the event's work has completed; false while it is pending.
+bool event_done(cudaEvent_t e) {
+  const cudaError_t s = cudaEventQuery(e);
+  if (s == cudaErrorNotReady) return false;
+  CUDA_CHECK(s);
+  return true;
+}
+
+bool stream_idle(cudaStream_t stream) {
+  const cudaError_t s = cudaStreamQuery(stream);
+  if (s == cudaErrorNotReady) return false;
+  CUDA_CHECK(s);
+  return true;
+}
+
+bool all_streams_idle(const Harness& h) {
+  for (const Device& dev : h.devices)
+    if (!stream_idle(dev.comm) || !stream_idle(dev.compute)) return false;
+  return true;
+}
 
 // One communicator set with its buffers (one per device, sized for the largest collective).
 struct CommSet {
@@ -312,7 +348,8 @@ struct CommSet {
   std::vector<void*> handles;  // ncclCommRegister's
   Buffers kind = Buffers::Plain;
   size_t buffer_bytes = 0;
-  bool broken = false;  // a call failed: the communicators are aborted, not finalized
+  bool broken = false;     // a call failed: the communicators are aborted, not finalized
+  bool timed_out = false;  // the variant ran past its limit: aborted first, before anything is freed
 };
 
 // Queues one collective on every device's comm stream, in one group.
@@ -343,8 +380,8 @@ void issue(const Collective& c, Harness& h, CommSet& set) {
   errors.throw_if_failed();
 }
 
-// An asynchronous error on any communicator (after a synchronization) refuses the variant.
-void check_async(CommSet& set) {
+// An asynchronous error on any communicator refuses the variant.
+void check_async(const CommSet& set) {
   FirstError errors;
   for (ncclComm_t comm : set.comms) {
     ncclResult_t async = ncclSuccess;
@@ -352,6 +389,23 @@ void check_async(CommSet& set) {
     errors(async, "asynchronous error (ncclCommGetAsyncError)");
   }
   errors.throw_if_failed();
+}
+
+// Polls done() (which must not block) until it holds; throws VariantTimeout once the deadline passes, and
+// with a set, NcclRefused on an asynchronous NCCL error (rather than waiting for a collective that cannot end).
+template <class Done>
+void poll(Done done, const Deadline& deadline, const CommSet* set, const char* what) {
+  for (unsigned spin = 0;; ++spin) {
+    if (done()) return;
+    deadline.check(what);
+    if (set && spin % 256 == 0) check_async(*set);
+    std::this_thread::yield();
+  }
+}
+
+// Waits until every comm and compute stream is idle.
+void wait_idle(const Harness& h, const Deadline& deadline, const CommSet* set, const char* what) {
+  poll([&] { return all_streams_idle(h); }, deadline, set, what);
 }
 
 // Creates the communicators (one group, so that one thread can initialize every rank), allocates the buffers
@@ -422,24 +476,55 @@ void create(const Variant& v, Harness& h, size_t buffer_bytes, CommSet& set) {
 }
 
 // Deregisters (windows before ncclMemFree), frees, and finalizes and destroys the communicators (aborts them
-// after a failure). Failures of a broken set's NCCL calls are reported, not fatal.
+// after a failure). Failures of a broken set's NCCL calls are reported, not fatal. A set that timed out (or
+// whose streams do not drain within kDrainLimitS) is aborted first, so that NCCL's kernels return before its
+// buffers are freed; ncclCommAbort releases its registrations.
 void release(Harness& h, CommSet& set) {
   const int n = int(set.comms.size());
-  for (Device& dev : h.devices) {
-    CUDA_CHECK(cudaSetDevice(dev.id));
-    CUDA_CHECK(cudaDeviceSynchronize());
-  }
+  auto drained = [&] {
+    const Deadline drain = Deadline::in(kDrainLimitS);
+    while (!all_streams_idle(h)) {
+      if (drain.passed()) return false;
+      std::this_thread::yield();
+    }
+    for (Device& dev : h.devices) {  // NCCL's own streams too (the streams are idle: this does not wait long)
+      CUDA_CHECK(cudaSetDevice(dev.id));
+      CUDA_CHECK(cudaDeviceSynchronize());
+    }
+    return true;
+  };
   auto nccl_teardown = [&](ncclResult_t s, const char* call) {
     if (s == ncclSuccess) return;
     if (!set.broken) fail(call, __FILE__, __LINE__, ncclGetErrorString(s));
-    std::fprintf(stderr, "nccl_buffers: warning: %s failed while releasing a refused variant: %s\n", call,
+    std::fprintf(stderr, "nccl_buffers: warning: %s failed while releasing a refused or timed-out variant: %s\n", call,
                  ncclGetErrorString(s));
   };
+  auto abort_all = [&] {
+    ncclGroupStart();
+    for (int d = 0; d < n; ++d)
+      if (set.comms[d]) nccl_teardown(ncclCommAbort(set.comms[d]), "ncclCommAbort");
+    ncclGroupEnd();
+  };
+  if (!set.timed_out && !drained()) {
+    std::fprintf(stderr, "nccl_buffers: warning: the streams did not drain within %.0f s: aborting\n", kDrainLimitS);
+    set.timed_out = true;
+  }
+  if (set.timed_out) {
+    set.broken = true;
+    abort_all();
+    if (!drained()) {
+      std::fprintf(stderr, "nccl_buffers: the streams did not drain within %.0f s after ncclCommAbort\n", kDrainLimitS);
+      std::exit(1);
+    }
+  } else {
+    for (int d = 0; d < n; ++d) {
+      CUDA_CHECK(cudaSetDevice(d));
+      if (set.windows[d])
+        nccl_teardown(ncclCommWindowDeregister(set.comms[d], set.windows[d]), "ncclCommWindowDeregister");
+      if (set.handles[d]) nccl_teardown(ncclCommDeregister(set.comms[d], set.handles[d]), "ncclCommDeregister");
+    }
+  }
   for (int d = 0; d < n; ++d) {
-    CUDA_CHECK(cudaSetDevice(d));
-    if (set.windows[d])
-      nccl_teardown(ncclCommWindowDeregister(set.comms[d], set.windows[d]), "ncclCommWindowDeregister");
-    if (set.handles[d]) nccl_teardown(ncclCommDeregister(set.comms[d], set.handles[d]), "ncclCommDeregister");
     set.windows[d] = nullptr;
     set.handles[d] = nullptr;
   }
@@ -452,16 +537,15 @@ void release(Harness& h, CommSet& set) {
       NCCL_CHECK(ncclMemFree(set.buffers[d]));
     set.buffers[d] = nullptr;
   }
-  if (!set.broken) {
+  if (set.timed_out) {
+    // Aborted above.
+  } else if (!set.broken) {
     NCCL_CHECK(ncclGroupStart());
     for (int d = 0; d < n; ++d) NCCL_CHECK(ncclCommFinalize(set.comms[d]));
     NCCL_CHECK(ncclGroupEnd());
     for (int d = 0; d < n; ++d) NCCL_CHECK(ncclCommDestroy(set.comms[d]));
   } else {
-    ncclGroupStart();
-    for (int d = 0; d < n; ++d)
-      if (set.comms[d]) nccl_teardown(ncclCommAbort(set.comms[d]), "ncclCommAbort");
-    ncclGroupEnd();
+    abort_all();
   }
   set.comms.clear();
 }
@@ -472,61 +556,65 @@ void release(Harness& h, CommSet& set) {
 struct LoadedRun {
   std::vector<double> gemm_ms;  // per device
   double gemm_mean_ms = 0;
-  size_t issued = 0;           // collectives queued
-  double count_in_window = 0;  // collectives inside the GEMM loop's window on device 0 (the last one's part)
-  double coll_loaded_ms = 0;   // mean time of those completed inside the window
+  size_t issued = 0;                  // collectives queued
+  double count_in_window = 0;         // collectives inside the GEMM loop's window on device 0 (the last one's part)
+  double coll_loaded_ms = 0;          // mean time of those completed inside the window
+  std::vector<double> start_skew_ms;  // per device: the GEMM loop's start event to the first collective's start
 };
 
-// Runs the GEMM loop on every device, and, with a collective, that collective back to back on the comm
-// streams until the loop ends. Both streams of each device wait on the gate kernel, which opens once the
-// GEMMs and the first kDepth collectives are queued, so that the two start together.
-LoadedRun run_loaded(Harness& h, const Collective* c, CommSet* set) {
-  h.synchronize();
-  h.gate_open[0] = 0;
-  *h.gate_timed_out = 0;
+// Runs the GEMM loop on every device and, with a collective, that collective back to back on the comm streams
+// until the loop ends. The GEMMs are queued first (each device's whole loop between its start and end events);
+// then the host issues the collective (one group across devices) while polling: at most kDepth in flight per
+// device (events on the comm streams), and none issued once every device's GEMM end event has completed. Once
+// the GEMMs are queued the host calls only cudaEventRecord on the comm streams, cudaEventQuery and NCCL's
+// enqueue (every collective ran before, so nothing of it is set up lazily): nothing waits on a compute stream.
+LoadedRun run_loaded(Harness& h, const Collective* c, CommSet* set, const Deadline& deadline) {
+  wait_idle(h, deadline, set, "waiting for the devices before a loaded run");
+  if (c) h.reserve_coll_events(2 * h.most_issued + 64);  // created now, not inside the loop
   for (Device& dev : h.devices) {
     CUDA_CHECK(cudaSetDevice(dev.id));
-    gate_kernel<<<1, 1, 0, dev.compute>>>(h.gate_open, h.gate_timed_out, kGateTimeoutNs);
-    CUDA_CHECK(cudaGetLastError());
-    CUDA_CHECK(cudaEventRecord(dev.gate_done, dev.compute));
-    CUDA_CHECK(cudaStreamWaitEvent(dev.comm, dev.gate_done, 0));
     CUDA_CHECK(cudaEventRecord(dev.gemm_start, dev.compute));
     h.queue_gemms(dev);
     CUDA_CHECK(cudaEventRecord(dev.gemm_stop, dev.compute));
   }
-  size_t issued = 0;
-  auto issue_one = [&] {
-    issue(*c, h, *set);
-    CUDA_CHECK(cudaEventRecord(h.coll_end_event(issued), h.devices[0].comm));
-    ++issued;
-  };
   auto gemms_done = [&] {
-    for (Device& dev : h.devices) {
-      cudaError_t s = cudaEventQuery(dev.gemm_stop);
-      if (s == cudaErrorNotReady) return false;
-      CUDA_CHECK(s);
-    }
+    for (const Device& dev : h.devices)
+      if (!event_done(dev.gemm_stop)) return false;
     return true;
   };
+  size_t issued = 0;
   if (c) {
-    CUDA_CHECK(cudaEventRecord(h.comm_start, h.devices[0].comm));
-    try {
-      for (int i = 0; i < kDepth; ++i) issue_one();
-    } catch (...) {
-      __atomic_store_n(const_cast<int*>(h.gate_open), 1, __ATOMIC_SEQ_CST);  // let the GEMMs go before leaving
-      throw;
+    for (Device& dev : h.devices) {
+      CUDA_CHECK(cudaSetDevice(dev.id));
+      CUDA_CHECK(cudaEventRecord(dev.comm_start, dev.comm));
     }
-  }
-  __atomic_store_n(const_cast<int*>(h.gate_open), 1, __ATOMIC_SEQ_CST);
-  if (c) {
+    auto collective_done = [&](size_t i) {  // collective i has completed on every device
+      for (const Device& dev : h.devices)
+        if (!event_done(dev.coll_end[i])) return false;
+      return true;
+    };
     while (true) {
-      CUDA_CHECK(cudaEventSynchronize(h.coll_end[issued - kDepth]));  // at most kDepth queued
-      if (gemms_done()) break;
-      issue_one();
+      h.reserve_coll_events(issued + 1);  // a no-op unless this run outgrows the reserve
+      issue(*c, h, *set);
+      for (Device& dev : h.devices) {
+        CUDA_CHECK(cudaSetDevice(dev.id));
+        CUDA_CHECK(cudaEventRecord(dev.coll_end[issued], dev.comm));
+      }
+      ++issued;
+      // Until the GEMMs end (stop) or fewer than kDepth collectives are in flight (issue the next). Events on
+      // a stream complete in order: the oldest in flight, issued - kDepth, is the one to wait for.
+      bool stop = false;
+      poll(
+          [&] {
+            if (gemms_done()) return stop = true;
+            return issued < kDepth || collective_done(issued - kDepth);
+          },
+          deadline, set, "issuing the collective beside the GEMM loop");
+      if (stop) break;
     }
+    h.most_issued = std::max(h.most_issued, issued);
   }
-  h.synchronize();
-  if (*h.gate_timed_out) throw NcclRefused("gate timed out: the host blocked while queueing the measurement");
+  wait_idle(h, deadline, set, c ? "finishing the collectives after the GEMM loop" : "running the GEMM loop");
 
   LoadedRun run;
   run.issued = issued;
@@ -535,14 +623,15 @@ LoadedRun run_loaded(Harness& h, const Collective* c, CommSet* set) {
   for (double ms : run.gemm_ms) sum += ms;
   run.gemm_mean_ms = sum / run.gemm_ms.size();
   if (c) {
+    for (Device& dev : h.devices) run.start_skew_ms.push_back(elapsed_ms(dev.gemm_start, dev.comm_start));
     // Times on device 0 from the GEMM loop's start.
     const Device& d0 = h.devices[0];
     const double window = run.gemm_ms[0];
-    const double start = elapsed_ms(d0.gemm_start, h.comm_start);
+    const double start = run.start_skew_ms[0];
     size_t k = 0;  // collectives completed inside the window
     double prev = start, next = start;
     for (size_t i = 0; i < issued; ++i) {
-      const double end = elapsed_ms(d0.gemm_start, h.coll_end[i]);
+      const double end = elapsed_ms(d0.gemm_start, d0.coll_end[i]);
       if (end <= window) {
         k = i + 1;
         prev = end;
@@ -553,35 +642,38 @@ LoadedRun run_loaded(Harness& h, const Collective* c, CommSet* set) {
     }
     const double part = k < issued && next > prev ? std::clamp((window - prev) / (next - prev), 0.0, 1.0) : 0.0;
     run.count_in_window = double(k) + part;
-    run.coll_loaded_ms = k > 0 ? (prev - start) / double(k) : elapsed_ms(h.comm_start, h.coll_end[0]);
+    run.coll_loaded_ms = k > 0 ? (prev - start) / double(k) : elapsed_ms(d0.comm_start, d0.coll_end[0]);
   }
   return run;
 }
 
 double measure_gemm_alone(Harness& h, std::vector<double>* per_device) {
-  run_loaded(h, nullptr, nullptr);  // warm-up: cuBLAS's heuristics and kernels
+  const Deadline deadline = Deadline::in(kGemmAloneLimitS);
+  run_loaded(h, nullptr, nullptr, deadline);  // warm-up: cuBLAS's heuristics and kernels
   std::vector<LoadedRun> runs;
-  for (int r = 0; r < kGemmAloneReps; ++r) runs.push_back(run_loaded(h, nullptr, nullptr));
+  for (int r = 0; r < kGemmAloneReps; ++r) runs.push_back(run_loaded(h, nullptr, nullptr, deadline));
   std::sort(runs.begin(), runs.end(),
             [](const LoadedRun& x, const LoadedRun& y) { return x.gemm_mean_ms < y.gemm_mean_ms; });
   *per_device = runs[runs.size() / 2].gemm_ms;
   return runs[runs.size() / 2].gemm_mean_ms;
 }
 
-std::vector<double> measure_alone(Harness& h, const Collective& c, CommSet& set, int warmup, int iters) {
+std::vector<double> measure_alone(Harness& h, const Collective& c, CommSet& set, int warmup, int iters,
+                                  const Deadline& deadline) {
   for (int i = 0; i < warmup; ++i) issue(c, h, set);
-  h.synchronize();
+  wait_idle(h, deadline, &set, "warming up the collective alone");
   check_async(set);
   std::vector<double> samples;
+  CUDA_CHECK(cudaSetDevice(0));
   for (int i = 0; i < iters; ++i) {
-    for (Device& dev : h.devices) CUDA_CHECK(cudaStreamSynchronize(dev.comm));
+    wait_idle(h, deadline, &set, "timing the collective alone");
     CUDA_CHECK(cudaEventRecord(h.alone_start, h.devices[0].comm));
     issue(c, h, set);
     CUDA_CHECK(cudaEventRecord(h.alone_stop, h.devices[0].comm));
-    CUDA_CHECK(cudaEventSynchronize(h.alone_stop));
+    poll([&] { return event_done(h.alone_stop); }, deadline, &set, "timing the collective alone");
     samples.push_back(elapsed_ms(h.alone_start, h.alone_stop));
   }
-  h.synchronize();
+  wait_idle(h, deadline, &set, "timing the collective alone");
   check_async(set);
   return samples;
 }
@@ -591,31 +683,44 @@ std::vector<double> measure_alone(Harness& h, const Collective& c, CommSet& set,
 //   busbw_gbps      bus bandwidth of alone_ms, nccl-tests' convention (all-reduce 2(n-1)/n, others (n-1)/n)
 //   gemm_loaded_ms  the GEMM loop (--gemms GEMMs on each device's compute stream) while the comm streams run
 //                   the collective back to back (run_loaded); mean over devices, median of kLoadedReps runs
+//   start_skew_ms   in that run, device 0's GEMM loop start to its first collective's start (the collectives
+//                   are issued once the GEMMs are queued); start_skew_ms_per_device in the JSON
 //   gemm_slowdown   gemm_loaded_ms / gemm_alone_ms (the loop alone, once per program, median of 3)
 //   coll_loaded_ms  mean time of the collectives that completed inside the GEMM loop's window (device 0)
 //   count           collectives queued in that run; count_in_window: those inside the window, the last in part
 //   hidden_fraction 1 - (gemm_loaded_ms - gemm_alone_ms) / (count_in_window * alone_ms): how much of the
 //                   collectives' own time hid behind the GEMMs
+// or, instead, "unsupported: <NCCL's error>" or "timeout: <where the variant passed kVariantLimitS>".
 struct Row {
   const Variant* variant = nullptr;
   const Collective* collective = nullptr;
   std::optional<std::string> error;
+  bool timed_out = false;  // error is a timeout, not NCCL's refusal
   std::vector<double> alone_samples;
   double alone_ms = 0, busbw_gbps = 0;
   LoadedRun loaded;
   double gemm_slowdown = 0, hidden_fraction = 0;
 };
 
+// One variant: its communicators and buffers, then every collective alone and loaded. The whole variant has
+// kVariantLimitS of wall clock: past it, the collective being measured and those after it are "timeout" rows and
+// the communicators are aborted.
 void run_variant(const Variant& v, Harness& h, const std::vector<Collective>& collectives, size_t buffer_bytes,
                  double gemm_alone_ms, int warmup, int iters, std::vector<Row>& rows) {
   std::fprintf(stderr, "nccl_buffers: %s\n", v.name.c_str());
+  const Deadline deadline = Deadline::in(kVariantLimitS);
   CommSet set;
-  std::optional<std::string> refused;  // the whole variant: its config, allocation or registration
+  std::optional<std::string> refused;    // the whole variant: its config, allocation or registration
+  std::optional<std::string> timed_out;  // the variant ran out of time: the rows not yet measured
   try {
     create(v, h, buffer_bytes, set);
+    deadline.check("creating the communicators and registering the buffers");
   } catch (const NcclRefused& e) {
     refused = e.what();
     set.broken = true;
+  } catch (const VariantTimeout& e) {
+    timed_out = std::string(e.what());
+    set.timed_out = true;
   }
   for (const Collective& c : collectives) {
     Row& row = rows.emplace_back();
@@ -625,19 +730,29 @@ void run_variant(const Variant& v, Harness& h, const std::vector<Collective>& co
       row.error = *refused;
       continue;
     }
+    if (timed_out) {
+      row.error = "not run: the variant was " + *timed_out;
+      row.timed_out = true;
+      continue;
+    }
     try {
       // Fresh data for each collective (the in-place sums grow it).
       for (Device& dev : h.devices) {
         CUDA_CHECK(cudaSetDevice(dev.id));
         fill_device_f32(static_cast<float*>(set.buffers[dev.id]), buffer_bytes / sizeof(float), 7 + dev.id, dev.comm);
       }
-      h.synchronize();
-      row.alone_samples = measure_alone(h, c, set, warmup, iters);
+      wait_idle(h, deadline, &set, "filling the buffers");
+      // One untimed collective, whatever --warmup says: whatever NCCL sets up on first use (connections,
+      // buffers) is set up before anything is measured.
+      issue(c, h, set);
+      wait_idle(h, deadline, &set, "running the collective once, untimed");
+      check_async(set);
+      row.alone_samples = measure_alone(h, c, set, warmup, iters, deadline);
       row.alone_ms = median(row.alone_samples);
       row.busbw_gbps = double(c.bytes()) * c.bus_factor(h.n()) / (row.alone_ms * 1e-3) / 1e9;
       std::vector<LoadedRun> runs;
       for (int r = 0; r < kLoadedReps; ++r) {
-        runs.push_back(run_loaded(h, &c, &set));
+        runs.push_back(run_loaded(h, &c, &set, deadline));
         check_async(set);
       }
       std::sort(runs.begin(), runs.end(),
@@ -656,8 +771,15 @@ void run_variant(const Variant& v, Harness& h, const std::vector<Collective>& co
       } catch (const NcclRefused& async) {
         refused = async.what();
       }
+    } catch (const VariantTimeout& e) {
+      // The device may still be running this collective: the communicators are aborted in release().
+      row.error = e.what();
+      row.timed_out = true;
+      timed_out = std::string(e.what()) + " on " + c.name;
+      set.timed_out = true;
     }
   }
+  if (timed_out) std::fprintf(stderr, "nccl_buffers: %s: timeout: %s\n", v.name.c_str(), timed_out->c_str());
   if (!set.comms.empty()) release(h, set);
 }
 
@@ -666,17 +788,18 @@ void run_variant(const Variant& v, Harness& h, const std::vector<Collective>& co
 
 void print_table(const std::vector<Row>& rows, double gemm_alone_ms) {
   std::printf("gemm loop alone: %.3f ms (mean over devices, median of %d)\n", gemm_alone_ms, kGemmAloneReps);
-  std::printf("%-18s %-26s %9s %10s %9s %8s %8s %6s %7s %7s\n", "variant", "collective", "alone_ms", "busbw_GB/s",
-              "gemm_ms", "slowdown", "coll_ms", "count", "in_win", "hidden");
+  std::printf("%-18s %-26s %9s %10s %9s %8s %8s %6s %7s %7s %7s\n", "variant", "collective", "alone_ms", "busbw_GB/s",
+              "gemm_ms", "slowdown", "coll_ms", "count", "in_win", "hidden", "skew_ms");
   for (const Row& r : rows) {
     if (r.error) {
-      std::printf("%-18s %-26s unsupported: %s\n", r.variant->name.c_str(), r.collective->name.c_str(),
-                  r.error->c_str());
+      std::printf("%-18s %-26s %s: %s\n", r.variant->name.c_str(), r.collective->name.c_str(),
+                  r.timed_out ? "timeout" : "unsupported", r.error->c_str());
       continue;
     }
-    std::printf("%-18s %-26s %9.3f %10.1f %9.3f %8.3f %8.3f %6zu %7.2f %7.3f\n", r.variant->name.c_str(),
+    std::printf("%-18s %-26s %9.3f %10.1f %9.3f %8.3f %8.3f %6zu %7.2f %7.3f %7.3f\n", r.variant->name.c_str(),
                 r.collective->name.c_str(), r.alone_ms, r.busbw_gbps, r.loaded.gemm_mean_ms, r.gemm_slowdown,
-                r.loaded.coll_loaded_ms, r.loaded.issued, r.loaded.count_in_window, r.hidden_fraction);
+                r.loaded.coll_loaded_ms, r.loaded.issued, r.loaded.count_in_window, r.hidden_fraction,
+                r.loaded.start_skew_ms[0]);
   }
 }
 
@@ -694,6 +817,8 @@ nlohmann::json to_json(const std::vector<Row>& rows, const Harness& h, double ge
   out["nccl_nvls_enable"] = nvls ? nlohmann::json(nvls) : nlohmann::json(nullptr);
   out["iters"] = iters;
   out["warmup"] = warmup;
+  out["collectives_in_flight"] = kDepth;
+  out["variant_limit_s"] = kVariantLimitS;
   out["gemm"] = {{"m", kGemmSize},
                  {"n", kGemmSize},
                  {"k", kGemmSize},
@@ -708,9 +833,13 @@ nlohmann::json to_json(const std::vector<Row>& rows, const Harness& h, double ge
                           {"collective", r.collective->name},
                           {"bytes", r.collective->bytes()},
                           {"count_elements", r.collective->count},
-                          {"supported", !r.error}};
+                          {"status", !r.error      ? "ok"
+                                     : r.timed_out ? "timeout"
+                                                   : "unsupported"},
+                          // Unknown (null) for a timeout.
+                          {"supported", r.timed_out ? nlohmann::json(nullptr) : nlohmann::json(!r.error)}};
     if (r.error) {
-      row["error"] = "unsupported: " + *r.error;
+      row["error"] = std::string(r.timed_out ? "timeout: " : "unsupported: ") + *r.error;
     } else {
       row["alone_ms"] = r.alone_ms;
       row["alone_ms_samples"] = r.alone_samples;
@@ -722,6 +851,8 @@ nlohmann::json to_json(const std::vector<Row>& rows, const Harness& h, double ge
       row["coll_loaded_ms"] = r.loaded.coll_loaded_ms;
       row["count"] = r.loaded.issued;
       row["count_in_window"] = r.loaded.count_in_window;
+      row["start_skew_ms"] = r.loaded.start_skew_ms[0];
+      row["start_skew_ms_per_device"] = r.loaded.start_skew_ms;
       row["hidden_fraction"] = r.hidden_fraction;
     }
     list.push_back(row);
@@ -770,7 +901,13 @@ int main(int argc, char** argv) {
   Harness h;
   h.setup(n, gemms);
   std::vector<double> gemm_alone_per_device;
-  const double gemm_alone_ms = measure_gemm_alone(h, &gemm_alone_per_device);
+  double gemm_alone_ms = 0;
+  try {
+    gemm_alone_ms = measure_gemm_alone(h, &gemm_alone_per_device);
+  } catch (const VariantTimeout& e) {
+    std::fprintf(stderr, "nccl_buffers: the GEMM loop alone: %s\n", e.what());
+    return 1;
+  }
 
   std::vector<Row> rows;
   for (const Variant& v : variants()) {
