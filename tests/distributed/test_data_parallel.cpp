@@ -5,7 +5,6 @@
 
 #include <chrono>
 #include <cmath>
-#include <optional>
 
 #include "alpha/autograd/functions.h"
 #include "alpha/autograd/variable.h"
@@ -343,7 +342,7 @@ TEST(DataParallel, Zero1QueuedStepSkippedOnANonFiniteFactorAndSettledOnce) {
           for (size_t p = 0; p < mine.parameters.size(); ++p)
             autograd::backward(mine.parameters[p].variable, Replica(rank).parameters[p].variable.grad());
         alpha::test::reduce_gradients(dp);
-        const Tensor norm = dp.queue_norm();
+        const Tensor norm = dp.queue_sharded_norm();
         const Tensor losses = Tensor::from_vector(std::vector<float>{attempt == 0 ? NAN : 1.0f}, {1});
         dp.queue_sharded_step(1e-2, ops::step_guard(norm, losses, 1.0, 0.5), adamw);
         EXPECT_ALPHA_ERROR(dp.queue_sharded_step(1e-2, ops::step_guard(norm, losses, 1.0, 0.5), adamw), ValueError,
@@ -374,59 +373,10 @@ TEST(DataParallel, Zero1QueuedStepSkippedOnANonFiniteFactorAndSettledOnce) {
   };
   EXPECT_EQ(run(true), run(false)) << "a skipped step leaves the next one the first step's bits";
 
-  // Plain, nothing deferred: the one-process norm of the gradients (AdamW::grad_norm_tensor's), bit for bit.
   InProcessCommunicator alone(std::make_shared<InProcessGroup>(1, milliseconds(1000)), 0);
   Replica replica(0);
   DataParallel plain(alone, replica.parameters, {/*bucket_bytes=*/32, false});
-  std::vector<Tensor> grads;
-  for (const auto& p : replica.parameters) grads.push_back(p.variable.grad());
-  EXPECT_EQ(plain.queue_norm().item(), ops::global_grad_norm(grads));
-}
-
-// defer_last_bucket: the last bucket (the first parameters) is reduce-scattered; the norm comes from its shards'
-// sums added over the ranks, the same bits on every rank, and complete_gradients() leaves every gradient the bits of
-// the plain all-reduce's. 1 to 8 ranks (3: a shard boundary inside a parameter). f32 here (the CPU backend sums no
-// bf16 squares); tests/cuda/test_cuda_nccl.cpp runs bf16 buckets.
-TEST(DataParallel, DeferredLastBucketGivesThePlainAveragesOnceCompleted) {
-  const std::optional<DType> reduce_dtype;
-  for (int world : {1, 2, 3, 4, 8}) {
-    SCOPED_TRACE("world " + std::to_string(world));
-    auto group = std::make_shared<InProcessGroup>(world, milliseconds(10000));
-    std::vector<Replica> plain_replicas, deferred_replicas;
-    for (int r = 0; r < world; ++r) plain_replicas.emplace_back(r), deferred_replicas.emplace_back(r);
-    std::vector<double> plain_norms(size_t(world), 0.0), deferred_norms(size_t(world), 0.0);
-    run_ranks(world, [&](int rank) {
-      InProcessCommunicator comm(group, rank);
-      std::vector<nn::NamedParameter>& plain_mine = plain_replicas[size_t(rank)].parameters;
-      std::vector<nn::NamedParameter>& mine = deferred_replicas[size_t(rank)].parameters;
-      DataParallel plain(comm, plain_mine, {/*bucket_bytes=*/32, false, false, reduce_dtype});
-      alpha::test::reduce_gradients(plain);
-      plain_norms[size_t(rank)] = plain.queue_norm().item();
-
-      DataParallelOptions options{/*bucket_bytes=*/32, false, false, reduce_dtype};
-      options.defer_last_bucket = true;
-      DataParallel dp(comm, mine, options);
-      EXPECT_EQ(dp.deferred_parameters(), 0u);
-      dp.queue_reduction();
-      const size_t deferred = dp.buckets().back().entries.size();
-      ASSERT_EQ(dp.deferred_parameters(), deferred);
-      ASSERT_GT(deferred, 1u) << "a bucket of several parameters";
-      EXPECT_ALPHA_ERROR(dp.queue_reduction(), ValueError, "[DataParallel::queue_reduction]", "complete_gradients");
-      const Tensor norm = dp.queue_norm();
-      dp.complete_gradients();
-      dp.communicator().synchronize();
-      EXPECT_EQ(dp.deferred_parameters(), 0u);
-      deferred_norms[size_t(rank)] = norm.item();
-      for (size_t p = 0; p < mine.size(); ++p)
-        EXPECT_TRUE(alpha::test::bit_equal(mine[p].variable.grad(), plain_mine[p].variable.grad()))
-            << "rank " << rank << " parameter " << p << (p < deferred ? " (deferred)" : "");
-    });
-    for (int r = 0; r < world; ++r) {
-      EXPECT_EQ(deferred_norms[size_t(r)], deferred_norms[0]) << "the norm's bits on rank " << r;
-      // Each deferred parameter's sum of squares is added from the ranks' shares: within f64 rounding.
-      EXPECT_NEAR(deferred_norms[size_t(r)], plain_norms[size_t(r)], 1e-12 * plain_norms[size_t(r)]);
-    }
-  }
+  EXPECT_ALPHA_ERROR(plain.queue_sharded_norm(), ConfigError, "'zero1'");
 }
 
 TEST(DataParallel, ShardStateRoundTripsAndRejectsAnotherLayout) {
@@ -473,12 +423,6 @@ TEST(DataParallel, RejectsParametersWithoutGradientsAndBadOptions) {
                      "'reduce_dtype'", "bf16", "f16");
   EXPECT_ALPHA_ERROR(DataParallel(comm, {{"w", no_grad, true}}, {64, false, true, DType::bf16}), ConfigError,
                      "'reduce_dtype'", "deterministic");
-  for (bool zero1 : {true, false}) {
-    DataParallelOptions deferred{64, zero1, !zero1};
-    deferred.defer_last_bucket = true;
-    EXPECT_ALPHA_ERROR(DataParallel(comm, {{"w", no_grad, true}}, deferred), ConfigError, "'defer_last_bucket'",
-                       "plain data parallel only");
-  }
 }
 
 TEST(CheckResume, NamesTheWorldSizeFirstThenTheShardingLayout) {

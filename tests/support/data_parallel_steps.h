@@ -21,7 +21,7 @@ inline std::vector<float> reduce_gradients(distributed::DataParallel& dp, const 
 // clipping), no loss scaling, every parameter's value gathered. Returns the global gradient norm the step used.
 inline double sharded_step(distributed::DataParallel& dp, double lr, double clip,
                            const distributed::DataParallel::AdamW& adamw) {
-  const Tensor norm = dp.queue_norm();
+  const Tensor norm = dp.queue_sharded_norm();
   const Tensor losses = Tensor::zeros({1}, DType::f32, dp.communicator().device());  // finite: no skip
   dp.queue_sharded_step(lr, ops::step_guard(norm, losses, 1.0, clip), adamw);
   dp.communicator().synchronize();

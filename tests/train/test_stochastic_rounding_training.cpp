@@ -148,7 +148,7 @@ std::vector<std::vector<nn::NamedParameter>> train_sharded(
         values.push_back(p.variable.value().clone());
         copies.push_back(p.variable.compute_copy().defined() ? p.variable.compute_copy().clone() : Tensor());
       }
-      const Tensor norm = dp.queue_norm();
+      const Tensor norm = dp.queue_sharded_norm();
       const Tensor losses = Tensor::from_vector(std::vector<float>{skip ? NAN : 1.0f}, {1});
       dp.queue_sharded_step(1e-2, ops::step_guard(norm, losses, 1.0, 0.0), {0.9, 0.95, 1e-8, 0.1, seed});
       comm.synchronize();
@@ -243,7 +243,7 @@ TEST(StochasticRoundingTraining, Zero1LeavesOtherShardsValuesStaleUntilCompleteP
     auto step = [&] {
       autograd::backward(v, Tensor::normal({40, 3}, 0.0, 1.0, 100 + rank));
       alpha::test::reduce_gradients(dp);
-      const Tensor norm = dp.queue_norm();
+      const Tensor norm = dp.queue_sharded_norm();
       dp.queue_sharded_step(1e-2, ops::step_guard(norm, Tensor::zeros({1}, DType::f32), 1.0, 0.0),
                             {0.9, 0.95, 1e-8, 0.1});
       comm.synchronize();

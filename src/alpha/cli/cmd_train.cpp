@@ -111,8 +111,7 @@ void run_train(const TrainArgs& args) {
   if (env && args.gpus > 0 && env->world_size != args.gpus)
     raise<ConfigError>("train", "--gpus", "the world size of the " + env->source + " environment, " +
                        std::to_string(env->world_size), std::to_string(args.gpus));
-  if (env && env->world_size > 1)
-    options.communicator = distributed::make_nccl_communicator(*env, options.train.deterministic_reduce, timeout);
+  if (env && env->world_size > 1) options.communicator = distributed::make_nccl_communicator(*env, timeout);
   options.run_dir = args.out;
   options.data = args.data;
   options.resume = args.resume;

@@ -16,6 +16,7 @@
 #include "alpha/core/device.h"
 #include "alpha/core/dtype.h"
 #include "alpha/core/error.h"
+#include "alpha/tensor/tensor.h"
 
 namespace alpha::distributed {
 
@@ -49,6 +50,12 @@ class Communicator {
   virtual void all_gather(const void* send, void* recv, size_t send_count, DType dtype) = 0;
   // Root's `count` elements are copied into every other rank's `data`.
   virtual void broadcast(void* data, size_t count, DType dtype, int root) = 0;
+
+  // A zeroed 1-D buffer of `numel` elements on device() for collectives to read and write, which a communicator
+  // may place where its collectives move bytes cheapest (NCCL: memory registered as a symmetric window, which
+  // its copy engines can move with no kernel on the GPU's cores). Collective: every rank asks for the same sizes
+  // in the same order. Here, an ordinary zeroed tensor.
+  virtual Tensor symmetric_buffer(int64_t numel, DType dtype);
 
   // Waits until every collective issued so far has completed. RankFailureError (after aborting the group)
   // when that takes longer than timeout() or a peer failed.

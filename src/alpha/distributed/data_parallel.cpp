@@ -28,9 +28,6 @@ void DataParallelOptions::validate() const {
   if (reduce_dtype && deterministic)
     raise<ConfigError>(kOp, "reduce_dtype", "none with deterministic (its sums are the parameters' dtype's)",
                        std::string(dtype_name(*reduce_dtype)));
-  if (defer_last_bucket && (zero1 || deterministic))
-    raise<ConfigError>(kOp, "defer_last_bucket", "false with zero1 or deterministic (plain data parallel only)",
-                       "true");
 }
 
 std::vector<Bucket> plan_buckets(const std::vector<int64_t>& numels, size_t element_bytes, int64_t bucket_bytes,
@@ -92,9 +89,9 @@ DataParallel::DataParallel(Communicator& communicator, std::vector<nn::NamedPara
   reduce_dtype_ = options_.reduce_dtype.value_or(dtype_);
   for (const auto& b : buckets_)
     flat_.push_back(Tensor::zeros({b.padded_numel}, reduce_dtype_, communicator_.device()));
-  if (options_.deterministic)
+  if (options_.deterministic)  // in symmetric buffers: on NCCL the all-gather may then take the copy engines
     for (const auto& b : buckets_)
-      gathered_.push_back(Tensor::zeros({world, b.padded_numel}, dtype_, communicator_.device()));
+      gathered_.push_back(communicator_.symmetric_buffer(world * b.padded_numel, dtype_).view({world, b.padded_numel}));
   if (options_.zero1) {
     segments_ = shard_segments(buckets_, communicator_.rank());
     for (const auto& b : buckets_) {
@@ -146,18 +143,19 @@ Tensor DataParallel::run_of(const Tensor& buffer, const BucketEntry& entry) {
 }
 
 void DataParallel::launch_bucket(size_t b) {
+  // Deterministic: packed straight into this rank's row of the gathered buffer, which is gathered in place.
+  const Tensor packed = options_.deterministic ? gathered_[b].select(0, communicator_.rank()) : flat_[b];
   std::vector<Tensor> slices, grads;
   for (const auto& e : buckets_[b].entries) {
-    slices.push_back(run_of(flat_[b], e));
+    slices.push_back(run_of(packed, e));
     grads.push_back(flat_gradient(e.parameter));
   }
   // One launch on a GPU, not one per parameter, in the device's stream: copies on the communicator's stream
   // (cudaMemcpyAsync, one per parameter) measured slower, 2026-11-29 (docs/PERFORMANCE.md).
   copy_many(slices, grads);
   if (options_.deterministic)
-    communicator_.all_gather(flat_[b].raw_data(), gathered_[b].raw_data(), size_t(buckets_[b].padded_numel),
-                             dtype_);
-  else if (options_.zero1 || (options_.defer_last_bucket && b + 1 == buckets_.size()))
+    communicator_.all_gather(packed.raw_data(), gathered_[b].raw_data(), size_t(buckets_[b].padded_numel), dtype_);
+  else if (options_.zero1)
     communicator_.reduce_scatter(flat_[b].raw_data(), shard_of(flat_[b], b).raw_data(), size_t(buckets_[b].shard_numel),
                                  reduce_dtype_, ReduceOp::average);
   else
@@ -186,9 +184,6 @@ Tensor DataParallel::queue_reduction(const Tensor& step_losses) {
       raise<DeviceError>(op, "step_losses", "a tensor on the communicator's device " + communicator_.device().str(),
                          step_losses.device().str());
   }
-  if (gather_pending_)
-    raise<ValueError>(op, "self", "the last reduction's deferred bucket completed (call complete_gradients first)",
-                      "its all-gather still deferred");
   // Buckets the backward did not complete (no hook, or gradients that never arrived) go now; on a GPU
   // packing one overlaps the collective of the one before.
   while (launched_ < buckets_.size()) launch_bucket(launched_++);
@@ -209,42 +204,19 @@ Tensor DataParallel::queue_reduction(const Tensor& step_losses) {
   }
   // The averaged gradients stay in the buckets: each parameter's gradient becomes its view there (no copy
   // back; under a bf16 reduction the bf16 average, which AdamW reads as it is). The next backward makes fresh
-  // gradients (the optimiser releases these after its step). A deferred bucket's views are whole once
-  // complete_gradients() has gathered it, and its copies (below) are made there.
-  gather_pending_ = options_.defer_last_bucket;
-  for (size_t b = 0; b < buckets_.size(); ++b) hand_back_averages(b, !(gather_pending_ && b + 1 == buckets_.size()));
-  return gathered_losses;
-}
-
-bool DataParallel::takes_view(size_t parameter) const {
-  // A gradient of another dtype than the buckets' without a reduce_dtype (a bf16 model's gradient of an f32
-  // parameter) takes the average in its own dtype.
-  return parameters_[parameter].variable.grad().dtype() == reduce_dtype_ || options_.reduce_dtype.has_value();
-}
-
-void DataParallel::hand_back_averages(size_t b, bool with_copies) {
-  for (const auto& e : buckets_[b].entries) {
-    autograd::Variable v = parameters_[e.parameter].variable;
-    Tensor averaged = run_of(flat_[b], e).view(v.shape());
-    if (takes_view(e.parameter))
-      v.set_grad(std::move(averaged));
-    else if (with_copies)
-      Tensor(v.grad()).copy_from(averaged);
-  }
-}
-
-void DataParallel::complete_gradients() {
-  if (!gather_pending_) return;
-  const size_t last = buckets_.size() - 1;
-  communicator_.all_gather(shard_of(flat_[last], last).raw_data(), flat_[last].raw_data(),
-                           size_t(buckets_[last].shard_numel), reduce_dtype_);
-  communicator_.order_after_collectives();
-  gather_pending_ = false;
-  for (const auto& e : buckets_[last].entries)
-    if (!takes_view(e.parameter)) {
+  // gradients (the optimiser releases these after its step). A gradient of another dtype than the buckets'
+  // without one (a bf16 model's gradient of an f32 parameter) takes the average in its own dtype.
+  for (size_t b = 0; b < buckets_.size(); ++b) {
+    for (const auto& e : buckets_[b].entries) {
       autograd::Variable v = parameters_[e.parameter].variable;
-      Tensor(v.grad()).copy_from(run_of(flat_[last], e).view(v.shape()));
+      Tensor averaged = run_of(flat_[b], e).view(v.shape());
+      if (v.grad().dtype() == reduce_dtype_ || options_.reduce_dtype)
+        v.set_grad(std::move(averaged));
+      else
+        Tensor(v.grad()).copy_from(averaged);
     }
+  }
+  return gathered_losses;
 }
 
 void DataParallel::add_in_rank_order() {
@@ -273,31 +245,21 @@ std::vector<Tensor> DataParallel::gradient_shards() const {
   return shards;
 }
 
-Tensor DataParallel::queue_norm() {
-  // The sums of squares to add over the ranks come first in `parts`, one slot each; the rest are whole on every rank.
-  std::vector<Tensor> parts;
-  size_t summed_over_ranks = 0;
-  if (options_.zero1) {
-    parts = gradient_shards();  // their padding is zero, so it adds nothing to the norm
-    summed_over_ranks = parts.size();
+Tensor DataParallel::queue_sharded_norm() {
+  if (!options_.zero1)
+    raise<ConfigError>("DataParallel::queue_sharded_norm", "zero1", "a DataParallel built with zero1 on", "zero1 off");
+  // The padding of the shards is zero, so it adds nothing to the norm.
+  Tensor squares = ops::sums_of_squares(gradient_shards());
+  if (options_.deterministic) {
+    // Gathered rank by rank and added in that order (the slots of rank 0, then rank 1, ...), as the gradients are:
+    // no sum of NCCL's, whose order depends on its algorithm.
+    Tensor gathered = Tensor::empty({communicator_.world_size() * squares.numel()}, DType::f64, squares.device());
+    communicator_.all_gather(squares.raw_data(), gathered.raw_data(), size_t(squares.numel()), DType::f64);
+    squares = gathered;
   } else {
-    for (size_t k = 0; k < parameters_.size(); ++k) parts.push_back(flat_gradient(k));
-    // The deferred parameters are the first ones (the last bucket holds the first parameters): each one's run in
-    // this rank's shard of that bucket, which may be empty.
-    summed_over_ranks = deferred_parameters();
-    if (summed_over_ranks > 0) {
-      const size_t last = buckets_.size() - 1;
-      const int64_t first = communicator_.rank() * buckets_[last].shard_numel, end = first + buckets_[last].shard_numel;
-      for (const auto& e : buckets_[last].entries) {
-        const int64_t begin = std::clamp(e.offset, first, end), stop = std::clamp(e.offset + e.numel, first, end);
-        parts[e.parameter] = flat_[last].slice(0, begin, stop);
-      }
-    }
+    communicator_.all_reduce(squares.raw_data(), size_t(squares.numel()), DType::f64, ReduceOp::sum);
   }
-  if (summed_over_ranks == 0) return ops::global_grad_norm_tensor(parts);
-  Tensor squares = ops::sums_of_squares(parts);
-  communicator_.all_reduce(squares.raw_data(), summed_over_ranks, DType::f64, ReduceOp::sum);
-  communicator_.mark_issued();  // what synchronize_step waits for: not the all-gather that follows
+  communicator_.mark_issued();  // what synchronize_step waits for: not the weights' all-gather that follows
   communicator_.order_after_collectives();
   return ops::norm_of_sums_of_squares(squares);
 }
@@ -324,7 +286,7 @@ void DataParallel::hold_copies_in_buckets(DType copy_dtype) {
   if (copies_.empty() || copies_[0].dtype() != copy_dtype) {
     copies_.clear();
     for (const auto& b : buckets_)
-      copies_.push_back(Tensor::zeros({b.padded_numel}, copy_dtype, communicator_.device()));
+      copies_.push_back(communicator_.symmetric_buffer(b.padded_numel, copy_dtype));  // the copy engines may gather
   }
   // A copy made since the last step (the first forward's casts, a resume's) moves in; the rest already live there.
   std::vector<Tensor> runs, held;

@@ -22,26 +22,21 @@
 // complete_parameters() gathers them (before a checkpoint, an evaluation, the end). On 2 H200s a collective beside
 // the forward or backward slowed their kernels about as much as it hid, so the bytes not moved are what count.
 //
-// defer_last_bucket (plain only): the last bucket, which backward completes last (the model's first parameters, the
-// tied embedding among them: on gpt2-124m 154 MB, whose reduction nothing else hides), is reduce-scattered instead of
-// all-reduced. queue_norm() then needs only this rank's averaged shard of it (each of its parameters' sums of squares
-// over the shard, added over the ranks), so the norm, and with it the update of every other parameter, waits for half
-// the bytes; complete_gradients() all-gathers the shard, beside that update, before those parameters are stepped.
-//
 // reduce_dtype bf16: the buckets hold bf16, so packing rounds each rank's f32 gradients to bf16 (one launch a
 // bucket) and the collectives move half the bytes; the averaged gradients handed back (plain) or the shards
 // stepped (ZeRO-1) are bf16, which AdamW reads beside the f32 masters. The bucket layout stays the parameters'
 // dtype's, so ZeRO-1's shards (and checkpoints) do not depend on it. Not with `deterministic`.
 //
 // Determinism: the bucket layout is a pure function of the parameter shapes, bucket_bytes and world_size,
-// and the collectives run in the same order every step; with a deterministic communicator (NCCL's ring
-// algorithm and simple protocol fixed, see nccl_communicator.h) a run repeats bit for bit. The
-// `deterministic` option goes further: each bucket is all-gathered instead of all-reduced (or reduce-
-// scattered) and every rank adds the ranks' gradients itself, in rank order, with the add that gradient
-// accumulation uses, then scales by 1/world_size. So N ranks give the bits of one process accumulating the
-// same N micro-batches in rank order, whatever the reduction algorithm, when N is a power of two (the
+// and the collectives run in the same order every step. The `deterministic` option makes the sums independent
+// of the communicator's algorithm: each bucket is packed into this rank's row of a [world_size, bucket] buffer
+// and all-gathered in place instead of all-reduced (or reduce-scattered), and every rank adds the ranks'
+// gradients itself, in rank order, with the add that gradient accumulation uses, then scales by 1/world_size
+// (ZeRO-1's norm likewise gathers the ranks' sums of squares and adds them in rank order). So N ranks give the
+// bits of one process accumulating the same N micro-batches in rank order when N is a power of two (the
 // scaling is then exact on both sides). It moves world_size/2 times the bytes of an all-reduce and holds
-// world_size copies of the gradients.
+// world_size copies of the gradients; the gathered buffers (and ZeRO-1's gathered copies) are the
+// communicator's symmetric buffers, which NCCL may all-gather with the copy engines.
 #pragma once
 #include <cstdint>
 #include <nlohmann/json.hpp>
@@ -63,8 +58,7 @@ struct DataParallelOptions {
   bool deterministic = false;       // all-gather and add in rank order (above)
   // The gradients' dtype in the buckets and collectives: the parameters' (none), or bf16 (below).
   std::optional<DType> reduce_dtype = std::nullopt;
-  bool defer_last_bucket = false;  // plain: the last bucket's all-gather left to complete_gradients() (above)
-  void validate() const;           // ConfigError naming the field
+  void validate() const;  // ConfigError naming the field
 };
 
 // A parameter's run of elements inside a bucket.
@@ -113,15 +107,7 @@ class DataParallel {
   // (Communicator::order_after_collectives) and the host does not, so the optimiser's step can be queued behind them at
   // once; the gathered losses are returned on the device. The caller must call synchronize_step() before it waits for
   // the device (that is where a failed peer is named within the timeout).
-  // With defer_last_bucket, the gradients of the first deferred_parameters() parameters are views of the last bucket
-  // that hold the average only in this rank's shard until complete_gradients().
   Tensor queue_reduction(const Tensor& step_losses = Tensor());
-  // defer_last_bucket, after queue_reduction: how many of the first parameters' gradients await complete_gradients()
-  // (0 before queue_reduction, after complete_gradients, and without the option).
-  size_t deferred_parameters() const { return gather_pending_ ? buckets_.back().entries.size() : 0; }
-  // All-gathers the last bucket's averaged shards, queues the device's later work behind that, and hands back the
-  // averages that are copies rather than views; nothing to do when nothing is deferred.
-  void complete_gradients();
   // Waits, within the communicator's timeout, for the collectives a step's numbers come from (the reduction, the
   // gathered losses, ZeRO-1's norm), not for the weights' all-gather queue_sharded_step queues after them: the
   // host reads the step and queues the next one while that runs (the next synchronize waits for it).
@@ -132,16 +118,13 @@ class DataParallel {
 
   // ZeRO-1's step, queued as the one-GPU step is (nothing here waits for the device or the peers), after
   // queue_reduction:
-  //   norm = queue_norm();                                              // read it when the step is done
+  //   norm = queue_sharded_norm();                                      // read it when the step is done
   //   queue_sharded_step(lr, ops::step_guard(norm, losses, scale, clip), adamw);
   //   synchronize_step(), read the norm and the losses, then settle_sharded_step(applied).
-  // queue_norm: the global L2 norm of the averaged gradients as a 0-d f64 tensor on the device, the same bits on
-  // every rank, queued (after queue_reduction). ZeRO-1: each rank's per-bucket sums of squares of its shards, summed
-  // over the ranks by an all-reduce, then added in bucket order. Plain: the parameters' sums of squares added in
-  // parameter order, as one process's (ops::global_grad_norm_tensor); with a deferred last bucket, its parameters'
-  // sums over this rank's shard, summed over the ranks by an all-reduce. Where it all-reduces, synchronize_step waits
-  // for that and not for what is queued later (ZeRO-1's all-gather, complete_gradients').
-  Tensor queue_norm();
+  // queue_sharded_norm: the global L2 norm of the averaged gradients as a 0-d f64 tensor on the device, the
+  // same bits on every rank: each rank's per-bucket sums of squares of its shards, summed over the ranks by an
+  // all-reduce, then added in bucket order (ops::sums_of_squares, ops::norm_of_sums_of_squares).
+  Tensor queue_sharded_norm();
   // AdamW on this rank's shards, the gradients multiplied by `factor` (a single-element f64 tensor on the device,
   // ops::step_guard's: unscaling and clipping; a NaN skips the update there), with learning rate lr and step
   // step_count() + 1 (the scalars written to the device, as train::AdamW::queued_step does), and the updated
@@ -195,8 +178,6 @@ class DataParallel {
   void hold_copies_in_buckets(DType copy_dtype);  // each held copy moved into (and made a view of) copies_
   bool holds_gathered_copy(size_t bucket, const BucketEntry& entry) const;  // its held copy is its run of copies_
   void add_in_rank_order();  // deterministic: each bucket's (or shard's) average from gathered_
-  bool takes_view(size_t parameter) const;  // plain: its gradient becomes a view of its averaged run (else a copy)
-  void hand_back_averages(size_t bucket, bool with_copies);  // plain: the views (and copies) of a bucket's averages
 
   Communicator& communicator_;
   std::vector<nn::NamedParameter> parameters_;
@@ -220,7 +201,6 @@ class DataParallel {
   bool step_queued_ = false;            // ZeRO-1: a queue_sharded_step not yet settled
   std::optional<uint64_t> queued_rounding_seed_;  // its stochastic rounding
   std::vector<Tensor> held_copies_;               // the compute copies it dropped, for settle_sharded_step
-  bool gather_pending_ = false;                   // defer_last_bucket: queue_reduction ran, complete_gradients not yet
   int64_t step_count_ = 0;
 };
 

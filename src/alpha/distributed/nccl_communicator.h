@@ -5,15 +5,18 @@
 // Streams: collectives run on a stream of their own, each waiting for the work already queued on the
 // device's default stream, so packing the next gradient bucket overlaps the collective of the last one.
 // Failures: the communicator is created non-blocking, and synchronize() polls an event recorded on its stream
-// (synchronize_marked(), the one mark_issued() recorded) and ncclCommGetAsyncError; past the timeout, or on an asynchronous error, it asks the rendezvous which rank
-// failed (a closed connection means a dead process; the rank furthest behind, a hung one), aborts the
-// communicator (ncclCommAbort) and raises RankFailureError naming that rank.
+// (synchronize_marked(), the one mark_issued() recorded) and ncclCommGetAsyncError; past the timeout, or on an
+// asynchronous error, it asks the rendezvous which rank failed (a closed connection means a dead process; the rank
+// furthest behind, a hung one), aborts the communicator (ncclCommAbort) and raises RankFailureError naming that rank.
 //
-// Deterministic reductions: NCCL's result depends on the algorithm (ring, tree, NVLS, ...) and protocol it
-// picks per message size. With `deterministic`, NCCL_ALGO=Ring and NCCL_PROTO=Simple are set before the
-// communicator is created, so every all-reduce and reduce-scatter adds the ranks' chunks along the same
-// ring in the same order, and runs with the same world size, GPUs, bucket layout and NCCL version repeat
-// bit for bit. A different world size adds in a different order, so it is not bit-identical to one GPU.
+// Reductions: NCCL's sums depend on the algorithm (ring, tree, ...) and protocol it picks per message size, the
+// same for the same sizes, GPUs and NCCL version. DataParallel's deterministic option needs none of them: it
+// all-gathers (a copy) and adds in rank order itself.
+//
+// Symmetric buffers (symmetric_buffer): ncclMemAlloc memory registered as a symmetric window, which NCCL 2.28 can
+// all-gather with the copy engines when the communicator's CTA policy allows (NCCL_CTA_POLICY=2, "zero CTAs":
+// docs/PERFORMANCE.md measures it). Windows are deregistered before the communicator is destroyed; a buffer
+// that outlives it only frees its memory.
 #pragma once
 #include <chrono>
 #include <memory>
@@ -28,14 +31,12 @@ namespace alpha::distributed {
 bool nccl_built();
 
 // NCCL's environment, set before a communicator is created: NVLink multicast off (NCCL_NVLS_ENABLE=0)
-// unless the user set it, and with `deterministic` the ring algorithm and simple protocol (overriding
-// what was set, as the option promises it).
-void set_nccl_environment(bool deterministic);
+// unless the user set it.
+void set_nccl_environment();
 
 // Joins the rendezvous (tcp_store.h) and creates the communicator of this rank on cuda:<local_rank>.
 // ConfigError when the build has no NCCL; IOError when the rendezvous fails; BackendError naming the NCCL
 // call, or RankFailureError when a peer does not join within the timeout.
-std::unique_ptr<Communicator> make_nccl_communicator(const LaunchEnv& env, bool deterministic,
-                                                     std::chrono::milliseconds timeout);
+std::unique_ptr<Communicator> make_nccl_communicator(const LaunchEnv& env, std::chrono::milliseconds timeout);
 
 }  // namespace alpha::distributed

@@ -234,8 +234,7 @@ Trainer::Trainer(TrainerOptions options) : options_(std::move(options)), data_(s
     data_->parallel = std::make_unique<distributed::DataParallel>(
         *options_.communicator, parameters,
         distributed::DataParallelOptions{t.bucket_mb << 20, t.zero1, t.deterministic_reduce,
-                                         t.reduce_precision == "bf16" ? std::optional(DType::bf16) : std::nullopt,
-                                         /*defer_last_bucket=*/!t.zero1 && !t.deterministic_reduce});
+                                         t.reduce_precision == "bf16" ? std::optional(DType::bf16) : std::nullopt});
   if (t.scales_loss())
     data_->scaler = std::make_unique<LossScaler>(LossScalerOptions{t.loss_scale, t.loss_scale_growth_interval});
   data_->schedule = std::make_unique<WarmupCosineSchedule>(t.lr, t.min_lr, t.effective_warmup_steps(), t.effective_decay_steps());
@@ -481,29 +480,21 @@ std::string Trainer::run(std::optional<int64_t> stop_at_step) {
       // ops::step_guard) and the optimizer step are all queued before the host reads the losses and the norm,
       // and that read waits for the norm only. The host takes in the step's numbers and queues the next step's
       // forward while the optimizer step runs, instead of the device waiting for it in between. Data parallel,
-      // all of it is queued behind the gradients' collectives and the norm's all-reduce of the sums over shards
-      // (ZeRO-1's; plain: the last bucket's, reduce-scattered, whose gradients are all-gathered beside the update
-      // of the others'), and the host waits for the collectives the step's numbers come from (within the timeout,
-      // naming a failed peer) before it reads; the all-gathers after them run on.
-      const Tensor queued_norm = data_->parallel ? data_->parallel->queue_norm() : data_->optimizer->grad_norm_tensor();
+      // all of it is queued behind the gradients' collectives (ZeRO-1: the norm's all-reduce too, and the
+      // update is followed by the weights' all-gather), and the host waits for the collectives the step's numbers
+      // come from (within the timeout, naming a failed peer) before it reads; ZeRO-1's all-gather runs on.
+      const Tensor queued_norm =
+          sharded(options_) ? data_->parallel->queue_sharded_norm() : data_->optimizer->grad_norm_tensor();
       const Tensor losses = data_->parallel
                                 ? gathered_losses
                                 : stacked_losses(micro_losses, accumulation_dtype(micro_losses[0].dtype()), device);
       HostCopy read({losses, queued_norm});
       const Tensor factor = ops::step_guard(queued_norm, losses, loss_scale, t.grad_clip);
-      const size_t deferred = data_->parallel ? data_->parallel->deferred_parameters() : 0;
-      if (sharded(options_)) {
+      if (sharded(options_))
         data_->parallel->queue_sharded_step(lr, factor,
                                             {t.beta1, t.beta2, t.adam_eps, t.weight_decay, rounding_seed(options_)});
-      } else if (deferred > 0) {
-        // The parameters whose gradients are whole are updated while the rest's are all-gathered.
-        data_->optimizer->prepare_step(lr);
-        data_->optimizer->queue_update(factor, deferred, data_->optimizer->parameters().size());
-        data_->parallel->complete_gradients();
-        data_->optimizer->queue_update(factor, 0, deferred);
-      } else {
+      else
         data_->optimizer->queued_step(lr, factor);
-      }
       optimizer_s = phase.seconds();
       if (data_->parallel) data_->parallel->synchronize_step();
       const std::vector<Tensor> host = read.wait();
