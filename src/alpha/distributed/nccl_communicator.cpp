@@ -57,6 +57,14 @@ ncclResult_t settled(ncclComm_t comm, ncclResult_t result, std::chrono::millisec
   return result;
 }
 
+// A window (de)registration on a non-blocking communicator can return ncclSuccess while it still runs (the
+// next call then fails: "Attempt to use communicator before the previous operation returned ncclSuccess", seen
+// on 2 H200s): its state is the communicator's asynchronous one.
+ncclResult_t in_flight(ncclComm_t comm, ncclResult_t result) {
+  if (result == ncclSuccess) ncclCommGetAsyncError(comm, &result);
+  return result;
+}
+
 // The symmetric windows a communicator registered, shared with the buffers' owners: a buffer that outlives its
 // communicator only frees its memory, its window having been deregistered before the communicator went (or
 // released with it by an abort).
@@ -71,7 +79,7 @@ struct Windows {
       std::lock_guard lock(mutex);
       auto it = std::find(live.begin(), live.end(), window);
       if (comm && it != live.end()) {
-        settled(comm, ncclCommWindowDeregister(comm, window), timeout);
+        settled(comm, in_flight(comm, ncclCommWindowDeregister(comm, window)), timeout);
         live.erase(it);
       }
     }
@@ -81,7 +89,7 @@ struct Windows {
   void close(bool deregister) {
     std::lock_guard lock(mutex);
     if (deregister)
-      for (ncclWindow_t window : live) settled(comm, ncclCommWindowDeregister(comm, window), timeout);
+      for (ncclWindow_t window : live) settled(comm, in_flight(comm, ncclCommWindowDeregister(comm, window)), timeout);
     live.clear();
     comm = nullptr;
   }
@@ -175,7 +183,7 @@ class NcclCommunicator : public Communicator {
     ncclWindow_t window = nullptr;
     try {
       check_cuda(cudaMemset(memory, 0, bytes), "cudaMemset");
-      wait_ready(ncclCommWindowRegister(comm_, memory, bytes, &window, NCCL_WIN_COLL_SYMMETRIC),
+      wait_ready(in_flight(comm_, ncclCommWindowRegister(comm_, memory, bytes, &window, NCCL_WIN_COLL_SYMMETRIC)),
                  "ncclCommWindowRegister");
     } catch (...) {
       ncclMemFree(memory);
