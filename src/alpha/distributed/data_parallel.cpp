@@ -286,7 +286,7 @@ void DataParallel::hold_copies_in_buckets(DType copy_dtype) {
   if (copies_.empty() || copies_[0].dtype() != copy_dtype) {
     copies_.clear();
     for (const auto& b : buckets_)
-      copies_.push_back(communicator_.symmetric_buffer(b.padded_numel, copy_dtype));  // the copy engines may gather
+      copies_.push_back(Tensor::zeros({b.padded_numel}, copy_dtype, communicator_.device()));
   }
   // A copy made since the last step (the first forward's casts, a resume's) moves in; the rest already live there.
   std::vector<Tensor> runs, held;

@@ -35,8 +35,9 @@
 // (ZeRO-1's norm likewise gathers the ranks' sums of squares and adds them in rank order). So N ranks give the
 // bits of one process accumulating the same N micro-batches in rank order when N is a power of two (the
 // scaling is then exact on both sides). It moves world_size/2 times the bytes of an all-reduce and holds
-// world_size copies of the gradients; the gathered buffers (and ZeRO-1's gathered copies) are the
-// communicator's symmetric buffers, which NCCL may all-gather with the copy engines.
+// world_size copies of the gradients; the gathered buffers are the communicator's symmetric buffers, which NCCL
+// may all-gather with the copy engines. (ZeRO-1's bf16 copies are not: gathered through symmetric windows, some
+// of their elements came back wrong on 2 H200s, NCCL 2.28.9, the twenty-seventh session.)
 #pragma once
 #include <cstdint>
 #include <nlohmann/json.hpp>
