@@ -1,5 +1,5 @@
-// The test communicator itself: each collective's result on every rank, in f32, bf16 and f16, and a rank that
-// stops participating makes the others fail within the timeout, naming it.
+// The test communicator itself: each collective's result on every rank, in f32, bf16 and f16, its symmetric buffer
+// gathered in place, and a rank that stops participating makes the others fail within the timeout, naming it.
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -81,6 +81,19 @@ TEST(InProcessCommunicator, ReduceScatterAllGatherAndBroadcast) {
     comm.broadcast(value.data(), 1, DType::f32, 2);
     EXPECT_EQ(value[0], 3.0f);
     EXPECT_EQ(comm.collectives(), 3);
+
+    // A symmetric buffer (here an ordinary zeroed tensor), gathered in place as the deterministic reduction
+    // gathers its rows: this rank's block at rank * 3.
+    Tensor rows = comm.symmetric_buffer(kWorld * 3, DType::f32);
+    EXPECT_EQ(rows.device(), comm.device());
+    EXPECT_EQ(rows.shape(), (Shape{kWorld * 3}));
+    EXPECT_EQ(rows.to_vector<float>(), std::vector<float>(kWorld * 3, 0.0f));
+    Tensor block = rows.slice(0, 3 * rank, 3 * rank + 3);
+    block.copy_from(Tensor::from_vector(std::vector<float>{float(rank), 7.0f, float(-rank)}, {3}));
+    comm.all_gather(block.raw_data(), rows.raw_data(), 3, DType::f32);
+    std::vector<float> expected;
+    for (int r = 0; r < kWorld; ++r) expected.insert(expected.end(), {float(r), 7.0f, float(-r)});
+    EXPECT_EQ(rows.to_vector<float>(), expected);
   });
 }
 
