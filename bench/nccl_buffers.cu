@@ -6,7 +6,9 @@
 // variant (plain cudaMalloc as today, window, window+efficiency, window+zero, local) and each collective
 // (in place: all-reduce f32 25 and 154 MiB, reduce-scatter f32 154 MiB, all-gather bf16 124 MiB) it times the
 // collective alone, then a loop of cuBLAS bf16 4096³ GEMMs with the collective running back to back beside
-// it, against the loop alone. A variant NCCL refuses is printed as "unsupported: <NCCL's error>".
+// it, against the loop alone. A variant NCCL refuses is printed as "unsupported: <NCCL's error>". Measured on
+// 2 H200s: docs/PERFORMANCE.md (twenty-seventh session); only the all-gather between symmetric windows under
+// NCCL_CTA_POLICY=2 escaped the GEMMs.
 //
 // The loaded measurement (run_loaded): the host queues the whole GEMM loop on each device's compute stream
 // (between a start and an end event), then issues the collective in a loop on the comm streams (one group
