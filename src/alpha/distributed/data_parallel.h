@@ -37,7 +37,8 @@
 // scaling is then exact on both sides). It moves world_size/2 times the bytes of an all-reduce and holds
 // world_size copies of the gradients; the gathered buffers are the communicator's symmetric buffers, which NCCL
 // may all-gather with the copy engines. (ZeRO-1's bf16 copies are not: gathered through symmetric windows, some
-// of their elements came back wrong on 2 H200s, NCCL 2.28.9, the twenty-seventh session.)
+// of their elements came back wrong on 2 H200s, NCCL 2.28.9, all in buckets whose per-rank bf16 blocks start off
+// a 4-byte boundary, which an f32 block never does: docs/PERFORMANCE.md, twenty-seventh session.)
 #pragma once
 #include <cstdint>
 #include <nlohmann/json.hpp>
