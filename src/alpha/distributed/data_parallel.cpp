@@ -89,9 +89,16 @@ DataParallel::DataParallel(Communicator& communicator, std::vector<nn::NamedPara
   reduce_dtype_ = options_.reduce_dtype.value_or(dtype_);
   for (const auto& b : buckets_)
     flat_.push_back(Tensor::zeros({b.padded_numel}, reduce_dtype_, communicator_.device()));
-  if (options_.deterministic)  // in symmetric buffers: on NCCL the all-gather may then take the copy engines
-    for (const auto& b : buckets_)
-      gathered_.push_back(communicator_.symmetric_buffer(world * b.padded_numel, dtype_).view({world, b.padded_numel}));
+  // Deterministic: the rows in symmetric buffers, so that NCCL may gather them with the copy engines, where every
+  // row starts on a 4-byte boundary (always, for f32 and f64): NCCL 2.28.9 returned wrong elements for blocks that
+  // did not (the header's note).
+  if (options_.deterministic)
+    for (const auto& b : buckets_) {
+      const bool aligned = b.padded_numel * int64_t(dtype_size(dtype_)) % 4 == 0;
+      Tensor rows = aligned ? communicator_.symmetric_buffer(world * b.padded_numel, dtype_)
+                            : Tensor::zeros({world * b.padded_numel}, dtype_, communicator_.device());
+      gathered_.push_back(rows.view({world, b.padded_numel}));
+    }
   if (options_.zero1) {
     segments_ = shard_segments(buckets_, communicator_.rank());
     for (const auto& b : buckets_) {
