@@ -80,12 +80,13 @@ TEST_F(CudaNccl, CollectivesGiveEveryRankTheExpectedValues) {
     comm->broadcast(root.raw_data(), 1, DType::f32, 1);
     Tensor low = Tensor::from_vector(std::vector<float>{1.5f + rank}, {1}).to(DType::bf16).to(device);
     comm->all_reduce(low.raw_data(), 1, DType::bf16, ReduceOp::sum);
-    // A symmetric buffer of an odd size (its memory rounded up to NCCL's window alignment), gathered in place as
+    // A gather buffer of an odd block size (its memory rounded up to NCCL's window alignment), gathered in place as
     // the deterministic reduction gathers its rows: zeroed first, then every rank's block everywhere.
-    Tensor symmetric = comm->symmetric_buffer(2 * 3, DType::f32);
+    Tensor symmetric = comm->gather_buffer(3, DType::f32);
     EXPECT_EQ(symmetric.device(), device);
+    EXPECT_EQ(symmetric.shape(), (Shape{2, 3}));
     EXPECT_EQ(on_host(symmetric), std::vector<float>(6, 0.0f));
-    Tensor block = symmetric.slice(0, 3 * rank, 3 * rank + 3);
+    Tensor block = symmetric.select(0, rank);
     block.copy_from(Tensor::from_vector(std::vector<float>{float(rank), 7.0f, float(-rank)}, {3}).to(device));
     comm->all_gather(block.raw_data(), symmetric.raw_data(), 3, DType::f32);
     comm->synchronize();
@@ -138,8 +139,9 @@ std::vector<std::vector<std::vector<float>>> train_two_steps(int world, DataPara
           autograd::backward(mine[p].variable, again[p].variable.grad());
         }
       alpha::test::reduce_gradients(dp);
-      if (options.reduce_dtype)
+      if (options.reduce_dtype) {
         for (const Tensor& shard : dp.gradient_shards()) EXPECT_EQ(shard.dtype(), *options.reduce_dtype);
+      }
       if (zero1) {
         alpha::test::sharded_step(dp, 1e-2, 0.5, {0.9, 0.95, 1e-8, 0.1});
         for (const auto& p : mine)

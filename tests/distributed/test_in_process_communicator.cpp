@@ -1,4 +1,4 @@
-// The test communicator itself: each collective's result on every rank, in f32, bf16 and f16, its symmetric buffer
+// The test communicator itself: each collective's result on every rank, in f32, bf16 and f16, its gather buffer
 // gathered in place, and a rank that stops participating makes the others fail within the timeout, naming it.
 #include <gtest/gtest.h>
 
@@ -6,6 +6,7 @@
 
 #include "alpha/core/half.h"
 #include "distributed/in_process_communicator.h"
+#include "support/checks.h"
 
 namespace alpha::distributed::test {
 namespace {
@@ -82,13 +83,16 @@ TEST(InProcessCommunicator, ReduceScatterAllGatherAndBroadcast) {
     EXPECT_EQ(value[0], 3.0f);
     EXPECT_EQ(comm.collectives(), 3);
 
-    // A symmetric buffer (here an ordinary zeroed tensor), gathered in place as the deterministic reduction
-    // gathers its rows: this rank's block at rank * 3.
-    Tensor rows = comm.symmetric_buffer(kWorld * 3, DType::f32);
+    // A gather buffer (here an ordinary zeroed tensor), gathered in place as the deterministic reduction
+    // gathers its rows: this rank's block is row `rank`. Bad sizes and dtypes are refused, naming the argument.
+    Tensor rows = comm.gather_buffer(3, DType::f32);
     EXPECT_EQ(rows.device(), comm.device());
-    EXPECT_EQ(rows.shape(), (Shape{kWorld * 3}));
+    EXPECT_EQ(rows.shape(), (Shape{kWorld, 3}));
     EXPECT_EQ(rows.to_vector<float>(), std::vector<float>(kWorld * 3, 0.0f));
-    Tensor block = rows.slice(0, 3 * rank, 3 * rank + 3);
+    EXPECT_ALPHA_ERROR(comm.gather_buffer(-1, DType::f32), ValueError, "[Communicator::gather_buffer]", "'block_numel'",
+                       "-1");
+    EXPECT_ALPHA_ERROR(comm.gather_buffer(3, DType::i32), DTypeError, "[Communicator::gather_buffer]", "i32");
+    Tensor block = rows.select(0, rank);
     block.copy_from(Tensor::from_vector(std::vector<float>{float(rank), 7.0f, float(-rank)}, {3}));
     comm.all_gather(block.raw_data(), rows.raw_data(), 3, DType::f32);
     std::vector<float> expected;

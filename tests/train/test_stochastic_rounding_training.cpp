@@ -159,8 +159,9 @@ std::vector<std::vector<nn::NamedParameter>> train_sharded(
         EXPECT_TRUE(alpha::test::bit_equal(mine[k].variable.value(), values[k])) << "parameter " << k;
         // A skipped first step leaves the copies the casts, rounded to nearest (not the master rounded
         // stochastically with step 0's bits).
-        if (copies[k].defined())
+        if (copies[k].defined()) {
           EXPECT_TRUE(alpha::test::bit_equal(mine[k].variable.compute_copy(), copies[k])) << "parameter " << k;
+        }
       }
     }
     EXPECT_EQ(dp.step_count(), 2);

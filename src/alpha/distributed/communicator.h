@@ -51,11 +51,12 @@ class Communicator {
   // Root's `count` elements are copied into every other rank's `data`.
   virtual void broadcast(void* data, size_t count, DType dtype, int root) = 0;
 
-  // A zeroed 1-D buffer of `numel` elements on device() for collectives to read and write, which a communicator
-  // may place where its collectives move bytes cheapest (NCCL: memory registered as a symmetric window, which
-  // its copy engines can move with no kernel on the GPU's cores). Collective: every rank asks for the same sizes
-  // in the same order. Here, an ordinary zeroed tensor.
-  virtual Tensor symmetric_buffer(int64_t numel, DType dtype);
+  // A zeroed [world_size(), block_numel] buffer on device() for all_gather to gather into in place (rank r sends
+  // row r), which a communicator may place where its all-gathers move bytes cheapest (NCCL: memory registered
+  // as a symmetric window, which its copy engines can move with no kernel on the GPU's cores). Collective: every
+  // rank asks for the same sizes in the same order. ValueError for a negative block_numel, DTypeError for a dtype
+  // the collectives do not carry.
+  Tensor gather_buffer(int64_t block_numel, DType dtype);
 
   // Waits until every collective issued so far has completed. RankFailureError (after aborting the group)
   // when that takes longer than timeout() or a peer failed.
@@ -74,6 +75,10 @@ class Communicator {
   virtual void abort(const std::string& reason) = 0;
 
   virtual std::chrono::milliseconds timeout() const = 0;
+
+ protected:
+  // gather_buffer's, its arguments checked: here an ordinary zeroed tensor.
+  virtual Tensor make_gather_buffer(int64_t block_numel, DType dtype);
 };
 
 // Raises DTypeError naming `op` unless dtype is f64, f32, bf16 or f16, the dtypes the collectives carry.

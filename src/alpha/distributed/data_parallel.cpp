@@ -89,16 +89,8 @@ DataParallel::DataParallel(Communicator& communicator, std::vector<nn::NamedPara
   reduce_dtype_ = options_.reduce_dtype.value_or(dtype_);
   for (const auto& b : buckets_)
     flat_.push_back(Tensor::zeros({b.padded_numel}, reduce_dtype_, communicator_.device()));
-  // Deterministic: the rows in symmetric buffers, so that NCCL may gather them with the copy engines, where every
-  // row starts on a 4-byte boundary (always, for f32 and f64): NCCL 2.28.9 returned wrong elements for blocks that
-  // did not (the header's note).
-  if (options_.deterministic)
-    for (const auto& b : buckets_) {
-      const bool aligned = b.padded_numel * int64_t(dtype_size(dtype_)) % 4 == 0;
-      Tensor rows = aligned ? communicator_.symmetric_buffer(world * b.padded_numel, dtype_)
-                            : Tensor::zeros({world * b.padded_numel}, dtype_, communicator_.device());
-      gathered_.push_back(rows.view({world, b.padded_numel}));
-    }
+  if (options_.deterministic)  // the communicator's gather buffers: NCCL may gather them with the copy engines
+    for (const auto& b : buckets_) gathered_.push_back(communicator_.gather_buffer(b.padded_numel, dtype_));
   if (options_.zero1) {
     segments_ = shard_segments(buckets_, communicator_.rank());
     for (const auto& b : buckets_) {
@@ -139,10 +131,9 @@ Tensor DataParallel::shard_of(const Tensor& buffer, size_t bucket) const {
   return buffer.slice(0, first, first + n);
 }
 
-void DataParallel::all_gather_shards(const std::vector<Tensor>& buffers) {
-  for (size_t b = 0; b < buckets_.size(); ++b)
-    communicator_.all_gather(shard_of(buffers[b], b).raw_data(), buffers[b].raw_data(), size_t(buckets_[b].shard_numel),
-                             buffers[b].dtype());
+void DataParallel::all_gather_shard(const Tensor& buffer, size_t bucket) {
+  communicator_.all_gather(shard_of(buffer, bucket).raw_data(), buffer.raw_data(), size_t(buckets_[bucket].shard_numel),
+                           buffer.dtype());
 }
 
 Tensor DataParallel::run_of(const Tensor& buffer, const BucketEntry& entry) {
@@ -375,8 +366,7 @@ void DataParallel::queue_sharded_step(double lr, const Tensor& factor, const Ada
       ops::adamw_step(bucket_params, part(grads), bucket_ms, bucket_vs, bucket_copies, bucket_configs, factor,
                       terms_.slice(0, int64_t(begin), int64_t(end)));
     }
-    communicator_.all_gather(shard_of(gathered[b], b).raw_data(), gathered[b].raw_data(),
-                             size_t(buckets_[b].shard_numel), gathered[b].dtype());
+    all_gather_shard(gathered[b], b);
     end = begin;
   }
   communicator_.order_after_collectives();
@@ -401,7 +391,7 @@ void DataParallel::settle_sharded_step(bool applied) {
 
 void DataParallel::complete_parameters() {
   if (!values_stale_) return;
-  all_gather_shards(values_);
+  for (size_t b = 0; b < buckets_.size(); ++b) all_gather_shard(values_[b], b);
   communicator_.synchronize();
   values_stale_ = false;
 }

@@ -35,10 +35,10 @@
 // (ZeRO-1's norm likewise gathers the ranks' sums of squares and adds them in rank order). So N ranks give the
 // bits of one process accumulating the same N micro-batches in rank order when N is a power of two (the
 // scaling is then exact on both sides). It moves world_size/2 times the bytes of an all-reduce and holds
-// world_size copies of the gradients; the gathered buffers are the communicator's symmetric buffers, which NCCL
-// may all-gather with the copy engines. (ZeRO-1's bf16 copies are not: gathered through symmetric windows, some
+// world_size copies of the gradients; the gathered buffers are the communicator's gather buffers, which NCCL may
+// all-gather with the copy engines. (ZeRO-1's bf16 copies are not: gathered through NCCL's symmetric windows, some
 // of their elements came back wrong on 2 H200s, NCCL 2.28.9, all in buckets whose per-rank bf16 blocks start off
-// a 4-byte boundary, which an f32 block never does: docs/PERFORMANCE.md, twenty-seventh session.)
+// a 4-byte boundary: docs/PERFORMANCE.md, twenty-seventh session.)
 #pragma once
 #include <cstdint>
 #include <nlohmann/json.hpp>
@@ -175,7 +175,7 @@ class DataParallel {
   Tensor flat_gradient(size_t parameter) const;             // 1-D view of a parameter's gradient
   static Tensor run_of(const Tensor& buffer, const BucketEntry& entry);  // a parameter's run in a bucket's buffer
   Tensor shard_of(const Tensor& buffer, size_t bucket) const;          // this rank's shard of a bucket's buffer
-  void all_gather_shards(const std::vector<Tensor>& buffers);          // every bucket's, in place
+  void all_gather_shard(const Tensor& buffer, size_t bucket);          // this rank's shard into every rank's, in place
   DType gathered_copy_dtype() const;  // the held copies' common narrower dtype, else dtype_ (values gathered)
   void hold_copies_in_buckets(DType copy_dtype);  // each held copy moved into (and made a view of) copies_
   bool holds_gathered_copy(size_t bucket, const BucketEntry& entry) const;  // its held copy is its run of copies_

@@ -167,17 +167,19 @@ class NcclCommunicator : public Communicator {
     launch("ncclBroadcast", [&] { return ncclBroadcast(data, data, count, type, root, comm_, stream_); });
   }
 
-  // ncclMemAlloc memory registered as a symmetric window (the same offsets on every rank, as DataParallel's
-  // buffers are): NCCL 2.28 can move an all-gather between such windows with the copy engines (measured on
-  // 2 H200s: bench/nccl_buffers.cu, with NCCL_CTA_POLICY=2). Where the communicator has no symmetric memory, the
-  // registration gives no window and the memory serves as an ordinary buffer.
-  Tensor symmetric_buffer(int64_t numel, DType dtype) override {
-    constexpr const char* op = "symmetric_buffer";
+  // ncclMemAlloc memory registered as a symmetric window (the same offsets on every rank): NCCL 2.28 can move an
+  // all-gather between such windows with the copy engines (measured on 2 H200s: bench/nccl_buffers.cu, with
+  // NCCL_CTA_POLICY=2). Only where every block starts on a 4-byte boundary: NCCL 2.28.9 returned wrong elements
+  // for bf16 blocks that did not (docs/PERFORMANCE.md, twenty-seventh session); those get an ordinary buffer.
+  // Where the communicator has no symmetric memory, the registration gives no window and the memory serves as an
+  // ordinary buffer.
+  Tensor make_gather_buffer(int64_t block_numel, DType dtype) override {
+    if (block_numel * int64_t(dtype_size(dtype)) % 4 != 0) return Communicator::make_gather_buffer(block_numel, dtype);
+    constexpr const char* op = "gather_buffer";
     if (aborted_) fail(op, "the communicator was aborted earlier");
     cuda::set_device(device_.index);
-    const size_t alignment = NCCL_WIN_REQUIRED_ALIGNMENT;
-    const size_t bytes =
-        std::max<size_t>((size_t(numel) * dtype_size(dtype) + alignment - 1) / alignment, 1) * alignment;
+    const size_t alignment = NCCL_WIN_REQUIRED_ALIGNMENT, numel = size_t(world_size_) * size_t(block_numel);
+    const size_t bytes = std::max<size_t>((numel * dtype_size(dtype) + alignment - 1) / alignment, 1) * alignment;
     void* memory = nullptr;
     check(ncclMemAlloc(&memory, bytes), "ncclMemAlloc");
     ncclWindow_t window = nullptr;
@@ -194,8 +196,8 @@ class NcclCommunicator : public Communicator {
       windows_->live.push_back(window);
     }
     std::shared_ptr<void> owner(memory, [windows = windows_, window](void* p) { windows->release(window, p); });
-    return Tensor::from_storage(std::make_shared<Storage>(device_, memory, bytes, std::move(owner)), {numel}, {1}, 0,
-                                dtype);
+    return Tensor::from_storage(std::make_shared<Storage>(device_, memory, bytes, std::move(owner)),
+                                {world_size_, block_numel}, {block_numel, 1}, 0, dtype);
   }
 
   void synchronize() override {

@@ -13,7 +13,7 @@
 // same for the same sizes, GPUs and NCCL version. DataParallel's deterministic option needs none of them: it
 // all-gathers (a copy) and adds in rank order itself.
 //
-// Symmetric buffers (symmetric_buffer): ncclMemAlloc memory registered as a symmetric window, which NCCL 2.28 can
+// Gather buffers (gather_buffer): ncclMemAlloc memory registered as a symmetric window, which NCCL 2.28 can
 // all-gather with the copy engines when the communicator's CTA policy allows (NCCL_CTA_POLICY=2, "zero CTAs":
 // docs/PERFORMANCE.md measures it). Windows are deregistered before the communicator is destroyed; a buffer
 // that outlives it only frees its memory.
