@@ -4,11 +4,13 @@
 // (EFFICIENCY; ZERO: copy-engine collectives where possible) (a) make the trainer's collectives faster and
 // (b) slow a GEMM running beside them less? One process drives every visible GPU (two expected); for each
 // variant (plain cudaMalloc as today, window, window+efficiency, window+zero, local) and each collective
-// (in place: all-reduce f32 25 and 154 MiB, reduce-scatter f32 154 MiB, all-gather bf16 124 MiB) it times the
-// collective alone, then a loop of cuBLAS bf16 4096³ GEMMs with the collective running back to back beside
-// it, against the loop alone. A variant NCCL refuses is printed as "unsupported: <NCCL's error>". Measured on
-// 2 H200s: docs/PERFORMANCE.md (twenty-seventh session); only the all-gather between symmetric windows under
-// NCCL_CTA_POLICY=2 escaped the GEMMs.
+// (in place: all-reduce f32 25 and 154 MiB, reduce-scatter f32 154 MiB, all-gather bf16 124 MiB; all-to-all f32
+// 154 MiB; and the reductions composed of NCCL's all-to-all, an addition kernel and NCCL's all-gather, Kind below,
+// each checked once against the rank-order sum) it times the collective alone, then a loop of cuBLAS bf16 4096³
+// GEMMs with the collective running back to back beside it, against the loop alone. A variant NCCL refuses is
+// printed as "unsupported: <NCCL's error>". Measured on 2 H200s: docs/PERFORMANCE.md (twenty-seventh session);
+// only the all-gather between symmetric windows under NCCL_CTA_POLICY=2 escaped the GEMMs. Exit status 2 when a
+// composed reduction's result was wrong.
 //
 // The loaded measurement (run_loaded): the host queues the whole GEMM loop on each device's compute stream
 // (between a start and an end event), then issues the collective in a loop on the comm streams (one group
@@ -23,7 +25,7 @@
 //
 // Build: cmake --build build/cuda --target alpha_nccl_buffers (not part of `all`)
 // Run:   NCCL_NVLS_ENABLE=0 build/cuda/alpha_nccl_buffers --out nccl_buffers.json
-//        [--iters 20] [--warmup 5] [--gemms 40] [--only window+zero]
+//        [--iters 20] [--warmup 5] [--gemms 40] [--only plain --only window+zero]
 #include <cublas_v2.h>
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
@@ -145,6 +147,18 @@ __global__ void fill_bf16(__nv_bfloat16* p, size_t n, uint32_t seed) {
     p[i] = __float2bfloat16(hash_uniform(i, seed));
 }
 
+// out = blocks[0] + blocks[1] + ... + blocks[n-1] (each `count` floats), added in that order, four at a time.
+__global__ void sum_blocks_f32(const float4* blocks, float4* out, size_t count4, int n) {
+  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < count4; i += size_t(gridDim.x) * blockDim.x) {
+    float4 sum = blocks[i];
+    for (int r = 1; r < n; ++r) {
+      const float4 x = blocks[r * count4 + i];
+      sum.x += x.x, sum.y += x.y, sum.z += x.z, sum.w += x.w;
+    }
+    out[i] = sum;
+  }
+}
+
 // ---------------------------------------------------------------------------------------------------------
 // Setup: the devices with their streams and GEMM operands, the collectives and the variants.
 
@@ -168,7 +182,12 @@ struct Device {
   std::vector<cudaEvent_t> coll_end;                      // comm stream: after each collective of a loaded run
 };
 
-enum class Kind { AllReduce, ReduceScatter, AllGather };
+// The composed kinds reduce without NCCL's reduction kernels: NCCL's all-to-all hands rank r every rank's block r
+// (into a receive area after the buffer), a kernel on the comm stream adds those blocks in rank order into the
+// buffer's block r (ReduceScatterComposed), and for the all-reduce NCCL all-gathers the blocks in place. Between
+// symmetric windows under NCCL_CTA_POLICY_ZERO, NCCL 2.28 moves the all-to-all and the all-gather with the copy
+// engines, so the only kernel on the GPU's cores is the addition.
+enum class Kind { AllReduce, ReduceScatter, AllGather, AlltoAll, ReduceScatterComposed, AllReduceComposed };
 
 struct Collective {
   std::string name;
@@ -177,7 +196,13 @@ struct Collective {
   size_t elem;   // bytes per element
   size_t count;  // elements of the full buffer (the all-reduce's, the reduce-scatter's input, the all-gather's output)
   size_t bytes() const { return count * elem; }
-  double bus_factor(int n) const { return kind == Kind::AllReduce ? 2.0 * (n - 1) / n : double(n - 1) / n; }
+  double bus_factor(int n) const {
+    const bool all_reduce = kind == Kind::AllReduce || kind == Kind::AllReduceComposed;
+    return all_reduce ? 2.0 * (n - 1) / n : double(n - 1) / n;
+  }
+  bool composed() const { return kind == Kind::ReduceScatterComposed || kind == Kind::AllReduceComposed; }
+  // The buffer's bytes it uses: the composed kinds and the all-to-all receive into a second area as large.
+  size_t buffer_bytes() const { return (composed() || kind == Kind::AlltoAll ? 2 : 1) * bytes(); }
 };
 
 // The largest count of `elem`-byte elements in `bytes` that divides by n ranks with each rank's shard a
@@ -376,10 +401,57 @@ void issue(const Collective& c, Harness& h, CommSet& set) {
         SOFT(errors, ncclAllGather(base + d * shard * c.elem, base, shard, c.type, set.comms[d], stream));
         break;
       }
+      case Kind::AlltoAll:
+      case Kind::ReduceScatterComposed:
+      case Kind::AllReduceComposed:
+        SOFT(errors, ncclAlltoAll(base, base + c.bytes(), c.count / n, c.type, set.comms[d], stream));
+        break;
     }
   }
   SOFT(errors, ncclGroupEnd());
   errors.throw_if_failed();
+  if (!c.composed()) return;
+  const size_t shard = c.count / n;
+  for (int d = 0; d < n; ++d) {
+    CUDA_CHECK(cudaSetDevice(d));
+    char* base = static_cast<char*>(set.buffers[d]);
+    sum_blocks_f32<<<264, 512, 0, h.devices[d].comm>>>(reinterpret_cast<const float4*>(base + c.bytes()),
+                                                       reinterpret_cast<float4*>(base + d * shard * c.elem), shard / 4,
+                                                       n);
+    CUDA_CHECK(cudaGetLastError());
+  }
+  if (c.kind != Kind::AllReduceComposed) return;
+  SOFT(errors, ncclGroupStart());
+  for (int d = 0; d < n; ++d) {
+    char* base = static_cast<char*>(set.buffers[d]);
+    SOFT(errors, ncclAllGather(base + d * shard * c.elem, base, shard, c.type, set.comms[d], h.devices[d].comm));
+  }
+  SOFT(errors, ncclGroupEnd());
+  errors.throw_if_failed();
+}
+
+// The composed reductions' result after one run on freshly filled buffers (device d's element i is
+// hash_uniform(i, 7 + d)): every rank's reduced blocks must hold the sum over the ranks in rank order, bit for bit.
+// Returns the number of elements that differ (printed; the row is kept, so a wrong result shows beside its time).
+size_t verify_composed(const Collective& c, Harness& h, CommSet& set) {
+  const int n = h.n();
+  const size_t shard = c.count / n;
+  std::vector<float> got(c.count);
+  size_t wrong = 0;
+  for (int d = 0; d < n; ++d) {
+    CUDA_CHECK(cudaSetDevice(d));
+    CUDA_CHECK(cudaMemcpy(got.data(), set.buffers[d], c.bytes(), cudaMemcpyDeviceToHost));
+    const size_t first = c.kind == Kind::AllReduceComposed ? 0 : d * shard;
+    const size_t last = c.kind == Kind::AllReduceComposed ? c.count : first + shard;
+    for (size_t i = first; i < last; ++i) {
+      float sum = hash_uniform(i, 7);
+      for (int r = 1; r < n; ++r) sum += hash_uniform(i, 7 + r);
+      if (std::memcmp(&sum, &got[i], sizeof sum) != 0 && wrong++ < 3)
+        std::fprintf(stderr, "nccl_buffers: %s: device %d element %zu: %.9g, expected %.9g\n", c.name.c_str(), d, i,
+                     got[i], sum);
+    }
+  }
+  return wrong;
 }
 
 // An asynchronous error on any communicator refuses the variant.
@@ -702,6 +774,7 @@ struct Row {
   double alone_ms = 0, busbw_gbps = 0;
   LoadedRun loaded;
   double gemm_slowdown = 0, hidden_fraction = 0;
+  std::optional<size_t> wrong_elements;  // the composed reductions: elements not the rank-order sum (verify_composed)
 };
 
 // One variant: its communicators and buffers, then every collective alone and loaded. The whole variant has
@@ -749,6 +822,7 @@ void run_variant(const Variant& v, Harness& h, const std::vector<Collective>& co
       issue(c, h, set);
       wait_idle(h, deadline, &set, "running the collective once, untimed");
       check_async(set);
+      if (c.composed()) row.wrong_elements = verify_composed(c, h, set);
       row.alone_samples = measure_alone(h, c, set, warmup, iters, deadline);
       row.alone_ms = median(row.alone_samples);
       row.busbw_gbps = double(c.bytes()) * c.bus_factor(h.n()) / (row.alone_ms * 1e-3) / 1e9;
@@ -798,10 +872,11 @@ void print_table(const std::vector<Row>& rows, double gemm_alone_ms) {
                   r.timed_out ? "timeout" : "unsupported", r.error->c_str());
       continue;
     }
-    std::printf("%-18s %-26s %9.3f %10.1f %9.3f %8.3f %8.3f %6zu %7.2f %7.3f %7.3f\n", r.variant->name.c_str(),
+    std::printf("%-18s %-26s %9.3f %10.1f %9.3f %8.3f %8.3f %6zu %7.2f %7.3f %7.3f%s\n", r.variant->name.c_str(),
                 r.collective->name.c_str(), r.alone_ms, r.busbw_gbps, r.loaded.gemm_mean_ms, r.gemm_slowdown,
                 r.loaded.coll_loaded_ms, r.loaded.issued, r.loaded.count_in_window, r.hidden_fraction,
-                r.loaded.start_skew_ms[0]);
+                r.loaded.start_skew_ms[0],
+                r.wrong_elements ? (*r.wrong_elements ? "  WRONG ELEMENTS" : "  verified") : "");
   }
 }
 
@@ -856,6 +931,7 @@ nlohmann::json to_json(const std::vector<Row>& rows, const Harness& h, double ge
       row["start_skew_ms"] = r.loaded.start_skew_ms[0];
       row["start_skew_ms_per_device"] = r.loaded.start_skew_ms;
       row["hidden_fraction"] = r.hidden_fraction;
+      if (r.wrong_elements) row["wrong_elements"] = *r.wrong_elements;
     }
     list.push_back(row);
   }
@@ -868,14 +944,15 @@ nlohmann::json to_json(const std::vector<Row>& rows, const Harness& h, double ge
 int main(int argc, char** argv) {
   CLI::App app{"NCCL buffer registration and CTA policies: collectives alone and beside a GEMM loop"};
   int iters = 20, warmup = 5, gemms = 40;
-  std::string out, only;
+  std::string out;
+  std::vector<std::string> only;
   app.add_option("--iters", iters, "timed collectives alone (median)")->check(CLI::Range(1, 100000));
   app.add_option("--warmup", warmup, "untimed collectives before")->check(CLI::Range(0, 100000));
   app.add_option("--gemms", gemms, "GEMMs in the loop")->check(CLI::Range(1, 100000));
   app.add_option("--out", out, "write the results as JSON to this file");
   std::vector<std::string> names;
   for (const Variant& v : variants()) names.push_back(v.name);
-  app.add_option("--only", only, "run only this variant")->check(CLI::IsMember(names));
+  app.add_option("--only", only, "run only these variants")->check(CLI::IsMember(names));
   CLI11_PARSE(app, argc, argv);
 
   const char* nvls = std::getenv("NCCL_NVLS_ENABLE");
@@ -896,9 +973,13 @@ int main(int argc, char** argv) {
       {"all_reduce_f32_154MiB", Kind::AllReduce, ncclFloat32, 4, round_count(154 * kMiB, 4, n)},
       {"reduce_scatter_f32_154MiB", Kind::ReduceScatter, ncclFloat32, 4, round_count(154 * kMiB, 4, n)},
       {"all_gather_bf16_124MiB", Kind::AllGather, ncclBfloat16, 2, round_count(124 * kMiB, 2, n)},
+      {"all_to_all_f32_154MiB", Kind::AlltoAll, ncclFloat32, 4, round_count(154 * kMiB, 4, n)},
+      {"rs_composed_f32_154MiB", Kind::ReduceScatterComposed, ncclFloat32, 4, round_count(154 * kMiB, 4, n)},
+      {"ar_composed_f32_25MiB", Kind::AllReduceComposed, ncclFloat32, 4, round_count(25 * kMiB, 4, n)},
+      {"ar_composed_f32_154MiB", Kind::AllReduceComposed, ncclFloat32, 4, round_count(154 * kMiB, 4, n)},
   };
   size_t buffer_bytes = 0;
-  for (const Collective& c : collectives) buffer_bytes = std::max(buffer_bytes, c.bytes());
+  for (const Collective& c : collectives) buffer_bytes = std::max(buffer_bytes, c.buffer_bytes());
 
   Harness h;
   h.setup(n, gemms);
@@ -913,7 +994,7 @@ int main(int argc, char** argv) {
 
   std::vector<Row> rows;
   for (const Variant& v : variants()) {
-    if (!only.empty() && v.name != only) continue;
+    if (!only.empty() && std::find(only.begin(), only.end(), v.name) == only.end()) continue;
     run_variant(v, h, collectives, buffer_bytes, gemm_alone_ms, warmup, iters, rows);
   }
   print_table(rows, gemm_alone_ms);
@@ -927,5 +1008,11 @@ int main(int argc, char** argv) {
     }
   }
   h.teardown();
+  for (const Row& r : rows)
+    if (r.wrong_elements && *r.wrong_elements) {
+      std::fprintf(stderr, "nccl_buffers: %s under %s gave wrong elements\n", r.collective->name.c_str(),
+                   r.variant->name.c_str());
+      return 2;
+    }
   return 0;
 }

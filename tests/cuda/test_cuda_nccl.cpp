@@ -19,6 +19,7 @@
 #include "alpha/distributed/data_parallel.h"
 #include "alpha/distributed/local_launcher.h"
 #include "alpha/distributed/nccl_communicator.h"
+#include "alpha/ops/elementwise.h"
 #include "distributed/in_process_communicator.h"
 #include "support/data_parallel_steps.h"
 #include "support/gpu.h"
@@ -89,8 +90,25 @@ TEST_F(CudaNccl, CollectivesGiveEveryRankTheExpectedValues) {
     Tensor block = symmetric.select(0, rank);
     block.copy_from(Tensor::from_vector(std::vector<float>{float(rank), 7.0f, float(-rank)}, {3}).to(device));
     comm->all_gather(block.raw_data(), symmetric.raw_data(), 3, DType::f32);
+    // An all-to-all between gather buffers (the copy engines' path under the zero-CTA policy), then the rank-order
+    // sum queued in the collectives' order, as the deterministic reduction runs them: rank r's block q holds
+    // 100 r + 10 q + j, so rank q receives 100 r + 10 q + j from every rank r, as row r.
+    Tensor send = comm->gather_buffer(3, DType::f32), received = comm->gather_buffer(3, DType::f32);
+    std::vector<float> blocks_of_rank;
+    for (int q = 0; q < kWorld; ++q)
+      for (int j = 0; j < 3; ++j) blocks_of_rank.push_back(float(100 * rank + 10 * q + j));
+    send.copy_from(Tensor::from_vector(blocks_of_rank, {kWorld, 3}).to(device));
+    comm->all_to_all(send.raw_data(), received.raw_data(), 3, DType::f32);
+    Tensor summed = Tensor::zeros({3}, DType::f32, device);
+    comm->queue_in_collective_order([&](Stream stream) { ops::sum_rows(received, summed, 0.5, stream); });
     comm->synchronize();
     EXPECT_EQ(on_host(symmetric), (std::vector<float>{0.0f, 7.0f, 0.0f, 1.0f, 7.0f, -1.0f}));
+    std::vector<float> expected_rows, expected_sum;
+    for (int r = 0; r < kWorld; ++r)
+      for (int j = 0; j < 3; ++j) expected_rows.push_back(float(100 * r + 10 * rank + j));
+    for (int j = 0; j < 3; ++j) expected_sum.push_back(0.5f * (float(10 * rank + j) + float(100 + 10 * rank + j)));
+    EXPECT_EQ(on_host(received), expected_rows);
+    EXPECT_EQ(on_host(summed), expected_sum);
 
     EXPECT_EQ(on_host(data), (std::vector<float>{1.0f, 10.0f, 2.0f, -4.0f}));
     EXPECT_EQ(on_host(average), (std::vector<float>{0.5f, 5.0f, 1.0f, -2.0f}));

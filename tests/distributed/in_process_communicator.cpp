@@ -119,6 +119,18 @@ void InProcessCommunicator::all_gather(const void* send, void* recv, size_t send
   });
 }
 
+void InProcessCommunicator::all_to_all(const void* send, void* recv, size_t count, DType dtype) {
+  require_collective_dtype("all_to_all", dtype);
+  const size_t bytes = count * dtype_size(dtype);
+  std::vector<char> received(size_t(world_size()) * bytes);
+  exchange("all_to_all", send, recv, [&](const auto& posted) {
+    for (size_t q = 0; q < posted.size(); ++q)
+      std::memcpy(received.data() + q * bytes, static_cast<const char*>(posted[q].send) + size_t(rank_) * bytes, bytes);
+  });
+  // Written after the last barrier: recv may be send, which the others read until then.
+  std::memcpy(recv, received.data(), received.size());
+}
+
 void InProcessCommunicator::broadcast(void* data, size_t count, DType dtype, int root) {
   require_collective_dtype("broadcast", dtype);
   size_t bytes = count * dtype_size(dtype);

@@ -101,6 +101,33 @@ TEST(InProcessCommunicator, ReduceScatterAllGatherAndBroadcast) {
   });
 }
 
+TEST(InProcessCommunicator, AllToAllHandsRankQEveryRanksBlockQInRankOrder) {
+  constexpr int kWorld = 3;
+  auto group = std::make_shared<InProcessGroup>(kWorld, milliseconds(5000));
+  run_ranks(kWorld, [&](int rank) {
+    InProcessCommunicator comm(group, rank);
+    // Rank r's block q holds 100 r + 10 q + {0, 1}.
+    std::vector<float> send;
+    for (int q = 0; q < kWorld; ++q)
+      send.insert(send.end(), {float(100 * rank + 10 * q), float(100 * rank + 10 * q + 1)});
+    std::vector<float> recv(kWorld * 2, -1.0f), expected;
+    comm.all_to_all(send.data(), recv.data(), 2, DType::f32);
+    for (int r = 0; r < kWorld; ++r)
+      expected.insert(expected.end(), {float(100 * r + 10 * rank), float(100 * r + 10 * rank + 1)});
+    EXPECT_EQ(recv, expected);
+    // In place: the others read this rank's blocks before it overwrites them.
+    comm.all_to_all(send.data(), send.data(), 2, DType::f32);
+    EXPECT_EQ(send, expected);
+    EXPECT_ALPHA_ERROR(comm.all_to_all(send.data(), recv.data(), 2, DType::i32), DTypeError, "[all_to_all]", "i32");
+    int ran = 0;
+    comm.queue_in_collective_order([&](Stream stream) {
+      EXPECT_EQ(stream.handle, nullptr);
+      ++ran;
+    });
+    EXPECT_EQ(ran, 1);
+  });
+}
+
 TEST(InProcessCommunicator, ARankThatStopsParticipatingIsNamedWithinTheTimeout) {
   constexpr int kWorld = 3;
   auto group = std::make_shared<InProcessGroup>(kWorld, milliseconds(300));

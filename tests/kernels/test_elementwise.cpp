@@ -86,6 +86,38 @@ TEST(Elementwise, SumIsIdenticalAcrossThreadCounts) {
   }
 }
 
+// The data-parallel reduction's sum: rows added in row order (the bits of add_ accumulating them), then scaled.
+TEST(Elementwise, SumRowsAddsInRowOrderThenScales) {
+  for (int64_t k : {1, 2, 3}) {
+    for (int64_t n : {1, 7, 64, 1001}) {
+      Tensor rows = random({k, n}, DType::f32);
+      Tensor got = test::poisoned({n}, DType::f32);
+      ops::sum_rows(rows, got, 1.0 / double(k));
+      Tensor accumulated = rows.select(0, 0).clone();
+      for (int64_t r = 1; r < k; ++r) ops::add_(accumulated, rows.select(0, r));
+      Tensor want = ops::scale(accumulated, 1.0 / double(k));
+      EXPECT_EQ(got.to_vector<float>(), want.to_vector<float>()) << k << " rows of " << n;
+    }
+  }
+  Tensor rows = random({3, 5}, DType::f64);
+  Tensor got = test::poisoned({5}, DType::f64);
+  ops::sum_rows(rows, got, 0.5);
+  for (int64_t i = 0; i < 5; ++i)
+    EXPECT_NEAR(got.at({i}), 0.5 * (rows.at({0, i}) + rows.at({1, i}) + rows.at({2, i})), 1e-15);
+}
+
+TEST(Elementwise, SumRowsRejectsBadOutputs) {
+  Tensor rows = random({2, 6});
+  Tensor short_out = Tensor::zeros({5}, DType::f32);
+  EXPECT_ALPHA_ERROR(ops::sum_rows(rows, short_out, 1.0), ShapeError, "[sum_rows]", "'out'", "[6]", "[5]");
+  Tensor vector = random({6});
+  EXPECT_ALPHA_ERROR(ops::sum_rows(vector, short_out, 1.0), ShapeError, "[sum_rows]", "'rows'");
+  Tensor inside = rows.select(0, 1);
+  EXPECT_ALPHA_ERROR(ops::sum_rows(rows, inside, 1.0), ValueError, "[sum_rows]", "'out'", "not overlapping");
+  Tensor other_dtype = Tensor::zeros({6}, DType::f64);
+  EXPECT_ALPHA_ERROR(ops::sum_rows(rows, other_dtype, 1.0), DTypeError, "[sum_rows]", "'out'", "f64");
+}
+
 TEST(Elementwise, GradientsMatchFiniteDifferences) {
   EXPECT_TRUE(test::gradcheck([](const auto& v) { return autograd::mul(autograd::add(v[0], v[1]), v[0]); },
                               {random({3, 5}, DType::f64), random({3, 5}, DType::f64)}));

@@ -2,8 +2,9 @@
 // at every size, in three pointer layouts (all aligned to 16 bytes; all one element past it, which takes
 // the scalar head, the vector body and the scalar tail; at different offsets, which takes the scalar
 // path), against the CPU kernels in f64 and, bit for bit, against the CPU kernels in f32 rounded to the
-// dtype (both backends round once per f32 operation); and sum, against f64 with a bound scaled by Σ|x|,
-// and against itself run again (it must repeat bit for bit).
+// dtype (both backends round once per f32 operation); sum_rows (2 and 3 rows, the vector and the scalar path) the
+// same way; and sum, against f64 with a bound scaled by Σ|x|, and against itself run again (it must repeat bit for
+// bit).
 #if ALPHA_WITH_CUDA
 #include <algorithm>
 #include <cmath>
@@ -79,6 +80,25 @@ void check_maps(Context& ctx, int64_t n, const OperandLayout& at) {
       });
 }
 
+// The rank-order sum of the data-parallel reduction: k rows of n added in order, scaled by 1/k.
+template <class T>
+void check_sum_rows(Context& ctx, int64_t k, int64_t n, const OperandLayout& at) {
+  using kernels::SumRowsArgs;
+  const DType dtype = dtype_of<T>;
+  Tensor rows = ctx.random({k, n}, dtype);
+  Tensor drows = ctx.to_gpu_at(rows, dtype, at.first);
+  Tensor got = ctx.poisoned({n + at.out}, dtype).slice(0, at.out, at.out + n);
+  const float scale = 1.0f / float(k);
+  kernels::cuda::sum_rows(SumRowsArgs<T>{drows.data<T>(), got.data<T>(), k, n, scale}, ctx.stream());
+  Tensor want = Tensor::full({n}, NAN, DType::f64);
+  kernels::cpu::sum_rows(SumRowsArgs<double>{rows.data<double>(), want.data<double>(), k, n, double(scale)});
+  const std::string name = "sum_rows." + std::to_string(k) + "." + at.name;
+  ctx.compare(name, got, want, "cuda.elementwise");
+  Tensor rows32 = rows.to(DType::f32), exact = Tensor::full({n}, NAN, DType::f32);
+  kernels::cpu::sum_rows(SumRowsArgs<float>{rows32.data<float>(), exact.data<float>(), k, n, scale});
+  ctx.compare_bits(name + ".same_bits_as_cpu_f32", got, exact.to(dtype));
+}
+
 template <class T>
 void check_sum(Context& ctx, int64_t n) {
   const DType dtype = dtype_of<T>;
@@ -107,6 +127,8 @@ void check_elementwise(Context& ctx) {
   for_each_cuda_dtype([&]<class T>() {
     for (int64_t n : sizes) {
       for (const OperandLayout& at : kOperandLayouts) check_maps<T>(ctx, n, at);
+      for (int64_t k : {2, 3})
+        for (const OperandLayout& at : {kOperandLayouts[0], kOperandLayouts[2]}) check_sum_rows<T>(ctx, k, n, at);
       check_sum<T>(ctx, n);
     }
   });

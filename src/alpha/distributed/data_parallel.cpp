@@ -87,10 +87,16 @@ DataParallel::DataParallel(Communicator& communicator, std::vector<nn::NamedPara
   }
   for (size_t i = 0; i < parameters_.size(); ++i) parameter_of_[parameters_[i].variable.state().get()] = i;
   reduce_dtype_ = options_.reduce_dtype.value_or(dtype_);
-  for (const auto& b : buckets_)
-    flat_.push_back(Tensor::zeros({b.padded_numel}, reduce_dtype_, communicator_.device()));
-  if (options_.deterministic)  // the communicator's gather buffers: NCCL may gather them with the copy engines
-    for (const auto& b : buckets_) gathered_.push_back(communicator_.gather_buffer(b.padded_numel, dtype_));
+  // Deterministic: the buckets and the exchange are the communicator's gather buffers, which NCCL's copy engines can
+  // move. One exchange serves every bucket: a bucket's sum, queued in the collectives' order, has read it before the
+  // next bucket's all-to-all writes it.
+  int64_t largest_shard = 0;
+  for (const auto& b : buckets_) {
+    flat_.push_back(options_.deterministic ? communicator_.gather_buffer(b.shard_numel, dtype_).view({b.padded_numel})
+                                           : Tensor::zeros({b.padded_numel}, reduce_dtype_, communicator_.device()));
+    largest_shard = std::max(largest_shard, b.shard_numel);
+  }
+  if (options_.deterministic) exchange_ = communicator_.gather_buffer(largest_shard, dtype_).view({-1});
   if (options_.zero1) {
     segments_ = shard_segments(buckets_, communicator_.rank());
     for (const auto& b : buckets_) {
@@ -141,18 +147,16 @@ Tensor DataParallel::run_of(const Tensor& buffer, const BucketEntry& entry) {
 }
 
 void DataParallel::launch_bucket(size_t b) {
-  // Deterministic: packed straight into this rank's row of the gathered buffer, which is gathered in place.
-  const Tensor packed = options_.deterministic ? gathered_[b].select(0, communicator_.rank()) : flat_[b];
   std::vector<Tensor> slices, grads;
   for (const auto& e : buckets_[b].entries) {
-    slices.push_back(run_of(packed, e));
+    slices.push_back(run_of(flat_[b], e));
     grads.push_back(flat_gradient(e.parameter));
   }
   // One launch on a GPU, not one per parameter, in the device's stream: copies on the communicator's stream
   // (cudaMemcpyAsync, one per parameter) measured slower, 2026-11-29 (docs/PERFORMANCE.md).
   copy_many(slices, grads);
   if (options_.deterministic)
-    communicator_.all_gather(packed.raw_data(), gathered_[b].raw_data(), size_t(buckets_[b].padded_numel), dtype_);
+    reduce_in_rank_order(b);
   else if (options_.zero1)
     communicator_.reduce_scatter(flat_[b].raw_data(), shard_of(flat_[b], b).raw_data(), size_t(buckets_[b].shard_numel),
                                  reduce_dtype_, ReduceOp::average);
@@ -195,7 +199,6 @@ Tensor DataParallel::queue_reduction(const Tensor& step_losses) {
   communicator_.order_after_collectives();
   launched_ = 0;
   for (size_t b = 0; b < buckets_.size(); ++b) not_ready_[b] = buckets_[b].entries.size();
-  if (options_.deterministic) add_in_rank_order();
   if (options_.zero1) {
     for (auto& p : parameters_) p.variable.clear_grad();  // the shards hold what the step needs
     return gathered_losses;
@@ -217,20 +220,16 @@ Tensor DataParallel::queue_reduction(const Tensor& step_losses) {
   return gathered_losses;
 }
 
-void DataParallel::add_in_rank_order() {
-  // Under ZeRO-1 a rank needs its shard of each bucket only.
+void DataParallel::reduce_in_rank_order(size_t b) {
+  // Every rank's shard r lands in this rank's exchange (rank q's as row q), is added there in rank order and scaled
+  // into this rank's shard of the bucket, which the plain step then all-gathers in place.
   const int world = communicator_.world_size();
-  std::vector<Tensor> sums;
-  for (size_t b = 0; b < buckets_.size(); ++b) {
-    int64_t first = 0, count = buckets_[b].padded_numel;
-    if (options_.zero1) first = communicator_.rank() * buckets_[b].shard_numel, count = buckets_[b].shard_numel;
-    Tensor sum = flat_[b].slice(0, first, first + count);
-    auto rank_part = [&](int r) { return gathered_[b].select(0, r).slice(0, first, first + count); };
-    sum.copy_from(rank_part(0));
-    for (int r = 1; r < world; ++r) ops::add_(sum, rank_part(r));  // autograd's accumulation add
-    sums.push_back(sum);
-  }
-  ops::scale_grads(sums, 1.0 / world);
+  const int64_t shard = buckets_[b].shard_numel;
+  Tensor rows = exchange_.slice(0, 0, world * shard).view({world, shard});
+  communicator_.all_to_all(flat_[b].raw_data(), rows.raw_data(), size_t(shard), dtype_);
+  Tensor mine = shard_of(flat_[b], b);
+  communicator_.queue_in_collective_order([&](Stream stream) { ops::sum_rows(rows, mine, 1.0 / world, stream); });
+  if (!options_.zero1) all_gather_shard(flat_[b], b);
 }
 
 void DataParallel::synchronize_step() {

@@ -29,16 +29,17 @@
 //
 // Determinism: the bucket layout is a pure function of the parameter shapes, bucket_bytes and world_size,
 // and the collectives run in the same order every step. The `deterministic` option makes the sums independent
-// of the communicator's algorithm: each bucket is packed into this rank's row of a [world_size, bucket] buffer
-// and all-gathered in place instead of all-reduced (or reduce-scattered), and every rank adds the ranks'
-// gradients itself, in rank order, with the add that gradient accumulation uses, then scales by 1/world_size
-// (ZeRO-1's norm likewise gathers the ranks' sums of squares and adds them in rank order). So N ranks give the
-// bits of one process accumulating the same N micro-batches in rank order when N is a power of two (the
-// scaling is then exact on both sides). It moves world_size/2 times the bytes of an all-reduce and holds
-// world_size copies of the gradients; the gathered buffers are the communicator's gather buffers, which NCCL may
-// all-gather with the copy engines. (ZeRO-1's bf16 copies are not: gathered through NCCL's symmetric windows, some
-// of their elements came back wrong on 2 H200s, NCCL 2.28.9, all in buckets whose per-rank bf16 blocks start off
-// a 4-byte boundary: docs/PERFORMANCE.md, twenty-seventh session.)
+// of the communicator's algorithm: a reduce-scatter composed of an all-to-all (rank r receives every rank's shard
+// r of the bucket) and a sum the rank queues itself in the collectives' order (ops::sum_rows: the ranks' shards
+// added in rank order, as gradient accumulation adds, then scaled by 1/world_size); the plain step then
+// all-gathers the averaged shards in place (ZeRO-1 keeps its shard; its norm likewise gathers the ranks' sums of
+// squares and adds them in rank order). So N ranks give the bits of one process accumulating the same N
+// micro-batches in rank order when N is a power of two (the scaling is then exact on both sides). It moves the
+// bytes of an all-reduce (a reduce-scatter), and the buckets and the all-to-all's receiver are the communicator's
+// gather buffers, which NCCL moves with the copy engines: no NCCL kernel takes the GPU's cores while backward
+// runs, only the sums (docs/PERFORMANCE.md, twenty-eighth session). (ZeRO-1's bf16 copies are not gather buffers:
+// gathered through NCCL's symmetric windows, some of their elements came back wrong on 2 H200s, NCCL 2.28.9, all in
+// buckets whose per-rank bf16 blocks start off a 4-byte boundary: docs/PERFORMANCE.md, twenty-seventh session.)
 #pragma once
 #include <cstdint>
 #include <nlohmann/json.hpp>
@@ -179,7 +180,7 @@ class DataParallel {
   DType gathered_copy_dtype() const;  // the held copies' common narrower dtype, else dtype_ (values gathered)
   void hold_copies_in_buckets(DType copy_dtype);  // each held copy moved into (and made a view of) copies_
   bool holds_gathered_copy(size_t bucket, const BucketEntry& entry) const;  // its held copy is its run of copies_
-  void add_in_rank_order();  // deterministic: each bucket's (or shard's) average from gathered_
+  void reduce_in_rank_order(size_t bucket);  // deterministic: all-to-all, rank-order sum (plain: and all-gather)
 
   Communicator& communicator_;
   std::vector<nn::NamedParameter> parameters_;
@@ -188,7 +189,7 @@ class DataParallel {
   DType reduce_dtype_;  // the buckets' (options_.reduce_dtype, else dtype_)
   std::vector<Bucket> buckets_;
   std::vector<Tensor> flat_;       // one buffer per bucket
-  std::vector<Tensor> gathered_;   // deterministic: per bucket, [world_size, padded_numel], every rank's
+  Tensor exchange_;                // deterministic: world_size blocks of the largest shard (all_to_all's receiver)
   std::vector<size_t> bucket_of_;  // by parameter
   std::unordered_map<const autograd::VariableState*, size_t> parameter_of_;
   std::vector<size_t> not_ready_;       // this step: the gradients each bucket still waits for

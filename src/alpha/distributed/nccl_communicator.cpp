@@ -123,6 +123,11 @@ class NcclCommunicator : public Communicator {
     // Non-blocking: init and collectives return at once, so a missing peer shows as a timeout here.
     ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
     config.blocking = 0;
+    // The zero-CTA policy lets NCCL move all-gathers and all-to-alls between symmetric windows (gather_buffer's)
+    // with the copy engines, so they take none of the GPU's cores from the backward they run beside (measured on
+    // 2 H200s: bench/nccl_buffers.cu); reductions, which need cores, run as under the default policy. An
+    // NCCL_CTA_POLICY in the environment decides instead.
+    if (!std::getenv("NCCL_CTA_POLICY")) config.CTAPolicy = NCCL_CTA_POLICY_ZERO;
     wait_ready(ncclCommInitRankConfig(&comm_, world_size_, id, rank_, &config), "ncclCommInitRankConfig");
     windows_->comm = comm_;
     windows_->timeout = timeout_;
@@ -165,6 +170,15 @@ class NcclCommunicator : public Communicator {
   void broadcast(void* data, size_t count, DType dtype, int root) override {
     ncclDataType_t type = nccl_dtype("broadcast", dtype);
     launch("ncclBroadcast", [&] { return ncclBroadcast(data, data, count, type, root, comm_, stream_); });
+  }
+  void all_to_all(const void* send, void* recv, size_t count, DType dtype) override {
+    ncclDataType_t type = nccl_dtype("all_to_all", dtype);
+    launch("ncclAlltoAll", [&] { return ncclAlltoAll(send, recv, count, type, comm_, stream_); });
+  }
+  void queue_in_collective_order(const std::function<void(Stream)>& work) override {
+    if (aborted_) fail("queue_in_collective_order", "the communicator was aborted earlier");
+    cuda::set_device(device_.index);
+    work(Stream{stream_});
   }
 
   // ncclMemAlloc memory registered as a symmetric window (the same offsets on every rank): NCCL 2.28 can move an

@@ -51,10 +51,10 @@ struct OnCuda {
 };
 
 // Calls fn.template operator()<T>(where) with the tensor's element type and backend: T = float or double
-// with OnCpu, T = float, bf16 or f16 with OnCuda (the tensor's device made current, its default stream).
-// Raises like check_backend_float for other dtypes. Counts one kernel launch.
+// with OnCpu, T = float, bf16 or f16 with OnCuda (the tensor's device made current, its default stream, or
+// `stream` when one is given). Raises like check_backend_float for other dtypes. Counts one kernel launch.
 template <class Fn>
-void dispatch_float(std::string_view op, const Tensor& t, Fn&& fn) {
+void dispatch_float(std::string_view op, const Tensor& t, Fn&& fn, [[maybe_unused]] Stream stream = {}) {
   check_backend_float(op, "input", t);
   LaunchScope launch(op, t.device());
   if (t.device().is_cpu()) {
@@ -63,7 +63,7 @@ void dispatch_float(std::string_view op, const Tensor& t, Fn&& fn) {
     return;
   }
 #if ALPHA_WITH_CUDA
-  OnCuda where{cuda::default_stream(t.device().index)};
+  OnCuda where{stream.handle ? stream : cuda::default_stream(t.device().index)};
   cuda::set_device(t.device().index);
   switch (t.dtype()) {
     case DType::bf16: fn.template operator()<bf16>(where); break;

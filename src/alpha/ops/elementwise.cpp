@@ -60,4 +60,24 @@ Tensor sum(const Tensor& x) {
   return total.to(x.dtype());
 }
 
+void sum_rows(const Tensor& rows, Tensor& out, double scale, Stream stream) {
+  constexpr std::string_view op = "sum_rows";
+  check_backend_float(op, "rows", rows);
+  check_dim(op, "rows", rows, 2);
+  check_contiguous(op, "rows", rows);
+  check_in_place(op, "out", out, {rows.size(1)}, rows.dtype(), rows);
+  const auto* rows_begin = static_cast<const char*>(rows.raw_data());
+  const auto* out_begin = static_cast<const char*>(out.raw_data());
+  const size_t element = dtype_size(rows.dtype());
+  if (out_begin < rows_begin + size_t(rows.numel()) * element && rows_begin < out_begin + size_t(out.numel()) * element)
+    raise<ValueError>(op, "out", "a tensor not overlapping rows", "one sharing memory with rows");
+  dispatch_float(
+      op, rows,
+      [&]<class T>(const auto& where) {
+        ALPHA_KERNEL(sum_rows)
+        (where, kernels::SumRowsArgs<T>{rows.data<T>(), out.data<T>(), rows.size(0), rows.size(1), acc_t<T>(scale)});
+      },
+      stream);
+}
+
 }  // namespace alpha::ops

@@ -6,6 +6,9 @@
 // kernel rounds it (one f32 rounding per operation, then one to the storage type): the backends agree bit
 // for bit on add, mul, scale and axpy.
 // Map: launch_map (common.cuh), 128-bit loads and stores with a scalar head and tail.
+// Sum of rows: one thread per 128-bit vector of the output (every row and the output 16-byte aligned and n whole
+// vectors; otherwise one thread per element), adding the rows' vectors in row order. Memory-bound: it reads each
+// row once and writes the output once. The data-parallel reduction queues it on the communicator's stream.
 // Sum: each block reduces one fixed chunk of kSumBlock elements (a fixed stride per thread, then a fixed
 // shared-memory tree) into a partial; one final block reduces the partials the same way. The order depends
 // only on n, so the result has the same bits on every run and every GPU; there are no atomics.
@@ -61,7 +64,49 @@ __global__ void sum_kernel(const Bits<T>* x, int64_t n, int64_t chunk, float* ou
   if (threadIdx.x == 0) out[blockIdx.x] = partial[0];
 }
 
+template <class T, bool kVectors>
+__global__ void sum_rows_kernel(const Bits<T>* rows, int64_t rows_count, int64_t n, float scale, Bits<T>* out) {
+  const int64_t stride = int64_t(gridDim.x) * blockDim.x;
+  if constexpr (kVectors) {
+    constexpr int W = kLanes<T>;
+    for (int64_t v = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; v < n / W; v += stride) {
+      float sum[W], x[W];
+      unpack<T>(reinterpret_cast<const uint4*>(rows)[v], sum);
+      for (int64_t r = 1; r < rows_count; ++r) {
+        unpack<T>(reinterpret_cast<const uint4*>(rows + r * n)[v], x);
+        for (int k = 0; k < W; ++k) sum[k] = __fadd_rn(sum[k], x[k]);
+      }
+      for (int k = 0; k < W; ++k) sum[k] = __fmul_rn(scale, sum[k]);
+      reinterpret_cast<uint4*>(out)[v] = pack<T>(sum);
+    }
+  } else {
+    for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
+      float sum = Elem<T>::load(rows[i]);
+      for (int64_t r = 1; r < rows_count; ++r) sum = __fadd_rn(sum, Elem<T>::load(rows[r * n + i]));
+      out[i] = Elem<T>::store(__fmul_rn(scale, sum));
+    }
+  }
+}
+
 }  // namespace
+
+template <class T>
+void sum_rows(const SumRowsArgs<T>& args, Stream stream) {
+  if (args.n == 0) return;
+  const bool vectors = misalignment(args.rows) == 0 && misalignment(args.out) == 0 && args.n % kLanes<T> == 0;
+  const int64_t work = vectors ? args.n / kLanes<T> : args.n;
+  const int64_t blocks = std::min((work + kMapThreads - 1) / kMapThreads, kMaxMapBlocks);
+  cudaStream_t s = alpha::cuda::stream_handle(stream);
+  if (vectors) {
+    constexpr auto kernel = sum_rows_kernel<T, true>;
+    ALPHA_CUDA_LAUNCH(kernel, unsigned(blocks), kMapThreads, s, bits(args.rows), args.rows_count, args.n,
+                      float(args.scale), bits(args.out));
+  } else {
+    constexpr auto kernel = sum_rows_kernel<T, false>;
+    ALPHA_CUDA_LAUNCH(kernel, unsigned(blocks), kMapThreads, s, bits(args.rows), args.rows_count, args.n,
+                      float(args.scale), bits(args.out));
+  }
+}
 
 template <class T>
 void add(const BinaryArgs<T>& args, Stream stream) {
@@ -101,12 +146,13 @@ void sum(const SumArgs<T>& args, Stream stream) {
   ALPHA_CUDA_CHECK(cudaFreeAsync(partials, s));
 }
 
-#define ALPHA_INSTANTIATE(T)                                 \
-  template void add<T>(const BinaryArgs<T>&, Stream);        \
-  template void mul<T>(const BinaryArgs<T>&, Stream);        \
-  template void scale<T>(const ScaleArgs<T>&, Stream);       \
-  template void axpy<T>(const AxpyArgs<T>&, Stream);         \
-  template void sum<T>(const SumArgs<T>&, Stream);
+#define ALPHA_INSTANTIATE(T)                           \
+  template void add<T>(const BinaryArgs<T>&, Stream);  \
+  template void mul<T>(const BinaryArgs<T>&, Stream);  \
+  template void scale<T>(const ScaleArgs<T>&, Stream); \
+  template void axpy<T>(const AxpyArgs<T>&, Stream);   \
+  template void sum<T>(const SumArgs<T>&, Stream);     \
+  template void sum_rows<T>(const SumRowsArgs<T>&, Stream);
 ALPHA_INSTANTIATE(float)
 ALPHA_INSTANTIATE(bf16)
 ALPHA_INSTANTIATE(f16)
