@@ -40,7 +40,8 @@ def run_train(binary, config, args, data_dir, run_dir, extra, gpus):
     done = subprocess.run(cmd + extra, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     if done.returncode != 0:
         lines = done.stderr.strip().splitlines()
-        raise SystemExit(f"ab_train.py: {' '.join(cmd + extra)} failed: {lines[-1] if lines else done.returncode}")
+        tail = "\n".join(lines[-20:]) if lines else f"exit status {done.returncode}"
+        raise SystemExit(f"ab_train.py: {' '.join(cmd + extra)} failed:\n{tail}")
     with open(os.path.join(run_dir, "metrics.jsonl")) as f:
         records = [json.loads(line) for line in f if line.strip()]
     timed = [r for r in records if "tokens_per_second" in r and not r.get("profiled")][args.warmup:]
