@@ -24,8 +24,10 @@ using test::InProcessCommunicator;
 using test::InProcessGroup;
 using test::run_ranks;
 
-TEST(PlanBuckets, ReverseOrderClosedAtTheSizeAndPaddedToTheWorldSize) {
-  // 4-byte elements, 40-byte buckets: [7, 3] closes at 40 bytes, [20] alone (oversized), [5, 2] is the rest.
+TEST(PlanBuckets, ReverseOrderClosedAtTheSizeAndPaddedToWholeAlignedShards) {
+  // 4-byte elements, 40-byte buckets: [7, 3] closes at 40 bytes, [20] alone (oversized), [5, 2] is the rest. Each
+  // is padded to 4 shards of a multiple of kShardAlignment (8) elements.
+  ASSERT_EQ(kShardAlignment, 8);
   std::vector<Bucket> b = plan_buckets({2, 5, 20, 3, 7}, 4, 40, 4);
   ASSERT_EQ(b.size(), 3u);
   EXPECT_EQ(b[0].entries.size(), 2u);
@@ -33,13 +35,16 @@ TEST(PlanBuckets, ReverseOrderClosedAtTheSizeAndPaddedToTheWorldSize) {
   EXPECT_EQ(b[0].entries[1].parameter, 3u);
   EXPECT_EQ(b[0].entries[1].offset, 7);
   EXPECT_EQ(b[0].numel, 10);
-  EXPECT_EQ(b[0].padded_numel, 12);
-  EXPECT_EQ(b[0].shard_numel, 3);
+  EXPECT_EQ(b[0].padded_numel, 32);
+  EXPECT_EQ(b[0].shard_numel, 8);
   EXPECT_EQ(b[1].entries.size(), 1u);
   EXPECT_EQ(b[1].entries[0].parameter, 2u);
-  EXPECT_EQ(b[1].padded_numel, 20);
+  EXPECT_EQ(b[1].padded_numel, 32);
   EXPECT_EQ(b[2].numel, 7);
-  EXPECT_EQ(b[2].padded_numel, 8);
+  EXPECT_EQ(b[2].padded_numel, 32);
+  // A bucket of a whole number of aligned shards is not padded further.
+  EXPECT_EQ(plan_buckets({64}, 4, 40, 4)[0].padded_numel, 64);
+  EXPECT_EQ(plan_buckets({65}, 4, 40, 4)[0].padded_numel, 96);
   EXPECT_EQ(b[2].entries[1].parameter, 0u);
 }
 

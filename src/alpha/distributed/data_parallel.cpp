@@ -35,7 +35,8 @@ std::vector<Bucket> plan_buckets(const std::vector<int64_t>& numels, size_t elem
   std::vector<Bucket> buckets;
   Bucket current;
   auto close = [&] {
-    current.padded_numel = (current.numel + world_size - 1) / world_size * world_size;
+    const int64_t unit = kShardAlignment * world_size;
+    current.padded_numel = (current.numel + unit - 1) / unit * unit;
     current.shard_numel = current.padded_numel / world_size;
     buckets.push_back(std::move(current));
     current = Bucket{};
@@ -283,7 +284,7 @@ void DataParallel::hold_copies_in_buckets(DType copy_dtype) {
   if (copies_.empty() || copies_[0].dtype() != copy_dtype) {
     copies_.clear();
     for (const auto& b : buckets_)
-      copies_.push_back(Tensor::zeros({b.padded_numel}, copy_dtype, communicator_.device()));
+      copies_.push_back(communicator_.gather_buffer(b.shard_numel, copy_dtype).view({b.padded_numel}));
   }
   // A copy made since the last step (the first forward's casts, a resume's) moves in; the rest already live there.
   std::vector<Tensor> runs, held;

@@ -10,7 +10,7 @@
 // later work behind it, and makes each parameter's gradient its averaged run of the bucket (a view: nothing is
 // copied back). Gradients are averaged (sum / world_size).
 //
-// ZeRO-1: each bucket is padded to a multiple of world_size and split into world_size equal shards; the
+// ZeRO-1: each bucket is padded to whole aligned shards (kShardAlignment) and split into world_size equal shards; the
 // gradients are reduce-scattered, so rank r holds the averaged gradient of shard r of every bucket, keeps
 // AdamW's m and v for those elements only, updates those parameters, and all-gathers the updated values.
 // Clipping uses the global norm: each bucket's sum of squares over the ranks' shards (an all-reduce), then
@@ -19,7 +19,8 @@
 // copy of one narrower dtype (bf16 training with f32 masters, the trainer's case), the step writes this rank's
 // part of the copies beside the update and all-gathers only the copies, half the bytes, which is all the next
 // forward and backward read: each rank's f32 values outside its own shards then stay as they were until
-// complete_parameters() gathers them (before a checkpoint, an evaluation, the end). On 2 H200s a collective beside
+// complete_parameters() gathers them (before a checkpoint, an evaluation, the end). The copies' buffers are the
+// communicator's gather buffers, which NCCL gathers with the copy engines. On 2 H200s a collective beside
 // the forward or backward slowed their kernels about as much as it hid, so the bytes not moved are what count.
 //
 // reduce_dtype bf16: the buckets hold bf16, so packing rounds each rank's f32 gradients to bf16 (one launch a
@@ -37,9 +38,7 @@
 // micro-batches in rank order when N is a power of two (the scaling is then exact on both sides). It moves the
 // bytes of an all-reduce (a reduce-scatter), and the buckets and the all-to-all's receiver are the communicator's
 // gather buffers, which NCCL moves with the copy engines: no NCCL kernel takes the GPU's cores while backward
-// runs, only the sums (docs/PERFORMANCE.md, twenty-eighth session). (ZeRO-1's bf16 copies are not gather buffers:
-// gathered through NCCL's symmetric windows, some of their elements came back wrong on 2 H200s, NCCL 2.28.9, all in
-// buckets whose per-rank bf16 blocks start off a 4-byte boundary: docs/PERFORMANCE.md, twenty-seventh session.)
+// runs, only the sums (docs/PERFORMANCE.md, twenty-eighth session).
 #pragma once
 #include <cstdint>
 #include <nlohmann/json.hpp>
@@ -74,9 +73,14 @@ struct BucketEntry {
 struct Bucket {
   std::vector<BucketEntry> entries;
   int64_t numel = 0;         // elements of the parameters
-  int64_t padded_numel = 0;  // numel rounded up to a multiple of world_size (the tail stays zero)
+  int64_t padded_numel = 0;  // numel rounded up to a multiple of kShardAlignment · world_size (the tail stays zero)
   int64_t shard_numel = 0;   // padded_numel / world_size: one rank's shard
 };
+
+// Every shard holds a multiple of this many elements, so each rank's shard of a bucket starts 16 bytes apart
+// (8 bf16 or f16, 32 f32): the rank-order sum moves whole 16-byte vectors, and the bf16 copies' blocks are what NCCL's
+// copy engines gather correctly (NCCL 2.28.9 returned wrong elements for bf16 blocks off a 4-byte boundary).
+inline constexpr int64_t kShardAlignment = 8;
 
 // Buckets over parameters of the given element counts, in reverse order, each closed once it holds at
 // least bucket_bytes (elements of element_bytes bytes).
