@@ -90,7 +90,7 @@ TEST_F(CudaNccl, CollectivesGiveEveryRankTheExpectedValues) {
     Tensor block = symmetric.select(0, rank);
     block.copy_from(Tensor::from_vector(std::vector<float>{float(rank), 7.0f, float(-rank)}, {3}).to(device));
     comm->all_gather(block.raw_data(), symmetric.raw_data(), 3, DType::f32);
-    // An all-to-all between gather buffers (the copy engines' path under the zero-CTA policy), then the rank-order
+    // An all-to-all between gather buffers (the copy engines' path under NCCL_CTA_POLICY=2), then the rank-order
     // sum queued in the collectives' order, as the deterministic reduction runs them: rank r's block q holds
     // 100 r + 10 q + j, so rank q receives 100 r + 10 q + j from every rank r, as row r.
     Tensor send = comm->gather_buffer(3, DType::f32), received = comm->gather_buffer(3, DType::f32);

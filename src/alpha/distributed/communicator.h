@@ -53,7 +53,7 @@ class Communicator {
   // Root's `count` elements are copied into every other rank's `data`.
   virtual void broadcast(void* data, size_t count, DType dtype, int root) = 0;
   // `send` holds world_size blocks of `count` elements: block q goes to rank q, which receives it as block r (this
-  // rank's) of its `recv` (world_size blocks too). NCCL moves it with the copy engines between gather buffers.
+  // rank's) of its `recv` (world_size blocks too). NCCL can move it with the copy engines between gather buffers.
   virtual void all_to_all(const void* send, void* recv, size_t count, DType dtype) = 0;
   // Queues device work in the collectives' order: after every collective issued so far, before those issued after
   // it, without holding up the device's default stream (NCCL: on its stream; in-process: run at once). For work that
@@ -65,7 +65,7 @@ class Communicator {
   // A zeroed [world_size(), block_numel] buffer on device() for all_gather to gather into in place (rank r sends
   // row r) and for all_to_all to send from or receive into, which a communicator may place where those move bytes
   // cheapest (NCCL: memory registered as a symmetric window, which its copy engines can move with no kernel on the
-  // GPU's cores, under the CTA policy the NCCL communicator sets). Collective: every
+  // GPU's cores, under NCCL_CTA_POLICY=2). Collective: every
   // rank asks for the same sizes in the same order. ValueError for a negative block_numel, DTypeError for a dtype
   // the collectives do not carry.
   Tensor gather_buffer(int64_t block_numel, DType dtype);

@@ -20,8 +20,9 @@
 // part of the copies beside the update and all-gathers only the copies, half the bytes, which is all the next
 // forward and backward read: each rank's f32 values outside its own shards then stay as they were until
 // complete_parameters() gathers them (before a checkpoint, an evaluation, the end). The copies' buffers are the
-// communicator's gather buffers, which NCCL gathers with the copy engines. On 2 H200s a collective beside
-// the forward or backward slowed their kernels about as much as it hid, so the bytes not moved are what count.
+// communicator's gather buffers, which NCCL can gather with the copy engines (NCCL_CTA_POLICY=2). On 2 H200s a
+// collective beside the forward or backward slowed their kernels about as much as it hid, so the bytes not moved are
+// what count.
 //
 // reduce_dtype bf16: the buckets hold bf16, so packing rounds each rank's f32 gradients to bf16 (one launch a
 // bucket) and the collectives move half the bytes; the averaged gradients handed back (plain) or the shards
@@ -37,8 +38,8 @@
 // squares and adds them in rank order). So N ranks give the bits of one process accumulating the same N
 // micro-batches in rank order when N is a power of two (the scaling is then exact on both sides). It moves the
 // bytes of an all-reduce (a reduce-scatter), and the buckets and the all-to-all's receiver are the communicator's
-// gather buffers, which NCCL moves with the copy engines: no NCCL kernel takes the GPU's cores while backward
-// runs, only the sums (docs/PERFORMANCE.md, twenty-eighth session).
+// gather buffers, which NCCL can move with the copy engines (NCCL_CTA_POLICY=2: no NCCL kernel then takes the GPU's
+// cores while backward runs, only the sums; docs/PERFORMANCE.md, twenty-eighth session).
 #pragma once
 #include <cstdint>
 #include <nlohmann/json.hpp>
@@ -77,9 +78,10 @@ struct Bucket {
   int64_t shard_numel = 0;   // padded_numel / world_size: one rank's shard
 };
 
-// Every shard holds a multiple of this many elements, so each rank's shard of a bucket starts 16 bytes apart
-// (8 bf16 or f16, 32 f32): the rank-order sum moves whole 16-byte vectors, and the bf16 copies' blocks are what NCCL's
-// copy engines gather correctly (NCCL 2.28.9 returned wrong elements for bf16 blocks off a 4-byte boundary).
+// Every shard holds a multiple of this many elements, so each rank's shard of a bucket starts a multiple of 16 bytes
+// from the bucket's start (bf16, f16, f32 and f64 alike): the rank-order sum moves whole 16-byte vectors, and NCCL's
+// copy engines gather the bf16 copies correctly (the GPU machines' NCCL, 2.28.3, returned wrong elements for bf16
+// blocks off a 4-byte boundary).
 inline constexpr int64_t kShardAlignment = 8;
 
 // Buckets over parameters of the given element counts, in reverse order, each closed once it holds at

@@ -123,11 +123,10 @@ class NcclCommunicator : public Communicator {
     // Non-blocking: init and collectives return at once, so a missing peer shows as a timeout here.
     ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
     config.blocking = 0;
-    // The zero-CTA policy lets NCCL move all-gathers and all-to-alls between symmetric windows (gather_buffer's)
-    // with the copy engines, so they take none of the GPU's cores from the backward they run beside (measured on
-    // 2 H200s: bench/nccl_buffers.cu); reductions, which need cores, run as under the default policy. An
-    // NCCL_CTA_POLICY in the environment decides instead.
-    if (!std::getenv("NCCL_CTA_POLICY")) config.CTAPolicy = NCCL_CTA_POLICY_ZERO;
+    // NCCL's default CTA policy. NCCL_CTA_POLICY=2 in the environment (the zero-CTA policy) lets NCCL move
+    // all-gathers and all-to-alls between symmetric windows (gather_buffer's) with the copy engines, off the GPU's
+    // cores: faster on 2 H200s, but with it two runs of --deterministic-reduce of about 60 hit an illegal memory
+    // access (NCCL 2.28.3; docs/DISTRIBUTED.md), so it is the user's choice, not the default.
     wait_ready(ncclCommInitRankConfig(&comm_, world_size_, id, rank_, &config), "ncclCommInitRankConfig");
     windows_->comm = comm_;
     windows_->timeout = timeout_;
@@ -183,8 +182,9 @@ class NcclCommunicator : public Communicator {
 
   // ncclMemAlloc memory registered as a symmetric window (the same offsets on every rank): NCCL 2.28 can move an
   // all-gather between such windows with the copy engines (measured on 2 H200s: bench/nccl_buffers.cu, with
-  // NCCL_CTA_POLICY=2). Only where every block starts on a 4-byte boundary: NCCL 2.28.9 returned wrong elements
-  // for bf16 blocks that did not (docs/PERFORMANCE.md, twenty-seventh session); those get an ordinary buffer.
+  // NCCL_CTA_POLICY=2). Only where every block starts on a 4-byte boundary: the GPU machines' NCCL, 2.28.3, returned
+  // wrong elements for bf16 blocks that did not (docs/PERFORMANCE.md, twenty-seventh session); those get an ordinary
+  // buffer.
   // Where the communicator has no symmetric memory, the registration gives no window and the memory serves as an
   // ordinary buffer.
   Tensor make_gather_buffer(int64_t block_numel, DType dtype) override {

@@ -11,11 +11,12 @@
 //
 // Reductions: NCCL's sums depend on the algorithm (ring, tree, ...) and protocol it picks per message size, the
 // same for the same sizes, GPUs and NCCL version. DataParallel's deterministic option needs none of them: it
-// all-gathers (a copy) and adds in rank order itself.
+// exchanges the shards (an all-to-all, a copy) and adds them in rank order itself.
 //
 // Gather buffers (gather_buffer): ncclMemAlloc memory registered as a symmetric window, which NCCL 2.28 can
-// all-gather with the copy engines when the communicator's CTA policy allows (NCCL_CTA_POLICY=2, "zero CTAs":
-// docs/PERFORMANCE.md measures it). Windows are deregistered before the communicator is destroyed; a buffer
+// all-gather and all-to-all with the copy engines when the communicator's CTA policy allows (NCCL_CTA_POLICY=2,
+// "zero CTAs", the user's choice: docs/PERFORMANCE.md measures it, docs/DISTRIBUTED.md says why it is not the
+// default). Windows are deregistered before the communicator is destroyed; a buffer
 // that outlives it only frees its memory.
 #pragma once
 #include <chrono>
