@@ -233,6 +233,7 @@ TEST(StochasticRoundingTraining, Zero1LeavesOtherShardsValuesStaleUntilCompleteP
   constexpr int kWorld = 2;
   auto group = std::make_shared<distributed::test::InProcessGroup>(kWorld, std::chrono::milliseconds(10000));
   std::vector<std::vector<float>> stale(kWorld), gathered(kWorld);
+  std::vector<int64_t> shard_numel(kWorld);
   distributed::test::run_ranks(kWorld, [&](int rank) {
     distributed::test::InProcessCommunicator comm(group, rank);
     std::vector<nn::NamedParameter> mine;
@@ -241,6 +242,7 @@ TEST(StochasticRoundingTraining, Zero1LeavesOtherShardsValuesStaleUntilCompleteP
     autograd::clear_tape();
     mine.push_back({"w", v, true});
     distributed::DataParallel dp(comm, mine, {/*bucket_bytes=*/32, true});
+    shard_numel[size_t(rank)] = dp.buckets()[0].shard_numel;
     auto step = [&] {
       autograd::backward(v, Tensor::normal({40, 3}, 0.0, 1.0, 100 + rank));
       alpha::test::reduce_gradients(dp);
@@ -260,13 +262,16 @@ TEST(StochasticRoundingTraining, Zero1LeavesOtherShardsValuesStaleUntilCompleteP
     EXPECT_ALPHA_ERROR(step(), ValueError, "[DataParallel::queue_sharded_step]", "'w'", "complete_parameters()");
   });
   EXPECT_EQ(gathered[0], gathered[1]);
+  // 120 elements in one bucket padded to 128, 64 a shard: rank 0's shard holds elements 0-63, rank 1's 64-119 (and
+  // the padding). Each rank's own elements are updated; the other rank's are still the initial values.
+  ASSERT_EQ(shard_numel, (std::vector<int64_t>{64, 64}));
   for (int rank = 0; rank < kWorld; ++rank) {
-    // 120 elements, 60 a shard: this rank's half is updated, the other half is still the initial value.
-    const size_t first = size_t(rank) * 60, other = size_t(1 - rank) * 60;
-    for (size_t i = 0; i < 60; ++i) {
+    const size_t first = rank == 0 ? 0 : 64, other = rank == 0 ? 64 : 0;
+    const size_t count = rank == 0 ? 64 : 56, other_count = rank == 0 ? 56 : 64;
+    for (size_t i = 0; i < count; ++i)
       EXPECT_EQ(stale[size_t(rank)][first + i], gathered[0][first + i]) << "rank " << rank << " [" << first + i << "]";
+    for (size_t i = 0; i < other_count; ++i)
       EXPECT_NE(stale[size_t(rank)][other + i], gathered[0][other + i]) << "rank " << rank << " [" << other + i << "]";
-    }
   }
 }
 
