@@ -6,6 +6,7 @@
 // NCCL or with fewer than two GPUs.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <functional>
@@ -219,6 +220,28 @@ TEST_F(CudaNccl, DataParallelAndZero1MatchTheInProcessCommunicatorOnTheCpu) {
               << " rank " << r << " parameter " << p << " [" << i << "]";
     test::run_ranks(kWorld, [&](int rank) { nccl[size_t(rank)].reset(); });
   }
+}
+
+// ncclMemFree unmaps at once: a gather buffer whose last reference goes while queued kernels still read it must keep
+// its memory until they are done (two 2-GPU training runs once faulted so at their end, the optimiser still reading
+// gradients that were views of a bucket).
+TEST_F(CudaNccl, AGatherBufferDroppedWhileKernelsStillReadItOutlivesThem) {
+  test::run_ranks(kWorld, [&](int rank) {
+    std::unique_ptr<Communicator> comm = join(rank, milliseconds(60000));
+    const Device device = comm->device();
+    constexpr int64_t kBlock = int64_t(1) << 21;  // 16 MiB over the two rows
+    constexpr int kReads = 200;                   // milliseconds of queued work
+    Tensor buffer = comm->gather_buffer(kBlock, DType::f32);
+    buffer.copy_from(Tensor::full({kWorld, kBlock}, 0.5, DType::f32, device));
+    Tensor sum = Tensor::zeros({kWorld * kBlock}, DType::f32, device);
+    {
+      const Tensor rows = buffer.view({-1});
+      for (int i = 0; i < kReads; ++i) ops::add_(sum, rows);
+    }
+    buffer = Tensor();                            // the last reference, while the adds run
+    const std::vector<float> got = on_host(sum);  // waits for the device: raises on an illegal address
+    EXPECT_EQ(std::count(got.begin(), got.end(), 0.5f * kReads), int64_t(got.size()));
+  });
 }
 
 TEST_F(CudaNccl, ARankThatStopsParticipatingIsNamedWithinTheTimeout) {

@@ -9,6 +9,7 @@
 #include <nccl.h>
 
 #include <algorithm>
+#include <initializer_list>
 #include <mutex>
 #include <thread>
 #include <vector>
@@ -65,16 +66,56 @@ ncclResult_t in_flight(ncclComm_t comm, ncclResult_t result) {
   return result;
 }
 
+// Waits, within `timeout`, for the work queued so far on `streams` of `device` (null entries skipped): true once
+// it has completed. A CUDA error counts as completed (nothing more runs on a device in that state). Never throws:
+// it serves destructors and deleters.
+bool drained(int device, std::initializer_list<cudaStream_t> streams, std::chrono::milliseconds timeout) {
+  if (cudaSetDevice(device) != cudaSuccess) return true;
+  std::vector<cudaEvent_t> events;
+  for (cudaStream_t stream : streams) {
+    if (!stream) continue;
+    cudaEvent_t event = nullptr;
+    if (cudaEventCreateWithFlags(&event, cudaEventDisableTiming) != cudaSuccess) break;
+    events.push_back(event);
+    if (cudaEventRecord(event, stream) != cudaSuccess) break;
+  }
+  const auto deadline = Clock::now() + timeout;
+  bool done = true;
+  for (cudaEvent_t event : events) {
+    cudaError_t query;
+    while ((query = cudaEventQuery(event)) == cudaErrorNotReady && Clock::now() < deadline) std::this_thread::yield();
+    done = done && query != cudaErrorNotReady;
+  }
+  for (cudaEvent_t event : events) cudaEventDestroy(event);
+  return done;
+}
+
 // The symmetric windows a communicator registered, shared with the buffers' owners: a buffer that outlives its
 // communicator only frees its memory, its window having been deregistered before the communicator went (or
 // released with it by an abort).
+//
+// ncclMemFree unmaps the memory at once, not in stream order as the caching allocator's blocks are reused: work
+// still queued on the device (at the end of training, the optimiser's step reading gradients that are views of a
+// bucket, which nothing waits for) would then fault with an illegal address, as two 2-GPU runs did on H200s
+// (twenty-eighth session). So a buffer's memory is freed only once the device's default stream and the
+// communicator's have finished what was queued before; past the timeout it is kept (leaked) rather than unmapped
+// under a running kernel.
 struct Windows {
   std::mutex mutex;
-  ncclComm_t comm = nullptr;  // null once the communicator is destroyed or aborted
+  ncclComm_t comm = nullptr;      // null once the communicator is destroyed or aborted
+  cudaStream_t stream = nullptr;  // the communicator's, null with comm
+  int device = 0;
   std::chrono::milliseconds timeout{0};
   std::vector<ncclWindow_t> live;
 
   void release(ncclWindow_t window, void* memory) {
+    cudaStream_t comm_stream;
+    {
+      std::lock_guard lock(mutex);
+      comm_stream = stream;
+    }
+    if (!drained(device, {static_cast<cudaStream_t>(cuda::default_stream(device).handle), comm_stream}, timeout))
+      return;
     {
       std::lock_guard lock(mutex);
       auto it = std::find(live.begin(), live.end(), window);
@@ -92,6 +133,7 @@ struct Windows {
       for (ncclWindow_t window : live) settled(comm, in_flight(comm, ncclCommWindowDeregister(comm, window)), timeout);
     live.clear();
     comm = nullptr;
+    stream = nullptr;
   }
 };
 
@@ -125,14 +167,21 @@ class NcclCommunicator : public Communicator {
     config.blocking = 0;
     // NCCL's default CTA policy. NCCL_CTA_POLICY=2 in the environment (the zero-CTA policy) lets NCCL move
     // all-gathers and all-to-alls between symmetric windows (gather_buffer's) with the copy engines, off the GPU's
-    // cores: faster on 2 H200s, but with it two runs of --deterministic-reduce of about 60 hit an illegal memory
-    // access (NCCL 2.28.3; docs/DISTRIBUTED.md), so it is the user's choice, not the default.
+    // cores: faster on 2 H200s, but it was the default when two runs of --deterministic-reduce hit an illegal memory
+    // access (docs/DISTRIBUTED.md; the likely cause, window memory freed under queued kernels, is fixed in Windows
+    // below and not yet verified on GPUs), so it stays the user's choice until it is.
     wait_ready(ncclCommInitRankConfig(&comm_, world_size_, id, rank_, &config), "ncclCommInitRankConfig");
     windows_->comm = comm_;
+    windows_->stream = stream_;
+    windows_->device = device_.index;
     windows_->timeout = timeout_;
   }
 
   ~NcclCommunicator() override {
+    // The windows' collectives, and the default stream's work reading them, finish before they are deregistered.
+    if (!aborted_)
+      drained(device_.index, {static_cast<cudaStream_t>(cuda::default_stream(device_.index).handle), stream_},
+              timeout_);
     windows_->close(/*deregister=*/!aborted_);
     if (!aborted_) {
       // Finalize flushes what is queued; a peer that is gone makes it wait, so it is bounded too.
