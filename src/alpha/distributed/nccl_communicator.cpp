@@ -98,8 +98,9 @@ bool drained(int device, std::initializer_list<cudaStream_t> streams, std::chron
 // still queued on the device (at the end of training, the optimiser's step reading gradients that are views of a
 // bucket, which nothing waits for) would then fault with an illegal address, as two 2-GPU runs did on H200s
 // (twenty-eighth session). So a buffer's memory is freed only once the device's default stream and the
-// communicator's have finished what was queued before; past the timeout it is kept (leaked) rather than unmapped
-// under a running kernel.
+// communicator's have finished what was queued before. After an abort, or once such a wait has run past the
+// timeout, the memory is kept (leaked) rather than unmapped under a kernel that may still run: the process is failing
+// then, and one timeout is all it waits.
 struct Windows {
   std::mutex mutex;
   ncclComm_t comm = nullptr;      // null once the communicator is destroyed or aborted
@@ -107,15 +108,22 @@ struct Windows {
   int device = 0;
   std::chrono::milliseconds timeout{0};
   std::vector<ncclWindow_t> live;
+  bool abandoned = false;  // an abort or a timed-out wait: memory released from now on is kept
 
   void release(ncclWindow_t window, void* memory) {
     cudaStream_t comm_stream;
+    bool wait;
     {
       std::lock_guard lock(mutex);
       comm_stream = stream;
+      wait = !abandoned;
     }
-    if (!drained(device, {static_cast<cudaStream_t>(cuda::default_stream(device).handle), comm_stream}, timeout))
+    if (!wait ||
+        !drained(device, {static_cast<cudaStream_t>(cuda::default_stream(device).handle), comm_stream}, timeout)) {
+      std::lock_guard lock(mutex);
+      abandoned = true;
       return;
+    }
     {
       std::lock_guard lock(mutex);
       auto it = std::find(live.begin(), live.end(), window);
@@ -134,6 +142,7 @@ struct Windows {
     live.clear();
     comm = nullptr;
     stream = nullptr;
+    abandoned = abandoned || !deregister;
   }
 };
 
