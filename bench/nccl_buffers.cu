@@ -5,12 +5,12 @@
 // (b) slow a GEMM running beside them less? One process drives every visible GPU (two expected); for each
 // variant (plain cudaMalloc as today, window, window+efficiency, window+zero, local) and each collective
 // (in place: all-reduce f32 25 and 154 MiB, reduce-scatter f32 154 MiB, all-gather bf16 124 MiB; all-to-all f32
-// 154 MiB; and the reductions composed of NCCL's all-to-all, an addition kernel and NCCL's all-gather, Kind below,
-// each checked once against the rank-order sum) it times the collective alone, then a loop of cuBLAS bf16 4096³
-// GEMMs with the collective running back to back beside it, against the loop alone. A variant NCCL refuses is
-// printed as "unsupported: <NCCL's error>". Measured on 2 H200s: docs/PERFORMANCE.md (twenty-seventh session);
-// only the all-gather between symmetric windows under NCCL_CTA_POLICY=2 escaped the GEMMs. Exit status 2 when a
-// composed reduction's result was wrong.
+// 154 MiB; and the reductions composed of NCCL's all-to-all, Alpha's rank-order sum (kernels::cuda::sum_rows) and
+// NCCL's all-gather, Kind below, each checked once against the rank-order sum) it times the collective alone, then a
+// loop of cuBLAS bf16 4096³ GEMMs with the collective running back to back beside it, against the loop alone. A variant
+// NCCL refuses is printed as "unsupported: <NCCL's error>". Measured on 2 H200s: docs/PERFORMANCE.md (twenty-seventh
+// session); only the all-gather between symmetric windows under NCCL_CTA_POLICY=2 escaped the GEMMs. Exit status 2 when
+// a composed reduction's result was wrong.
 //
 // The loaded measurement (run_loaded): the host queues the whole GEMM loop on each device's compute stream
 // (between a start and an end event), then issues the collective in a loop on the comm streams (one group
@@ -45,6 +45,8 @@
 #include <string>
 #include <thread>
 #include <vector>
+
+#include "alpha/kernels/elementwise.h"
 
 namespace {
 
@@ -147,18 +149,6 @@ __global__ void fill_bf16(__nv_bfloat16* p, size_t n, uint32_t seed) {
     p[i] = __float2bfloat16(hash_uniform(i, seed));
 }
 
-// out = blocks[0] + blocks[1] + ... + blocks[n-1] (each `count` floats), added in that order, four at a time.
-__global__ void sum_blocks_f32(const float4* blocks, float4* out, size_t count4, int n) {
-  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < count4; i += size_t(gridDim.x) * blockDim.x) {
-    float4 sum = blocks[i];
-    for (int r = 1; r < n; ++r) {
-      const float4 x = blocks[r * count4 + i];
-      sum.x += x.x, sum.y += x.y, sum.z += x.z, sum.w += x.w;
-    }
-    out[i] = sum;
-  }
-}
-
 // ---------------------------------------------------------------------------------------------------------
 // Setup: the devices with their streams and GEMM operands, the collectives and the variants.
 
@@ -183,10 +173,10 @@ struct Device {
 };
 
 // The composed kinds reduce without NCCL's reduction kernels: NCCL's all-to-all hands rank r every rank's block r
-// (into a receive area after the buffer), a kernel on the comm stream adds those blocks in rank order into the
+// (into a receive area after the buffer), the trainer's sum_rows on the comm stream adds them in rank order into the
 // buffer's block r (ReduceScatterComposed), and for the all-reduce NCCL all-gathers the blocks in place. Between
 // symmetric windows under NCCL_CTA_POLICY_ZERO, NCCL 2.28 moves the all-to-all and the all-gather with the copy
-// engines, so the only kernel on the GPU's cores is the addition.
+// engines, so the only kernel on the GPU's cores is the sum.
 enum class Kind { AllReduce, ReduceScatter, AllGather, AlltoAll, ReduceScatterComposed, AllReduceComposed };
 
 struct Collective {
@@ -415,10 +405,12 @@ void issue(const Collective& c, Harness& h, CommSet& set) {
   for (int d = 0; d < n; ++d) {
     CUDA_CHECK(cudaSetDevice(d));
     char* base = static_cast<char*>(set.buffers[d]);
-    sum_blocks_f32<<<264, 512, 0, h.devices[d].comm>>>(reinterpret_cast<const float4*>(base + c.bytes()),
-                                                       reinterpret_cast<float4*>(base + d * shard * c.elem), shard / 4,
-                                                       n);
-    CUDA_CHECK(cudaGetLastError());
+    // The trainer's rank-order sum (kernels/elementwise.h), unscaled, on the comm stream as DataParallel queues it.
+    alpha::kernels::cuda::sum_rows(
+        alpha::kernels::SumRowsArgs<float>{reinterpret_cast<const float*>(base + c.bytes()),
+                                           reinterpret_cast<float*>(base + d * shard * c.elem), n, int64_t(shard),
+                                           1.0f},
+        alpha::Stream{h.devices[d].comm});
   }
   if (c.kind != Kind::AllReduceComposed) return;
   SOFT(errors, ncclGroupStart());

@@ -114,6 +114,9 @@ TEST(Elementwise, SumRowsRejectsBadOutputs) {
   EXPECT_ALPHA_ERROR(ops::sum_rows(vector, short_out, 1.0), ShapeError, "[sum_rows]", "'rows'");
   Tensor inside = rows.select(0, 1);
   EXPECT_ALPHA_ERROR(ops::sum_rows(rows, inside, 1.0), ValueError, "[sum_rows]", "'out'", "not overlapping");
+  Tensor strided = random({6, 2}).transpose(0, 1);
+  Tensor out6 = Tensor::zeros({6}, DType::f32);
+  EXPECT_ALPHA_ERROR(ops::sum_rows(strided, out6, 1.0), LayoutError, "[sum_rows]", "'rows'", "contiguous");
   Tensor other_dtype = Tensor::zeros({6}, DType::f64);
   EXPECT_ALPHA_ERROR(ops::sum_rows(rows, other_dtype, 1.0), DTypeError, "[sum_rows]", "'out'", "f64");
 }

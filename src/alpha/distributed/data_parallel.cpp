@@ -93,11 +93,12 @@ DataParallel::DataParallel(Communicator& communicator, std::vector<nn::NamedPara
   // next bucket's all-to-all writes it.
   int64_t largest_shard = 0;
   for (const auto& b : buckets_) {
-    flat_.push_back(options_.deterministic ? communicator_.gather_buffer(b.shard_numel, dtype_).view({b.padded_numel})
-                                           : Tensor::zeros({b.padded_numel}, reduce_dtype_, communicator_.device()));
+    flat_.push_back(options_.deterministic
+                        ? communicator_.gather_buffer(b.shard_numel, reduce_dtype_).view({b.padded_numel})
+                        : Tensor::zeros({b.padded_numel}, reduce_dtype_, communicator_.device()));
     largest_shard = std::max(largest_shard, b.shard_numel);
   }
-  if (options_.deterministic) exchange_ = communicator_.gather_buffer(largest_shard, dtype_).view({-1});
+  if (options_.deterministic) exchange_ = communicator_.gather_buffer(largest_shard, reduce_dtype_).view({-1});
   if (options_.zero1) {
     segments_ = shard_segments(buckets_, communicator_.rank());
     for (const auto& b : buckets_) {
@@ -227,7 +228,7 @@ void DataParallel::reduce_in_rank_order(size_t b) {
   const int world = communicator_.world_size();
   const int64_t shard = buckets_[b].shard_numel;
   Tensor rows = exchange_.slice(0, 0, world * shard).view({world, shard});
-  communicator_.all_to_all(flat_[b].raw_data(), rows.raw_data(), size_t(shard), dtype_);
+  communicator_.all_to_all(flat_[b].raw_data(), rows.raw_data(), size_t(shard), reduce_dtype_);
   Tensor mine = shard_of(flat_[b], b);
   communicator_.queue_in_collective_order([&](Stream stream) { ops::sum_rows(rows, mine, 1.0 / world, stream); });
   if (!options_.zero1) all_gather_shard(flat_[b], b);

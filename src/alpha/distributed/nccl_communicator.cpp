@@ -66,6 +66,9 @@ ncclResult_t in_flight(ncclComm_t comm, ncclResult_t result) {
   return result;
 }
 
+// The device's default stream, where the ops queue their work.
+cudaStream_t default_stream_of(int device) { return static_cast<cudaStream_t>(cuda::default_stream(device).handle); }
+
 // Waits, within `timeout`, for the work queued so far on `streams` of `device` (null entries skipped): true once
 // it has completed. A CUDA error counts as completed (nothing more runs on a device in that state). Never throws:
 // it serves destructors and deleters.
@@ -118,8 +121,7 @@ struct Windows {
       comm_stream = stream;
       wait = !abandoned;
     }
-    if (!wait ||
-        !drained(device, {static_cast<cudaStream_t>(cuda::default_stream(device).handle), comm_stream}, timeout)) {
+    if (!wait || !drained(device, {default_stream_of(device), comm_stream}, timeout)) {
       std::lock_guard lock(mutex);
       abandoned = true;
       return;
@@ -188,9 +190,7 @@ class NcclCommunicator : public Communicator {
 
   ~NcclCommunicator() override {
     // The windows' collectives, and the default stream's work reading them, finish before they are deregistered.
-    if (!aborted_)
-      drained(device_.index, {static_cast<cudaStream_t>(cuda::default_stream(device_.index).handle), stream_},
-              timeout_);
+    if (!aborted_) drained(device_.index, {default_stream_of(device_.index), stream_}, timeout_);
     windows_->close(/*deregister=*/!aborted_);
     if (!aborted_) {
       // Finalize flushes what is queued; a peer that is gone makes it wait, so it is bounded too.
@@ -293,8 +293,7 @@ class NcclCommunicator : public Communicator {
 
   void order_after_collectives() override {
     record_issued(issued_, "order_after_collectives");
-    check_cuda(cudaStreamWaitEvent(static_cast<cudaStream_t>(cuda::default_stream(device_.index).handle), issued_, 0),
-               "cudaStreamWaitEvent");
+    check_cuda(cudaStreamWaitEvent(default_stream_of(device_.index), issued_, 0), "cudaStreamWaitEvent");
   }
 
   void abort(const std::string&) override {
@@ -342,8 +341,7 @@ class NcclCommunicator : public Communicator {
   void launch(const char* name, Call call) {
     if (aborted_) fail(name, "the communicator was aborted earlier");
     cuda::set_device(device_.index);
-    check_cuda(cudaEventRecord(queued_, static_cast<cudaStream_t>(cuda::default_stream(device_.index).handle)),
-               "cudaEventRecord");
+    check_cuda(cudaEventRecord(queued_, default_stream_of(device_.index)), "cudaEventRecord");
     check_cuda(cudaStreamWaitEvent(stream_, queued_, 0), "cudaStreamWaitEvent");
     wait_ready(call(), name);
   }
