@@ -82,6 +82,14 @@ TEST_F(CudaNccl, CollectivesGiveEveryRankTheExpectedValues) {
     comm->broadcast(root.raw_data(), 1, DType::f32, 1);
     Tensor low = Tensor::from_vector(std::vector<float>{1.5f + rank}, {1}).to(DType::bf16).to(device);
     comm->all_reduce(low.raw_data(), 1, DType::bf16, ReduceOp::sum);
+    // Several buffers of several dtypes and sizes averaged in place as one grouped collective (the plain step's
+    // buckets): element i of rank r's f32 buffer is i + 1000 r, of its bf16 one 2 r + 1.
+    std::vector<float> many_f32(100001);
+    for (size_t i = 0; i < many_f32.size(); ++i) many_f32[i] = float(i) + 1000.0f * float(rank);
+    Tensor wide = Tensor::from_vector(many_f32, {int64_t(many_f32.size())}).to(device);
+    Tensor narrow = Tensor::full({5}, 2.0 * rank + 1.0, DType::bf16).to(device);
+    comm->all_reduce_many({{wide.raw_data(), many_f32.size(), DType::f32}, {narrow.raw_data(), 5, DType::bf16}},
+                          ReduceOp::average);
     // A gather buffer of an odd block size (its memory rounded up to NCCL's window alignment), gathered in place as
     // the deterministic reduction gathers its rows: zeroed first, then every rank's block everywhere.
     Tensor symmetric = comm->gather_buffer(3, DType::f32);
@@ -118,6 +126,10 @@ TEST_F(CudaNccl, CollectivesGiveEveryRankTheExpectedValues) {
     EXPECT_EQ(on_host(gathered), (std::vector<float>{0.0f, 0.0f, 1.0f, -1.0f}));
     EXPECT_EQ(on_host(root), std::vector<float>{6.0f});
     EXPECT_EQ(on_host(low), std::vector<float>{4.0f});
+    std::vector<float> expected_wide(many_f32.size());
+    for (size_t i = 0; i < expected_wide.size(); ++i) expected_wide[i] = float(i) + 500.0f;
+    EXPECT_EQ(on_host(wide), expected_wide);
+    EXPECT_EQ(on_host(narrow.to(DType::f32)), std::vector<float>(5, 2.0f));
   });
 }
 

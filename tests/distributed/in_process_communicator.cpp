@@ -100,6 +100,23 @@ void InProcessCommunicator::all_reduce(void* data, size_t count, DType dtype, Re
   for (size_t i = 0; i < count; ++i) store(data, dtype, i, result[i]);
 }
 
+void InProcessCommunicator::all_reduce_many(const std::vector<Buffer>& buffers, ReduceOp op) {
+  for (const Buffer& b : buffers) require_collective_dtype("all_reduce_many", b.dtype);
+  // One exchange: every rank posts its list, each buffer i reduced over the ranks' buffers i.
+  std::vector<std::vector<double>> results(buffers.size());
+  exchange("all_reduce_many", &buffers, nullptr, [&](const auto& posted) {
+    for (size_t i = 0; i < buffers.size(); ++i) {
+      std::vector<InProcessGroup::Posted> of_buffer;
+      for (const auto& p : posted)
+        of_buffer.push_back({(*static_cast<const std::vector<Buffer>*>(p.send))[i].data, nullptr});
+      for (size_t e = 0; e < buffers[i].count; ++e)
+        results[i].push_back(reduce_element(of_buffer, e, buffers[i].dtype, op));
+    }
+  });
+  for (size_t i = 0; i < buffers.size(); ++i)
+    for (size_t e = 0; e < buffers[i].count; ++e) store(buffers[i].data, buffers[i].dtype, e, results[i][e]);
+}
+
 void InProcessCommunicator::reduce_scatter(const void* send, void* recv, size_t recv_count, DType dtype, ReduceOp op) {
   require_collective_dtype("reduce_scatter", dtype);
   exchange("reduce_scatter", send, recv, [&](const auto& posted) {

@@ -57,6 +57,7 @@ class InProcessCommunicator : public Communicator {
   int world_size() const override { return group_->world_size(); }
   Device device() const override { return Device::cpu(); }
   void all_reduce(void* data, size_t count, DType dtype, ReduceOp op) override;
+  void all_reduce_many(const std::vector<Buffer>& buffers, ReduceOp op) override;
   void reduce_scatter(const void* send, void* recv, size_t recv_count, DType dtype, ReduceOp op) override;
   void all_gather(const void* send, void* recv, size_t send_count, DType dtype) override;
   void all_to_all(const void* send, void* recv, size_t count, DType dtype) override;

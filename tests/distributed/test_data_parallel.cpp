@@ -105,14 +105,14 @@ TEST(DataParallel, AllReduceLeavesTheAverageOnEveryRank) {
       InProcessCommunicator comm(group, rank);
       DataParallel dp(comm, replicas[size_t(rank)].parameters, {/*bucket_bytes=*/32, false});
       EXPECT_GT(dp.buckets().size(), 2u);
+      std::vector<Tensor> before;
+      for (const auto& p : replicas[size_t(rank)].parameters) before.push_back(p.variable.grad());
       alpha::test::reduce_gradients(dp);
-      EXPECT_EQ(comm.collectives(), int64_t(dp.buckets().size())) << "one collective per bucket";
-      // The averaged gradients are views of the buckets, not copies of them.
-      for (size_t b = 0; b < dp.buckets().size(); ++b)
-        for (const BucketEntry& e : dp.buckets()[b].entries)
-          EXPECT_TRUE(replicas[size_t(rank)].parameters[e.parameter].variable.grad().shares_storage(
-              replicas[size_t(rank)].parameters[dp.buckets()[b].entries[0].parameter].variable.grad()))
-              << "bucket " << b << " parameter " << e.parameter;
+      EXPECT_EQ(comm.collectives(), int64_t(dp.buckets().size())) << "one grouped collective per bucket";
+      // Averaged where they are: no bucket to pack them into, nothing copied back.
+      for (size_t p = 0; p < before.size(); ++p)
+        EXPECT_TRUE(replicas[size_t(rank)].parameters[p].variable.grad().shares_storage(before[p]))
+            << "parameter " << p;
     });
     for (size_t p = 0; p < replicas[0].parameters.size(); ++p) {
       std::vector<float> expected = averaged_grad(p, world).to_vector<float>();
@@ -161,8 +161,8 @@ TEST(DataParallel, Bf16ReductionAveragesTheRoundedGradientsInBf16) {
 
 TEST(DataParallel, StepLossesAreGatheredRankByRankInTheGradientsSynchronisation) {
   constexpr int kWorld = 3;
-  // reduce_gradients reads them on the host; queue_reduction leaves them on the device, the gradients' views
-  // set as well.
+  // reduce_gradients reads them on the host; queue_reduction leaves them on the device, the gradients reduced in
+  // place as well.
   for (bool queued : {false, true}) {
     SCOPED_TRACE(queued ? "queue_reduction" : "reduce_gradients");
     auto group = std::make_shared<InProcessGroup>(kWorld, milliseconds(10000));
@@ -174,12 +174,13 @@ TEST(DataParallel, StepLossesAreGatheredRankByRankInTheGradientsSynchronisation)
       DataParallel dp(comm, replicas[size_t(rank)].parameters, {/*bucket_bytes=*/32, false});
       // Two micro-batches a rank; values no other rank or slot has.
       Tensor losses = Tensor::from_vector(std::vector<float>{1.5f + rank, -0.25f * float(rank + 1)}, {2});
+      const Tensor first_grad = replicas[size_t(rank)].parameters[0].variable.grad();
       got[size_t(rank)] =
           queued ? dp.queue_reduction(losses).to_vector<float>() : alpha::test::reduce_gradients(dp, losses);
       EXPECT_EQ(comm.collectives(), int64_t(dp.buckets().size()) + 1) << "the buckets and one gather";
-      const autograd::Variable& first = replicas[size_t(rank)].parameters[0].variable;
-      EXPECT_EQ(first.grad().storage(), dp.gradient_shards()[dp.buckets().size() - 1].storage())
-          << "the first parameter's gradient is its run of the last bucket";
+      EXPECT_EQ(replicas[size_t(rank)].parameters[0].variable.grad().storage(), first_grad.storage())
+          << "the gradients averaged where they are";
+      EXPECT_ALPHA_ERROR(dp.gradient_shards(), ConfigError, "[DataParallel::gradient_shards]", "in place");
     });
     const std::vector<float> expected{1.5f, -0.25f, 2.5f, -0.5f, 3.5f, -0.75f};
     for (int r = 0; r < kWorld; ++r) EXPECT_EQ(got[size_t(r)], expected) << "rank " << r;

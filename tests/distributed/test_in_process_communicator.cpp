@@ -32,6 +32,28 @@ TEST(InProcessCommunicator, AllReduceSumsAndAveragesInRankOrder) {
   }
 }
 
+// Several buffers, of several sizes and dtypes, each reduced over the ranks' buffers of its index, as one
+// collective; a dtype no collective adds is refused.
+TEST(InProcessCommunicator, AllReduceManyReducesEachBufferAsOneCollective) {
+  constexpr int kWorld = 3;
+  auto group = std::make_shared<InProcessGroup>(kWorld, milliseconds(5000));
+  run_ranks(kWorld, [&](int rank) {
+    InProcessCommunicator comm(group, rank);
+    std::vector<float> first{float(rank), 1.0f, float(-rank)};
+    std::vector<double> second{0.5 * rank, 7.0};
+    comm.all_reduce_many({{first.data(), first.size(), DType::f32}, {second.data(), second.size(), DType::f64}},
+                         ReduceOp::sum);
+    EXPECT_EQ(comm.collectives(), 1);
+    EXPECT_EQ(first, (std::vector<float>{3.0f, 3.0f, -3.0f}));
+    EXPECT_EQ(second, (std::vector<double>{1.5, 21.0}));
+    comm.all_reduce_many({{first.data(), 1, DType::f32}}, ReduceOp::average);
+    EXPECT_EQ(first[0], 3.0f);
+    std::vector<int32_t> ids{rank};
+    EXPECT_ALPHA_ERROR(comm.all_reduce_many({{ids.data(), 1, DType::i32}}, ReduceOp::sum), DTypeError,
+                       "[all_reduce_many]", "i32");
+  });
+}
+
 TEST(InProcessCommunicator, Bf16RoundsTheF32Sum) {
   auto group = std::make_shared<InProcessGroup>(2, milliseconds(5000));
   std::vector<float> got(2);

@@ -13,6 +13,7 @@
 #include <cstddef>
 #include <functional>
 #include <string>
+#include <vector>
 
 #include "alpha/core/device.h"
 #include "alpha/core/dtype.h"
@@ -46,6 +47,14 @@ class Communicator {
 
   // In place: every rank's `count` elements become the elementwise sum (or average) over the ranks.
   virtual void all_reduce(void* data, size_t count, DType dtype, ReduceOp op) = 0;
+  // all_reduce of each buffer, as one collective (NCCL: one group, one launch), so gradients need not be packed
+  // into one buffer first. Every rank passes the same counts and dtypes in the same order.
+  struct Buffer {
+    void* data;
+    size_t count;
+    DType dtype;
+  };
+  virtual void all_reduce_many(const std::vector<Buffer>& buffers, ReduceOp op) = 0;
   // `send` holds world_size blocks of `recv_count` elements; rank r receives the reduction of block r.
   virtual void reduce_scatter(const void* send, void* recv, size_t recv_count, DType dtype, ReduceOp op) = 0;
   // Rank r's `send_count` elements land at offset r * send_count of every rank's `recv`.

@@ -93,9 +93,10 @@ DataParallel::DataParallel(Communicator& communicator, std::vector<nn::NamedPara
   // next bucket's all-to-all writes it.
   int64_t largest_shard = 0;
   for (const auto& b : buckets_) {
-    flat_.push_back(options_.deterministic
-                        ? communicator_.gather_buffer(b.shard_numel, reduce_dtype_).view({b.padded_numel})
-                        : Tensor::zeros({b.padded_numel}, reduce_dtype_, communicator_.device()));
+    if (!reduces_in_place())
+      flat_.push_back(options_.deterministic
+                          ? communicator_.gather_buffer(b.shard_numel, reduce_dtype_).view({b.padded_numel})
+                          : Tensor::zeros({b.padded_numel}, reduce_dtype_, communicator_.device()));
     largest_shard = std::max(largest_shard, b.shard_numel);
   }
   if (options_.deterministic) exchange_ = communicator_.gather_buffer(largest_shard, reduce_dtype_).view({-1});
@@ -148,7 +149,20 @@ Tensor DataParallel::run_of(const Tensor& buffer, const BucketEntry& entry) {
   return buffer.slice(0, entry.offset, entry.offset + entry.numel);
 }
 
+bool DataParallel::reduces_in_place() const {
+  return !options_.zero1 && !options_.deterministic && !options_.reduce_dtype;
+}
+
 void DataParallel::launch_bucket(size_t b) {
+  if (reduces_in_place()) {
+    std::vector<Communicator::Buffer> grads;
+    for (const auto& e : buckets_[b].entries) {
+      Tensor g = flat_gradient(e.parameter);
+      grads.push_back({g.raw_data(), size_t(g.numel()), g.dtype()});
+    }
+    communicator_.all_reduce_many(grads, ReduceOp::average);
+    return;
+  }
   std::vector<Tensor> slices, grads;
   for (const auto& e : buckets_[b].entries) {
     slices.push_back(run_of(flat_[b], e));
@@ -205,6 +219,7 @@ Tensor DataParallel::queue_reduction(const Tensor& step_losses) {
     for (auto& p : parameters_) p.variable.clear_grad();  // the shards hold what the step needs
     return gathered_losses;
   }
+  if (reduces_in_place()) return gathered_losses;
   // The averaged gradients stay in the buckets: each parameter's gradient becomes its view there (no copy
   // back; under a bf16 reduction the bf16 average, which AdamW reads as it is). The next backward makes fresh
   // gradients (the optimiser releases these after its step). A gradient of another dtype than the buckets'
@@ -239,6 +254,10 @@ void DataParallel::synchronize_step() {
 }
 
 std::vector<Tensor> DataParallel::gradient_shards() const {
+  if (reduces_in_place())
+    raise<ConfigError>("DataParallel::gradient_shards", "zero1",
+                       "a DataParallel with buckets (ZeRO-1, deterministic or reduce_dtype)",
+                       "the plain one, which reduces the gradients in place");
   std::vector<Tensor> shards;
   for (size_t b = 0; b < buckets_.size(); ++b) shards.push_back(shard_of(flat_[b], b));
   return shards;

@@ -8,7 +8,10 @@
 // the last of its gradients is complete, in bucket order, so on a GPU the collectives run on the
 // communicator's stream while backward goes on; queue_reduction() launches what is left, queues the device's
 // later work behind it, and makes each parameter's gradient its averaged run of the bucket (a view: nothing is
-// copied back). Gradients are averaged (sum / world_size).
+// copied back). Gradients are averaged (sum / world_size). The plain step in the parameters' dtype (not ZeRO-1, not
+// deterministic, no reduce_dtype) packs nothing: a bucket's gradients are all-reduced where they are, as one grouped
+// collective (Communicator::all_reduce_many), and no bucket buffers are held; the packing copies were about 0.28 ms
+// of a 33 ms gpt2-124m step on 2 H200s, all on the device's stream (docs/PERFORMANCE.md, twenty-ninth session).
 //
 // ZeRO-1: each bucket is padded to whole aligned shards (kShardAlignment) and split into world_size equal shards; the
 // gradients are reduce-scattered, so rank r holds the averaged gradient of shard r of every bucket, keeps
@@ -169,7 +172,8 @@ class DataParallel {
   // when one is missing, unknown or of another length.
   void load_shard_state(const std::vector<std::pair<std::string, Tensor>>& tensors, int64_t step_count);
 
-  // ZeRO-1: this rank's shard of every bucket (after queue_reduction, the averaged gradient there).
+  // ZeRO-1: this rank's shard of every bucket (after queue_reduction, the averaged gradient there). ConfigError for
+  // the plain step that reduces in place (no buckets held).
   std::vector<Tensor> gradient_shards() const;
   const std::vector<Bucket>& buckets() const { return buckets_; }
   const std::vector<ShardSegment>& segments() const { return segments_; }
@@ -178,7 +182,8 @@ class DataParallel {
 
  private:
   void on_gradient_ready(const autograd::VariableState& leaf);
-  void launch_bucket(size_t bucket);                        // packs its gradients, queues its collective
+  bool reduces_in_place() const;      // plain, not deterministic, in the parameters' dtype: no packing (above)
+  void launch_bucket(size_t bucket);  // packs its gradients (unless in place), queues its collective
   Tensor flat_gradient(size_t parameter) const;             // 1-D view of a parameter's gradient
   static Tensor run_of(const Tensor& buffer, const BucketEntry& entry);  // a parameter's run in a bucket's buffer
   Tensor shard_of(const Tensor& buffer, size_t bucket) const;          // this rank's shard of a bucket's buffer
@@ -194,7 +199,7 @@ class DataParallel {
   DType dtype_;         // the parameters'
   DType reduce_dtype_;  // the buckets' (options_.reduce_dtype, else dtype_)
   std::vector<Bucket> buckets_;
-  std::vector<Tensor> flat_;       // one buffer per bucket
+  std::vector<Tensor> flat_;       // one buffer per bucket (none when reducing in place)
   Tensor exchange_;                // deterministic: world_size blocks of the largest shard (all_to_all's receiver)
   std::vector<size_t> bucket_of_;  // by parameter
   std::unordered_map<const autograd::VariableState*, size_t> parameter_of_;

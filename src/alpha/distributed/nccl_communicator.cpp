@@ -215,6 +215,18 @@ class NcclCommunicator : public Communicator {
     ncclDataType_t type = nccl_dtype("all_reduce", dtype);
     launch("ncclAllReduce", [&] { return ncclAllReduce(data, data, count, type, nccl_op(op), comm_, stream_); });
   }
+  void all_reduce_many(const std::vector<Buffer>& buffers, ReduceOp op) override {
+    std::vector<ncclDataType_t> types;
+    for (const Buffer& b : buffers) types.push_back(nccl_dtype("all_reduce_many", b.dtype));
+    launch("ncclAllReduce (grouped)", [&] {
+      ncclResult_t result = ncclGroupStart();
+      for (size_t i = 0; i < buffers.size() && (result == ncclSuccess || result == ncclInProgress); ++i)
+        result =
+            ncclAllReduce(buffers[i].data, buffers[i].data, buffers[i].count, types[i], nccl_op(op), comm_, stream_);
+      const ncclResult_t ended = ncclGroupEnd();  // closes the group whatever happened inside it
+      return result == ncclSuccess || result == ncclInProgress ? ended : result;
+    });
+  }
   void reduce_scatter(const void* send, void* recv, size_t recv_count, DType dtype, ReduceOp op) override {
     ncclDataType_t type = nccl_dtype("reduce_scatter", dtype);
     launch("ncclReduceScatter",
