@@ -206,11 +206,15 @@ TEST_F(CudaNccl, DataParallelAndZero1MatchTheInProcessCommunicatorOnTheCpu) {
     // cancel, and AdamW's first steps move an element about ±lr whatever its size: 2·lr apart, seen on 2 H200s.
     // The CPU backend has no bf16 reduction to compare with: it sums no bf16 squares.)
     std::optional<DType> reduce_dtype = std::nullopt;
+    int64_t packed_below_bytes =
+        1 << 20;  // the plain step: 64 reduces the 480-byte parameter in place, beside the rest
   };
-  for (const Variant& variant : {Variant{false, false, false}, Variant{false, true, false}, Variant{true, false, false},
-                                 Variant{true, true, false}, Variant{true, false, true},
-                                 Variant{false, false, false, DType::bf16}, Variant{true, false, true, DType::bf16}}) {
-    const DataParallelOptions options{/*bucket_bytes=*/32, variant.zero1, variant.deterministic, variant.reduce_dtype};
+  for (const Variant& variant :
+       {Variant{false, false, false}, Variant{false, false, false, std::nullopt, 64}, Variant{false, true, false},
+        Variant{true, false, false}, Variant{true, true, false}, Variant{true, false, true},
+        Variant{false, false, false, DType::bf16}, Variant{true, false, true, DType::bf16}}) {
+    const DataParallelOptions options{/*bucket_bytes=*/32, variant.zero1, variant.deterministic, variant.reduce_dtype,
+                                      variant.packed_below_bytes};
     std::vector<std::unique_ptr<Communicator>> nccl(static_cast<size_t>(kWorld));
     test::run_ranks(kWorld, [&](int rank) { nccl[size_t(rank)] = join(rank, milliseconds(60000)); });
     const bool bf16_gradients = variant.reduce_dtype.has_value();

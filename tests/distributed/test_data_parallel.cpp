@@ -103,15 +103,18 @@ TEST(DataParallel, AllReduceLeavesTheAverageOnEveryRank) {
     for (int r = 0; r < world; ++r) replicas.emplace_back(r);
     run_ranks(world, [&](int rank) {
       InProcessCommunicator comm(group, rank);
-      DataParallel dp(comm, replicas[size_t(rank)].parameters, {/*bucket_bytes=*/32, false});
+      // p2 (480 bytes) is reduced where it is, the others (60 bytes and less) packed.
+      DataParallelOptions options{/*bucket_bytes=*/32, false};
+      options.packed_below_bytes = 64;
+      DataParallel dp(comm, replicas[size_t(rank)].parameters, options);
       EXPECT_GT(dp.buckets().size(), 2u);
       std::vector<Tensor> before;
       for (const auto& p : replicas[size_t(rank)].parameters) before.push_back(p.variable.grad());
       alpha::test::reduce_gradients(dp);
       EXPECT_EQ(comm.collectives(), int64_t(dp.buckets().size())) << "one grouped collective per bucket";
-      // Averaged where they are: no bucket to pack them into, nothing copied back.
+      // Averaged where it is, or (packed) a view of its bucket's buffer: nothing copied back either way.
       for (size_t p = 0; p < before.size(); ++p)
-        EXPECT_TRUE(replicas[size_t(rank)].parameters[p].variable.grad().shares_storage(before[p]))
+        EXPECT_EQ(replicas[size_t(rank)].parameters[p].variable.grad().shares_storage(before[p]), p == 2)
             << "parameter " << p;
     });
     for (size_t p = 0; p < replicas[0].parameters.size(); ++p) {
@@ -171,7 +174,9 @@ TEST(DataParallel, StepLossesAreGatheredRankByRankInTheGradientsSynchronisation)
     std::vector<std::vector<float>> got(kWorld);
     run_ranks(kWorld, [&](int rank) {
       InProcessCommunicator comm(group, rank);
-      DataParallel dp(comm, replicas[size_t(rank)].parameters, {/*bucket_bytes=*/32, false});
+      DataParallelOptions options{/*bucket_bytes=*/32, false};
+      options.packed_below_bytes = 0;  // every gradient reduced where it is: no packed buffer at all
+      DataParallel dp(comm, replicas[size_t(rank)].parameters, options);
       // Two micro-batches a rank; values no other rank or slot has.
       Tensor losses = Tensor::from_vector(std::vector<float>{1.5f + rank, -0.25f * float(rank + 1)}, {2});
       const Tensor first_grad = replicas[size_t(rank)].parameters[0].variable.grad();
@@ -425,6 +430,9 @@ TEST(DataParallel, RejectsParametersWithoutGradientsAndBadOptions) {
   }
   EXPECT_THROW(DataParallel(comm, {}, {64, false}), ValueError);
   EXPECT_THROW(DataParallel(comm, {{"w", no_grad, true}}, {0, false}), ConfigError);
+  DataParallelOptions negative{64, false};
+  negative.packed_below_bytes = -1;
+  EXPECT_ALPHA_ERROR(DataParallel(comm, {{"w", no_grad, true}}, negative), ConfigError, "'packed_below_bytes'", "-1");
   EXPECT_ALPHA_ERROR(DataParallel(comm, {{"w", no_grad, true}}, {64, false, false, DType::f16}), ConfigError,
                      "'reduce_dtype'", "bf16", "f16");
   EXPECT_ALPHA_ERROR(DataParallel(comm, {{"w", no_grad, true}}, {64, false, true, DType::bf16}), ConfigError,

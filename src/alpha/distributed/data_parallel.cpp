@@ -22,6 +22,8 @@ std::string state_name(const char* slot, size_t bucket) {
 
 void DataParallelOptions::validate() const {
   if (bucket_bytes < 1) raise<ConfigError>(kOp, "bucket_bytes", "a size in bytes >= 1", std::to_string(bucket_bytes));
+  if (packed_below_bytes < 0)
+    raise<ConfigError>(kOp, "packed_below_bytes", "a size in bytes >= 0", std::to_string(packed_below_bytes));
   if (reduce_dtype && *reduce_dtype != DType::bf16)
     raise<ConfigError>(kOp, "reduce_dtype", "none (the parameters' dtype) or bf16",
                        std::string(dtype_name(*reduce_dtype)));
@@ -92,12 +94,31 @@ DataParallel::DataParallel(Communicator& communicator, std::vector<nn::NamedPara
   // move. One exchange serves every bucket: a bucket's sum, queued in the collectives' order, has read it before the
   // next bucket's all-to-all writes it.
   int64_t largest_shard = 0;
+  // Reducing in place, only the parameters smaller than packed_below_bytes are packed, into a buffer of their own.
   for (const auto& b : buckets_) {
-    if (!reduces_in_place())
+    largest_shard = std::max(largest_shard, b.shard_numel);
+    if (!reduces_in_place()) {
+      packed_.push_back(b.entries);
+      in_place_.emplace_back();
       flat_.push_back(options_.deterministic
                           ? communicator_.gather_buffer(b.shard_numel, reduce_dtype_).view({b.padded_numel})
                           : Tensor::zeros({b.padded_numel}, reduce_dtype_, communicator_.device()));
-    largest_shard = std::max(largest_shard, b.shard_numel);
+      continue;
+    }
+    std::vector<BucketEntry> small;
+    std::vector<size_t> large;
+    int64_t packed_numel = 0;
+    for (const auto& e : b.entries) {
+      if (e.numel * int64_t(dtype_size(dtype_)) >= options_.packed_below_bytes) {
+        large.push_back(e.parameter);
+        continue;
+      }
+      small.push_back({e.parameter, packed_numel, e.numel});
+      packed_numel += e.numel;
+    }
+    packed_.push_back(std::move(small));
+    in_place_.push_back(std::move(large));
+    flat_.push_back(packed_numel ? Tensor::zeros({packed_numel}, dtype_, communicator_.device()) : Tensor());
   }
   if (options_.deterministic) exchange_ = communicator_.gather_buffer(largest_shard, reduce_dtype_).view({-1});
   if (options_.zero1) {
@@ -154,23 +175,24 @@ bool DataParallel::reduces_in_place() const {
 }
 
 void DataParallel::launch_bucket(size_t b) {
-  if (reduces_in_place()) {
-    std::vector<Communicator::Buffer> grads;
-    for (const auto& e : buckets_[b].entries) {
-      Tensor g = flat_gradient(e.parameter);
-      grads.push_back({g.raw_data(), size_t(g.numel()), g.dtype()});
-    }
-    communicator_.all_reduce_many(grads, ReduceOp::average);
-    return;
-  }
   std::vector<Tensor> slices, grads;
-  for (const auto& e : buckets_[b].entries) {
+  for (const auto& e : packed_[b]) {
     slices.push_back(run_of(flat_[b], e));
     grads.push_back(flat_gradient(e.parameter));
   }
   // One launch on a GPU, not one per parameter, in the device's stream: copies on the communicator's stream
   // (cudaMemcpyAsync, one per parameter) measured slower, 2026-11-29 (docs/PERFORMANCE.md).
-  copy_many(slices, grads);
+  if (!slices.empty()) copy_many(slices, grads);
+  if (reduces_in_place()) {
+    std::vector<Communicator::Buffer> buffers;
+    if (flat_[b].defined()) buffers.push_back({flat_[b].raw_data(), size_t(flat_[b].numel()), dtype_});
+    for (size_t parameter : in_place_[b]) {
+      Tensor g = flat_gradient(parameter);
+      buffers.push_back({g.raw_data(), size_t(g.numel()), g.dtype()});
+    }
+    communicator_.all_reduce_many(buffers, ReduceOp::average);
+    return;
+  }
   if (options_.deterministic)
     reduce_in_rank_order(b);
   else if (options_.zero1)
@@ -219,13 +241,13 @@ Tensor DataParallel::queue_reduction(const Tensor& step_losses) {
     for (auto& p : parameters_) p.variable.clear_grad();  // the shards hold what the step needs
     return gathered_losses;
   }
-  if (reduces_in_place()) return gathered_losses;
-  // The averaged gradients stay in the buckets: each parameter's gradient becomes its view there (no copy
+  // The packed gradients' averages stay in the buffers: each parameter's gradient becomes its view there (no copy
   // back; under a bf16 reduction the bf16 average, which AdamW reads as it is). The next backward makes fresh
   // gradients (the optimiser releases these after its step). A gradient of another dtype than the buckets'
-  // without one (a bf16 model's gradient of an f32 parameter) takes the average in its own dtype.
+  // without one (a bf16 model's gradient of an f32 parameter) takes the average in its own dtype. Those reduced in
+  // place are averaged already.
   for (size_t b = 0; b < buckets_.size(); ++b) {
-    for (const auto& e : buckets_[b].entries) {
+    for (const auto& e : packed_[b]) {
       autograd::Variable v = parameters_[e.parameter].variable;
       Tensor averaged = run_of(flat_[b], e).view(v.shape());
       if (v.grad().dtype() == reduce_dtype_ || options_.reduce_dtype)

@@ -9,9 +9,11 @@
 // communicator's stream while backward goes on; queue_reduction() launches what is left, queues the device's
 // later work behind it, and makes each parameter's gradient its averaged run of the bucket (a view: nothing is
 // copied back). Gradients are averaged (sum / world_size). The plain step in the parameters' dtype (not ZeRO-1, not
-// deterministic, no reduce_dtype) packs nothing: a bucket's gradients are all-reduced where they are, as one grouped
-// collective (Communicator::all_reduce_many), and no bucket buffers are held; the packing copies were about 0.28 ms
-// of a 33 ms gpt2-124m step on 2 H200s, all on the device's stream (docs/PERFORMANCE.md, twenty-ninth session).
+// deterministic, no reduce_dtype) packs only the parameters smaller than packed_below_bytes (biases, LayerNorms) into
+// a buffer of the bucket's: the others' gradients are all-reduced where they are, beside it, as one grouped collective
+// (Communicator::all_reduce_many). On 2 H200s packing everything cost about 0.28 ms of a 33 ms gpt2-124m step, all on
+// the device's stream, and packing nothing made NCCL's group slower by more than that on `seed`'s many small
+// parameters (docs/PERFORMANCE.md, twenty-ninth session).
 //
 // ZeRO-1: each bucket is padded to whole aligned shards (kShardAlignment) and split into world_size equal shards; the
 // gradients are reduce-scattered, so rank r holds the averaged gradient of shard r of every bucket, keeps
@@ -64,6 +66,8 @@ struct DataParallelOptions {
   bool deterministic = false;       // all-gather and add in rank order (above)
   // The gradients' dtype in the buckets and collectives: the parameters' (none), or bf16 (below).
   std::optional<DType> reduce_dtype = std::nullopt;
+  // The plain step in the parameters' dtype reduces a gradient where it is from this size up, and packs smaller ones.
+  int64_t packed_below_bytes = 1 << 20;
   void validate() const;  // ConfigError naming the field
 };
 
@@ -199,7 +203,9 @@ class DataParallel {
   DType dtype_;         // the parameters'
   DType reduce_dtype_;  // the buckets' (options_.reduce_dtype, else dtype_)
   std::vector<Bucket> buckets_;
-  std::vector<Tensor> flat_;       // one buffer per bucket (none when reducing in place)
+  std::vector<Tensor> flat_;  // one buffer per bucket (reducing in place: its small parameters', if any)
+  std::vector<std::vector<BucketEntry>> packed_;  // per bucket, the runs packed into flat_ (all entries but in place)
+  std::vector<std::vector<size_t>> in_place_;     // per bucket, the parameters reduced in place
   Tensor exchange_;                // deterministic: world_size blocks of the largest shard (all_to_all's receiver)
   std::vector<size_t> bucket_of_;  // by parameter
   std::unordered_map<const autograd::VariableState*, size_t> parameter_of_;
