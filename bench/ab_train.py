@@ -13,8 +13,10 @@ It also says whether each variant's losses are the first's bit for bit (a change
 alone must).
 
 Data parallel (issue 11): with --gpus N every variant trains on N GPUs (`alpha train --gpus N`, the batch per
-GPU); --scaling adds, each round, a run of the first variant on --device alone, and prints each variant's
-scaling efficiency, tokens/s ÷ (N × that run's median).
+GPU); --scaling adds, each round, a run of the first variant on each of those GPUs alone (cuda:0 .. cuda:N-1), and
+prints each variant's scaling efficiency twice: tokens/s ÷ the sum of the GPUs' medians alone (what the N GPUs do
+when each trains by itself: two GPUs of one machine can differ by a percent or more, and the N-GPU run goes at its
+slowest's pace), and tokens/s ÷ (N × cuda:0's median), the figure the earlier sessions reported.
 
 Usage: python3 bench/ab_train.py --variant new=build/cuda/alpha --variant old=/tmp/alpha_old
        [--config gpt2-124m] [--batch-size 16] [--seq-len 1024] [--steps 40] [--warmup 5] [--rounds 2]
@@ -30,8 +32,8 @@ import sys
 import tempfile
 
 
-def run_train(binary, config, args, data_dir, run_dir, extra, gpus):
-    where = ["--gpus", str(gpus)] if gpus > 1 else ["--device", args.device]
+def run_train(binary, config, args, data_dir, run_dir, extra, gpus, device):
+    where = ["--gpus", str(gpus)] if gpus > 1 else ["--device", device]
     cmd = [binary, "train", "--config", config, "--precision", args.precision, "--batch-size", str(args.batch_size),
            "--seq-len", str(args.seq_len), "--steps", str(args.steps), "--eval-every", "0", "--sample-tokens", "0",
            "--save-every", "-1", "--data", data_dir, "--out", run_dir] + where
@@ -85,7 +87,8 @@ def main():
     parser.add_argument("--device", default="cuda:0")
     parser.add_argument("--gpus", type=int, default=1, help="every variant on this many GPUs (alpha train --gpus)")
     parser.add_argument("--scaling", action="store_true",
-                        help="with --gpus N > 1: a 1-GPU run of the first variant each round, and the efficiency")
+                        help="with --gpus N > 1: a run of the first variant on each GPU alone each round, and "
+                             "the efficiency")
     parser.add_argument("--profile-step", type=int, default=20, help="0: no profiled step")
     parser.add_argument("--out", default=".")
     args = parser.parse_args(argv)
@@ -101,23 +104,24 @@ def main():
         parser.error(f"--gpus: expected a positive count, got {args.gpus}")
     if args.scaling and args.gpus < 2:
         parser.error(f"--scaling: expected --gpus of 2 or more (the runs it compares with one GPU), got {args.gpus}")
-    baseline = "1-gpu"
-    if args.scaling and baseline in {name for name, _ in variants}:
-        parser.error(f"--variant: the name {baseline!r} is --scaling's run; choose another")
+    # --scaling's runs: the first variant on each GPU alone.
+    baselines = [f"1-gpu:{i}" for i in range(args.gpus)] if args.scaling else []
+    if {name for name, _ in variants} & set(baselines):
+        parser.error(f"--variant: the names {', '.join(baselines)} are --scaling's runs; choose others")
 
     runs = {name: [] for name, _ in variants}
     with tempfile.TemporaryDirectory() as tmp:
         data_dir = os.path.join(tmp, "data")
         subprocess.run([variants[0][1], "prepare", "--builtin", "--out", data_dir], check=True,
                        stdout=subprocess.DEVNULL)
-        if args.scaling:
-            runs[baseline] = []
+        for name in baselines:
+            runs[name] = []
         for r in range(args.rounds):
-            schedule = [(name, binary, args.gpus) for name, binary in variants]
-            if args.scaling:
-                schedule.insert(0, (baseline, variants[0][1], 1))
-            for name, binary, gpus in schedule:
-                result = run_train(binary, args.config, args, data_dir, os.path.join(tmp, f"{name}_{r}"), extra, gpus)
+            schedule = [(name, binary, args.gpus, args.device) for name, binary in variants]
+            schedule[:0] = [(name, variants[0][1], 1, f"cuda:{i}") for i, name in enumerate(baselines)]
+            for name, binary, gpus, device in schedule:
+                result = run_train(binary, args.config, args, data_dir, os.path.join(tmp, f"{name}_{r}"), extra, gpus,
+                                   device)
                 runs[name].append(result)
                 active = f", GPU active {result['active_s'] * 1e3:.2f} of {result['span_s'] * 1e3:.2f} ms" \
                     if "active_s" in result else ""
@@ -129,12 +133,13 @@ def main():
     where = f"{args.gpus} GPUs" if args.gpus > 1 else args.device
     print(f"\n{args.config}, {args.precision}, batch {args.batch_size} x {args.seq_len}, {where}: medians of "
           f"{args.rounds} rounds")
-    single = statistics.median(x["tokens_per_second"] for x in runs[baseline]) if args.scaling else None
-    if single:
-        print(f"  {baseline:10s} {single:12,.0f} tokens/s  ({base_name} on {args.device} alone)")
+    alone = {name: statistics.median(x["tokens_per_second"] for x in runs[name]) for name in baselines}
+    for i, name in enumerate(baselines):
+        print(f"  {name:10s} {alone[name]:12,.0f} tokens/s  ({base_name} on cuda:{i} alone)")
     for name, _ in variants:
         tps = statistics.median(x["tokens_per_second"] for x in runs[name])
-        efficiency = f"  efficiency {tps / (args.gpus * single):.3f}" if single else ""
+        efficiency = (f"  efficiency {tps / sum(alone.values()):.3f} (÷ the GPUs alone), "
+                      f"{tps / (args.gpus * alone[baselines[0]]):.3f} (÷ {args.gpus} × cuda:0)") if alone else ""
         same = all(run["losses"] == base_run["losses"] for run, base_run in zip(runs[name], runs[base_name]))
         print(f"  {name:10s} {tps:12,.0f} tokens/s  {tps / base:6.3f} x {base_name}{efficiency}  losses "
               f"{'bit-identical to' if same else 'differ from'} {base_name}'s")
