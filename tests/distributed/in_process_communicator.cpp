@@ -91,20 +91,18 @@ void InProcessCommunicator::exchange(const char* collective, const void* send, v
 }
 
 void InProcessCommunicator::all_reduce(void* data, size_t count, DType dtype, ReduceOp op) {
-  require_collective_dtype("all_reduce", dtype);
-  std::vector<double> result(count);
-  exchange("all_reduce", data, data, [&](const auto& posted) {
-    for (size_t i = 0; i < count; ++i) result[i] = reduce_element(posted, i, dtype, op);
-  });
-  // Written after the last barrier: nobody reads this rank's buffer any more.
-  for (size_t i = 0; i < count; ++i) store(data, dtype, i, result[i]);
+  reduce_in_place("all_reduce", {{data, count, dtype}}, op);
 }
 
 void InProcessCommunicator::all_reduce_many(const std::vector<Buffer>& buffers, ReduceOp op) {
-  for (const Buffer& b : buffers) require_collective_dtype("all_reduce_many", b.dtype);
+  reduce_in_place("all_reduce_many", buffers, op);
+}
+
+void InProcessCommunicator::reduce_in_place(const char* collective, const std::vector<Buffer>& buffers, ReduceOp op) {
+  for (const Buffer& b : buffers) require_collective_dtype(collective, b.dtype);
   // One exchange: every rank posts its list, each buffer i reduced over the ranks' buffers i.
   std::vector<std::vector<double>> results(buffers.size());
-  exchange("all_reduce_many", &buffers, nullptr, [&](const auto& posted) {
+  exchange(collective, &buffers, nullptr, [&](const auto& posted) {
     for (size_t i = 0; i < buffers.size(); ++i) {
       std::vector<InProcessGroup::Posted> of_buffer;
       for (const auto& p : posted)
@@ -113,6 +111,7 @@ void InProcessCommunicator::all_reduce_many(const std::vector<Buffer>& buffers, 
         results[i].push_back(reduce_element(of_buffer, e, buffers[i].dtype, op));
     }
   });
+  // Written after the last barrier: nobody reads this rank's buffers any more.
   for (size_t i = 0; i < buffers.size(); ++i)
     for (size_t e = 0; e < buffers[i].count; ++e) store(buffers[i].data, buffers[i].dtype, e, results[i][e]);
 }

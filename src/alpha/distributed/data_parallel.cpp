@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <map>
 
 #include "alpha/core/error.h"
@@ -93,32 +94,31 @@ DataParallel::DataParallel(Communicator& communicator, std::vector<nn::NamedPara
   // Deterministic: the buckets and the exchange are the communicator's gather buffers, which NCCL's copy engines can
   // move. One exchange serves every bucket: a bucket's sum, queued in the collectives' order, has read it before the
   // next bucket's all-to-all writes it.
+  // Reducing in place, only the parameters smaller than packed_below_bytes are packed, into a buffer of their own;
+  // otherwise all are, at their offsets in the bucket (packed in order from 0, as here).
+  const int64_t pack_below = reduces_in_place() ? options_.packed_below_bytes : std::numeric_limits<int64_t>::max();
   int64_t largest_shard = 0;
-  // Reducing in place, only the parameters smaller than packed_below_bytes are packed, into a buffer of their own.
   for (const auto& b : buckets_) {
     largest_shard = std::max(largest_shard, b.shard_numel);
-    if (!reduces_in_place()) {
-      packed_.push_back(b.entries);
-      in_place_.emplace_back();
-      flat_.push_back(options_.deterministic
-                          ? communicator_.gather_buffer(b.shard_numel, reduce_dtype_).view({b.padded_numel})
-                          : Tensor::zeros({b.padded_numel}, reduce_dtype_, communicator_.device()));
-      continue;
-    }
-    std::vector<BucketEntry> small;
-    std::vector<size_t> large;
+    std::vector<BucketEntry> packed;
+    std::vector<size_t> in_place;
     int64_t packed_numel = 0;
     for (const auto& e : b.entries) {
-      if (e.numel * int64_t(dtype_size(dtype_)) >= options_.packed_below_bytes) {
-        large.push_back(e.parameter);
-        continue;
+      if (e.numel * int64_t(dtype_size(dtype_)) >= pack_below) {
+        in_place.push_back(e.parameter);
+      } else {
+        packed.push_back({e.parameter, packed_numel, e.numel});
+        packed_numel += e.numel;
       }
-      small.push_back({e.parameter, packed_numel, e.numel});
-      packed_numel += e.numel;
     }
-    packed_.push_back(std::move(small));
-    in_place_.push_back(std::move(large));
-    flat_.push_back(packed_numel ? Tensor::zeros({packed_numel}, dtype_, communicator_.device()) : Tensor());
+    packed_.push_back(std::move(packed));
+    in_place_.push_back(std::move(in_place));
+    if (reduces_in_place())
+      flat_.push_back(packed_numel ? Tensor::zeros({packed_numel}, dtype_, communicator_.device()) : Tensor());
+    else if (options_.deterministic)
+      flat_.push_back(communicator_.gather_buffer(b.shard_numel, reduce_dtype_).view({b.padded_numel}));
+    else
+      flat_.push_back(Tensor::zeros({b.padded_numel}, reduce_dtype_, communicator_.device()));
   }
   if (options_.deterministic) exchange_ = communicator_.gather_buffer(largest_shard, reduce_dtype_).view({-1});
   if (options_.zero1) {

@@ -180,7 +180,8 @@ class NcclCommunicator : public Communicator {
     // all-gathers and all-to-alls between symmetric windows (gather_buffer's) with the copy engines, off the GPU's
     // cores: faster on 2 H200s, but it was the default when two runs of --deterministic-reduce hit an illegal memory
     // access (docs/DISTRIBUTED.md; the likely cause, window memory freed under queued kernels, is fixed in Windows
-    // below and not yet verified on GPUs), so it stays the user's choice until it is.
+    // below, whose test passes on 2 H200s), so it stays the user's choice until many more runs have shown the fault
+    // gone.
     wait_ready(ncclCommInitRankConfig(&comm_, world_size_, id, rank_, &config), "ncclCommInitRankConfig");
     windows_->comm = comm_;
     windows_->stream = stream_;
