@@ -7,9 +7,8 @@ benchmarks), causal and not, plus the `seed` shape (B 20, H 8, T 512, D 48). Inp
 FLOPs: 4·B·H·T·T·D forward, halved when causal; the backward counts 2.5x the forward.
 Alpha's backward is timed twice: deterministic (the default) and with config.deterministic false (which
 allows the atomic-dQ backward, FlashAttention-2's scheme); their ratio is the cost of determinism (issue 8).
-On Hopper, head dims 97-128 run the deterministic wgmma backward either way, so those rows' ratio is 1 by
-construction; head dims 33-64 run the wgmma dK/dV kernel that also adds dQ (5 products), but causal at T <= 2048
-(the deterministic kernels there too: ratio 1).
+On Hopper, head dims 33-64 and 97-128 run the wgmma dK/dV kernel that also adds dQ (5 products), but causal at
+T <= 2048 (D 33-64) and T <= 1024 (D 97-128), where the deterministic kernels run either way: ratio 1.
 Alpha is timed by build/.../alpha_attention_bench (median of CUDA-event timings); PyTorch by CUDA events
 around F.scaled_dot_product_attention under sdpa_kernel(FLASH_ATTENTION) or (CUDNN_ATTENTION), forward
 alone and backward alone (autograd.grad on a retained graph). A backend that refuses a shape is reported

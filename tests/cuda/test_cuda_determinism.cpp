@@ -100,8 +100,8 @@ TEST_F(CudaDeterminism, ConstantTimeRunsTheTensorCoreKernelsAndRefusesWhatTheyDo
   EXPECT_ALPHA_ERROR(ops::flash_attention(q, k, v, config), ValueError, "[flash_attention]", "config.deterministic");
 }
 
-// Causal and not: on Hopper, D 64 without the mask runs the dK/dV kernel that adds dQ itself, causal at this T the
-// deterministic kernels.
+// Causal and not: on Hopper, D 64 and 128 without the mask run the dK/dV kernel that adds dQ itself, causal at this T
+// the deterministic kernels.
 TEST_F(CudaDeterminism, AtomicDqBackwardDiffersFromTheDeterministicOneOnlyInDqRounding) {
   const Device gpu = Device::cuda(0);
   for (DType dtype : {DType::bf16, DType::f16}) {
@@ -123,8 +123,8 @@ TEST_F(CudaDeterminism, AtomicDqBackwardDiffersFromTheDeterministicOneOnlyInDqRo
         EXPECT_TRUE(test::bit_equal(atomic.dk, fixed.dk));
         EXPECT_TRUE(test::bit_equal(atomic.dv, fixed.dv));
         EXPECT_TRUE(test::all_close(atomic.dq, fixed.dq, "cuda.flash_attention.atomic_dq"));
-        // Where Hopper's wgmma backward runs and does not add dQ itself (bucket 128, and bucket 64 causal at
-        // this short T), allowing atomics changes nothing: the deterministic kernels run either way (elsewhere
+        // Where Hopper's wgmma backward runs and does not add dQ itself (causal at this short T), allowing atomics
+        // changes nothing: the deterministic kernels run either way (elsewhere
         // the atomic dQ may round differently, within the tolerance above).
 #if ALPHA_WITH_CUDA
         kernels::AttentionParams<bf16> p = {};

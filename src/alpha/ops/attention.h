@@ -31,7 +31,7 @@ struct AttentionConfig {
   bool constant_time = false;
   // Deterministic (the default): every run gives the same bits. false opts into the faster backward of the
   // bf16/f16 flash kernels that adds dQ into f32 with atomics (FlashAttention-2's scheme; on Hopper at head
-  // dims 33-64 the copy engine's reduce-add, FlashAttention-3's; the order of the additions, so the low bits
+  // dims 33-64 and 97-128 the copy engine's reduce-add, FlashAttention-3's; the order of the additions, so the low bits
   // of dq, vary from run to run), where it is the faster (kernels::cuda::wgmma_backward_adds_dq on Hopper).
   // The other kernels stay deterministic either way; constant_time requires deterministic (the atomic kernels
   // are not audited).

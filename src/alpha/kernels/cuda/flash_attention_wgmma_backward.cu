@@ -26,16 +26,15 @@
 //   once dP̃_t has landed, runs the entry step of t meanwhile, and hands K_{t−1} back after its dQ product.
 // Like the mma kernels, 7 tile products per (query tile, key tile) instead of FlashAttention-2's 5: dQ is
 // recomputed rather than added with atomics, the price of a deterministic result.
-// Non-deterministic (params.deterministic false), bucket 64 but its short causal shapes (adds_query_grads): the
-// two-consumer TMA dK/dV kernel alone, FlashAttention-3's way, 5 products. Each consumer also stores its dSᵀ
-// rows of the step in a shared tile, forms its 64 keys' share of the step's dQ, dS·K (dSᵀ and K both read
-// MN-major), stores it as f32 in a shared tile, and one thread has the copy engine add the tile into an f32
-// accumulator in L2 (cp.reduce.async.bulk.tensor, tma.cuh), so the consumers issue no atomics;
-// launch_store_dq scales and rounds it into dq. The additions' order varies from run to run. An earlier try (H100, 2026-11-26) added
-// dQ with 16 float2 atomics per thread per step from the registers of the cp.async dK/dV kernel: 10.90 ms at
-// T 8192 against 10.36 ms for the two deterministic kernels, its 255 registers spilling 152 bytes. Bucket 128's
-// dK/dV kernel has no registers to spare for the product (dK and dV alone take 128 a thread), so it stays
-// deterministic whatever the parameters ask.
+// Non-deterministic (params.deterministic false; adds_query_grads says where): the two-consumer TMA dK/dV kernel
+// alone, FlashAttention-3's way, 5 products. Each consumer also stores its dSᵀ rows of the step in a shared tile,
+// forms its part of the step's dQ = dS·K (dSᵀ and K both read MN-major: at D 64 its 64 keys' share of every
+// column, at D 128 its 64-column block over both consumers' keys), stores it as f32 in a shared tile, and one
+// thread has the copy engine add the tile into an f32 accumulator in L2 (cp.reduce.async.bulk.tensor, tma.cuh), so
+// the consumers issue no atomics; launch_store_dq scales and rounds it into dq. The additions' order varies from run
+// to run. An earlier try (H100, 2026-11-26) added dQ with 16 float2 atomics per thread per step from the registers
+// of the cp.async dK/dV kernel: 10.90 ms at T 8192 against 10.36 ms for the two deterministic kernels, its 255
+// registers spilling 152 bytes.
 #include "alpha/kernels/cuda/flash_attention_mma_backward.cuh"
 #include "alpha/kernels/cuda/tma.cuh"
 #include "alpha/kernels/cuda/wgmma.cuh"
@@ -63,12 +62,14 @@ struct TmaQueryGradsConfig : tma::WarpSpecialised<kConsumerWarpgroups, kConsumer
 };
 
 // The TMA dK/dV kernel's configuration: head-dimension bucket, consumer warpgroups (64 held keys each),
-// query rows per streamed step, stages of the ring, registers of a consumer and of the producer, blocks per SM.
+// query rows per streamed step, stages of the ring, registers of a consumer and of the producer, blocks per SM,
+// and whether a step's dK and dV products run behind the next step's Sᵀ and dP̃ᵀ (kOverlap; otherwise right
+// after the step's own entry step, which holds fewer registers: no step's P̃ᵀ and dSᵀ live across another's).
 template <int kHeadDimBucket, int kConsumerWarpgroups, int kQueriesPerStep, int kRingStages, int kConsumerRegs,
-          int kProducerRegs, int kBlocksPerSm>
+          int kProducerRegs, int kBlocksPerSm, bool kOverlap = true>
 struct TmaKeyGradsConfig : tma::WarpSpecialised<kConsumerWarpgroups, kConsumerRegs, kProducerRegs, kBlocksPerSm> {
   static constexpr int kHeadDim = kHeadDimBucket, kStream = kQueriesPerStep, kStages = kRingStages;
-  static constexpr bool kTma = true;
+  static constexpr bool kTma = true, kOverlapSteps = kOverlap;
 };
 
 // Per bucket, the dK/dV kernel's (Keys) and the dQ kernel's (Queries). The dQ kernels' configurations were
@@ -88,6 +89,19 @@ template <>
 struct WgmmaBackwardTraits<128> {
   using Keys = WgmmaBackwardConfig<128, 2, 64, 1>;
   using Queries = TmaQueryGradsConfig<128, 2, 64, 3, 240, 24, 1>;
+  // The added-dQ kernel (2026-11-30, H200, bench/flash_attention.py; TFLOP/s at T 8192 non-causal / causal): two
+  // consumers, a 64-column block of dQ each; each step's dK and dV products right after its entry step (kOverlap
+  // false: 152 bytes of spills, 232 with dropout): 477-481 / 426-430 against the deterministic kernels' 422-424 /
+  // 394-399 in the same runs. Behind the next step's products instead (kOverlap true) ptxas serialises the wgmma
+  // for want of registers (C7512; 300 bytes of spills): 345 / 320. Two stages: 230,440 bytes of shared memory;
+  // three, with one dQ tile per consumer to make room, measured the same (473 / 427).
+  using AddedDqKeys = TmaKeyGradsConfig<128, 2, 64, 2, 240, 24, 1, false>;
+  // Where the added-dQ kernel is not the faster (det/atomic, the same runs): causal at Tk 512 (0.94) and 1024 (0.99);
+  // 0.99-1.02 without a mask at Tk 512 and 1024, 1.02-1.15 from Tk 2048.
+  template <class T>
+  static bool keeps_deterministic(const AttentionParams<T>& p) {
+    return p.causal && p.kv_len <= 1024;
+  }
 };
 // D 64. The dQ kernel: one consumer, three stages, two blocks per SM (232 registers): 0.943 / 2.598 / 9.355
 // / 18.54 non-causal and 0.691 / 1.605 / 4.920 / 9.239 causal at T 512 / 2048 / 8192 / 16384 (the cp.async
@@ -106,9 +120,15 @@ struct WgmmaBackwardTraits<64> {
   using Keys = TmaKeyGradsConfig<64, 2, 64, 3, 240, 24, 1>;
   using ShortCausalKeys = TmaKeyGradsConfig<64, 1, 64, 3, 232, 24, 2>;
   using Queries = TmaQueryGradsConfig<64, 1, 64, 3, 232, 24, 2>;
+  using AddedDqKeys = Keys;
   template <class T>
   static bool short_causal(const AttentionParams<T>& p) {
     return p.causal && p.kv_len <= 2048;
+  }
+  // The added-dQ kernel has two consumers; the short causal shapes keep the one-consumer deterministic kernels.
+  template <class T>
+  static bool keeps_deterministic(const AttentionParams<T>& p) {
+    return short_causal(p);
   }
 };
 
@@ -122,10 +142,13 @@ struct WgmmaBackwardTraits<64> {
 // spills; 1.00-1.01× at T 8192), and the two consumers' shares summed in the block before one addition each
 // of half the tile (a barrier of both consumers per step; 0.91-0.94×). Without the copy engine's additions
 // at all (timing only) the kernel was 1.12× at T 8192: the additions in L2 are not what limits it.
+// Bucket 128 (since 2026-11-30) likewise outside its short causal shapes, its dQ split by columns between the
+// consumers (TmaKeyGradsShape).
 template <class T>
 bool adds_query_grads(const AttentionParams<T>& p) {
-  return !p.deterministic && mma_head_dim_bucket(p, "flash_attention_backward") == 64 &&
-         !WgmmaBackwardTraits<64>::short_causal(p);
+  if (p.deterministic) return false;
+  return mma_head_dim_bucket(p, "flash_attention_backward") == 64 ? !WgmmaBackwardTraits<64>::keeps_deterministic(p)
+                                                                  : !WgmmaBackwardTraits<128>::keeps_deterministic(p);
 }
 
 // The cp.async dK/dV kernel's shared memory: the held K and V tiles, kStages stages of two streamed tiles (Q
@@ -386,19 +409,27 @@ __global__ void __launch_bounds__(Config::kThreads, Config::kMinBlocks)
 #endif
 }
 
-// kAtomicDq: per consumer also a dSᵀ tile (its 64 keys × the step's queries) and two f32 dQ tiles (the step's
-// queries × the bucket's columns) that the dQ share is added from, after the tiles, 1024-byte aligned.
+// kAtomicDq: per consumer also kScoreTiles dSᵀ tiles (its 64 keys × the step's queries) and two f32 dQ tiles (the
+// step's queries × the kDqCols columns it adds) that its dQ part is added from, after the tiles, 1024-byte aligned.
+// How the consumers split the step's dQ = dS·K: with one 64-column block (D 64) each forms its 64 keys' share of every
+// column, and both add into the same columns; with a block per consumer (D 128, kDqByColumns) consumer c forms block
+// c's columns over all the block's keys, reading both consumers' dSᵀ tiles after a barrier of the two, so each
+// column is added once. The other consumer reads a dSᵀ tile then, so kDqByColumns keeps two per consumer (by step
+// parity): a tile is rewritten two steps later, after both consumers met at the barrier of the step between.
 template <class Config, bool kAtomicDq = false>
 struct TmaKeyGradsShape {
   static constexpr int kHeadDim = Config::kHeadDim, kRows = 64 * Config::kConsumers, kStages = Config::kStages;
   static constexpr int kStream = Config::kStream;
+  static constexpr bool kDqByColumns = kHeadDim > 64 && kHeadDim == 64 * Config::kConsumers;
+  static constexpr int kDqCols = kDqByColumns ? 64 : kHeadDim, kScoreTiles = kDqByColumns ? 2 : 1;
   using HeldTile = wgmma::SwizzledTile<kRows, kHeadDim>;
   using StreamTile = wgmma::SwizzledTile<kStream, kHeadDim>;
   using ScoreTile = wgmma::SwizzledTile<64, kStream>;
-  using QueryGradTile = tma::AccumulatorTile<kStream, kHeadDim>;
+  using QueryGradTile = tma::AccumulatorTile<kStream, kDqCols>;
   static constexpr size_t kTileBytes = 2 * size_t(HeldTile::kBytes) + 2 * kStages * size_t(StreamTile::kBytes);
   static constexpr size_t kAtomicDqBytes =
-      kAtomicDq ? Config::kConsumers * (size_t(ScoreTile::kBytes) + 2 * size_t(QueryGradTile::kBytes)) : 0;
+      kAtomicDq ? Config::kConsumers * (kScoreTiles * size_t(ScoreTile::kBytes) + 2 * size_t(QueryGradTile::kBytes))
+                : 0;
   static constexpr size_t kStatsBytes = 2 * kStages * kStream * sizeof(float);
   // After the tiles and the statistics: the held tiles' barrier, then each stage's full and empty barrier.
   static constexpr size_t kBytes = kTileBytes + kAtomicDqBytes + kStatsBytes + (1 + 2 * kStages) * sizeof(uint64_t);
@@ -436,11 +467,12 @@ __global__ void __launch_bounds__(Config::kThreads, Config::kMinBlocks)
   const typename Shape::HeldTile k_tile{shared}, v_tile = k_tile.next(1);
   // Step n's stage n % kStages: q_tiles.next(stage), do_tiles.next(stage), lse2_rows + stage·kQ, delta_rows + stage·kQ.
   const typename Shape::StreamTile q_tiles{v_tile.next(1).data}, do_tiles = q_tiles.next(kStages);
-  // kAtomicDq: consumer c's dSᵀ tile score_tiles.next(c), its dQ tiles query_grad_tiles.next(2c), .next(2c + 1).
+  // kAtomicDq: consumer c's dSᵀ tiles score_tiles.next(kScoreTiles·c + parity), its dQ tiles
+  // query_grad_tiles.next(2c + parity).
   const typename Shape::ScoreTile score_tiles{
       reinterpret_cast<uint16_t*>(reinterpret_cast<char*>(shared) + Shape::kTileBytes)};
   const typename Shape::QueryGradTile query_grad_tiles{
-      reinterpret_cast<float*>(score_tiles.next(Config::kConsumers).data)};
+      reinterpret_cast<float*>(score_tiles.next(Shape::kScoreTiles * Config::kConsumers).data)};
   float* lse2_rows =
       reinterpret_cast<float*>(reinterpret_cast<char*>(shared) + Shape::kTileBytes + Shape::kAtomicDqBytes);
   float* delta_rows = lse2_rows + kStages * kQ;
@@ -513,14 +545,13 @@ __global__ void __launch_bounds__(Config::kThreads, Config::kMinBlocks)
       issue_ab<T, kQ>(dk[0], dscores[0], q_tiles.next(stage));
       wgmma::commit();
     };
-    // kAtomicDq: dq_sum[bh, step's queries, :] += dS·K over this consumer's 64 keys. dSᵀ goes through the
-    // consumer's shared tile (read MN-major as A, K MN-major as B), the product into f32 registers, then into
-    // the step's dQ tile (two, alternating, so that the copy engine may still read the last one), and one
-    // thread (reducer) has the copy engine add the tile into dq_sum. Two barriers of the consumer's
-    // warpgroup per step: before the product (every warp's dSᵀ rows written; the dQ tile the step writes
-    // read out by its addition two steps back) and before the addition (every warp's dQ rows written).
+    // kAtomicDq: dq_sum[bh, step's queries, this consumer's columns] += its part of dS·K (TmaKeyGradsShape says
+    // which). dSᵀ goes through the consumer's shared tile (read MN-major as A, K MN-major as B), the product into
+    // f32 registers, then into the step's dQ tile (two, alternating, so that the copy engine may still read the
+    // last one), and one thread (reducer) has the copy engine add the tile into dq_sum. Two barriers per step:
+    // before the product (every warp's dSᵀ rows written, of both consumers under kDqByColumns; the dQ tile the
+    // step writes read out by its addition two steps back) and before the addition (every warp's dQ rows written).
     const bool reducer = warp % 4 == 0 && lane == 0;
-    const typename Shape::ScoreTile score_tile = score_tiles.next(consumer);
     auto consumer_barrier = [&] {  // barrier 1 + consumer, among the consumer's warpgroup
       if (consumer == 0)
         tma::named_barrier<1, 128>();
@@ -528,22 +559,37 @@ __global__ void __launch_bounds__(Config::kThreads, Config::kMinBlocks)
         tma::named_barrier<2, 128>();
     };
     static_assert(Config::kConsumers <= 2, "one named barrier per consumer warpgroup");
+    constexpr int kDqCols = Shape::kDqCols, kScoreTiles = Shape::kScoreTiles;
     auto add_query_grads = [&](int64_t bh, int64_t i0, int n) {  // step n: query rows i0.. of head bh
-      store_score_fragments<kN>(score_tile, 16 * (warp % 4), dscores[0], lane);
+      store_score_fragments<kN>(score_tiles.next(kScoreTiles * consumer + n % kScoreTiles), 16 * (warp % 4), dscores[0],
+                                lane);
       if (reducer) tma::bulk_wait_read<1>();
       wgmma::fence_async_proxy();
-      consumer_barrier();
-      FragC dq[kO];
-      wgmma::fence();
+      FragC dq[kDqCols / 8];
+      if constexpr (Shape::kDqByColumns) {
+        tma::named_barrier<3, 128 * Config::kConsumers>();
+        // Column block `consumer` of dS·K: k-step k reads keys 16k.. of the block, in consumer k / 4's dSᵀ tile.
+        const auto k_columns = k_tile.column_block(consumer);
+        wgmma::fence();
 #pragma unroll
-      for (int k = 0; k < 4; ++k)
-        wgmma::product_ss<T, kHeadDim, true>(dq, score_tile.mn_major(k), k_tile.mn_major(4 * consumer + k), k > 0);
+        for (int k = 0; k < Shape::kRows / 16; ++k)
+          wgmma::product_ss<T, kDqCols, true>(dq,
+                                              score_tiles.next(kScoreTiles * (k / 4) + n % kScoreTiles).mn_major(k % 4),
+                                              k_columns.mn_major(k), k > 0);
+      } else {
+        consumer_barrier();
+        wgmma::fence();
+#pragma unroll
+        for (int k = 0; k < 4; ++k)
+          wgmma::product_ss<T, kDqCols, true>(dq, score_tiles.next(consumer).mn_major(k),
+                                              k_tile.mn_major(4 * consumer + k), k > 0);
+      }
       wgmma::commit();
       wgmma::wait<0>();
       wgmma::hold(dq);
       const typename Shape::QueryGradTile dq_tile = query_grad_tiles.next(2 * consumer + n % 2);
 #pragma unroll
-      for (int o = 0; o < kO; ++o)
+      for (int o = 0; o < kDqCols / 8; ++o)
 #pragma unroll
         for (int half = 0; half < 2; ++half)
           *dq_tile.pair(16 * (warp % 4) + fragment_row(lane, 2 * half), fragment_col(lane, o, 0)) =
@@ -551,9 +597,10 @@ __global__ void __launch_bounds__(Config::kThreads, Config::kMinBlocks)
       wgmma::fence_async_proxy();
       consumer_barrier();
       if (reducer) {
+        const int column0 = Shape::kDqByColumns ? kDqCols * consumer : 0;
 #pragma unroll
         for (int box = 0; box < Shape::QueryGradTile::kBoxes; ++box)
-          tma::reduce_add_box(&params.dq_sum, dq_tile.box(box), 32 * box, int(i0), int(bh));
+          tma::reduce_add_box(&params.dq_sum, dq_tile.box(box), column0 + 32 * box, int(i0), int(bh));
         tma::bulk_commit();
       }
     };
@@ -584,8 +631,18 @@ __global__ void __launch_bounds__(Config::kThreads, Config::kMinBlocks)
       if (previous_stage >= 0) tma::arrive(step_empty + previous_stage);
       mma::to_a_fragments<T>(probs, st);
       mma::to_a_fragments<T>(dscores, dpt);
-      if constexpr (kAtomicDq) add_query_grads(bh, i0, n);
-      previous_stage = stage;
+      if constexpr (Config::kOverlapSteps) {
+        if constexpr (kAtomicDq) add_query_grads(bh, i0, n);
+        previous_stage = stage;
+      } else {  // the step's dK and dV products, its dQ product behind them; the stage goes back after all three
+        wgmma::fence();
+        issue_key_grads(stage);
+        if constexpr (kAtomicDq) add_query_grads(bh, i0, n);
+        wgmma::wait<0>();
+        wgmma::hold(dv[0]);
+        wgmma::hold(dk[0]);
+        tma::arrive(step_empty + stage);
+      }
     }
     if (previous_stage >= 0) {
       wgmma::fence();
@@ -645,6 +702,19 @@ void launch_tma_key_grads(const AttentionBackwardArgs<T>& args, const float* del
                      key_grid, KeyConfig::kThreads, TmaKeyGradsShape<KeyConfig, kAtomicDq>::kBytes, stream, params);
 }
 
+// The non-deterministic backward (adds_query_grads): the dK/dV kernel adds dQ into the zeroed accumulator after D
+// in the workspace, and a last pass scales and rounds it into dq.
+template <class T, class KeyConfig>
+void backward_adding_dq(const AttentionBackwardArgs<T>& args, float* workspace, cudaStream_t stream) {
+  const AttentionParams<T>& p = args.params;
+  const int64_t rows = p.batch * p.q_heads * p.q_len;
+  float* dq_sum = workspace + flash_dq_accumulator_offset(rows);
+  ALPHA_CUDA_CHECK(cudaMemsetAsync(dq_sum, 0, size_t(rows * p.head_dim) * sizeof(float), stream));
+  launch_tma_key_grads<T, KeyConfig, true>(args, workspace, dq_sum, stream);
+  launch_store_dq(args, dq_sum, stream);
+}
+
+// The deterministic backward: the dK/dV kernel, then the dQ kernel.
 template <class T, class KeyConfig, class QueryConfig>
 void backward(const AttentionBackwardArgs<T>& args, float* workspace, cudaStream_t stream) {
   using Queries = TmaQueryGradsShape<QueryConfig>;
@@ -652,17 +722,6 @@ void backward(const AttentionBackwardArgs<T>& args, float* workspace, cudaStream
   const AttentionParams<T>& p = args.params;
   const float* delta = workspace;
   if constexpr (KeyConfig::kTma) {
-    // The one-consumer kernel serves the short causal shapes, which adds_query_grads leaves deterministic.
-    if constexpr (KeyConfig::kConsumers == 2) {
-      if (adds_query_grads(p)) {
-        const int64_t rows = p.batch * p.q_heads * p.q_len;
-        float* dq_sum = workspace + flash_dq_accumulator_offset(rows);
-        ALPHA_CUDA_CHECK(cudaMemsetAsync(dq_sum, 0, size_t(rows * p.head_dim) * sizeof(float), stream));
-        launch_tma_key_grads<T, KeyConfig, true>(args, delta, dq_sum, stream);
-        launch_store_dq(args, dq_sum, stream);
-        return;
-      }
-    }
     launch_tma_key_grads<T, KeyConfig, false>(args, delta, nullptr, stream);
   } else {
     using Keys = WgmmaBackwardShape<KeyConfig>;
@@ -692,12 +751,16 @@ void backward(const AttentionBackwardArgs<T>& args, float* workspace, cudaStream
 // warpgroups per block, the same call's alpha_attention_bench, ms at T 512 / 2048 / 8192) 1.04 / 2.98 /
 // 10.68 here against 1.36 / 4.71 / 18.02 (causal 0.86 / 1.86 / 5.69 against 0.89 / 2.59 / 9.47), the
 // atomic-dQ mma kernels 1.37 / 4.51 / 17.20. So buckets 64 and 128 run here with every mask, deterministic
-// or not (wgmma_kernels_run: with deterministic false, bucket 64's added-dQ kernel where adds_query_grads); the
+// or not (wgmma_kernels_run: with deterministic false, the added-dQ kernel where adds_query_grads); the
 // other buckets keep the mma.sync kernels.
 template <class T>
 void flash_attention_wgmma_backward(const AttentionBackwardArgs<T>& args, float* workspace, cudaStream_t stream) {
   using namespace wgmma_backward;
-  if (mma_head_dim_bucket(args.params, "flash_attention_backward") == 64) {
+  const bool bucket64 = mma_head_dim_bucket(args.params, "flash_attention_backward") == 64;
+  if (adds_query_grads(args.params))
+    return bucket64 ? backward_adding_dq<T, WgmmaBackwardTraits<64>::AddedDqKeys>(args, workspace, stream)
+                    : backward_adding_dq<T, WgmmaBackwardTraits<128>::AddedDqKeys>(args, workspace, stream);
+  if (bucket64) {
     using Traits = WgmmaBackwardTraits<64>;
     if (Traits::short_causal(args.params))
       return backward<T, Traits::ShortCausalKeys, Traits::Queries>(args, workspace, stream);

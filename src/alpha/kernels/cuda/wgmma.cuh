@@ -51,6 +51,8 @@ struct SwizzledTile {
     return uint32_t(chunk / 8 * kBlockBytes + row * 128 + ((chunk % 8) ^ (row % 8)) * 16);
   }
   __device__ SwizzledTile next(int index) const { return {data + index * kElements}; }
+  // Columns [64·block, 64·block + 64) as a tile of their own (an operand of N = 64 out of a wider tile).
+  __device__ SwizzledTile<kRows, 64> column_block(int block) const { return {data + block * kBlockBytes / 2}; }
 
   // The tile as a K-major operand (rows are M or N, columns are K): rows from row0 (a multiple of 8), k-step
   // `k` (columns [16k, 16k + 16)). Within a 64-column block a k-step is a 32-byte step of the start address
