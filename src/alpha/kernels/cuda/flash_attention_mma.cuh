@@ -172,8 +172,8 @@ bool wgmma_kernels_run(int bucket);
 // The warp-specialised TMA/wgmma forward of bucket 64 or 128 (where wgmma_kernels_run).
 template <class T>
 void flash_attention_wgmma_forward(const AttentionForwardArgs<T>& args, int bucket, cudaStream_t stream);
-// The wgmma backward of bucket 64 or 128 (where wgmma_kernels_run). Deterministic, but for bucket 64 with
-// params.deterministic false (wgmma_backward_adds_dq), where the dK/dV kernel also adds dQ into the f32
+// The wgmma backward of bucket 64 or 128 (where wgmma_kernels_run). Deterministic, but with
+// params.deterministic false where wgmma_backward_adds_dq, where the dK/dV kernel also adds dQ into the f32
 // accumulator (flash_attention_wgmma_backward.cu has the numbers). workspace: as flash_attention_mma_backward's.
 template <class T>
 void flash_attention_wgmma_backward(const AttentionBackwardArgs<T>& args, float* workspace, cudaStream_t stream);
