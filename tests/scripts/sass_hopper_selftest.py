@@ -1,7 +1,10 @@
 #!/usr/bin/env python3
 """scripts/sass_hopper.py's rules on a made-up disassembly, on the CPU (no cuobjdump needed): a kernel on wgmma alone
 passes, one with an mma.sync product left (HMMA) or with no tensor-core instruction fails the wgmma rule, and a spill
-fails only in a kernel --no-spills names. Exit 0 when every expectation holds."""
+fails only in a kernel --no-spills names; an object that does not exist is a usage error (exit 2) naming it. Exit 0
+when every expectation holds."""
+import contextlib
+import io
 import os
 import sys
 
@@ -43,6 +46,14 @@ expect(verdicts["no_tensor_core"][1], ["wgmma"], "no HGMMA at all")
 expect(verdicts["spills_allowed"][1], [], "a spill outside --no-spills")
 expect(verdicts["spills_allowed"][0]["STL"], 1, "the spill counted")
 expect(verdicts["spills_forbidden"][1], ["no-spill"], "a spill inside --no-spills")
+missing = "/nonexistent/flash_attention_tma_forward.cu.o"
+sys.argv = ["sass_hopper.py", missing, "--kernels", "tma_forward_kernel"]
+printed = io.StringIO()
+with contextlib.redirect_stdout(printed):
+    status = sass_hopper.main()
+expect(status, 2, "a missing object's exit status")
+expect(missing in printed.getvalue() and "no such file" in printed.getvalue(), True,
+       f"a missing object named in the message (printed {printed.getvalue()!r})")
 for failure in failures:
     print("FAIL", failure)
 print(f"sass_hopper self-test: {'FAIL' if failures else 'PASS'}")
