@@ -154,6 +154,8 @@ def profile_report(step, device_type):
         on_gpu = event.device_type == torch.autograd.DeviceType.CUDA
         if on_gpu != (device_type == "cuda") or (not on_gpu and event.cpu_parent is not None):
             continue  # kernels on a GPU; the outermost ops on the CPU
+        if getattr(event, "is_user_annotation", False):
+            continue  # a range such as "Optimizer.step#AdamW.step" on the GPU's timeline spans kernels counted already
         duration_us = event.time_range.elapsed_us()
         calls, total = totals.get(event.name, (0, 0.0))
         totals[event.name] = (calls + 1, total + duration_us)

@@ -29,12 +29,13 @@
 // Non-deterministic (params.deterministic false; adds_query_grads says where): the two-consumer TMA dK/dV kernel
 // alone, FlashAttention-3's way, 5 products. Each consumer also stores its dSᵀ rows of the step in a shared tile,
 // forms its part of the step's dQ = dS·K (dSᵀ and K both read MN-major: at D 64 its 64 keys' share of every
-// column, at D 128 its 64-column block over both consumers' keys), stores it as f32 in a shared tile, and one
-// thread has the copy engine add the tile into an f32 accumulator in L2 (cp.reduce.async.bulk.tensor, tma.cuh), so
-// the consumers issue no atomics; launch_store_dq scales and rounds it into dq. The additions' order varies from run
-// to run. An earlier try (H100, 2026-11-26) added dQ with 16 float2 atomics per thread per step from the registers
-// of the cp.async dK/dV kernel: 10.90 ms at T 8192 against 10.36 ms for the two deterministic kernels, its 255
-// registers spilling 152 bytes.
+// column, at D 128 its 64-column block over both consumers' keys), stores it as f32 in a shared tile, and hands the
+// tile to its writer warp (producer warp 2 + c), which has the copy engine add it into an f32 accumulator in L2
+// (cp.reduce.async.bulk.tensor, tma.cuh): the consumers issue no atomics and wait neither for each other's stores nor
+// for the copy engine's reads (dq_handshake); launch_store_dq scales and rounds the accumulator into dq. The additions'
+// order varies from run to run. An earlier try (H100, 2026-11-26) added dQ with 16 float2 atomics per thread per step
+// from the registers of the cp.async dK/dV kernel: 10.90 ms at T 8192 against 10.36 ms for the two deterministic
+// kernels, its 255 registers spilling 152 bytes.
 #include "alpha/kernels/cuda/flash_attention_mma_backward.cuh"
 #include "alpha/kernels/cuda/tma.cuh"
 #include "alpha/kernels/cuda/wgmma.cuh"
@@ -91,10 +92,10 @@ struct WgmmaBackwardTraits<128> {
   using Queries = TmaQueryGradsConfig<128, 2, 64, 3, 240, 24, 1>;
   // The added-dQ kernel (2026-11-30, H200, bench/flash_attention.py; TFLOP/s at T 8192 non-causal / causal): two
   // consumers, a 64-column block of dQ each; each step's dK and dV products right after its entry step (kOverlap
-  // false: 152 bytes of spills, 232 with dropout): 477-481 / 426-430 against the deterministic kernels' 422-424 /
-  // 394-399 in the same runs. Behind the next step's products instead (kOverlap true) ptxas serialises the wgmma
-  // for want of registers (C7512; 300 bytes of spills): 345 / 320. Two stages: 230,440 bytes of shared memory;
-  // three, with one dQ tile per consumer to make room, measured the same (473 / 427).
+  // false: 128 bytes of spills, 228 with dropout, since the writer warps): 477-481 / 426-430 against the deterministic
+  // kernels' 422-424 / 394-399 in the same runs. Behind the next step's products instead (kOverlap true) ptxas
+  // serialises the wgmma for want of registers (C7512; 300 bytes of spills): 345 / 320. Two stages: 230,440 bytes of
+  // shared memory; three, with one dQ tile per consumer to make room, measured the same (473 / 427).
   using AddedDqKeys = TmaKeyGradsConfig<128, 2, 64, 2, 240, 24, 1, false>;
   // Where the added-dQ kernel is not the faster (det/atomic, the same runs): causal at Tk 512 (0.94) and 1024 (0.99);
   // 0.99-1.02 without a mask at Tk 512 and 1024, 1.02-1.15 from Tk 2048.
@@ -108,17 +109,22 @@ struct WgmmaBackwardTraits<128> {
 // kernel it replaced, one warpgroup at three blocks per SM: 0.979 / 2.822 / 10.23 / 20.10 and 0.694 / 1.669 /
 // 5.459 / 10.26); two consumers at one block 0.5-8% slower; one consumer at three blocks (136 registers,
 // spilling, its wgmma serialised) 3-7% slower.
-// The dK/dV kernel, on TMA: two consumers (240 registers; spills 64 bytes without dropout, 172 with); one
-// consumer at two blocks per SM (232 registers; 68 and 352 bytes), the same warps in independent blocks, where the
-// blocks are short and uneven (causal, Tk up to 2048), the rule the cp.async kernel's configurations had shown
-// (2026-11-26: 0.694 / 1.669 ms causal at T 512 / 2048 against 0.870 / 1.833 for two warpgroups). The whole backward
-// with it, against the cp.async dK/dV kernel in the same call (H100, 2026-11-26, ms, T 512 / 2048 / 8192 / 16384):
-// 0.910 / 2.337 / 8.175 / 15.93 non-causal and 0.624 / 1.296 / 4.398 / 8.212 causal, against 0.937 / 2.597 / 9.416 /
-// 18.67 and 0.687 / 1.587 / 4.998 / 9.457; the seed shape (B 20, H 8, T 512, D 48, causal) 0.123 against 0.133.
+// The dK/dV kernel, on TMA: two consumers; one consumer at two blocks per SM, the same warps in independent blocks,
+// where the blocks are short and uneven (causal, Tk up to 2048), the rule the cp.async kernel's configurations had
+// shown (2026-11-26: 0.694 / 1.669 ms causal at T 512 / 2048 against 0.870 / 1.833 for two warpgroups). The whole
+// backward with it, against the cp.async dK/dV kernel in the same call (H100, 2026-11-26, ms, T 512 / 2048 / 8192 /
+// 16384): 0.910 / 2.337 / 8.175 / 15.93 non-causal and 0.624 / 1.296 / 4.398 / 8.212 causal, against 0.937 / 2.597
+// / 9.416 / 18.67 and 0.687 / 1.587 / 4.998 / 9.457; the seed shape (B 20, H 8, T 512, D 48, causal) 0.123 against
+// 0.133. Registers (2026-11-30): the producer warpgroup's statistics and copy loops spilled 32 instructions at 24
+// registers, so it has 40 beside two consumers at 232 (64 -> 0 bytes of spills without dropout, with the epilogue's row
+// read anew, 172 -> 196 with; the deterministic backward 2.6-4.1% faster without a mask and 0.9-3.7% causal from T
+// 2048, the added-dQ one 0-1.3%, H200, bench/flash_attention.py --quick, two runs each side) and 32 beside one consumer
+// at 224 (68 -> 20 and 352 -> 388 bytes, the rest in the producer; the same speed). The D 128 added-dQ kernel measured
+// 4-5% slower with 232 / 40 and keeps 240 / 24.
 template <>
 struct WgmmaBackwardTraits<64> {
-  using Keys = TmaKeyGradsConfig<64, 2, 64, 3, 240, 24, 1>;
-  using ShortCausalKeys = TmaKeyGradsConfig<64, 1, 64, 3, 232, 24, 2>;
+  using Keys = TmaKeyGradsConfig<64, 2, 64, 3, 232, 40, 1>;
+  using ShortCausalKeys = TmaKeyGradsConfig<64, 1, 64, 3, 224, 32, 2>;
   using Queries = TmaQueryGradsConfig<64, 1, 64, 3, 232, 24, 2>;
   using AddedDqKeys = Keys;
   template <class T>
@@ -143,7 +149,10 @@ struct WgmmaBackwardTraits<64> {
 // of half the tile (a barrier of both consumers per step; 0.91-0.94×). Without the copy engine's additions
 // at all (timing only) the kernel was 1.12× at T 8192: the additions in L2 are not what limits it.
 // Bucket 128 (since 2026-11-30) likewise outside its short causal shapes, its dQ split by columns between the
-// consumers (TmaKeyGradsShape).
+// consumers (TmaKeyGradsShape). The additions issued by writer warps instead of a consumer thread after a barrier of
+// its warpgroup (2026-11-30, H200, two runs each side of bench/flash_attention.py --quick, TFLOP/s): D 128 +2.0-2.1%
+// at T 8192, +3.0-4.0% at T 2048, +2.2% at T 512 without a mask; D 64 +1.2-1.5% from T 2048, -1.9% at T 512 without
+// a mask.
 template <class T>
 bool adds_query_grads(const AttentionParams<T>& p) {
   if (p.deterministic) return false;
@@ -450,6 +459,26 @@ __device__ __forceinline__ void store_score_fragments(wgmma::SwizzledTile<64, kC
     }
 }
 
+// kAtomicDq: the handshake between consumer c and its dQ writer warp (producer warp 2 + c) on hardware barriers
+// kDqWritten + c (the step's dQ tile is written: the consumer arrives, the writer waits) and kDqFree + c (the tile
+// the consumer writes next is free: the writer arrives, the consumer waits), each counting the consumer's 128
+// threads and the writer's 32. bar.arrive does not wait, so neither side stops unless the other is behind.
+constexpr int kDqWritten = 4, kDqFree = 6, kDqHandshakeThreads = 128 + 32;
+template <int kBarrier, bool kWait>
+__device__ __forceinline__ void dq_handshake(int consumer) {
+  if (consumer == 0) {
+    if constexpr (kWait)
+      tma::named_barrier<kBarrier, kDqHandshakeThreads>();
+    else
+      tma::named_barrier_arrive<kBarrier, kDqHandshakeThreads>();
+  } else {
+    if constexpr (kWait)
+      tma::named_barrier<kBarrier + 1, kDqHandshakeThreads>();
+    else
+      tma::named_barrier_arrive<kBarrier + 1, kDqHandshakeThreads>();
+  }
+}
+
 // dK and dV, warp-specialised: K and V held, each step's Q, dO (TMA, producer warp 0) and statistics (lse2 and
 // D, producer warp 1) streamed through one ring; a stage is handed back after the step's dK and dV products,
 // in the step after.
@@ -527,6 +556,30 @@ __global__ void __launch_bounds__(Config::kThreads, Config::kMinBlocks)
         load_query_stats(a, params.delta, b, s, kQ, lse2_rows + stage * kQ, delta_rows + stage * kQ, lane, 32);
         tma::arrive(step_full + stage);
       }
+    } else if constexpr (kAtomicDq) {
+      // kAtomicDq: warp 2 + c adds consumer c's dQ tile of each step into dq_sum once the consumer has written it
+      // (dq_full), and tells it when the tile it will write next is free (dq_empty: the addition of two steps back
+      // has read it), so that the consumer neither waits for its warpgroup nor for the copy engine.
+      const int consumer = warp - 2;  // lanes 1-31 of warp 0 land here too: consumer -2, no work
+      if (consumer >= 0 && consumer < Config::kConsumers) {
+        const int column0 = Shape::kDqByColumns ? Shape::kDqCols * consumer : 0;
+        QueryStep s = first;
+        for (int n = 0; n < walk.steps; ++n, s = walk.following(s)) {
+          dq_handshake<kDqWritten, true>(consumer);
+          if (lane == 0) {
+            const typename Shape::QueryGradTile dq_tile = query_grad_tiles.next(2 * consumer + n % 2);
+#pragma unroll
+            for (int box = 0; box < Shape::QueryGradTile::kBoxes; ++box)
+              tma::reduce_add_box(&params.dq_sum, dq_tile.box(box), column0 + 32 * box, int(s.i0),
+                                  int(b * p.q_heads + s.h));
+            tma::bulk_commit();
+            if (n > 0) tma::bulk_wait_read<1>();
+          }
+          __syncwarp();
+          if (n + 1 < walk.steps) dq_handshake<kDqFree, false>(consumer);  // the consumer waits from step 1 on
+        }
+        if (lane == 0) tma::bulk_wait_all();  // the block's shared memory outlives the last additions' reads
+      }
     }
   } else {
     tma::grow_registers<Config::kConsumerRegisters>();
@@ -547,11 +600,9 @@ __global__ void __launch_bounds__(Config::kThreads, Config::kMinBlocks)
     };
     // kAtomicDq: dq_sum[bh, step's queries, this consumer's columns] += its part of dS·K (TmaKeyGradsShape says
     // which). dSᵀ goes through the consumer's shared tile (read MN-major as A, K MN-major as B), the product into
-    // f32 registers, then into the step's dQ tile (two, alternating, so that the copy engine may still read the
-    // last one), and one thread (reducer) has the copy engine add the tile into dq_sum. Two barriers per step:
-    // before the product (every warp's dSᵀ rows written, of both consumers under kDqByColumns; the dQ tile the
-    // step writes read out by its addition two steps back) and before the addition (every warp's dQ rows written).
-    const bool reducer = warp % 4 == 0 && lane == 0;
+    // f32 registers, then into the step's dQ tile (two, alternating), which the consumer's writer warp has the copy
+    // engine add into dq_sum. Before the product a barrier: every warp's dSᵀ rows written (of both consumers under
+    // kDqByColumns); before the stores the writer's word that the tile is free (from step 1 on).
     auto consumer_barrier = [&] {  // barrier 1 + consumer, among the consumer's warpgroup
       if (consumer == 0)
         tma::named_barrier<1, 128>();
@@ -560,33 +611,33 @@ __global__ void __launch_bounds__(Config::kThreads, Config::kMinBlocks)
     };
     static_assert(Config::kConsumers <= 2, "one named barrier per consumer warpgroup");
     constexpr int kDqCols = Shape::kDqCols, kScoreTiles = Shape::kScoreTiles;
-    auto add_query_grads = [&](int64_t bh, int64_t i0, int n) {  // step n: query rows i0.. of head bh
+    auto add_query_grads = [&](int n) {  // step n
       store_score_fragments<kN>(score_tiles.next(kScoreTiles * consumer + n % kScoreTiles), 16 * (warp % 4), dscores[0],
                                 lane);
-      if (reducer) tma::bulk_wait_read<1>();
       wgmma::fence_async_proxy();
       FragC dq[kDqCols / 8];
-      if constexpr (Shape::kDqByColumns) {
+      if constexpr (Shape::kDqByColumns)
         tma::named_barrier<3, 128 * Config::kConsumers>();
-        // Column block `consumer` of dS·K: k-step k reads keys 16k.. of the block, in consumer k / 4's dSᵀ tile.
-        const auto k_columns = k_tile.column_block(consumer);
-        wgmma::fence();
-#pragma unroll
-        for (int k = 0; k < Shape::kRows / 16; ++k)
-          wgmma::product_ss<T, kDqCols, true>(dq,
-                                              score_tiles.next(kScoreTiles * (k / 4) + n % kScoreTiles).mn_major(k % 4),
-                                              k_columns.mn_major(k), k > 0);
-      } else {
+      else
         consumer_barrier();
-        wgmma::fence();
+      // dS·K over key steps [first_step, first_step + kKeySteps) of the block (16 keys each; step s in consumer
+      // s / 4's dSᵀ tile), into this consumer's column block of K: its own keys and every column at D 64, every key and
+      // its 64 columns under kDqByColumns.
+      constexpr int kKeySteps = Shape::kDqByColumns ? Shape::kRows / 16 : 4;
+      const int first_step = Shape::kDqByColumns ? 0 : 4 * consumer;
+      const auto k_columns = k_tile.column_block(Shape::kDqByColumns ? consumer : 0);
+      wgmma::fence();
 #pragma unroll
-        for (int k = 0; k < 4; ++k)
-          wgmma::product_ss<T, kDqCols, true>(dq, score_tiles.next(consumer).mn_major(k),
-                                              k_tile.mn_major(4 * consumer + k), k > 0);
+      for (int k = 0; k < kKeySteps; ++k) {
+        const int step = first_step + k;
+        wgmma::product_ss<T, kDqCols, true>(
+            dq, score_tiles.next(kScoreTiles * (step / 4) + n % kScoreTiles).mn_major(step % 4),
+            k_columns.mn_major(step), k > 0);
       }
       wgmma::commit();
       wgmma::wait<0>();
       wgmma::hold(dq);
+      if (n > 0) dq_handshake<kDqFree, true>(consumer);
       const typename Shape::QueryGradTile dq_tile = query_grad_tiles.next(2 * consumer + n % 2);
 #pragma unroll
       for (int o = 0; o < kDqCols / 8; ++o)
@@ -595,14 +646,7 @@ __global__ void __launch_bounds__(Config::kThreads, Config::kMinBlocks)
           *dq_tile.pair(16 * (warp % 4) + fragment_row(lane, 2 * half), fragment_col(lane, o, 0)) =
               make_float2(dq[o].x[2 * half], dq[o].x[2 * half + 1]);
       wgmma::fence_async_proxy();
-      consumer_barrier();
-      if (reducer) {
-        const int column0 = Shape::kDqByColumns ? kDqCols * consumer : 0;
-#pragma unroll
-        for (int box = 0; box < Shape::QueryGradTile::kBoxes; ++box)
-          tma::reduce_add_box(&params.dq_sum, dq_tile.box(box), column0 + 32 * box, int(i0), int(bh));
-        tma::bulk_commit();
-      }
+      dq_handshake<kDqWritten, false>(consumer);
     };
     tma::wait(held_full, 0);
     QueryStep current = first;
@@ -632,12 +676,12 @@ __global__ void __launch_bounds__(Config::kThreads, Config::kMinBlocks)
       mma::to_a_fragments<T>(probs, st);
       mma::to_a_fragments<T>(dscores, dpt);
       if constexpr (Config::kOverlapSteps) {
-        if constexpr (kAtomicDq) add_query_grads(bh, i0, n);
+        if constexpr (kAtomicDq) add_query_grads(n);
         previous_stage = stage;
       } else {  // the step's dK and dV products, its dQ product behind them; the stage goes back after all three
         wgmma::fence();
         issue_key_grads(stage);
-        if constexpr (kAtomicDq) add_query_grads(bh, i0, n);
+        if constexpr (kAtomicDq) add_query_grads(n);
         wgmma::wait<0>();
         wgmma::hold(dv[0]);
         wgmma::hold(dk[0]);
@@ -652,10 +696,11 @@ __global__ void __launch_bounds__(Config::kThreads, Config::kMinBlocks)
       wgmma::hold(dk[0]);
       tma::arrive(step_empty + previous_stage);
     }
-    if constexpr (kAtomicDq) {
-      if (reducer) tma::bulk_wait_all();  // the block's shared memory outlives the last additions' reads
-    }
-    store_key_grads(a, b, kv_head, j0 + key_row0, lane, dk, dv);
+    // The warp's first key read anew from the thread index: held across the step loop, it was the D 64 kernel's
+    // one spilled register (ptxas kept it in local memory rather than recompute it).
+    int thread = 0;
+    asm volatile("mov.u32 %0, %%tid.x;" : "=r"(thread));
+    store_key_grads(a, b, kv_head, j0 + 16 * (thread / 32 - 4), lane, dk, dv);
   }
 #else
   __trap();  // built without sm_90a: the host never launches this (wgmma_kernels_run)

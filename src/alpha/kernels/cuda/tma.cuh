@@ -113,6 +113,14 @@ __device__ __forceinline__ void named_barrier() {
   asm volatile("bar.sync %0, %1;\n" ::"n"(kId), "n"(kThreads) : "memory");
 }
 
+// Arrives at hardware barrier kId (counted among kThreads, as named_barrier) without waiting for it to complete:
+// the other side of a handshake waits there with named_barrier.
+template <int kId, int kThreads>
+__device__ __forceinline__ void named_barrier_arrive() {
+  static_assert(kId >= 1 && kId < 16, "barrier 0 is __syncthreads'");
+  asm volatile("bar.arrive %0, %1;\n" ::"n"(kId), "n"(kThreads) : "memory");
+}
+
 // Fetches a tensor map into the descriptor cache ahead of its first copy.
 __device__ __forceinline__ void prefetch_map(const void* map) {
   asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(map)) : "memory");

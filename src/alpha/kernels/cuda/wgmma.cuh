@@ -124,12 +124,17 @@ __device__ __forceinline__ void hold(FragC (&c)[kN]) {
 #define ALPHA_WGMMA_C64                                                                                       \
   ALPHA_WGMMA_C(0), ALPHA_WGMMA_C(1), ALPHA_WGMMA_C(2), ALPHA_WGMMA_C(3), ALPHA_WGMMA_C(4), ALPHA_WGMMA_C(5), \
       ALPHA_WGMMA_C(6), ALPHA_WGMMA_C(7)
+#define ALPHA_WGMMA_C96 ALPHA_WGMMA_C64, ALPHA_WGMMA_C(8), ALPHA_WGMMA_C(9), ALPHA_WGMMA_C(10), ALPHA_WGMMA_C(11)
 #define ALPHA_WGMMA_C128                                                                                        \
   ALPHA_WGMMA_C64, ALPHA_WGMMA_C(8), ALPHA_WGMMA_C(9), ALPHA_WGMMA_C(10), ALPHA_WGMMA_C(11), ALPHA_WGMMA_C(12), \
       ALPHA_WGMMA_C(13), ALPHA_WGMMA_C(14), ALPHA_WGMMA_C(15)
 #define ALPHA_WGMMA_D32                                                                                        \
   "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, " \
   "%23, %24, %25, %26, %27, %28, %29, %30, %31}"
+#define ALPHA_WGMMA_D48                                                                                        \
+  "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, " \
+  "%23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, "  \
+  "%44, %45, %46, %47}"
 #define ALPHA_WGMMA_D64                                                                                        \
   "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, " \
   "%23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, "  \
@@ -156,7 +161,7 @@ __device__ __forceinline__ void hold(FragC (&c)[kN]) {
 template <class T, int kN, bool kMnMajor = false>
 __device__ __forceinline__ void product_ss(FragC (&c)[kN / 8], uint64_t desc_a, uint64_t desc_b, int accumulate) {
   static_assert(std::is_same_v<T, bf16> || std::is_same_v<T, f16>, "wgmma takes bf16 or f16 here");
-  static_assert(kN == 64 || kN == 128, "instantiated for N = 64 and 128");
+  static_assert(kN == 64 || kN == 96 || kN == 128, "instantiated for N = 64, 96 and 128");
   constexpr bool kBf16 = std::is_same_v<T, bf16>;
 #define ALPHA_WGMMA_SS_LAYOUTS(shape, types, dregs, a, b, scale, ...)      \
   if constexpr (kMnMajor)                                                  \
@@ -168,6 +173,12 @@ __device__ __forceinline__ void product_ss(FragC (&c)[kN / 8], uint64_t desc_a, 
   }
   if constexpr (kN == 64 && !kBf16) {
     ALPHA_WGMMA_SS_LAYOUTS("m64n64k16", "f16.f16", ALPHA_WGMMA_D32, "32", "33", "34", ALPHA_WGMMA_C64)
+  }
+  if constexpr (kN == 96 && kBf16) {
+    ALPHA_WGMMA_SS_LAYOUTS("m64n96k16", "bf16.bf16", ALPHA_WGMMA_D48, "48", "49", "50", ALPHA_WGMMA_C96)
+  }
+  if constexpr (kN == 96 && !kBf16) {
+    ALPHA_WGMMA_SS_LAYOUTS("m64n96k16", "f16.f16", ALPHA_WGMMA_D48, "48", "49", "50", ALPHA_WGMMA_C96)
   }
   if constexpr (kN == 128 && kBf16) {
     ALPHA_WGMMA_SS_LAYOUTS("m64n128k16", "bf16.bf16", ALPHA_WGMMA_D64, "64", "65", "66", ALPHA_WGMMA_C128)
@@ -196,8 +207,10 @@ __device__ __forceinline__ void product_rs(FragC (&c)[kN / 8], const FragA& a, u
 
 #undef ALPHA_WGMMA_C
 #undef ALPHA_WGMMA_C64
+#undef ALPHA_WGMMA_C96
 #undef ALPHA_WGMMA_C128
 #undef ALPHA_WGMMA_D32
+#undef ALPHA_WGMMA_D48
 #undef ALPHA_WGMMA_D64
 #undef ALPHA_WGMMA_SS
 #undef ALPHA_WGMMA_RS
