@@ -128,7 +128,7 @@ void measure(const char* name, const Problem& problem, int warmup, int iters) {
 using D64Short = tf::TmaForward64Short;
 using D64Long = tf::TmaForward64Long;
 using D64TwoConsumersShort = tf::TmaForwardConfig<64, 2, 64, 4, 104, 24, 2>;
-using D64Long128Keys = tf::TmaForwardConfig<64, 3, 128, 2, 160, 32, 1>;
+using D64Long96Keys = tf::TmaForwardConfig<64, 3, 96, 2, 160, 32, 1>;
 using D64Long96KeysThreeStages = tf::TmaForwardConfig<64, 3, 96, 3, 160, 32, 1>;
 using D128Short = tf::TmaForward128Short;
 using D128Long = tf::TmaForward128;
@@ -148,9 +148,9 @@ int main(int argc, char** argv) {
           Shape{4, 32, 4096, 64, causal}, Shape{2, 32, 8192, 64, causal}, Shape{1, 32, 16384, 64, causal}}) {
       const Problem problem(s, rng);
       measure<D64Short>("64 short: 1 consumer, 64 keys, 4 stages, 3 blocks/SM", problem, warmup, iters);
-      measure<D64Long>("64 long: 3 consumers, 96 keys, 2 stages", problem, warmup, iters);
+      measure<D64Long>("64 long: 3 consumers, 128 keys, 2 stages", problem, warmup, iters);
       measure<D64TwoConsumersShort>("64: 2 consumers, 64 keys, 4 stages, 2 blocks/SM", problem, warmup, iters);
-      measure<D64Long128Keys>("64: 3 consumers, 128 keys, 2 stages", problem, warmup, iters);
+      measure<D64Long96Keys>("64: 3 consumers, 96 keys, 2 stages", problem, warmup, iters);
       measure<D64Long96KeysThreeStages>("64: 3 consumers, 96 keys, 3 stages", problem, warmup, iters);
     }
     for (const Shape& s : {Shape{32, 16, 512, 128, causal}, Shape{16, 16, 1024, 128, causal},

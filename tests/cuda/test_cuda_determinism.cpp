@@ -124,8 +124,8 @@ TEST_F(CudaDeterminism, AtomicDqBackwardDiffersFromTheDeterministicOneOnlyInDqRo
         EXPECT_TRUE(test::bit_equal(atomic.dv, fixed.dv));
         EXPECT_TRUE(test::all_close(atomic.dq, fixed.dq, "cuda.flash_attention.atomic_dq"));
         // Where Hopper's wgmma backward runs and does not add dQ itself (causal at this short T), allowing atomics
-        // changes nothing: the deterministic kernels run either way (elsewhere
-        // the atomic dQ may round differently, within the tolerance above).
+        // changes nothing: the deterministic kernels run either way (elsewhere the atomic dQ may round differently,
+        // within the tolerance above).
 #if ALPHA_WITH_CUDA
         kernels::AttentionParams<bf16> p = {};
         p.batch = 2, p.q_len = 131, p.kv_len = 131, p.q_heads = 4, p.kv_heads = 2, p.head_dim = head_dim,

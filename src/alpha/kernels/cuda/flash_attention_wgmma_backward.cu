@@ -459,6 +459,22 @@ __device__ __forceinline__ void store_score_fragments(wgmma::SwizzledTile<64, kC
     }
 }
 
+// Hardware barrier kFirst + consumer (consumer 0 or 1) among kThreads threads: waits there (kWait) or only arrives.
+// The barrier's id is an immediate, hence a branch per consumer.
+template <int kFirst, int kThreads, bool kWait = true>
+__device__ __forceinline__ void consumer_barrier(int consumer) {
+  auto at = [&]<int kId>() {
+    if constexpr (kWait)
+      tma::named_barrier<kId, kThreads>();
+    else
+      tma::named_barrier_arrive<kId, kThreads>();
+  };
+  if (consumer == 0)
+    at.template operator()<kFirst>();
+  else
+    at.template operator()<kFirst + 1>();
+}
+
 // kAtomicDq: the handshake between consumer c and its dQ writer warp (producer warp 2 + c) on hardware barriers
 // kDqWritten + c (the step's dQ tile is written: the consumer arrives, the writer waits) and kDqFree + c (the tile
 // the consumer writes next is free: the writer arrives, the consumer waits), each counting the consumer's 128
@@ -466,18 +482,12 @@ __device__ __forceinline__ void store_score_fragments(wgmma::SwizzledTile<64, kC
 constexpr int kDqWritten = 4, kDqFree = 6, kDqHandshakeThreads = 128 + 32;
 template <int kBarrier, bool kWait>
 __device__ __forceinline__ void dq_handshake(int consumer) {
-  if (consumer == 0) {
-    if constexpr (kWait)
-      tma::named_barrier<kBarrier, kDqHandshakeThreads>();
-    else
-      tma::named_barrier_arrive<kBarrier, kDqHandshakeThreads>();
-  } else {
-    if constexpr (kWait)
-      tma::named_barrier<kBarrier + 1, kDqHandshakeThreads>();
-    else
-      tma::named_barrier_arrive<kBarrier + 1, kDqHandshakeThreads>();
-  }
+  consumer_barrier<kBarrier, kDqHandshakeThreads, kWait>(consumer);
 }
+
+// The first of the 16 keys of the block that consumer warp `warp` (4 to 4 + 4·consumers − 1) holds: consumer c's
+// warp v holds keys 64c + 16v .. + 16.
+__device__ __forceinline__ int consumer_warp_first_key(int warp) { return 16 * (warp - 4); }
 
 // dK and dV, warp-specialised: K and V held, each step's Q, dO (TMA, producer warp 0) and statistics (lse2 and
 // D, producer warp 1) streamed through one ring; a stage is handed back after the step's dK and dV products,
@@ -558,7 +568,7 @@ __global__ void __launch_bounds__(Config::kThreads, Config::kMinBlocks)
       }
     } else if constexpr (kAtomicDq) {
       // kAtomicDq: warp 2 + c adds consumer c's dQ tile of each step into dq_sum once the consumer has written it
-      // (dq_full), and tells it when the tile it will write next is free (dq_empty: the addition of two steps back
+      // (kDqWritten), and tells it when the tile it will write next is free (kDqFree: the addition of two steps back
       // has read it), so that the consumer neither waits for its warpgroup nor for the copy engine.
       const int consumer = warp - 2;  // lanes 1-31 of warp 0 land here too: consumer -2, no work
       if (consumer >= 0 && consumer < Config::kConsumers) {
@@ -584,7 +594,9 @@ __global__ void __launch_bounds__(Config::kThreads, Config::kMinBlocks)
   } else {
     tma::grow_registers<Config::kConsumerRegisters>();
     const int consumer = warpgroup - 1;
-    const int key_row0 = 64 * consumer + 16 * (warp % 4);  // this warp's keys: j0 + key_row0 .. + 16
+    // This warp's keys: j0 + key_row0 .. + 16 (consumer_warp_first_key(warp), written from the consumer index: the
+    // helper here compiles to other code than the one measured).
+    const int key_row0 = 64 * consumer + 16 * (warp % 4);
     const float scale_log2 = p.scale * kLog2e;
     const Softcap softcap = softcap_of(p);
     FragC dk[1][kO], dv[1][kO];
@@ -603,12 +615,6 @@ __global__ void __launch_bounds__(Config::kThreads, Config::kMinBlocks)
     // f32 registers, then into the step's dQ tile (two, alternating), which the consumer's writer warp has the copy
     // engine add into dq_sum. Before the product a barrier: every warp's dSᵀ rows written (of both consumers under
     // kDqByColumns); before the stores the writer's word that the tile is free (from step 1 on).
-    auto consumer_barrier = [&] {  // barrier 1 + consumer, among the consumer's warpgroup
-      if (consumer == 0)
-        tma::named_barrier<1, 128>();
-      else
-        tma::named_barrier<2, 128>();
-    };
     static_assert(Config::kConsumers <= 2, "one named barrier per consumer warpgroup");
     constexpr int kDqCols = Shape::kDqCols, kScoreTiles = Shape::kScoreTiles;
     auto add_query_grads = [&](int n) {  // step n
@@ -619,7 +625,7 @@ __global__ void __launch_bounds__(Config::kThreads, Config::kMinBlocks)
       if constexpr (Shape::kDqByColumns)
         tma::named_barrier<3, 128 * Config::kConsumers>();
       else
-        consumer_barrier();
+        consumer_barrier<1, 128>(consumer);  // barrier 1 + consumer, among the consumer's warpgroup
       // dS·K over key steps [first_step, first_step + kKeySteps) of the block (16 keys each; step s in consumer
       // s / 4's dSᵀ tile), into this consumer's column block of K: its own keys and every column at D 64, every key and
       // its 64 columns under kDqByColumns.
@@ -696,11 +702,11 @@ __global__ void __launch_bounds__(Config::kThreads, Config::kMinBlocks)
       wgmma::hold(dk[0]);
       tma::arrive(step_empty + previous_stage);
     }
-    // The warp's first key read anew from the thread index: held across the step loop, it was the D 64 kernel's
-    // one spilled register (ptxas kept it in local memory rather than recompute it).
+    // The warp's first key worked out anew from the thread index: held across the step loop, it was the D 64
+    // kernel's one spilled register (ptxas kept it in local memory rather than recompute it).
     int thread = 0;
     asm volatile("mov.u32 %0, %%tid.x;" : "=r"(thread));
-    store_key_grads(a, b, kv_head, j0 + 16 * (thread / 32 - 4), lane, dk, dv);
+    store_key_grads(a, b, kv_head, j0 + consumer_warp_first_key(thread / 32), lane, dk, dv);
   }
 #else
   __trap();  // built without sm_90a: the host never launches this (wgmma_kernels_run)
