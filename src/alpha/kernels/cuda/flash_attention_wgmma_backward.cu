@@ -231,7 +231,7 @@ __global__ void __launch_bounds__(WgmmaBackwardShape<Config>::kThreads, Config::
     load_query_stats(a, delta, b, s, kQ, lse2_rows + stage * kQ, delta_rows + stage * kQ, int(threadIdx.x),
                      kThreads);
   };
-  QueryStep current{kv_head * group, walk.begin}, ahead = walk.following(current);
+  QueryStep current{int(kv_head * group), walk.begin}, ahead = walk.following(current);
   if (walk.steps > 0) load_step(current, 0);
   mma::copy_async_commit();
 
@@ -540,7 +540,7 @@ __global__ void __launch_bounds__(Config::kThreads, Config::kMinBlocks)
   const auto [b, head, kv_head, group] = kv_heads_of_row(p, blockIdx.y);
   const int64_t j0 = int64_t(blockIdx.x) * Shape::kRows, j_end = tile_last_row(j0, Shape::kRows, p.kv_len) + 1;
   const QueryWalk walk = query_walk(p, j0, j_end, kQ, group);
-  const QueryStep first{kv_head * group, walk.begin};
+  const QueryStep first{int(kv_head * group), walk.begin};
 
   if (warpgroup == 0) {
     tma::shrink_registers<Config::kProducerRegisters>();
