@@ -539,11 +539,13 @@ __global__ void __launch_bounds__(Config::kThreads, Config::kMinBlocks)
   const int warpgroup = __shfl_sync(kFullWarp, warp / 4, 0);  // uniform, so branches on it do not diverge
   const auto [b, head, kv_head, group] = kv_heads_of_row(p, blockIdx.y);
   const int64_t j0 = int64_t(blockIdx.x) * Shape::kRows, j_end = tile_last_row(j0, Shape::kRows, p.kv_len) + 1;
-  const QueryWalk walk = query_walk(p, j0, j_end, kQ, group);
-  const QueryStep first{int(kv_head * group), walk.begin};
+  // The walk is worked out by each warpgroup after its setmaxnreg: values live across it were spilled.
+  auto walk_of = [&] { return query_walk(p, j0, j_end, kQ, group); };
 
   if (warpgroup == 0) {
     tma::shrink_registers<Config::kProducerRegisters>();
+    const QueryWalk walk = walk_of();
+    const QueryStep first{int(kv_head * group), walk.begin};
     if (warp == 0 && lane == 0) {
       tma::prefetch_map(&params.q);
       tma::prefetch_map(&params.dout);
@@ -593,6 +595,8 @@ __global__ void __launch_bounds__(Config::kThreads, Config::kMinBlocks)
     }
   } else {
     tma::grow_registers<Config::kConsumerRegisters>();
+    const QueryWalk walk = walk_of();
+    const QueryStep first{int(kv_head * group), walk.begin};
     const int consumer = warpgroup - 1;
     // This warp's keys: j0 + key_row0 .. + 16 (consumer_warp_first_key(warp), written from the consumer index: the
     // helper here compiles to other code than the one measured).
