@@ -10,6 +10,7 @@
 #include <string>
 
 #include "alpha/autograd/functions.h"
+#include "alpha/kernels/flash_attention.h"
 #include "alpha/nn/gpt.h"
 #include "alpha/ops/attention.h"
 #include "kernels/kernel_helpers.h"
@@ -140,6 +141,20 @@ TEST_F(CudaFlash, Bf16RowsThatAreNot16ByteAlignedRaise) {
   Tensor base = test::random({1, 4, 2, 17}, DType::bf16).to(Device::cuda(0));
   Tensor q = base.slice(3, 1, 17);
   EXPECT_ALPHA_ERROR(ops::flash_attention(q, q, q, {}), ShapeError, "flash_attention_forward", "'q'", "16-byte aligned");
+}
+
+// The backward walks the query tiles in 32-bit positions: a longer sequence is refused before anything is queued
+// (no tensor that long is made: the check reads the shape only, so the pointers stay null).
+TEST_F(CudaFlash, Bf16BackwardOfSequencesFrom2To31Raises) {
+  kernels::AttentionBackwardArgs<bf16> args{};
+  kernels::AttentionParams<bf16>& p = args.params;
+  p.batch = 1;
+  p.q_heads = p.kv_heads = 1;
+  p.head_dim = p.value_dim = 64;
+  p.q_len = int64_t(1) << 31;
+  p.kv_len = 64;
+  EXPECT_ALPHA_ERROR(kernels::cuda::flash_attention_backward(args, nullptr, Stream{}), ShapeError,
+                     "flash_attention_backward", "q_len", "below 2^31", "2147483648");
 }
 
 TEST_F(CudaFlash, KernelsAreNamedForTheLogs) {

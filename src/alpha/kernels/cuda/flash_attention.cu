@@ -327,6 +327,10 @@ void flash_attention_backward(const AttentionBackwardArgs<T>& args, float* works
   cudaStream_t s = alpha::cuda::stream_handle(stream);
   if constexpr (!std::is_same_v<T, float>) {
     mma_head_dim_bucket(p, "flash_attention_backward");  // raises before anything is queued
+    // The dK/dV kernels walk the query tiles in 32-bit positions (QueryWalk); the tensor maps' coordinates are 32-bit.
+    if (p.q_len > INT32_MAX || p.batch * p.q_heads > INT32_MAX)
+      raise<ShapeError>("flash_attention_backward", "q_len, batch·q_heads", "each below 2^31",
+                        std::to_string(p.q_len) + ", " + std::to_string(p.batch * p.q_heads));
     launch_attention_delta(args.dout, args.out, p, workspace, s);
     flash_attention_mma_backward(args, workspace, s);
   } else {

@@ -161,7 +161,7 @@ __global__ void __launch_bounds__(kThreads, BackwardTraits<kHeadDim>::kMinBlocks
     load_query_stats(a, delta, b, s, kQ, lse2_rows + stage * kQ, delta_rows + stage * kQ, int(threadIdx.x),
                      int(blockDim.x));
   };
-  QueryStep current{kv_head * group, walk.begin};
+  QueryStep current{int(kv_head * group), walk.begin};
   if (walk.steps > 0) load_queries(current, 0);
   copy_async_commit();
 

@@ -21,12 +21,14 @@ __device__ __forceinline__ int fragment_row(int lane, int x) { return lane / 4 +
 __device__ __forceinline__ int fragment_col(int lane, int n, int x) { return 8 * n + 2 * (lane % 4) + x % 2; }
 
 // A key block's steps: (query head of the GQA group, query tile of kStream rows among those that see the
-// block's keys), head-major. A cursor moves through them by increments (no 64-bit division in the loop).
+// block's keys), head-major. A cursor moves through them by increments (no 64-bit division in the loop), in 32
+// bits (flash_attention_backward refuses Tq from 2^31): held in the TMA kernels' 24-register producer warps and the
+// consumers' loops, 64-bit positions spilled (ptxas, 2026-11-30: D 128 added-dQ 128 -> 84 bytes, cp.async 56 -> 20).
 struct QueryStep {
-  int64_t h, i0;
+  int h, i0;
 };
 struct QueryWalk {
-  int64_t begin, end, steps;
+  int begin, end, steps;
   int stream;
   __device__ QueryStep following(QueryStep s) const {
     s.i0 += stream;
@@ -39,7 +41,7 @@ __device__ __forceinline__ QueryWalk query_walk(const AttentionParams<T>& p, int
                                                 int64_t group) {
   const QueryRange queries = visible_query_range(p, j0, j_end);
   const int64_t tiles_per_head = (queries.end - queries.begin + stream - 1) / stream;
-  return {queries.begin, queries.end, tiles_per_head * group, stream};
+  return {int(queries.begin), int(queries.end), int(tiles_per_head * group), stream};
 }
 
 // The statistics of a step's kStream query rows into shared memory, by `threads` threads (this one number

@@ -92,8 +92,10 @@ struct TmaForwardArgs {
   CUtensorMap q, k, v;
 };
 
-// kDropout: p.dropout_p > 0, as a template (mma_forward::softmax_tile_of's kMayDrop says why).
-template <class T, class Traits, bool kDropout>
+// kDropout: p.dropout_p > 0, and kSoftcap: p.softcap > 0, as templates (mma_forward::softmax_tile_of's kMayDrop says
+// why; with both softmax variants in one kernel, the D 64 kernel for long key ranges spilled 216 bytes, 64 without the
+// softcap's).
+template <class T, class Traits, bool kDropout, bool kSoftcap>
 __global__ void __launch_bounds__(TmaForwardShape<Traits>::kThreads, Traits::kMinBlocks)
     tma_forward_kernel(const __grid_constant__ TmaForwardArgs<T> params) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -205,11 +207,11 @@ __global__ void __launch_bounds__(TmaForwardShape<Traits>::kThreads, Traits::kMi
 
       float rescale[1][2];
       if (j0 >= group_last_keys.begin && j0 + kKeys <= group_first_keys.end)
-        mma_forward::softmax_tile<T, 1, kN, false, false, kDropout>(p, softcap, scale_log2, bh, i0 + row0, j0, lane, s,
-                                                                    row_max, row_sum, rescale);
+        mma_forward::softmax_tile_of<T, 1, kN, false, kSoftcap, false, kDropout>(
+            p, softcap, scale_log2, bh, i0 + row0, j0, lane, s, row_max, row_sum, rescale);
       else
-        mma_forward::softmax_tile<T, 1, kN, true, false, kDropout>(p, softcap, scale_log2, bh, i0 + row0, j0, lane, s,
-                                                                   row_max, row_sum, rescale);
+        mma_forward::softmax_tile_of<T, 1, kN, true, kSoftcap, false, kDropout>(p, softcap, scale_log2, bh, i0 + row0,
+                                                                                j0, lane, s, row_max, row_sum, rescale);
       wgmma::wait<0>();
       wgmma::hold(acc[0]);
       if (previous_stage >= 0) tma::hand_back(ring.v_empty + previous_stage, lane);
@@ -239,7 +241,10 @@ void launch_tma_forward(const AttentionForwardArgs<T>& args, cudaStream_t stream
       tma::head_tensor_map(args.k, p.k_strides, p.batch, p.kv_len, p.kv_heads, p.head_dim, Shape::kKeys, kOp, "k"),
       tma::head_tensor_map(args.v, p.v_strides, p.batch, p.kv_len, p.kv_heads, p.value_dim, Shape::kKeys, kOp, "v")};
   const dim3 grid(tile_count(p.q_len, Shape::kRows), heads_extent(p.batch * p.q_heads, kOp));
-  const auto kernel = p.dropout_p > 0 ? tma_forward_kernel<T, Traits, true> : tma_forward_kernel<T, Traits, false>;
+  const bool dropout = p.dropout_p > 0, softcap = p.softcap > 0;
+  const auto kernel =
+      dropout ? (softcap ? tma_forward_kernel<T, Traits, true, true> : tma_forward_kernel<T, Traits, true, false>)
+              : (softcap ? tma_forward_kernel<T, Traits, false, true> : tma_forward_kernel<T, Traits, false, false>);
   launch_with_shared(kernel, kOp, grid, Shape::kThreads, Shape::kSharedBytes, stream, params);
 }
 

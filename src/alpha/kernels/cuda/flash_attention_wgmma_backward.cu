@@ -231,7 +231,7 @@ __global__ void __launch_bounds__(WgmmaBackwardShape<Config>::kThreads, Config::
     load_query_stats(a, delta, b, s, kQ, lse2_rows + stage * kQ, delta_rows + stage * kQ, int(threadIdx.x),
                      kThreads);
   };
-  QueryStep current{kv_head * group, walk.begin}, ahead = walk.following(current);
+  QueryStep current{int(kv_head * group), walk.begin}, ahead = walk.following(current);
   if (walk.steps > 0) load_step(current, 0);
   mma::copy_async_commit();
 
@@ -539,11 +539,13 @@ __global__ void __launch_bounds__(Config::kThreads, Config::kMinBlocks)
   const int warpgroup = __shfl_sync(kFullWarp, warp / 4, 0);  // uniform, so branches on it do not diverge
   const auto [b, head, kv_head, group] = kv_heads_of_row(p, blockIdx.y);
   const int64_t j0 = int64_t(blockIdx.x) * Shape::kRows, j_end = tile_last_row(j0, Shape::kRows, p.kv_len) + 1;
-  const QueryWalk walk = query_walk(p, j0, j_end, kQ, group);
-  const QueryStep first{kv_head * group, walk.begin};
+  // The walk is worked out by each warpgroup after its setmaxnreg: values live across it were spilled.
+  auto walk_of = [&] { return query_walk(p, j0, j_end, kQ, group); };
 
   if (warpgroup == 0) {
     tma::shrink_registers<Config::kProducerRegisters>();
+    const QueryWalk walk = walk_of();
+    const QueryStep first{int(kv_head * group), walk.begin};
     if (warp == 0 && lane == 0) {
       tma::prefetch_map(&params.q);
       tma::prefetch_map(&params.dout);
@@ -593,6 +595,8 @@ __global__ void __launch_bounds__(Config::kThreads, Config::kMinBlocks)
     }
   } else {
     tma::grow_registers<Config::kConsumerRegisters>();
+    const QueryWalk walk = walk_of();
+    const QueryStep first{int(kv_head * group), walk.begin};
     const int consumer = warpgroup - 1;
     // This warp's keys: j0 + key_row0 .. + 16 (consumer_warp_first_key(warp), written from the consumer index: the
     // helper here compiles to other code than the one measured).
@@ -618,8 +622,12 @@ __global__ void __launch_bounds__(Config::kThreads, Config::kMinBlocks)
     static_assert(Config::kConsumers <= 2, "one named barrier per consumer warpgroup");
     constexpr int kDqCols = Shape::kDqCols, kScoreTiles = Shape::kScoreTiles;
     auto add_query_grads = [&](int n) {  // step n
+      // Without dropout the lane is read anew each step: the tiles' swizzled addresses are then worked out here,
+      // not hoisted out of the loop into registers that ptxas spilled (D 128: 84 -> 32 bytes; with dropout the
+      // recomputation spilled more, 164 -> 512).
+      const int step_lane = kDropout ? lane : tma::lane_index_anew();
       store_score_fragments<kN>(score_tiles.next(kScoreTiles * consumer + n % kScoreTiles), 16 * (warp % 4), dscores[0],
-                                lane);
+                                step_lane);
       wgmma::fence_async_proxy();
       FragC dq[kDqCols / 8];
       if constexpr (Shape::kDqByColumns)
@@ -649,7 +657,7 @@ __global__ void __launch_bounds__(Config::kThreads, Config::kMinBlocks)
       for (int o = 0; o < kDqCols / 8; ++o)
 #pragma unroll
         for (int half = 0; half < 2; ++half)
-          *dq_tile.pair(16 * (warp % 4) + fragment_row(lane, 2 * half), fragment_col(lane, o, 0)) =
+          *dq_tile.pair(16 * (warp % 4) + fragment_row(step_lane, 2 * half), fragment_col(step_lane, o, 0)) =
               make_float2(dq[o].x[2 * half], dq[o].x[2 * half + 1]);
       wgmma::fence_async_proxy();
       dq_handshake<kDqWritten, false>(consumer);
@@ -704,9 +712,7 @@ __global__ void __launch_bounds__(Config::kThreads, Config::kMinBlocks)
     }
     // The warp's first key worked out anew from the thread index: held across the step loop, it was the D 64
     // kernel's one spilled register (ptxas kept it in local memory rather than recompute it).
-    int thread = 0;
-    asm volatile("mov.u32 %0, %%tid.x;" : "=r"(thread));
-    store_key_grads(a, b, kv_head, j0 + consumer_warp_first_key(thread / 32), lane, dk, dv);
+    store_key_grads(a, b, kv_head, j0 + consumer_warp_first_key(tma::thread_index_anew() / 32), lane, dk, dv);
   }
 #else
   __trap();  // built without sm_90a: the host never launches this (wgmma_kernels_run)
