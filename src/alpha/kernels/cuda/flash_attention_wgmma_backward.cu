@@ -622,12 +622,8 @@ __global__ void __launch_bounds__(Config::kThreads, Config::kMinBlocks)
     static_assert(Config::kConsumers <= 2, "one named barrier per consumer warpgroup");
     constexpr int kDqCols = Shape::kDqCols, kScoreTiles = Shape::kScoreTiles;
     auto add_query_grads = [&](int n) {  // step n
-      // Without dropout the lane is read anew each step: the tiles' swizzled addresses are then worked out here,
-      // not hoisted out of the loop into registers that ptxas spilled (D 128: 84 -> 32 bytes; with dropout the
-      // recomputation spilled more, 164 -> 512).
-      const int step_lane = kDropout ? lane : tma::lane_index_anew();
       store_score_fragments<kN>(score_tiles.next(kScoreTiles * consumer + n % kScoreTiles), 16 * (warp % 4), dscores[0],
-                                step_lane);
+                                lane);
       wgmma::fence_async_proxy();
       FragC dq[kDqCols / 8];
       if constexpr (Shape::kDqByColumns)
@@ -657,7 +653,7 @@ __global__ void __launch_bounds__(Config::kThreads, Config::kMinBlocks)
       for (int o = 0; o < kDqCols / 8; ++o)
 #pragma unroll
         for (int half = 0; half < 2; ++half)
-          *dq_tile.pair(16 * (warp % 4) + fragment_row(step_lane, 2 * half), fragment_col(step_lane, o, 0)) =
+          *dq_tile.pair(16 * (warp % 4) + fragment_row(lane, 2 * half), fragment_col(lane, o, 0)) =
               make_float2(dq[o].x[2 * half], dq[o].x[2 * half + 1]);
       wgmma::fence_async_proxy();
       dq_handshake<kDqWritten, false>(consumer);
@@ -712,7 +708,9 @@ __global__ void __launch_bounds__(Config::kThreads, Config::kMinBlocks)
     }
     // The warp's first key worked out anew from the thread index: held across the step loop, it was the D 64
     // kernel's one spilled register (ptxas kept it in local memory rather than recompute it).
-    store_key_grads(a, b, kv_head, j0 + consumer_warp_first_key(tma::thread_index_anew() / 32), lane, dk, dv);
+    int thread = 0;
+    asm volatile("mov.u32 %0, %%tid.x;" : "=r"(thread));
+    store_key_grads(a, b, kv_head, j0 + consumer_warp_first_key(thread / 32), lane, dk, dv);
   }
 #else
   __trap();  // built without sm_90a: the host never launches this (wgmma_kernels_run)

@@ -227,20 +227,6 @@ struct WarpSpecialised {
                 "the warpgroups' registers fit the block's allocation at launch");
 };
 
-// The thread's index and lane read anew (volatile reads of %tid.x and %laneid): what a kernel works out from them
-// inside or after its main loop is then worked out there, rather than kept from before the loop in registers that
-// ptxas spills across it.
-__device__ __forceinline__ int thread_index_anew() {
-  int thread;
-  asm volatile("mov.u32 %0, %%tid.x;" : "=r"(thread));
-  return thread;
-}
-__device__ __forceinline__ int lane_index_anew() {
-  int lane;
-  asm volatile("mov.u32 %0, %%laneid;" : "=r"(lane));
-  return lane;
-}
-
 // Moves registers between the warpgroups of a warp-specialised block (sm_90a): the producer gives up what it
 // does not need, the consumers take it. Every warp of the warpgroup executes it.
 template <int kRegisters>
