@@ -58,12 +58,12 @@ using TmaForward128 = TmaForwardConfig<128, 2, 128, 2, 240, 24, 1>;
 //   other's work: 0.190 non-causal at T 512 and 0.137 / 0.202 causal at T 512 / 1024, against 0.193 and
 //   0.161 / 0.211 for the long configuration; two stages 1-2% slower.
 using TmaForward128Short = TmaForwardConfig<128, 1, 64, 3, 232, 24, 2>;
-// - D 64, long key ranges: three consumers (192 query rows a block, 160 registers each, 216 bytes of spills),
-//   128 keys, two stages: 0.638 / 2.221 non-causal at T 2048 / 8192 and 1.228 causal at T 8192, against
-//   0.700 / 2.706 and 1.403 for the short configuration. Two consumers at 240 registers were 4-19% slower,
-//   a third stage 1-3% slower, 176 keys with two consumers 23-35% slower (H200, the same day). 96 keys, the one
-//   tile at three consumers whose registers hold it without spilling (S and the previous P̃ take 48 and 24 of the
-//   160 instead of 64 and 32), 6-11% slower from T 2048 (H200, 2026-11-30).
+// - D 64, long key ranges: three consumers (192 query rows a block, 160 registers each; 64 bytes of spills, 216
+//   with the softcap), 128 keys, two stages: 0.638 / 2.221 non-causal at T 2048 / 8192 and 1.228 causal at T 8192,
+//   against 0.700 / 2.706 and 1.403 for the short configuration. Two consumers at 240 registers were 4-19% slower, a
+//   third stage 1-3% slower, 176 keys with two consumers 23-35% slower (H200, the same day). 96 keys, the one tile at
+//   three consumers whose registers hold it without spilling (S and the previous P̃ take 48 and 24 of the 160 instead of
+//   64 and 32), 6-11% slower from T 2048 (H200, 2026-11-30).
 using TmaForward64Long = TmaForwardConfig<64, 3, 128, 2, 160, 32, 1>;
 // - D 64, short key ranges (at most 1024 keys, or 2048 under a causal mask): one consumer, 64 keys, four
 //   stages, three blocks per SM (136 registers, no spills): 0.218 / 0.148 non-causal at T 512 / 1024 and

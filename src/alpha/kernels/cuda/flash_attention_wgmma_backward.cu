@@ -77,13 +77,13 @@ struct TmaKeyGradsConfig : tma::WarpSpecialised<kConsumerWarpgroups, kConsumerRe
 // chosen on an H100 (2026-11-26, B·T 16384, H 2048/D, three per bucket side by side in one call, ms of the
 // whole deterministic backward); no spills in either.
 // D 128: the dK/dV kernel runs at the 255-register ceiling (dK and dV alone hold 128 registers a thread) and
-// spills 56 bytes without dropout, 1,276 with it (-Xptxas -v, 2026-11-27); the TMA dK/dV kernel (two consumers at 240
-// registers, its wgmma serialised for want of registers, C7512, still so without the dropout code) ran 7.149 / 3.834 ms
-// at T 8192 non-causal / causal against 6.992 / 3.762 for this one, and within 1% at T 512 and 2048 (one call,
-// 2026-11-26), so bucket 128 keeps it. The dQ kernel: two consumers, three stages: 0.699 / 1.769 / 6.510 non-causal and
-// 0.574 / 1.152 / 3.414 causal at T 512 / 2048 / 8192 (the cp.async kernel it replaced, in the same day's
-// table: 0.757 / 2.050 / 7.435 and 0.608 / 1.280 / 4.015); one consumer at two blocks per SM 2-14% slower,
-// two stages 10-22% slower.
+// spilled 56 bytes without dropout, 1,276 with it (-Xptxas -v, 2026-11-27; 20 and 1,120 since the 32-bit query walk);
+// the TMA dK/dV kernel (two consumers at 240 registers, its wgmma serialised for want of registers, C7512, still so
+// without the dropout code) ran 7.149 / 3.834 ms at T 8192 non-causal / causal against 6.992 / 3.762 for this one, and
+// within 1% at T 512 and 2048 (one call, 2026-11-26), so bucket 128 keeps it. The dQ kernel: two consumers, three
+// stages: 0.699 / 1.769 / 6.510 non-causal and 0.574 / 1.152 / 3.414 causal at T 512 / 2048 / 8192 (the cp.async kernel
+// it replaced, in the same day's table: 0.757 / 2.050 / 7.435 and 0.608 / 1.280 / 4.015); one consumer at two blocks
+// per SM 2-14% slower, two stages 10-22% slower.
 template <int kHeadDim>
 struct WgmmaBackwardTraits;
 template <>
@@ -92,10 +92,12 @@ struct WgmmaBackwardTraits<128> {
   using Queries = TmaQueryGradsConfig<128, 2, 64, 3, 240, 24, 1>;
   // The added-dQ kernel (2026-11-30, H200, bench/flash_attention.py; TFLOP/s at T 8192 non-causal / causal): two
   // consumers, a 64-column block of dQ each; each step's dK and dV products right after its entry step (kOverlap
-  // false: 128 bytes of spills, 228 with dropout, since the writer warps): 477-481 / 426-430 against the deterministic
-  // kernels' 422-424 / 394-399 in the same runs. Behind the next step's products instead (kOverlap true) ptxas
-  // serialises the wgmma for want of registers (C7512; 300 bytes of spills): 345 / 320. Two stages: 230,440 bytes of
-  // shared memory; three, with one dQ tile per consumer to make room, measured the same (473 / 427).
+  // false: 128 bytes of spills, 228 with dropout, after the writer warps; 84 and 164 since the 32-bit query walk;
+  // reading the lane anew in each step's dQ part took them to 32 but ran 5-7% slower, 2026-11-30): 477-481 / 426-430
+  // against the deterministic kernels' 422-424 / 394-399 in the same runs. Behind the next step's products instead
+  // (kOverlap true) ptxas serialises the wgmma for want of registers (C7512; 300 bytes of spills): 345 / 320. Two
+  // stages: 230,440 bytes of shared memory; three, with one dQ tile per consumer to make room, measured the same (473 /
+  // 427).
   using AddedDqKeys = TmaKeyGradsConfig<128, 2, 64, 2, 240, 24, 1, false>;
   // Where the added-dQ kernel is not the faster (det/atomic, the same runs): causal at Tk 512 (0.94) and 1024 (0.99);
   // 0.99-1.02 without a mask at Tk 512 and 1024, 1.02-1.15 from Tk 2048.
