@@ -88,7 +88,7 @@ template <int kHeadDim>
 struct WgmmaBackwardTraits;
 template <>
 struct WgmmaBackwardTraits<128> {
-  using Keys = WgmmaBackwardConfig<128, 2, 64, 1>;
+  using Keys = TmaKeyGradsConfig<128, 2, 64, 2, 240, 24, 1, false>;
   using Queries = TmaQueryGradsConfig<128, 2, 64, 3, 240, 24, 1>;
   // The added-dQ kernel (2026-11-30, H200, bench/flash_attention.py; TFLOP/s at T 8192 non-causal / causal): two
   // consumers, a 64-column block of dQ each; each step's dK and dV products right after its entry step (kOverlap
