@@ -4,21 +4,19 @@
 // wgmma (wgmma.cuh). Head-dimension buckets 64 and 128, every mask (the numbers are above
 // flash_attention_wgmma_backward).
 //
-// key_grads: one block per (key block of 64·kWarpgroups keys, b·Hkv + kv head); warpgroup w owns keys
-// [64w, 64w + 64) and holds their dK and dV in f32 registers. K and V stay in shared memory; the steps'
+// tma_key_grads: one block per (key block of 64·kConsumers keys, b·Hkv + kv head); consumer warpgroup c owns keys
+// [64c, 64c + 64) and holds their dK and dV in f32 registers. K and V stay in shared memory; the steps'
 // Q, dO and row statistics (each query head of the GQA group, each query tile that sees the block) stream
-// through a three-stage cp.async ring, in the 128-byte swizzled layout wgmma reads. Per step t:
+// through a TMA ring, in the 128-byte swizzled layout wgmma reads. Per step t:
 //   issue Sᵀ_t = K·Qᵀ and dP̃ᵀ_t = V·dOᵀ (both operands from shared memory, K-major), then behind them
 //   dV += P̃ᵀ_{t−1}·dO_{t−1} and dK += dSᵀ_{t−1}·Q_{t−1} (P̃ᵀ and dSᵀ from the registers that computed them,
 //   by the C → A fragment identity; dO and Q read transposed, MN-major, so nothing is copied into another
 //   layout); wait for Sᵀ_t and dP̃ᵀ_t only and run the entry step (P̃, dS_raw) while the tensor cores work
-//   on step t − 1's products, as the forward overlaps its softmax with P̃·V. The ring holds step t, step
-//   t − 1 (its Q and dO still read) and the step loading ahead.
-//   Two kernels run this: key_grads_kernel (bucket 128), whose threads all issue cp.async copies and meet at
-//   a barrier per step, and tma_key_grads_kernel (bucket 64), warp-specialised: producer warp 0 copies K and V
-//   once and each step's Q and dO with TMA, producer warp 1 writes each step's statistics, the consumer
-//   warpgroups (64 keys each) only multiply and run the entry step, and hand a stage back after step t + 1's
-//   dK and dV products. The traits below say why each bucket has the one it has.
+//   on step t − 1's products, as the forward overlaps its softmax with P̃·V (bucket 64; bucket 128 issues a
+//   step's dK and dV products right after its own entry step: kOverlap). Warp-specialised: producer warp 0 copies
+//   K and V once and each step's Q and dO with TMA, producer warp 1 writes each step's statistics, the consumer
+//   warpgroups only multiply and run the entry step, and hand a stage back once they no longer read it. The
+//   traits below say why each bucket has its configuration.
 // query_grads: warp-specialised as the forward (flash_attention_tma_forward.cuh): one block per (query tile
 //   of 64·kConsumers rows, b·Hq + h); a producer warpgroup copies Q and dO once and streams K_t and V_t
 //   through a TMA ring (tma.cuh); consumer warpgroup c owns rows [64c, 64c + 64) and per key tile t issues
@@ -34,8 +32,8 @@
 // (cp.reduce.async.bulk.tensor, tma.cuh): the consumers issue no atomics and wait neither for each other's stores nor
 // for the copy engine's reads (dq_handshake); launch_store_dq scales and rounds the accumulator into dq. The additions'
 // order varies from run to run. An earlier try (H100, 2026-11-26) added dQ with 16 float2 atomics per thread per step
-// from the registers of the cp.async dK/dV kernel: 10.90 ms at T 8192 against 10.36 ms for the two deterministic
-// kernels, its 255 registers spilling 152 bytes.
+// from the registers of a cp.async dK/dV kernel (since replaced): 10.90 ms at T 8192 against 10.36 ms for the two
+// deterministic kernels, its 255 registers spilling 152 bytes.
 #include "alpha/kernels/cuda/flash_attention_mma_backward.cuh"
 #include "alpha/kernels/cuda/tma.cuh"
 #include "alpha/kernels/cuda/wgmma.cuh"
@@ -46,14 +44,6 @@ namespace wgmma_backward {
 
 using namespace mma_backward;
 
-// The cp.async dK/dV kernel's configuration: warpgroups per block (64 held keys each), the rows of each
-// streamed tile, and the blocks per SM the register allocation must allow (__launch_bounds__).
-template <int kHeadDimBucket, int kWarpgroupsPerBlock, int kStreamRows, int kBlocksPerSm>
-struct WgmmaBackwardConfig {
-  static constexpr int kHeadDim = kHeadDimBucket, kWarpgroups = kWarpgroupsPerBlock, kStream = kStreamRows,
-                       kMinBlocks = kBlocksPerSm;
-  static constexpr bool kTma = false;  // the cp.async dK/dV kernel
-};
 // The dQ kernel's configuration: head-dimension bucket, consumer warpgroups (64 rows each), keys per
 // streamed tile, stages of the ring, registers of a consumer and of the producer, blocks per SM.
 template <int kHeadDimBucket, int kConsumerWarpgroups, int kKeysPerTile, int kRingStages, int kConsumerRegs,
@@ -70,26 +60,30 @@ template <int kHeadDimBucket, int kConsumerWarpgroups, int kQueriesPerStep, int 
           int kProducerRegs, int kBlocksPerSm, bool kOverlap = true>
 struct TmaKeyGradsConfig : tma::WarpSpecialised<kConsumerWarpgroups, kConsumerRegs, kProducerRegs, kBlocksPerSm> {
   static constexpr int kHeadDim = kHeadDimBucket, kStream = kQueriesPerStep, kStages = kRingStages;
-  static constexpr bool kTma = true, kOverlapSteps = kOverlap;
+  static constexpr bool kOverlapSteps = kOverlap;
 };
 
 // Per bucket, the dK/dV kernel's (Keys) and the dQ kernel's (Queries). The dQ kernels' configurations were
 // chosen on an H100 (2026-11-26, B·T 16384, H 2048/D, three per bucket side by side in one call, ms of the
 // whole deterministic backward); no spills in either.
-// D 128: the dK/dV kernel runs at the 255-register ceiling (dK and dV alone hold 128 registers a thread) and
-// spilled 56 bytes without dropout, 1,276 with it (-Xptxas -v, 2026-11-27; 20 and 1,120 since the 32-bit query walk);
-// the TMA dK/dV kernel (two consumers at 240 registers, its wgmma serialised for want of registers, C7512, still so
-// without the dropout code) ran 7.149 / 3.834 ms at T 8192 non-causal / causal against 6.992 / 3.762 for this one, and
-// within 1% at T 512 and 2048 (one call, 2026-11-26), so bucket 128 keeps it. The dQ kernel: two consumers, three
-// stages: 0.699 / 1.769 / 6.510 non-causal and 0.574 / 1.152 / 3.414 causal at T 512 / 2048 / 8192 (the cp.async kernel
-// it replaced, in the same day's table: 0.757 / 2.050 / 7.435 and 0.608 / 1.280 / 4.015); one consumer at two blocks
-// per SM 2-14% slower, two stages 10-22% slower.
+// D 128: the dK/dV kernel on TMA with two consumers at 240 registers (dK and dV alone hold 128 registers a thread),
+// each step's dK and dV products right after its entry step (kOverlap false; behind the next step's products ptxas
+// serialises the wgmma for want of registers, C7512), two stages; the added-dQ kernel's configuration without its dQ
+// part (40 bytes of spills, 656 with dropout). Against the cp.async dK/dV kernel it replaced, whose threads all issued
+// the copies and met at a barrier per step (H200, 2026-11-30, bench/flash_attention.py --quick, two runs each, TFLOP/s
+// of the deterministic backward): +9.8% / +6.7% at T 512, +14.5% / +11.4% at T 2048, +10.3% / +8.8% at T 8192, without
+// a mask / causal. (On 2026-11-26 the TMA kernel, then with the overlapped schedule and its wgmma serialised, ran 2%
+// slower than the cp.async one.) The dQ kernel: two consumers, three stages: 0.699 / 1.769 / 6.510 non-causal and
+// 0.574 / 1.152 / 3.414 causal at T 512 / 2048 / 8192 (the cp.async kernel it replaced, in the same day's table: 0.757
+// / 2.050 / 7.435 and 0.608 / 1.280 / 4.015); one consumer at two blocks per SM 2-14% slower, two stages 10-22%
+// slower.
 template <int kHeadDim>
 struct WgmmaBackwardTraits;
 template <>
 struct WgmmaBackwardTraits<128> {
-  using Keys = WgmmaBackwardConfig<128, 2, 64, 1>;
+  using Keys = TmaKeyGradsConfig<128, 2, 64, 2, 240, 24, 1, false>;
   using Queries = TmaQueryGradsConfig<128, 2, 64, 3, 240, 24, 1>;
+  using AddedDqKeys = Keys;
   // The added-dQ kernel (2026-11-30, H200, bench/flash_attention.py; TFLOP/s at T 8192 non-causal / causal): two
   // consumers, a 64-column block of dQ each; each step's dK and dV products right after its entry step (kOverlap
   // false: 128 bytes of spills, 228 with dropout, after the writer warps; 84 and 164 since the 32-bit query walk;
@@ -98,9 +92,11 @@ struct WgmmaBackwardTraits<128> {
   // (kOverlap true) ptxas serialises the wgmma for want of registers (C7512; 300 bytes of spills): 345 / 320. Two
   // stages: 230,440 bytes of shared memory; three, with one dQ tile per consumer to make room, measured the same (473 /
   // 427).
-  using AddedDqKeys = TmaKeyGradsConfig<128, 2, 64, 2, 240, 24, 1, false>;
   // Where the added-dQ kernel is not the faster (det/atomic, the same runs): causal at Tk 512 (0.94) and 1024 (0.99);
-  // 0.99-1.02 without a mask at Tk 512 and 1024, 1.02-1.15 from Tk 2048.
+  // 0.99-1.02 without a mask at Tk 512 and 1024, 1.02-1.15 from Tk 2048. Against the TMA deterministic dK/dV kernel
+  // (2026-11-30, the same bench, two runs) the deterministic backward is the faster up to Tk 2048 with or without the
+  // mask (0.93-0.97), and the added-dQ one at Tk 8192 (1.07-1.08 without a mask, 1.00-1.02 causal); this rule has not
+  // been re-drawn from that yet.
   template <class T>
   static bool keeps_deterministic(const AttentionParams<T>& p) {
     return p.causal && p.kv_len <= 1024;
@@ -162,25 +158,6 @@ bool adds_query_grads(const AttentionParams<T>& p) {
                                                                   : !WgmmaBackwardTraits<128>::keeps_deterministic(p);
 }
 
-// The cp.async dK/dV kernel's shared memory: the held K and V tiles, kStages stages of two streamed tiles (Q
-// and dO), and kStages stages of the streamed rows' lse2 and D.
-template <class Config>
-struct WgmmaBackwardShape {
-  static constexpr int kHeadDim = Config::kHeadDim;
-  static constexpr int kThreads = 128 * Config::kWarpgroups, kRows = 64 * Config::kWarpgroups;
-  static constexpr int kStream = Config::kStream, kStages = 3;
-  using HeldTile = wgmma::SwizzledTile<kRows, kHeadDim>;
-  using StreamTile = wgmma::SwizzledTile<kStream, kHeadDim>;
-  static constexpr size_t kBytes = 2 * size_t(HeldTile::kBytes) + 2 * kStages * size_t(StreamTile::kBytes) +
-                                   2 * kStages * kStream * sizeof(float);
-};
-
-// The stage after `stage` in a ring of kStages.
-template <int kStages>
-__device__ __forceinline__ int next_stage(int stage) {
-  return stage + 1 == kStages ? 0 : stage + 1;
-}
-
 // c = A·Bᵀ over the bucket's 16-deep k-steps, A the warpgroup's 64 rows of `a` from row a_row0, B the kN·8
 // rows of `b` (both K-major): issued and committed, not waited for.
 template <class T, int kN, int kRowsA, int kRowsB, int kHeadDim>
@@ -196,108 +173,6 @@ __device__ __forceinline__ void issue_ab(FragC (&c)[kHeadDim / 8], const FragA (
                                          wgmma::SwizzledTile<kK, kHeadDim> b) {
 #pragma unroll
   for (int k = 0; k < kK / 16; ++k) wgmma::product_rs<T, kHeadDim>(c, a[k], b.mn_major(k));
-}
-
-template <class T, class Config, bool kDropout>
-__global__ void __launch_bounds__(WgmmaBackwardShape<Config>::kThreads, Config::kMinBlocks)
-    key_grads_kernel(AttentionBackwardArgs<T> a, const float* delta) {
-#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  using Shape = WgmmaBackwardShape<Config>;
-  constexpr int kHeadDim = Config::kHeadDim;
-  constexpr int kQ = Shape::kStream, kN = kQ / 8, kO = kHeadDim / 8, kThreads = Shape::kThreads;
-  constexpr int kStages = Shape::kStages;
-  extern __shared__ __align__(1024) uint16_t shared[];
-  const typename Shape::HeldTile k_tile{shared}, v_tile = k_tile.next(1);
-  // Stage s of the ring: q_tiles.next(s), do_tiles.next(s), lse2_rows + s·kQ, delta_rows + s·kQ.
-  const typename Shape::StreamTile q_tiles{v_tile.next(1).data}, do_tiles = q_tiles.next(kStages);
-  float* lse2_rows = reinterpret_cast<float*>(q_tiles.next(2 * kStages).data);
-  float* delta_rows = lse2_rows + kStages * kQ;
-
-  const AttentionParams<T>& p = a.params;
-  const int warp = int(threadIdx.x) / 32, lane = int(threadIdx.x) % 32, warpgroup = warp / 4;
-  const auto [b, head, kv_head, group] = kv_heads_of_row(p, blockIdx.y);
-  const int64_t j0 = int64_t(blockIdx.x) * Shape::kRows, j_end = tile_last_row(j0, Shape::kRows, p.kv_len) + 1;
-  const int d_qk = int(p.head_dim), d_v = int(p.value_dim);
-  const float scale_log2 = p.scale * kLog2e;
-  const Softcap softcap = softcap_of(p);
-  wgmma::load_tile_async<kThreads>(k_tile, head_rows(a.k, p.k_strides, b, kv_head), p.k_strides.time, j0, p.kv_len,
-                                   d_qk);
-  wgmma::load_tile_async<kThreads>(v_tile, head_rows(a.v, p.v_strides, b, kv_head), p.v_strides.time, j0, p.kv_len,
-                                   d_v);
-  const QueryWalk walk = query_walk(p, j0, j_end, kQ, group);
-  auto load_step = [&](QueryStep s, int stage) {
-    wgmma::load_tile_async<kThreads>(q_tiles.next(stage), head_rows(a.q, p.q_strides, b, s.h), p.q_strides.time,
-                                     s.i0, p.q_len, d_qk);
-    wgmma::load_tile_async<kThreads>(do_tiles.next(stage), bits(a.dout) + (b * p.q_len * p.q_heads + s.h) * p.value_dim,
-                                     p.q_heads * p.value_dim, s.i0, p.q_len, d_v);
-    load_query_stats(a, delta, b, s, kQ, lse2_rows + stage * kQ, delta_rows + stage * kQ, int(threadIdx.x),
-                     kThreads);
-  };
-  QueryStep current{int(kv_head * group), walk.begin}, ahead = walk.following(current);
-  if (walk.steps > 0) load_step(current, 0);
-  mma::copy_async_commit();
-
-  FragC dk[1][kO], dv[1][kO];
-  mma::zero(dk);
-  mma::zero(dv);
-  // P̃ᵀ and dSᵀ of the previous step, whose products are issued behind this step's.
-  FragA probs[1][kN / 2], dscores[1][kN / 2];
-  int previous_stage = -1;
-  auto issue_key_grads = [&](int stage) {
-    issue_ab<T, kQ>(dv[0], probs[0], do_tiles.next(stage));
-    issue_ab<T, kQ>(dk[0], dscores[0], q_tiles.next(stage));
-    wgmma::commit();
-  };
-  const int key_row0 = 16 * warp;  // warpgroup w's warp v: keys 64w + 16v .. + 16
-  int stage = 0;
-  for (int64_t step = 0; step < walk.steps; ++step, current = walk.following(current)) {
-    mma::copy_async_wait<0>();
-    wgmma::fence_async_proxy();
-    // This step's q, dO, statistics (and the first time k, v) are in place, and every warpgroup is done with
-    // the step before the previous one, whose stage the next load refills.
-    __syncthreads();
-    if (step + 1 < walk.steps) load_step(ahead, next_stage<kStages>(stage));
-    mma::copy_async_commit();
-    ahead = walk.following(ahead);
-
-    const int64_t bh = b * p.q_heads + current.h, i0 = current.i0;
-    FragC st[1][kN], dpt[1][kN];  // Sᵀ and dP̃ᵀ: rows this warp's keys, columns the step's queries
-    wgmma::fence();
-    issue_abt<T, kN>(st[0], k_tile, 64 * warpgroup, q_tiles.next(stage));
-    issue_abt<T, kN>(dpt[0], v_tile, 64 * warpgroup, do_tiles.next(stage));
-    wgmma::commit();
-    if (previous_stage >= 0) {
-      issue_key_grads(previous_stage);
-      wgmma::wait<1>();
-    } else {
-      wgmma::wait<0>();
-    }
-    wgmma::hold(st[0]);
-    wgmma::hold(dpt[0]);
-
-    key_entry_grads<kDropout>(p, softcap, scale_log2, bh, i0, j0, Shape::kRows, j0 + key_row0, lane, st, dpt,
-                              lse2_rows + stage * kQ, delta_rows + stage * kQ);
-    wgmma::wait<0>();
-    wgmma::hold(dv[0]);
-    wgmma::hold(dk[0]);
-    mma::to_a_fragments<T>(probs, st);
-    mma::to_a_fragments<T>(dscores, dpt);
-    previous_stage = stage;
-    stage = next_stage<kStages>(stage);
-  }
-  if (previous_stage >= 0) {
-    wgmma::fence();
-    issue_key_grads(previous_stage);
-    wgmma::wait<0>();
-    wgmma::hold(dv[0]);
-    wgmma::hold(dk[0]);
-  }
-  mma::copy_async_wait<0>();  // no copy outlives the block
-
-  store_key_grads(a, b, kv_head, j0 + key_row0, lane, dk, dv);
-#else
-  __trap();  // built without sm_90a: the host never launches this (wgmma_kernels_run)
-#endif
 }
 
 template <class Config>
@@ -494,9 +369,6 @@ __device__ __forceinline__ int consumer_warp_first_key(int warp) { return 16 * (
 // dK and dV, warp-specialised: K and V held, each step's Q, dO (TMA, producer warp 0) and statistics (lse2 and
 // D, producer warp 1) streamed through one ring; a stage is handed back after the step's dK and dV products,
 // in the step after.
-// Its consumers' step loop repeats key_grads_kernel's. Sharing it (the accumulators and the step as one struct
-// with inlined members, tried 2026-11-26, when both kernels still held the dropout code) raised ptxas's spills
-// from 1,276 to 2,092 bytes at D 128 and from 168 to 256 at D 64, so each kernel keeps its own copy.
 template <class T, class Config, bool kDropout, bool kAtomicDq>
 __global__ void __launch_bounds__(Config::kThreads, Config::kMinBlocks)
     tma_key_grads_kernel(const __grid_constant__ TmaBackwardArgs<T> params) {
@@ -778,15 +650,7 @@ void backward(const AttentionBackwardArgs<T>& args, float* workspace, cudaStream
   constexpr const char* kOp = "flash_attention_backward";
   const AttentionParams<T>& p = args.params;
   const float* delta = workspace;
-  if constexpr (KeyConfig::kTma) {
-    launch_tma_key_grads<T, KeyConfig, false>(args, delta, nullptr, stream);
-  } else {
-    using Keys = WgmmaBackwardShape<KeyConfig>;
-    const dim3 key_grid(tile_count(p.kv_len, Keys::kRows), heads_extent(p.batch * p.kv_heads, kOp));
-    const auto kernel = p.dropout_p > 0 ? key_grads_kernel<T, KeyConfig, true> : key_grads_kernel<T, KeyConfig, false>;
-    launch_with_shared(kernel, "flash_attention_backward (dk, dv)", key_grid, Keys::kThreads, Keys::kBytes, stream,
-                       args, delta);
-  }
+  launch_tma_key_grads<T, KeyConfig, false>(args, delta, nullptr, stream);
 
   const dim3 query_grid(tile_count(p.q_len, Queries::kRows), heads_extent(p.batch * p.q_heads, kOp));
   const TmaBackwardArgs<T> params = tma_backward_args(args, delta, Queries::kRows, QueryConfig::kStream);

@@ -71,30 +71,6 @@ struct SwizzledTile {
   }
 };
 
-// Starts copying rows [first, first + kRows) of a global operand (row r at rows + r·row_stride, `width`
-// elements wide, width and row_stride multiples of 8, rows 16-byte aligned) into `tile`, by the kThreads
-// threads of the block; rows at or past `total` and columns at or past `width` are zero-filled. Completes at
-// copy_async_wait; the wgmma that reads the tile also needs fence_async_proxy (cp.async writes through the
-// generic proxy, wgmma reads through the async one).
-template <int kThreads, int kRows, int kCols>
-__device__ __forceinline__ void load_tile_async(SwizzledTile<kRows, kCols> tile, const uint16_t* rows,
-                                                int64_t row_stride, int64_t first, int64_t total, int width) {
-  constexpr int kChunksPerRow = kCols / 8;
-  static_assert(kThreads % kChunksPerRow == 0 && kRows * kChunksPerRow % kThreads == 0,
-                "each thread copies one column of chunks at a fixed row step");
-  constexpr int kRowStep = kThreads / kChunksPerRow;
-  const int chunk = int(threadIdx.x) % kChunksPerRow, row0 = int(threadIdx.x) / kChunksPerRow;
-  const int64_t rows_left = total - first - row0;
-  const uint16_t* src = rows + (first + row0) * row_stride + 8 * chunk;
-  char* bytes = reinterpret_cast<char*>(tile.data);
-#pragma unroll
-  for (int pass = 0; pass * kRowStep < kRows; ++pass) {
-    const bool valid = pass * kRowStep < rows_left && 8 * chunk < width;
-    mma::copy_async16(bytes + tile.chunk_offset(row0 + pass * kRowStep, chunk),
-                      valid ? src + pass * kRowStep * row_stride : rows, valid);
-  }
-}
-
 // Makes this thread's generic-proxy writes to shared memory (cp.async, st.shared) visible to the async
 // proxy (wgmma's operand reads); a barrier after it publishes them to the block.
 __device__ __forceinline__ void fence_async_proxy() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
