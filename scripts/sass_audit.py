@@ -247,6 +247,16 @@ def find_tool(name, folders):
     return shutil.which(name)
 
 
+def disassemble(path, folders):
+    """The SASS of `path` (`cuobjdump -sass`, which needs `nvdisasm` on its PATH), or None where either tool is not
+    found in `folders`, the CUDA toolkit's bin folder or PATH."""
+    cuobjdump, nvdisasm = find_tool("cuobjdump", folders), find_tool("nvdisasm", folders)
+    if not cuobjdump or not nvdisasm:
+        return None
+    env = dict(os.environ, PATH=os.path.dirname(nvdisasm) + os.pathsep + os.environ.get("PATH", ""))
+    return subprocess.run([cuobjdump, "-sass", path], check=True, capture_output=True, text=True, env=env).stdout
+
+
 def top_level_alternatives(pattern):
     """The alternatives of a regular expression's outermost '|' (not inside brackets or parentheses)."""
     parts, depth, current, escaped = [], 0, "", False
@@ -290,12 +300,10 @@ def main():
     patterns = {expect: pattern for expect, pattern in patterns.items() if pattern}
     if not patterns:
         parser.error("give --kernels, --leaky or both")
-    cuobjdump, nvdisasm = find_tool("cuobjdump", args.tools), find_tool("nvdisasm", args.tools)
-    if not cuobjdump or not nvdisasm:
+    sass = disassemble(args.binary, args.tools)
+    if sass is None:
         print("sass_audit: skipped: cuobjdump and nvdisasm are needed (the CUDA toolkit's bin folder on PATH)")
         return SKIP
-    env = dict(os.environ, PATH=os.path.dirname(nvdisasm) + os.pathsep + os.environ.get("PATH", ""))
-    sass = subprocess.run([cuobjdump, "-sass", args.binary], check=True, capture_output=True, text=True, env=env).stdout
     kernels = parse_kernels(sass, lambda name: any(re.search(p, name) for p in patterns.values()))
     failed = False
     for expect, pattern in patterns.items():

@@ -28,7 +28,7 @@ import subprocess
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from sass_audit import SKIP, find_tool, parse_kernels, unmatched_alternatives  # noqa: E402
+from sass_audit import SKIP, disassemble, parse_kernels, unmatched_alternatives  # noqa: E402
 
 COUNTED = ("HGMMA", "HMMA", "IMMA", "STL", "LDL")
 
@@ -79,14 +79,12 @@ def main():
     if missing:
         print(f"sass_hopper: no such file: {', '.join(missing)} (build the CUDA library first)")
         return 2
-    cuobjdump, nvdisasm = find_tool("cuobjdump", args.tools), find_tool("nvdisasm", args.tools)
-    if not cuobjdump or not nvdisasm:
-        print("sass_hopper: skipped: cuobjdump and nvdisasm are needed (the CUDA toolkit's bin folder on PATH)")
-        return SKIP
-    env = dict(os.environ, PATH=os.path.dirname(nvdisasm) + os.pathsep + os.environ.get("PATH", ""))
     kernels = {}
     for obj in args.objects:
-        sass = subprocess.run([cuobjdump, "-sass", obj], check=True, capture_output=True, text=True, env=env).stdout
+        sass = disassemble(obj, args.tools)
+        if sass is None:
+            print("sass_hopper: skipped: cuobjdump and nvdisasm are needed (the CUDA toolkit's bin folder on PATH)")
+            return SKIP
         kernels.update(parse_kernels(sass, lambda name: re.search(args.kernels, name) is not None))
     for option, pattern in (("--kernels", args.kernels), ("--no-spills", args.no_spills)):
         if pattern is None:
