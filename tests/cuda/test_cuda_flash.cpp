@@ -143,8 +143,8 @@ TEST_F(CudaFlash, Bf16RowsThatAreNot16ByteAlignedRaise) {
   EXPECT_ALPHA_ERROR(ops::flash_attention(q, q, q, {}), ShapeError, "flash_attention_forward", "'q'", "16-byte aligned");
 }
 
-// The backward walks the query tiles in 32-bit positions: a longer sequence is refused before anything is queued
-// (no tensor that long is made: the check reads the shape only, so the pointers stay null).
+// The backward walks a GQA group's query tiles in 32-bit positions: Tq·(Hq / Hkv) from 2^31 is refused before anything
+// is queued (no tensor that long is made: the check reads the shape only, so the pointers stay null).
 TEST_F(CudaFlash, Bf16BackwardOfSequencesFrom2To31Raises) {
 #if ALPHA_WITH_CUDA  // the fixture skips without a GPU; the kernels' entry point exists only in CUDA builds
   kernels::AttentionBackwardArgs<bf16> args{};

@@ -58,8 +58,8 @@ int64_t flash_attention_backward_workspace(const AttentionParams<T>& p) {
 #if ALPHA_WITH_CUDA
 // Device pointers; queued on `stream` (Stream{}: the current device's default stream). T = float, bf16 or
 // f16, computing in f32 (row_max and row_sum are f32). Raises ShapeError for head dimensions beyond 256 or
-// more than 65535 batch·heads (and the bf16/f16 backward for 2^31 queries or more: it walks them in 32-bit
-// positions), BackendError when the device lacks the shared memory a tile needs.
+// more than 65535 batch·heads (and the bf16/f16 backward for Tq·(Hq / Hkv) of 2^31 or more: it walks the query
+// tiles of a GQA group in 32-bit positions), BackendError when the device lacks the shared memory a tile needs.
 namespace cuda {
 // Writes out, row_max and row_sum.
 template <class T>

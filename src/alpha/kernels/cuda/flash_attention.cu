@@ -326,11 +326,16 @@ void flash_attention_backward(const AttentionBackwardArgs<T>& args, float* works
   const AttentionParams<T>& p = args.params;
   cudaStream_t s = alpha::cuda::stream_handle(stream);
   if constexpr (!std::is_same_v<T, float>) {
-    mma_head_dim_bucket(p, "flash_attention_backward");  // raises before anything is queued
-    // The dK/dV kernels walk the query tiles in 32-bit positions (QueryWalk); the tensor maps' coordinates are 32-bit.
-    if (p.q_len > INT32_MAX || p.batch * p.q_heads > INT32_MAX)
-      raise<ShapeError>("flash_attention_backward", "q_len, batch·q_heads", "each below 2^31",
-                        std::to_string(p.q_len) + ", " + std::to_string(p.batch * p.q_heads));
+    // What the kernels refuse, checked before anything is queued: the head dimensions, the grids' batch·heads
+    // (heads_extent), and the dK/dV kernels' walk over (query head of the GQA group, query tile) steps, whose
+    // positions and count are 32-bit (QueryWalk; the tensor maps' coordinates are 32-bit too).
+    constexpr const char* kOp = "flash_attention_backward";
+    mma_head_dim_bucket(p, kOp);
+    heads_extent(p.batch * p.q_heads, kOp);
+    const int64_t group = p.q_heads / std::max<int64_t>(p.kv_heads, 1);
+    if (p.q_len * group > INT32_MAX)
+      raise<ShapeError>(kOp, "q_len·(q_heads / kv_heads)", "below 2^31",
+                        std::to_string(p.q_len) + "·" + std::to_string(group));
     launch_attention_delta(args.dout, args.out, p, workspace, s);
     flash_attention_mma_backward(args, workspace, s);
   } else {

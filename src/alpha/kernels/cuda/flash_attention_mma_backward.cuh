@@ -22,8 +22,9 @@ __device__ __forceinline__ int fragment_col(int lane, int n, int x) { return 8 *
 
 // A key block's steps: (query head of the GQA group, query tile of kStream rows among those that see the
 // block's keys), head-major. A cursor moves through them by increments (no 64-bit division in the loop), in 32
-// bits (flash_attention_backward refuses Tq from 2^31): held in the TMA kernels' 24-register producer warps and the
-// consumers' loops, 64-bit positions spilled (ptxas, 2026-11-30: D 128 added-dQ 128 -> 84 bytes, cp.async 56 -> 20).
+// bits (flash_attention_backward refuses Tq·(Hq / Hkv) from 2^31): held in the TMA kernels' 24-register producer warps
+// and the consumers' loops, 64-bit positions spilled (ptxas, 2026-11-30: D 128 added-dQ 128 -> 84 bytes, cp.async 56 ->
+// 20).
 struct QueryStep {
   int h, i0;
 };

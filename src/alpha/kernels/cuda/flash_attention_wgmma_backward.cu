@@ -83,20 +83,18 @@ template <>
 struct WgmmaBackwardTraits<128> {
   using Keys = TmaKeyGradsConfig<128, 2, 64, 2, 240, 24, 1, false>;
   using Queries = TmaQueryGradsConfig<128, 2, 64, 3, 240, 24, 1>;
-  using AddedDqKeys = Keys;
-  // The added-dQ kernel (2026-11-30, H200, bench/flash_attention.py; TFLOP/s at T 8192 non-causal / causal): two
-  // consumers, a 64-column block of dQ each; each step's dK and dV products right after its entry step (kOverlap
-  // false: 128 bytes of spills, 228 with dropout, after the writer warps; 84 and 164 since the 32-bit query walk;
-  // reading the lane anew in each step's dQ part took them to 32 but ran 5-7% slower, 2026-11-30): 477-481 / 426-430
-  // against the deterministic kernels' 422-424 / 394-399 in the same runs. Behind the next step's products instead
-  // (kOverlap true) ptxas serialises the wgmma for want of registers (C7512; 300 bytes of spills): 345 / 320. Two
-  // stages: 230,440 bytes of shared memory; three, with one dQ tile per consumer to make room, measured the same (473 /
-  // 427).
-  // Where the added-dQ kernel is not the faster (det/atomic, the same runs): causal at Tk 512 (0.94) and 1024 (0.99);
-  // 0.99-1.02 without a mask at Tk 512 and 1024, 1.02-1.15 from Tk 2048. Against the TMA deterministic dK/dV kernel
-  // (2026-11-30, the same bench, two runs) the deterministic backward is the faster up to Tk 2048 with or without the
-  // mask (0.93-0.97), and the added-dQ one at Tk 8192 (1.07-1.08 without a mask, 1.00-1.02 causal); this rule has not
-  // been re-drawn from that yet.
+  // The added-dQ kernel, Keys with kAtomicDq (2026-11-30, H200, bench/flash_attention.py; TFLOP/s at T 8192 non-causal
+  // / causal): two consumers, a 64-column block of dQ each; each step's dK and dV products right after its entry step
+  // (kOverlap false: 128 bytes of spills, 228 with dropout, after the writer warps; 84 and 164 since the 32-bit query
+  // walk; reading the lane anew in each step's dQ part took them to 32 but ran 5-7% slower, 2026-11-30): 477-481 /
+  // 426-430 against the deterministic kernels' 422-424 / 394-399 in the same runs. Behind the next step's products
+  // instead (kOverlap true) ptxas serialises the wgmma for want of registers (C7512; 300 bytes of spills): 345 / 320.
+  // Two stages: 230,440 bytes of shared memory; three, with one dQ tile per consumer to make room, measured the same
+  // (473 / 427). Where the added-dQ kernel is not the faster (det/atomic, the same runs): causal at Tk 512 (0.94) and
+  // 1024 (0.99); 0.99-1.02 without a mask at Tk 512 and 1024, 1.02-1.15 from Tk 2048. Against the TMA deterministic
+  // dK/dV kernel (2026-11-30, the same bench, two runs) the deterministic backward is the faster up to Tk 2048 with or
+  // without the mask (0.93-0.97), and the added-dQ one at Tk 8192 (1.07-1.08 without a mask, 1.00-1.02 causal); this
+  // rule has not been re-drawn from that yet.
   template <class T>
   static bool keeps_deterministic(const AttentionParams<T>& p) {
     return p.causal && p.kv_len <= 1024;
@@ -124,7 +122,6 @@ struct WgmmaBackwardTraits<64> {
   using Keys = TmaKeyGradsConfig<64, 2, 64, 3, 232, 40, 1>;
   using ShortCausalKeys = TmaKeyGradsConfig<64, 1, 64, 3, 224, 32, 2>;
   using Queries = TmaQueryGradsConfig<64, 1, 64, 3, 232, 24, 2>;
-  using AddedDqKeys = Keys;
   template <class T>
   static bool short_causal(const AttentionParams<T>& p) {
     return p.causal && p.kv_len <= 2048;
@@ -456,8 +453,7 @@ __global__ void __launch_bounds__(Config::kThreads, Config::kMinBlocks)
             const typename Shape::QueryGradTile dq_tile = query_grad_tiles.next(2 * consumer + n % 2);
 #pragma unroll
             for (int box = 0; box < Shape::QueryGradTile::kBoxes; ++box)
-              tma::reduce_add_box(&params.dq_sum, dq_tile.box(box), column0 + 32 * box, int(s.i0),
-                                  int(b * p.q_heads + s.h));
+              tma::reduce_add_box(&params.dq_sum, dq_tile.box(box), column0 + 32 * box, s.i0, int(b * p.q_heads + s.h));
             tma::bulk_commit();
             if (n > 0) tma::bulk_wait_read<1>();
           }
@@ -679,8 +675,8 @@ void flash_attention_wgmma_backward(const AttentionBackwardArgs<T>& args, float*
   using namespace wgmma_backward;
   const bool bucket64 = mma_head_dim_bucket(args.params, "flash_attention_backward") == 64;
   if (adds_query_grads(args.params))
-    return bucket64 ? backward_adding_dq<T, WgmmaBackwardTraits<64>::AddedDqKeys>(args, workspace, stream)
-                    : backward_adding_dq<T, WgmmaBackwardTraits<128>::AddedDqKeys>(args, workspace, stream);
+    return bucket64 ? backward_adding_dq<T, WgmmaBackwardTraits<64>::Keys>(args, workspace, stream)
+                    : backward_adding_dq<T, WgmmaBackwardTraits<128>::Keys>(args, workspace, stream);
   if (bucket64) {
     using Traits = WgmmaBackwardTraits<64>;
     if (Traits::short_causal(args.params))
