@@ -124,14 +124,16 @@ void measure(const char* name, const Problem& problem, int warmup, int iters) {
 }
 
 // The configurations compared: TmaForwardConfig<bucket, consumer warpgroups, keys per tile, stages,
-// consumer registers, producer registers, blocks per SM>.
+// consumer registers, producer registers, blocks per SM, persistent blocks>.
 using D64Short = tf::TmaForward64Short;
+using D64ShortPersistent = tf::TmaForwardConfig<64, 1, 64, 4, 136, 24, 3, true>;
 using D64Long = tf::TmaForward64Long;
-using D64TwoConsumersShort = tf::TmaForwardConfig<64, 2, 64, 4, 104, 24, 2>;
-using D64Long96Keys = tf::TmaForwardConfig<64, 3, 96, 2, 160, 32, 1>;
-using D64Long96KeysThreeStages = tf::TmaForwardConfig<64, 3, 96, 3, 160, 32, 1>;
-using D128Short = tf::TmaForward128Short;
+using D64LongPersistent = tf::TmaForwardConfig<64, 3, 128, 2, 160, 32, 1, true>;
+using D64TwoConsumersShort = tf::TmaForwardConfig<64, 2, 64, 4, 104, 24, 2, false>;
+using D64Long96Keys = tf::TmaForwardConfig<64, 3, 96, 2, 160, 32, 1, false>;
+using D128Short = tf::TmaForwardConfig<128, 1, 64, 3, 232, 24, 2, false>;
 using D128Long = tf::TmaForward128;
+using D128LongPersistent = tf::TmaForward128Persistent;
 
 }  // namespace
 
@@ -148,16 +150,19 @@ int main(int argc, char** argv) {
           Shape{4, 32, 4096, 64, causal}, Shape{2, 32, 8192, 64, causal}, Shape{1, 32, 16384, 64, causal}}) {
       const Problem problem(s, rng);
       measure<D64Short>("64 short: 1 consumer, 64 keys, 4 stages, 3 blocks/SM", problem, warmup, iters);
+      measure<D64ShortPersistent>("64 short, persistent", problem, warmup, iters);
       measure<D64Long>("64 long: 3 consumers, 128 keys, 2 stages", problem, warmup, iters);
+      measure<D64LongPersistent>("64 long, persistent", problem, warmup, iters);
       measure<D64TwoConsumersShort>("64: 2 consumers, 64 keys, 4 stages, 2 blocks/SM", problem, warmup, iters);
       measure<D64Long96Keys>("64: 3 consumers, 96 keys, 2 stages", problem, warmup, iters);
-      measure<D64Long96KeysThreeStages>("64: 3 consumers, 96 keys, 3 stages", problem, warmup, iters);
     }
-    for (const Shape& s : {Shape{32, 16, 512, 128, causal}, Shape{16, 16, 1024, 128, causal},
-                           Shape{8, 16, 2048, 128, causal}, Shape{2, 16, 8192, 128, causal}}) {
+    for (const Shape& s :
+         {Shape{32, 16, 512, 128, causal}, Shape{16, 16, 1024, 128, causal}, Shape{8, 16, 2048, 128, causal},
+          Shape{4, 16, 4096, 128, causal}, Shape{2, 16, 8192, 128, causal}}) {
       const Problem problem(s, rng);
       measure<D128Short>("128 short: 1 consumer, 64 keys, 3 stages, 2 blocks/SM", problem, warmup, iters);
       measure<D128Long>("128 long: 2 consumers, 128 keys, 2 stages", problem, warmup, iters);
+      measure<D128LongPersistent>("128 long, persistent", problem, warmup, iters);
     }
   }
   return 0;

@@ -100,18 +100,19 @@ TEST_F(CudaDeterminism, ConstantTimeRunsTheTensorCoreKernelsAndRefusesWhatTheyDo
   EXPECT_ALPHA_ERROR(ops::flash_attention(q, k, v, config), ValueError, "[flash_attention]", "config.deterministic");
 }
 
-// Causal and not: on Hopper, D 64 and 128 without the mask run the dK/dV kernel that adds dQ itself, causal at this T
-// the deterministic kernels.
+// Causal and not: on Hopper, D 64 and 128 without the mask run the dK/dV kernel that adds dQ itself (D 96 and 128 from
+// Tk 2048, hence their longer T), causal at these T the deterministic kernels.
 TEST_F(CudaDeterminism, AtomicDqBackwardDiffersFromTheDeterministicOneOnlyInDqRounding) {
   const Device gpu = Device::cuda(0);
   for (DType dtype : {DType::bf16, DType::f16}) {
     for (int64_t head_dim : {32, 64, 96, 128, 256}) {
       for (bool causal : {true, false}) {
         SCOPED_TRACE(std::string(dtype_name(dtype)) + " D " + std::to_string(head_dim) + (causal ? " causal" : ""));
-        Tensor q = test::random({2, 131, 4, head_dim}, dtype).to(gpu);
-        Tensor k = test::random({2, 131, 2, head_dim}, dtype).to(gpu),
-               v = test::random({2, 131, 2, head_dim}, dtype).to(gpu);
-        Tensor dout = test::random({2, 131, 4, head_dim}, dtype).to(gpu);
+        const int64_t t = head_dim == 96 || head_dim == 128 ? 2113 : 131;
+        Tensor q = test::random({2, t, 4, head_dim}, dtype).to(gpu);
+        Tensor k = test::random({2, t, 2, head_dim}, dtype).to(gpu),
+               v = test::random({2, t, 2, head_dim}, dtype).to(gpu);
+        Tensor dout = test::random({2, t, 4, head_dim}, dtype).to(gpu);
         ops::AttentionConfig config = causal_gqa_config();
         config.causal = causal;
         ops::AttentionOutput fwd = ops::flash_attention(q, k, v, config);
@@ -123,12 +124,12 @@ TEST_F(CudaDeterminism, AtomicDqBackwardDiffersFromTheDeterministicOneOnlyInDqRo
         EXPECT_TRUE(test::bit_equal(atomic.dk, fixed.dk));
         EXPECT_TRUE(test::bit_equal(atomic.dv, fixed.dv));
         EXPECT_TRUE(test::all_close(atomic.dq, fixed.dq, "cuda.flash_attention.atomic_dq"));
-        // Where Hopper's wgmma backward runs and does not add dQ itself (causal at this short T), allowing atomics
+        // Where Hopper's wgmma backward runs and does not add dQ itself (causal at these T), allowing atomics
         // changes nothing: the deterministic kernels run either way (elsewhere the atomic dQ may round differently,
         // within the tolerance above).
 #if ALPHA_WITH_CUDA
         kernels::AttentionParams<bf16> p = {};
-        p.batch = 2, p.q_len = 131, p.kv_len = 131, p.q_heads = 4, p.kv_heads = 2, p.head_dim = head_dim,
+        p.batch = 2, p.q_len = t, p.kv_len = t, p.q_heads = 4, p.kv_heads = 2, p.head_dim = head_dim,
         p.value_dim = head_dim, p.causal = causal, p.deterministic = false;
         if (kernels::cuda::wgmma_backward_runs(head_dim, head_dim) && !kernels::cuda::wgmma_backward_adds_dq(p)) {
           EXPECT_TRUE(test::bit_equal(atomic.dq, fixed.dq));

@@ -5,12 +5,12 @@
 // attention in the same precision, plus a floor that takes that row's abs (the kernels round P and dS to T before their
 // matrix products, as FlashAttention does). The cases cover every head-dimension bucket and tile shape of the kernels
 // (D = 32, 48, 64, 96, 128, 256; Dv != D within and across buckets), lengths that are not multiples of the tiles (1,
-// 17, 63, 127, 600, 700, 1000, 1030, 1100, 1300, 1500, 4099; on Hopper the forward's short and long configurations meet
-// at 512 keys, 1024 causal, at D 128 and at 1024, 2048 causal, at D 64, and each runs with and without dropout), causal
-// and not, Tq < Tk and Tq > Tk (leading rows that see no key), softcap, dropout, GQA ratios 1, 2, 8 and MQA, strided
-// q/k/v slices of one fused qkv tensor, and sliding windows (left, right, both, empty rows, zero width) whose edges
-// fall inside tiles, so that the kernels skip key tiles on both sides and query tiles in the dK/dV pass. bf16/f16 run
-// every case twice: with the deterministic backward, and with the opt-in atomic-dQ backward (config.deterministic
+// 17, 63, 127, 250, 600, 700, 1000, 1030, 1100, 1300, 1500, 2100, 4099; on Hopper the forward's configurations meet at
+// 2048 keys at D 128 (persistent below) and at 1024, 2048 causal, at D 64, and each runs with and without dropout),
+// causal and not, Tq < Tk and Tq > Tk (leading rows that see no key), softcap, dropout, GQA ratios 1, 2, 8 and MQA,
+// strided q/k/v slices of one fused qkv tensor, and sliding windows (left, right, both, empty rows, zero width) whose
+// edges fall inside tiles, so that the kernels skip key tiles on both sides and query tiles in the dK/dV pass. bf16/f16
+// run every case twice: with the deterministic backward, and with the opt-in atomic-dQ backward (config.deterministic
 // false; prefix flash_attention_atomic_dq). Outputs are poisoned: an element no kernel writes fails.
 #if ALPHA_WITH_CUDA
 #include "alpha/check/attention_cases.h"
@@ -35,14 +35,22 @@ constexpr AttentionCase kCases[] = {
     {"mqa_d256_dv128_dropout", 1, 65, 65, 4, 1, 256, 128, false, 0.0, 0.1, false},
     {"causal_t1000_d64", 1, 1000, 1000, 2, 2, 64, 64, true, 0.0, 0.0, false},
     {"tq1000_tk300_gqa2_dropout_d128", 1, 1000, 300, 4, 2, 128, 128, false, 0.0, 0.1, false},
-    // Past the Hopper forward's short ranges with Tq·Tk within the sanitizer runs' small scale (at most 65536):
-    // its long configurations with and without dropout, Tq < 128 leaving a D 128 block's second consumer no rows.
+    // With Tq·Tk within the sanitizer runs' small scale (at most 65536): past the D 64 forward's short range, with and
+    // without dropout; Tq < 128 leaving a D 128 block's second consumer no rows.
     {"tq90_tk700_d128", 1, 90, 700, 2, 2, 128, 128, false, 0.0, 0.0, false},
     {"causal_tq63_tk1030_gqa2_softcap_dropout_d128", 1, 63, 1030, 2, 1, 128, 128, true, 0.3, 0.1, false},
     {"tq63_tk1030_gqa2_dropout_d64", 1, 63, 1030, 4, 2, 64, 64, false, 0.0, 0.1, false},
     {"tq63_tk1030_softcap_d64", 1, 63, 1030, 2, 2, 64, 64, false, 0.3, 0.0, false},
-    // The D 128 short configuration causal across several key tiles (its three-stage ring wraps).
+    // The D 128 forward causal across several key tiles (its ring wraps).
     {"causal_tq100_tk600_d128", 1, 100, 600, 2, 2, 128, 128, true, 0.0, 0.0, false},
+    // More query tiles (of 128 rows) than an H100's or H200's SMs for the D 128 forward's persistent blocks (one per
+    // SM, up to Tk 2048), so that blocks run several: 240 and, causal, 160 of differing lengths.
+    {"persistent_b30_tq130_tk500_d128", 30, 130, 500, 4, 4, 128, 128, false, 0.0, 0.0, false},
+    {"persistent_causal_b20_t250_gqa2_d128", 20, 250, 250, 4, 2, 128, 128, true, 0.0, 0.0, false},
+    // Past Tk 2048 without a mask: the D 128 forward's blocks of one query tile, the D 97-128 backward adding dQ itself
+    // (config.deterministic false).
+    {"tq31_tk2100_gqa2_d128", 1, 31, 2100, 4, 2, 128, 128, false, 0.0, 0.0, false},
+    {"tq30_tk2100_softcap_dropout_d96", 1, 30, 2100, 2, 2, 96, 96, false, 0.3, 0.1, false},
     {"causal_t4099_gqa2_d64", 1, 4099, 4099, 2, 1, 64, 64, true, 0.0, 0.0, false},
     {"tq1300_tk1100_gqa2_softcap_dropout_d64", 1, 1300, 1100, 4, 2, 64, 64, false, 0.3, 0.1, false},
     {"window_left63_causal_gqa_dropout", 2, 200, 200, 8, 2, 64, 64, true, 0.0, 0.1, false, 63, -1},

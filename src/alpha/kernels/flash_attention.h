@@ -24,7 +24,7 @@
 // key block's dQ contribution into an f32 accumulator with atomics (FlashAttention-2's scheme; on Hopper, for
 // head dims 33-64 and 97-128, with the copy engine's reduce-add, FlashAttention-3's), skipping the separate dQ
 // pass; dq then varies in its low bits from run to run. On Hopper, head dims 33-64 causal with Tk <= 2048 and
-// 97-128 causal with Tk <= 1024 stay deterministic either way (wgmma_backward_adds_dq).
+// 97-128 with Tk <= 2048 (4096 causal) stay deterministic either way (wgmma_backward_adds_dq).
 //
 // Head dimensions: D and Dv from 1 to 256, independently (kernels are compiled for buckets of the widest
 // of the two: 64, 128, 256); wider raises ShapeError.
@@ -73,7 +73,7 @@ void flash_attention_backward(const AttentionBackwardArgs<T>& args, float* works
 bool wgmma_backward_runs(int64_t head_dim, int64_t value_dim);
 // Whether this backward runs the wgmma dK/dV kernel that also adds dQ into the f32 accumulator (FlashAttention-3's
 // 5 products instead of 7): params.deterministic false, head-dim bucket 64 but causal with Tk <= 2048, or bucket
-// 128 but causal with Tk <= 1024 (where it measured slower). Where the wgmma kernels run and this is false, the
+// 128 from Tk 2049 (4097 causal; where it measured slower below). Where the wgmma kernels run and this is false, the
 // backward is the deterministic one whatever params.deterministic asks. T = bf16 or f16.
 template <class T>
 bool wgmma_backward_adds_dq(const AttentionParams<T>& p);

@@ -229,17 +229,36 @@ inline size_t block_shared_memory_limit() {
   return size_t(limit);
 }
 
+// Checks that the device offers `bytes` of shared memory to a block and raises the kernel's limit to it.
+template <class... Params>
+void allow_shared(void (*kernel)(Params...), const char* name, size_t bytes) {
+  const size_t limit = block_shared_memory_limit();
+  if (bytes > limit)
+    raise<BackendError>(name, "shared memory", "at most " + std::to_string(limit) + " bytes per block on this device",
+                        std::to_string(bytes));
+  ALPHA_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes)));
+}
+
+// The blocks of `kernel` (`threads` threads, `bytes` of dynamic shared memory) the current device runs at
+// once: a persistent kernel's grid.
+template <class... Params>
+int64_t resident_blocks(void (*kernel)(Params...), const char* name, int threads, size_t bytes) {
+  allow_shared(kernel, name, bytes);
+  int device = 0, sms = 0, per_sm = 0;
+  ALPHA_CUDA_CHECK(cudaGetDevice(&device));
+  ALPHA_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  ALPHA_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, bytes));
+  if (per_sm == 0) raise<BackendError>(name, "resident blocks", "at least one block per SM", "0");
+  return int64_t(sms) * per_sm;
+}
+
 // Launches kernel<<<grid, threads, bytes of dynamic shared memory, stream>>>(args...), after checking the
 // device offers that much shared memory to a block and raising the kernel's limit to it.
 template <class... Params, class... Args>
 void launch_with_shared(void (*kernel)(Params...), const char* name, dim3 grid, int threads, size_t bytes,
                         cudaStream_t stream, const Args&... args) {
   if (grid.x == 0 || grid.y == 0) return;
-  const size_t limit = block_shared_memory_limit();
-  if (bytes > limit)
-    raise<BackendError>(name, "shared memory", "at most " + std::to_string(limit) + " bytes per block on this device",
-                        std::to_string(bytes));
-  ALPHA_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes)));
+  allow_shared(kernel, name, bytes);
   kernel<<<grid, threads, bytes, stream>>>(args...);
   alpha::cuda::check(cudaGetLastError(), name, __FILE__, __LINE__);
 }

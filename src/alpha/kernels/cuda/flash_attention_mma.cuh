@@ -110,20 +110,26 @@ __device__ __forceinline__ int64_t tile_last_row(int64_t first, int rows, int64_
   return first + rows < total ? first + rows - 1 : total - 1;
 }
 
-// A block's query tile of `rows` rows of head bh = b·Hq + h = blockIdx.y (tiles are scheduled last-first:
-// blockIdx.x counts from the end, so under a causal mask the longest rows start first), and the keys it sees:
-// [key_begin, key_end) by any of its rows, [whole_begin, whole_end) by every one (no masking there).
+// Query tile `from_end` of `tiles` tiles of `rows` rows of head bh = b·Hq + h (counted from the last tile, so
+// that under a causal mask the longest rows start first), and the keys it sees: [key_begin, key_end) by any of
+// its rows, [whole_begin, whole_end) by every one (no masking there). query_tile: the block's, tile blockIdx.x
+// of head blockIdx.y.
 struct QueryTile {
   int64_t bh, b, h, kv_head, first_row, key_begin, key_end, whole_begin, whole_end;
 };
 template <class T>
-__device__ __forceinline__ QueryTile query_tile(const AttentionParams<T>& p, int rows) {
-  const BlockHeads heads = query_heads_of_row(p, blockIdx.y);
-  const int64_t first_row = int64_t(gridDim.x - 1 - blockIdx.x) * rows;
+__device__ __forceinline__ QueryTile query_tile_at(const AttentionParams<T>& p, int rows, int64_t from_end,
+                                                   int64_t tiles, unsigned bh) {
+  const BlockHeads heads = query_heads_of_row(p, bh);
+  const int64_t first_row = (tiles - 1 - from_end) * rows;
   const KeyRange first_keys = visible_key_range(p, first_row);
   const KeyRange last_keys = visible_key_range(p, tile_last_row(first_row, rows, p.q_len));
-  return {int64_t(blockIdx.y), heads.b,       heads.head,      heads.kv_head, first_row,
-          first_keys.begin,    last_keys.end, last_keys.begin, first_keys.end};
+  return {int64_t(bh),      heads.b,       heads.head,      heads.kv_head, first_row,
+          first_keys.begin, last_keys.end, last_keys.begin, first_keys.end};
+}
+template <class T>
+__device__ __forceinline__ QueryTile query_tile(const AttentionParams<T>& p, int rows) {
+  return query_tile_at(p, rows, blockIdx.x, gridDim.x, blockIdx.y);
 }
 
 // The rows of one head of an operand [B, T, H, features]: element (t, e) at rows[t·strides.time + e].

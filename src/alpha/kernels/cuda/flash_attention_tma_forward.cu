@@ -36,7 +36,7 @@ void flash_attention_wgmma_forward(const AttentionForwardArgs<T>& args, int buck
   using namespace tma_forward;
   const AttentionParams<T>& p = args.params;
   if (bucket == 128) {
-    if (p.kv_len <= (p.causal ? 1024 : 512)) return launch_tma_forward<T, TmaForward128Short>(args, stream);
+    if (p.kv_len <= 2048) return launch_tma_forward<T, TmaForward128Persistent>(args, stream);
     return launch_tma_forward<T, TmaForward128>(args, stream);
   }
   if (p.kv_len <= (p.causal ? 2048 : 1024)) return launch_tma_forward<T, TmaForward64Short>(args, stream);

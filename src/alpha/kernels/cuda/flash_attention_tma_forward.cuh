@@ -4,10 +4,13 @@
 // (flash_attention_mma_forward.cuh, whose softmax step and epilogue it calls); the products are wgmma
 // (wgmma.cuh), Q·Kᵀ with both operands in shared memory, P̃·V with P̃ from registers.
 //
-// One block per (query tile of 64·kConsumers rows, b·Hq + h): warpgroup 0 is the producer, warpgroups
-// 1..kConsumers the consumers, consumer c owning rows [64c, 64c + 64) of the tile.
+// A block runs query tiles of 64·kConsumers rows of one head b·Hq + h: one per block, or (persistent
+// configurations) one wave of blocks each running tiles one after another (for_each_query_tile), so that a
+// block's next Q tile and first key tiles land while its consumers finish the last tile's rows. Warpgroup 0
+// is the producer, warpgroups 1..kConsumers the consumers, consumer c owning rows [64c, 64c + 64) of the tile.
 //   Producer (one thread; the warpgroup gives its registers to the consumers with setmaxnreg): copies the Q
-//   tile once, then K_j and V_j of every key tile j of the block's range into a ring of kStages stages,
+//   tile (once the consumers handed back the last one), then K_j and V_j of every key tile j of its range into
+//   a ring of kStages stages (the ring going on across the block's tiles),
 //   each stage's K and V with a "full" barrier the copy engine completes and an "empty" barrier the
 //   consumers complete when they no longer read it. K and V have barriers of their own, so K_{j+1} can
 //   land while V_j is still read.
@@ -36,41 +39,54 @@ using mma::FragA;
 using mma::FragC;
 
 // A configuration: head-dimension bucket, consumer warpgroups (each 64 query rows), keys per tile, stages
-// of the ring, registers of a consumer and of the producer, blocks per SM (tma::WarpSpecialised).
+// of the ring, registers of a consumer and of the producer, blocks per SM (tma::WarpSpecialised), and whether
+// the blocks are persistent (one wave of blocks, each running query tiles one after another: for_each_query_tile).
 template <int kHeadDimBucket, int kConsumerWarpgroups, int kKeysPerTile, int kRingStages, int kConsumerRegs,
-          int kProducerRegs, int kBlocksPerSm>
+          int kProducerRegs, int kBlocksPerSm, bool kPersistentBlocks>
 struct TmaForwardConfig : tma::WarpSpecialised<kConsumerWarpgroups, kConsumerRegs, kProducerRegs, kBlocksPerSm> {
   static constexpr int kHeadDim = kHeadDimBucket, kKeys = kKeysPerTile, kStages = kRingStages;
+  static constexpr bool kPersistent = kPersistentBlocks;
 };
 // Chosen with bench/tma_forward_configs.cu (the configurations side by side on the same inputs; the numbers
 // below from one call on an H200, 2026-11-27, the rejected ones from an earlier call that day; after the kernel
 // lost its dropout code where p = 0, which took most of its spills; ms at B·T 16384, H 2048/D but 12 at D 64
 // T 1024; docs/PERFORMANCE.md has the whole table). Spills are ptxas's without dropout; with it they are
 // 1,476 bytes (D 64 long) and 144 (D 128 long), as before the split.
-// - D 128, long key ranges: two consumers, 128 keys, two stages, one block per SM (240 registers, no
+// - D 128, beyond 2048 keys: two consumers, 128 keys, two stages, one block per SM (240 registers, no
 //   spills): 0.289 / 0.482 / 1.722 non-causal at T 1024 / 2048 / 8192, against 0.317 / 0.577 / 2.149 for the
 //   short configuration; 176 keys (FlashAttention-3's) 1-8% slower (256 bytes of spills); two consumers at
 //   64 keys and four stages, and ping-pong (the consumers taking turns at the tensor cores,
 //   FlashAttention-3's schedule), 3-57% slower at every T but 512 causal (H100, 2026-11-26).
-using TmaForward128 = TmaForwardConfig<128, 2, 128, 2, 240, 24, 1>;
-// - D 128, short key ranges (at most 512 keys, or 1024 under a causal mask): one consumer, 64 keys, three
-//   stages, two blocks per SM (232 registers, no spills), so that one block's start and end overlap the
-//   other's work: 0.190 non-causal at T 512 and 0.137 / 0.202 causal at T 512 / 1024, against 0.193 and
-//   0.161 / 0.211 for the long configuration; two stages 1-2% slower.
-using TmaForward128Short = TmaForwardConfig<128, 1, 64, 3, 232, 24, 2>;
+using TmaForward128 = TmaForwardConfig<128, 2, 128, 2, 240, 24, 1, false>;
+// - D 128, up to 2048 keys: the same, persistent (H200, 2026-11-30, bench/tma_forward_configs.cu, TFLOP/s at T 512 /
+//   1024 / 2048): 438.5 / 536.3 / 600.2 non-causal and 270.4 / 388.4 / 497.9 causal, against 369.0 / 483.6 / 571.4 and
+//   222.3 / 331.6 / 444.8 for a block per query tile, and 374.3 / 443.2 / 484.5 and 255.3 / 341.8 / 415.6 for the
+//   short configuration that ran at most 512 keys (1024 causal) until then (one consumer, 64 keys, three stages, two
+//   blocks per SM; persistent 379.7 and 273.8 at T 512). The blocks' start and end were what the short kernels lost to,
+//   not the width of their tiles. At T 8192 persistence was 1.4% slower without a mask and 1.2% faster causal.
+using TmaForward128Persistent = TmaForwardConfig<128, 2, 128, 2, 240, 24, 1, true>;
 // - D 64, long key ranges: three consumers (192 query rows a block, 160 registers each; 64 bytes of spills, 216
 //   with the softcap), 128 keys, two stages: 0.638 / 2.221 non-causal at T 2048 / 8192 and 1.228 causal at T 8192,
 //   against 0.700 / 2.706 and 1.403 for the short configuration. Two consumers at 240 registers were 4-19% slower, a
 //   third stage 1-3% slower, 176 keys with two consumers 23-35% slower (H200, the same day). 96 keys, the one tile at
 //   three consumers whose registers hold it without spilling (S and the previous P̃ take 48 and 24 of the 160 instead of
 //   64 and 32), 6-11% slower from T 2048 (H200, 2026-11-30).
-using TmaForward64Long = TmaForwardConfig<64, 3, 128, 2, 160, 32, 1>;
+using TmaForward64Long = TmaForwardConfig<64, 3, 128, 2, 160, 32, 1, false>;
 // - D 64, short key ranges (at most 1024 keys, or 2048 under a causal mask): one consumer, 64 keys, four
 //   stages, three blocks per SM (136 registers, no spills): 0.218 / 0.148 non-causal at T 512 / 1024 and
 //   0.163 / 0.100 / 0.406 causal at T 512 / 1024 / 2048, against 0.240 / 0.164 and 0.172 / 0.111 / 0.449 for
 //   two consumers at two blocks per SM (this range's configuration until then) and 0.242 / 0.151 and 0.210 /
-//   0.117 / 0.411 for the long configuration.
-using TmaForward64Short = TmaForwardConfig<64, 1, 64, 4, 136, 24, 3>;
+//   0.117 / 0.411 for the long configuration. Neither D 64 configuration gains from persistence (2026-11-30, the
+//   same call as D 128's: the short one 3% slower without a mask up to T 1024, 3% faster causal; the long one 1-3%
+//   either way up to T 4096, 14-20% slower causal from T 8192, where a block's fixed share of long and short tiles
+//   balances worse than the hardware's handing out of blocks as others end).
+using TmaForward64Short = TmaForwardConfig<64, 1, 64, 4, 136, 24, 3, false>;
+
+// Configuration Traits with a block per query tile.
+template <class Traits>
+using OneTilePerBlock =
+    TmaForwardConfig<Traits::kHeadDim, Traits::kConsumers, Traits::kKeys, Traits::kStages, Traits::kConsumerRegisters,
+                     Traits::kProducerRegisters, Traits::kMinBlocks, false>;
 
 template <class Traits>
 struct TmaForwardShape {
@@ -80,8 +96,8 @@ struct TmaForwardShape {
   using QTile = wgmma::SwizzledTile<kRows, kHeadDim>;
   using KvTile = wgmma::SwizzledTile<kKeys, kHeadDim>;
   static constexpr size_t kTileBytes = size_t(QTile::kBytes) + 2 * kStages * size_t(KvTile::kBytes);
-  // After the tiles: the Q barrier, then full and empty barriers of K and of V per stage.
-  static constexpr size_t kSharedBytes = kTileBytes + (1 + 4 * kStages) * sizeof(uint64_t);
+  // After the tiles: the Q tile's full and empty barriers, then full and empty barriers of K and of V per stage.
+  static constexpr size_t kSharedBytes = kTileBytes + (2 + 4 * kStages) * sizeof(uint64_t);
 };
 
 // The kernel's parameter: the arguments, and the operands' tensor maps (rank 4: features, heads, time,
@@ -95,10 +111,35 @@ struct TmaForwardArgs {
 // kDropout: p.dropout_p > 0, and kSoftcap: p.softcap > 0, as templates (mma_forward::softmax_tile_of's kMayDrop says
 // why; with both softmax variants in one kernel, the D 64 kernel for long key ranges spilled 216 bytes, 64 without the
 // softcap's).
+// The query tiles a block runs, body(QueryTile) for each. Not persistent: its grid position's (tile blockIdx.x
+// of head blockIdx.y). Persistent (a 1-D grid of G blocks, at most one wave): item r·G + x of round r for block
+// x in even rounds and r·G + G − 1 − x in odd ones, item = bh·tiles + tile from the end. The tiles of a head are
+// consecutive items, so the blocks running at once share its K and V in L2; the alternation gives each block
+// long and short rows in turn under a causal mask (without it block x would get tile x mod tiles every round
+// whenever G is a multiple of the tiles per head).
+template <bool kPersistent, class T, class Body>
+__device__ __forceinline__ void for_each_query_tile(const AttentionParams<T>& p, int rows, Body body) {
+  if constexpr (!kPersistent) {
+    body(query_tile(p, rows));
+  } else {
+    const int64_t tiles = (p.q_len + rows - 1) / rows, items = tiles * p.batch * p.q_heads, blocks = gridDim.x;
+    for (int64_t round = 0;; ++round) {
+      const int64_t item = round * blocks + (round % 2 ? blocks - 1 - blockIdx.x : blockIdx.x);
+      if (item >= items) return;
+      body(query_tile_at(p, rows, item % tiles, tiles, unsigned(item / tiles)));
+    }
+  }
+}
+
+// kDropout: p.dropout_p > 0, and kSoftcap: p.softcap > 0, as templates (mma_forward::softmax_tile_of's kMayDrop says
+// why; with both softmax variants in one kernel, the D 64 kernel for long key ranges spilled 216 bytes, 64 without the
+// softcap's).
 template <class T, class Traits, bool kDropout, bool kSoftcap>
 __global__ void __launch_bounds__(TmaForwardShape<Traits>::kThreads, Traits::kMinBlocks)
     tma_forward_kernel(const __grid_constant__ TmaForwardArgs<T> params) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  constexpr bool kPersistent = Traits::kPersistent;
+  static_assert(!(kPersistent && kDropout), "dropout runs a block per query tile (launch_tma_forward)");
   using Shape = TmaForwardShape<Traits>;
   constexpr int kHeadDim = Traits::kHeadDim, kKeys = Traits::kKeys, kStages = Traits::kStages;
   constexpr int kN = kKeys / 8, kO = kHeadDim / 8;
@@ -107,10 +148,14 @@ __global__ void __launch_bounds__(TmaForwardShape<Traits>::kThreads, Traits::kMi
   // Key tile n of the block's range sits in stage n % kStages: k_tiles.next(stage), v_tiles.next(stage).
   const typename Shape::KvTile k_tiles{shared + Shape::QTile::kElements};
   const typename Shape::KvTile v_tiles = k_tiles.next(kStages);
+  // The Q tile's full barrier (the copy engine completes it) and empty one (the consumer warps, once they no
+  // longer read the tile: a persistent block's next Q tile then lands while they finish this one's rows).
   uint64_t* q_full = reinterpret_cast<uint64_t*>(reinterpret_cast<char*>(shared) + Shape::kTileBytes);
-  const tma::KeyValueRing<kStages> ring(q_full + 1);
+  uint64_t* q_empty = q_full + 1;
+  const tma::KeyValueRing<kStages> ring(q_full + 2);
   if (threadIdx.x == 0) {
     tma::barrier_init(q_full, 1);
+    tma::barrier_init(q_empty, 4 * Traits::kConsumers);
     ring.init(4 * Traits::kConsumers);
     tma::fence_barrier_init();
   }
@@ -122,8 +167,10 @@ __global__ void __launch_bounds__(TmaForwardShape<Traits>::kThreads, Traits::kMi
   // Read through a shuffle so the compiler knows it is the same in every lane: branches on it are then not
   // divergent, and the wgmma inside them are not serialised.
   const int warpgroup = __shfl_sync(kFullWarp, warp / 4, 0);
-  [[maybe_unused]] const auto [bh, b, h, kv_head, i0, key_begin, key_end, whole_begin, whole_end] =
-      query_tile(p, Shape::kRows);
+  // Producer and consumers count the block's query tiles (m, the Q tile's phases) and key tiles (n, the ring's
+  // slots; kept below 2·kStages between query tiles, which keeps its stage and parity) alike.
+  uint32_t m = 0;
+  int n = 0;
 
   if (warpgroup == 0) {
     tma::shrink_registers<Traits::kProducerRegisters>();
@@ -131,9 +178,13 @@ __global__ void __launch_bounds__(TmaForwardShape<Traits>::kThreads, Traits::kMi
       tma::prefetch_map(&params.q);
       tma::prefetch_map(&params.k);
       tma::prefetch_map(&params.v);
-      tma::arrive_expect_bytes(q_full, Shape::QTile::kBytes);
-      tma::load_tile(q_tile, params.q, q_full, i0, h, b);
-      ring.produce(k_tiles, v_tiles, params.k, params.v, key_begin, key_end, kv_head, b);
+      for_each_query_tile<kPersistent>(p, Shape::kRows, [&](const QueryTile& tile) {
+        tma::wait(q_empty, (m++ & 1) ^ 1);
+        tma::arrive_expect_bytes(q_full, Shape::QTile::kBytes);
+        tma::load_tile(q_tile, params.q, q_full, tile.first_row, tile.h, tile.b);
+        n = ring.produce(k_tiles, v_tiles, params.k, params.v, tile.key_begin, tile.key_end, tile.kv_head, tile.b, n) %
+            (2 * kStages);
+      });
     }
   } else {
     tma::grow_registers<Traits::kConsumerRegisters>();
@@ -142,86 +193,90 @@ __global__ void __launch_bounds__(TmaForwardShape<Traits>::kThreads, Traits::kMi
     const int row0 = 64 * consumer + 16 * (warp % 4);
     const Softcap softcap = softcap_of(p);
     const float scale_log2 = p.scale * kLog2e;
-    const int64_t group_first_row = i0 + 64 * consumer;
-    const bool group_has_rows = group_first_row < p.q_len;
-    const KeyRange group_first_keys = visible_key_range(p, group_has_rows ? group_first_row : 0);
-    const KeyRange group_last_keys = visible_key_range(p, tile_last_row(group_first_row, 64, p.q_len));
+    for_each_query_tile<kPersistent>(p, Shape::kRows, [&](const QueryTile& tile) {
+      const int64_t i0 = tile.first_row, bh = tile.bh;
+      const int64_t group_first_row = i0 + 64 * consumer;
+      const bool group_has_rows = group_first_row < p.q_len;
+      const KeyRange group_first_keys = visible_key_range(p, group_has_rows ? group_first_row : 0);
+      const KeyRange group_last_keys = visible_key_range(p, tile_last_row(group_first_row, 64, p.q_len));
 
-    // row_max in base-2 units (m·log2 e) until the end; row_sum: this thread's columns only, until the end.
-    float row_max[1][2] = {{-INFINITY, -INFINITY}}, row_sum[1][2] = {{0.0f, 0.0f}};
-    FragC acc[1][kO];
-    mma::zero(acc);
-    // P̃ of the previous tile, whose P·V is issued with the next tile's Q·Kᵀ.
-    FragA probs[1][kN / 2];
-    int previous_stage = -1;
-    uint32_t previous_parity = 0;
-    auto issue_pv = [&](int stage, uint32_t parity) {
-      tma::wait(ring.v_full + stage, parity);
-#pragma unroll
-      for (int k = 0; k < kN / 2; ++k)
-        wgmma::product_rs<T, kHeadDim>(acc[0], probs[0][k], v_tiles.next(stage).mn_major(k));
-      wgmma::commit();
-    };
-    auto finish_previous = [&]() {
-      if (previous_stage < 0) return;
-      wgmma::fence();
-      issue_pv(previous_stage, previous_parity);
-      wgmma::wait<0>();
-      wgmma::hold(acc[0]);
-      tma::hand_back(ring.v_empty + previous_stage, lane);
-      previous_stage = -1;
-    };
-
-    tma::wait(q_full, 0);
-    int n = 0;
-    for (int64_t j0 = key_begin; j0 < key_end; j0 += kKeys, ++n) {
-      const auto [stage, parity] = tma::ring_slot<kStages>(n);
-      const bool group_sees_tile =
-          group_has_rows && j0 < group_last_keys.end && j0 + kKeys > group_first_keys.begin;
-      if (!group_sees_tile) {
-        // The tiles this warpgroup sees are consecutive: finish the last one's P̃·V, then hand this tile back
-        // once it has landed.
-        finish_previous();
-        tma::wait(ring.k_full + stage, parity);
-        tma::hand_back(ring.k_empty + stage, lane);
+      // row_max in base-2 units (m·log2 e) until the end; row_sum: this thread's columns only, until the end.
+      float row_max[1][2] = {{-INFINITY, -INFINITY}}, row_sum[1][2] = {{0.0f, 0.0f}};
+      FragC acc[1][kO];
+      mma::zero(acc);
+      // P̃ of the previous tile, whose P·V is issued with the next tile's Q·Kᵀ.
+      FragA probs[1][kN / 2];
+      int previous_stage = -1;
+      uint32_t previous_parity = 0;
+      auto issue_pv = [&](int stage, uint32_t parity) {
         tma::wait(ring.v_full + stage, parity);
-        tma::hand_back(ring.v_empty + stage, lane);
-        continue;
-      }
-      // S = Q·Kᵀ, then the previous tile's O += P̃·V behind it; the softmax below runs while P̃·V does.
-      FragC s[1][kN];
-      tma::wait(ring.k_full + stage, parity);
-      wgmma::fence();
 #pragma unroll
-      for (int k = 0; k < kHeadDim / 16; ++k)
-        wgmma::product_ss<T, kKeys>(s[0], q_tile.k_major(64 * consumer, k), k_tiles.next(stage).k_major(0, k), k > 0);
-      wgmma::commit();
-      if (previous_stage >= 0) {
+        for (int k = 0; k < kN / 2; ++k)
+          wgmma::product_rs<T, kHeadDim>(acc[0], probs[0][k], v_tiles.next(stage).mn_major(k));
+        wgmma::commit();
+      };
+      auto finish_previous = [&]() {
+        if (previous_stage < 0) return;
+        wgmma::fence();
         issue_pv(previous_stage, previous_parity);
-        wgmma::wait<1>();
-      } else {
         wgmma::wait<0>();
-      }
-      wgmma::hold(s[0]);
-      tma::hand_back(ring.k_empty + stage, lane);
+        wgmma::hold(acc[0]);
+        tma::hand_back(ring.v_empty + previous_stage, lane);
+        previous_stage = -1;
+      };
 
-      float rescale[1][2];
-      if (j0 >= group_last_keys.begin && j0 + kKeys <= group_first_keys.end)
-        mma_forward::softmax_tile_of<T, 1, kN, false, kSoftcap, false, kDropout>(
-            p, softcap, scale_log2, bh, i0 + row0, j0, lane, s, row_max, row_sum, rescale);
-      else
-        mma_forward::softmax_tile_of<T, 1, kN, true, kSoftcap, false, kDropout>(p, softcap, scale_log2, bh, i0 + row0,
-                                                                                j0, lane, s, row_max, row_sum, rescale);
-      wgmma::wait<0>();
-      wgmma::hold(acc[0]);
-      if (previous_stage >= 0) tma::hand_back(ring.v_empty + previous_stage, lane);
-      mma_forward::rescale_rows(acc, rescale);
-      mma::to_a_fragments<T>(probs, s);
-      previous_stage = stage;
-      previous_parity = parity;
-    }
-    finish_previous();
-    mma_forward::store_rows<T, 1, kO>(a, b, h, bh, i0 + row0, lane, acc, row_max, row_sum);
+      tma::wait(q_full, m++ & 1);
+      for (int64_t j0 = tile.key_begin; j0 < tile.key_end; j0 += kKeys, ++n) {
+        const auto [stage, parity] = tma::ring_slot<kStages>(n);
+        const bool group_sees_tile = group_has_rows && j0 < group_last_keys.end && j0 + kKeys > group_first_keys.begin;
+        if (!group_sees_tile) {
+          // The tiles this warpgroup sees are consecutive: finish the last one's P̃·V, then hand this tile back
+          // once it has landed.
+          finish_previous();
+          tma::wait(ring.k_full + stage, parity);
+          tma::hand_back(ring.k_empty + stage, lane);
+          tma::wait(ring.v_full + stage, parity);
+          tma::hand_back(ring.v_empty + stage, lane);
+          continue;
+        }
+        // S = Q·Kᵀ, then the previous tile's O += P̃·V behind it; the softmax below runs while P̃·V does.
+        FragC s[1][kN];
+        tma::wait(ring.k_full + stage, parity);
+        wgmma::fence();
+#pragma unroll
+        for (int k = 0; k < kHeadDim / 16; ++k)
+          wgmma::product_ss<T, kKeys>(s[0], q_tile.k_major(64 * consumer, k), k_tiles.next(stage).k_major(0, k), k > 0);
+        wgmma::commit();
+        if (previous_stage >= 0) {
+          issue_pv(previous_stage, previous_parity);
+          wgmma::wait<1>();
+        } else {
+          wgmma::wait<0>();
+        }
+        wgmma::hold(s[0]);
+        tma::hand_back(ring.k_empty + stage, lane);
+
+        float rescale[1][2];
+        if (j0 >= group_last_keys.begin && j0 + kKeys <= group_first_keys.end)
+          mma_forward::softmax_tile_of<T, 1, kN, false, kSoftcap, false, kDropout>(
+              p, softcap, scale_log2, bh, i0 + row0, j0, lane, s, row_max, row_sum, rescale);
+        else
+          mma_forward::softmax_tile_of<T, 1, kN, true, kSoftcap, false, kDropout>(
+              p, softcap, scale_log2, bh, i0 + row0, j0, lane, s, row_max, row_sum, rescale);
+        wgmma::wait<0>();
+        wgmma::hold(acc[0]);
+        if (previous_stage >= 0) tma::hand_back(ring.v_empty + previous_stage, lane);
+        mma_forward::rescale_rows(acc, rescale);
+        mma::to_a_fragments<T>(probs, s);
+        previous_stage = stage;
+        previous_parity = parity;
+      }
+      n %= 2 * kStages;
+      // Every S of this tile has been waited for: Q is free for the block's next query tile.
+      tma::hand_back(q_empty, lane);
+      finish_previous();
+      mma_forward::store_rows<T, 1, kO>(a, tile.b, tile.h, bh, i0 + row0, lane, acc, row_max, row_sum);
+    });
   }
 #else
   __trap();  // built without sm_90a: the host never launches this (wgmma_kernels_run)
@@ -240,11 +295,19 @@ void launch_tma_forward(const AttentionForwardArgs<T>& args, cudaStream_t stream
       tma::head_tensor_map(args.q, p.q_strides, p.batch, p.q_len, p.q_heads, p.head_dim, Shape::kRows, kOp, "q"),
       tma::head_tensor_map(args.k, p.k_strides, p.batch, p.kv_len, p.kv_heads, p.head_dim, Shape::kKeys, kOp, "k"),
       tma::head_tensor_map(args.v, p.v_strides, p.batch, p.kv_len, p.kv_heads, p.value_dim, Shape::kKeys, kOp, "v")};
-  const dim3 grid(tile_count(p.q_len, Shape::kRows), heads_extent(p.batch * p.q_heads, kOp));
+  const unsigned tiles = tile_count(p.q_len, Shape::kRows), heads = heads_extent(p.batch * p.q_heads, kOp);
   const bool dropout = p.dropout_p > 0, softcap = p.softcap > 0;
+  // With dropout, a block per query tile even in a persistent configuration: the tile loop's state beside the dropout
+  // mask's spilled (8 bytes in the short D 64 configuration, at 136 registers).
+  using WithDropout = OneTilePerBlock<Traits>;
   const auto kernel =
-      dropout ? (softcap ? tma_forward_kernel<T, Traits, true, true> : tma_forward_kernel<T, Traits, true, false>)
-              : (softcap ? tma_forward_kernel<T, Traits, false, true> : tma_forward_kernel<T, Traits, false, false>);
+      dropout
+          ? (softcap ? tma_forward_kernel<T, WithDropout, true, true> : tma_forward_kernel<T, WithDropout, true, false>)
+          : (softcap ? tma_forward_kernel<T, Traits, false, true> : tma_forward_kernel<T, Traits, false, false>);
+  dim3 grid(tiles, heads);
+  if (Traits::kPersistent && !dropout)
+    grid = dim3(unsigned(
+        std::min<int64_t>(int64_t(tiles) * heads, resident_blocks(kernel, kOp, Shape::kThreads, Shape::kSharedBytes))));
   launch_with_shared(kernel, kOp, grid, Shape::kThreads, Shape::kSharedBytes, stream, params);
 }
 

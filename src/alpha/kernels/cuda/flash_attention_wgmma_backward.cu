@@ -90,14 +90,13 @@ struct WgmmaBackwardTraits<128> {
   // 426-430 against the deterministic kernels' 422-424 / 394-399 in the same runs. Behind the next step's products
   // instead (kOverlap true) ptxas serialises the wgmma for want of registers (C7512; 300 bytes of spills): 345 / 320.
   // Two stages: 230,440 bytes of shared memory; three, with one dQ tile per consumer to make room, measured the same
-  // (473 / 427). Where the added-dQ kernel is not the faster (det/atomic, the same runs): causal at Tk 512 (0.94) and
-  // 1024 (0.99); 0.99-1.02 without a mask at Tk 512 and 1024, 1.02-1.15 from Tk 2048. Against the TMA deterministic
-  // dK/dV kernel (2026-11-30, the same bench, two runs) the deterministic backward is the faster up to Tk 2048 with or
-  // without the mask (0.93-0.97), and the added-dQ one at Tk 8192 (1.07-1.08 without a mask, 1.00-1.02 causal); this
-  // rule has not been re-drawn from that yet.
+  // (473 / 427). Where the deterministic kernels are the faster since their dK/dV kernel is on TMA too (det/atomic,
+  // time, H200, 2026-11-30, bench/flash_attention.py at every T): without a mask up to Tk 2048 (0.92 / 0.95 / 0.91 at
+  // Tk 512 / 1024 / 2048, 1.04-1.08 from 4096), causal up to Tk 4096 (1.00 / 1.00 / 0.97 / 0.94 at 512 to
+  // 4096, 1.03-1.08 from 8192).
   template <class T>
   static bool keeps_deterministic(const AttentionParams<T>& p) {
-    return p.causal && p.kv_len <= 1024;
+    return p.kv_len <= (p.causal ? 4096 : 2048);
   }
 };
 // D 64. The dQ kernel: one consumer, three stages, two blocks per SM (232 registers): 0.943 / 2.598 / 9.355
@@ -143,11 +142,11 @@ struct WgmmaBackwardTraits<64> {
 // spills; 1.00-1.01× at T 8192), and the two consumers' shares summed in the block before one addition each
 // of half the tile (a barrier of both consumers per step; 0.91-0.94×). Without the copy engine's additions
 // at all (timing only) the kernel was 1.12× at T 8192: the additions in L2 are not what limits it.
-// Bucket 128 (since 2026-11-30) likewise outside its short causal shapes, its dQ split by columns between the
-// consumers (TmaKeyGradsShape). The additions issued by writer warps instead of a consumer thread after a barrier of
-// its warpgroup (2026-11-30, H200, two runs each side of bench/flash_attention.py --quick, TFLOP/s): D 128 +2.0-2.1%
-// at T 8192, +3.0-4.0% at T 2048, +2.2% at T 512 without a mask; D 64 +1.2-1.5% from T 2048, -1.9% at T 512 without
-// a mask.
+// Bucket 128 (since 2026-11-30) likewise from Tk 2048 without a mask and 4096 causal (WgmmaBackwardTraits<128>), its
+// dQ split by columns between the consumers (TmaKeyGradsShape). The additions issued by writer warps instead of a
+// consumer thread after a barrier of its warpgroup (2026-11-30, H200, two runs each side of bench/flash_attention.py
+// --quick, TFLOP/s): D 128 +2.0-2.1% at T 8192, +3.0-4.0% at T 2048, +2.2% at T 512 without a mask; D 64 +1.2-1.5% from
+// T 2048, -1.9% at T 512 without a mask.
 template <class T>
 bool adds_query_grads(const AttentionParams<T>& p) {
   if (p.deterministic) return false;

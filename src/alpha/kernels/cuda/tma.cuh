@@ -196,11 +196,12 @@ struct KeyValueRing {
     }
   }
   // The producer thread: the tiles of keys [j0, j0 + rows) for j0 = key_begin, key_begin + rows, ... below
-  // key_end, tile n into stage n % kStages once the consumers handed back that stage's previous fill.
+  // key_end, tile n into stage n % kStages once the consumers handed back that stage's previous fill; n counts
+  // on from `first` (a block that runs several query tiles goes on through the ring), the next tile's n returned.
   template <class Tile>
-  __device__ void produce(Tile k_tiles, Tile v_tiles, const CUtensorMap& k_map, const CUtensorMap& v_map,
-                          int64_t key_begin, int64_t key_end, int64_t head, int64_t b) const {
-    int n = 0;
+  __device__ int produce(Tile k_tiles, Tile v_tiles, const CUtensorMap& k_map, const CUtensorMap& v_map,
+                         int64_t key_begin, int64_t key_end, int64_t head, int64_t b, int first = 0) const {
+    int n = first;
     for (int64_t j0 = key_begin; j0 < key_end; j0 += Tile::kTileRows, ++n) {
       const auto [stage, parity] = ring_slot<kStages>(n);
       wait(k_empty + stage, parity ^ 1);
@@ -210,6 +211,7 @@ struct KeyValueRing {
       arrive_expect_bytes(v_full + stage, Tile::kBytes);
       load_tile(v_tiles.next(stage), v_map, v_full + stage, j0, head, b);
     }
+    return n;
   }
 };
 
