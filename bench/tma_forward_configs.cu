@@ -131,9 +131,10 @@ using D64Long = tf::TmaForward64Long;
 using D64LongPersistent = tf::TmaForwardConfig<64, 3, 128, 2, 160, 32, 1, true>;
 using D64TwoConsumersShort = tf::TmaForwardConfig<64, 2, 64, 4, 104, 24, 2, false>;
 using D64Long96Keys = tf::TmaForwardConfig<64, 3, 96, 2, 160, 32, 1, false>;
-using D128Short = tf::TmaForwardConfig<128, 1, 64, 3, 232, 24, 2, false>;
+using D128Short = tf::TmaForward128Short;
 using D128Long = tf::TmaForward128;
 using D128LongPersistent = tf::TmaForward128Persistent;
+using D128LongPersistent240 = tf::TmaForwardConfig<128, 2, 128, 2, 240, 24, 1, true>;
 
 }  // namespace
 
@@ -158,11 +159,12 @@ int main(int argc, char** argv) {
     }
     for (const Shape& s :
          {Shape{32, 16, 512, 128, causal}, Shape{16, 16, 1024, 128, causal}, Shape{8, 16, 2048, 128, causal},
-          Shape{4, 16, 4096, 128, causal}, Shape{2, 16, 8192, 128, causal}}) {
+          Shape{4, 16, 4096, 128, causal}, Shape{2, 16, 8192, 128, causal}, Shape{1, 16, 1280, 128, causal}}) {
       const Problem problem(s, rng);
       measure<D128Short>("128 short: 1 consumer, 64 keys, 3 stages, 2 blocks/SM", problem, warmup, iters);
       measure<D128Long>("128 long: 2 consumers, 128 keys, 2 stages", problem, warmup, iters);
-      measure<D128LongPersistent>("128 long, persistent", problem, warmup, iters);
+      measure<D128LongPersistent>("128 long, persistent (232 / 32 registers)", problem, warmup, iters);
+      measure<D128LongPersistent240>("128 long, persistent, 240 / 24 registers", problem, warmup, iters);
     }
   }
   return 0;

@@ -5,13 +5,14 @@
 // attention in the same precision, plus a floor that takes that row's abs (the kernels round P and dS to T before their
 // matrix products, as FlashAttention does). The cases cover every head-dimension bucket and tile shape of the kernels
 // (D = 32, 48, 64, 96, 128, 256; Dv != D within and across buckets), lengths that are not multiples of the tiles (1,
-// 17, 63, 127, 250, 600, 700, 1000, 1030, 1100, 1300, 1500, 2100, 4099; on Hopper the forward's configurations meet at
-// 2048 keys at D 128 (persistent below) and at 1024, 2048 causal, at D 64, and each runs with and without dropout),
-// causal and not, Tq < Tk and Tq > Tk (leading rows that see no key), softcap, dropout, GQA ratios 1, 2, 8 and MQA,
-// strided q/k/v slices of one fused qkv tensor, and sliding windows (left, right, both, empty rows, zero width) whose
-// edges fall inside tiles, so that the kernels skip key tiles on both sides and query tiles in the dK/dV pass. bf16/f16
-// run every case twice: with the deterministic backward, and with the opt-in atomic-dQ backward (config.deterministic
-// false; prefix flash_attention_atomic_dq). Outputs are poisoned: an element no kernel writes fails.
+// 17, 63, 127, 250, 600, 700, 1000, 1030, 1100, 1300, 1500, 2100, 4099; on Hopper the D 128 forward's persistent
+// configuration runs up to 2048 keys without a mask or window, its short one up to 512 (1024 causal) otherwise, the D
+// 64 forward's configurations meet at 1024 keys (2048 causal), and each runs with and without dropout), causal and not,
+// Tq < Tk and Tq > Tk (leading rows that see no key), softcap, dropout, GQA ratios 1, 2, 8 and MQA, strided q/k/v
+// slices of one fused qkv tensor, and sliding windows (left, right, both, empty rows, zero width) whose edges fall
+// inside tiles, so that the kernels skip key tiles on both sides and query tiles in the dK/dV pass. bf16/f16 run every
+// case twice: with the deterministic backward, and with the opt-in atomic-dQ backward (config.deterministic false;
+// prefix flash_attention_atomic_dq). Outputs are poisoned: an element no kernel writes fails.
 #if ALPHA_WITH_CUDA
 #include "alpha/check/attention_cases.h"
 #include "alpha/check/families.h"
@@ -43,10 +44,10 @@ constexpr AttentionCase kCases[] = {
     {"tq63_tk1030_softcap_d64", 1, 63, 1030, 2, 2, 64, 64, false, 0.3, 0.0, false},
     // The D 128 forward causal across several key tiles (its ring wraps).
     {"causal_tq100_tk600_d128", 1, 100, 600, 2, 2, 128, 128, true, 0.0, 0.0, false},
-    // More query tiles (of 128 rows) than an H100's or H200's SMs for the D 128 forward's persistent blocks (one per
-    // SM, up to Tk 2048), so that blocks run several: 240 and, causal, 160 of differing lengths.
+    // More query tiles (240 of 128 rows) than an H100's or H200's SMs for the D 128 forward's persistent blocks (one
+    // per SM, up to Tk 2048 without a mask), so that blocks run several; and many short causal ones.
     {"persistent_b30_tq130_tk500_d128", 30, 130, 500, 4, 4, 128, 128, false, 0.0, 0.0, false},
-    {"persistent_causal_b20_t250_gqa2_d128", 20, 250, 250, 4, 2, 128, 128, true, 0.0, 0.0, false},
+    {"causal_b20_t250_gqa2_d128", 20, 250, 250, 4, 2, 128, 128, true, 0.0, 0.0, false},
     // Past Tk 2048 without a mask: the D 128 forward's blocks of one query tile, the D 97-128 backward adding dQ itself
     // (config.deterministic false).
     {"tq31_tk2100_gqa2_d128", 1, 31, 2100, 4, 2, 128, 128, false, 0.0, 0.0, false},

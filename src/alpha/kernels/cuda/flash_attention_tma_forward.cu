@@ -36,7 +36,10 @@ void flash_attention_wgmma_forward(const AttentionForwardArgs<T>& args, int buck
   using namespace tma_forward;
   const AttentionParams<T>& p = args.params;
   if (bucket == 128) {
-    if (p.kv_len <= 2048) return launch_tma_forward<T, TmaForward128Persistent>(args, stream);
+    const bool even_tiles = !p.causal && p.window_left < 0 && p.window_right < 0;  // PersistentTiles' fixed shares
+    if (p.kv_len <= 2048 && p.dropout_p == 0 && even_tiles)
+      return launch_tma_forward<T, TmaForward128Persistent>(args, stream);
+    if (p.kv_len <= (p.causal ? 1024 : 512)) return launch_tma_forward<T, TmaForward128Short>(args, stream);
     return launch_tma_forward<T, TmaForward128>(args, stream);
   }
   if (p.kv_len <= (p.causal ? 2048 : 1024)) return launch_tma_forward<T, TmaForward64Short>(args, stream);

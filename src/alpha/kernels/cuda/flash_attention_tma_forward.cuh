@@ -5,7 +5,7 @@
 // (wgmma.cuh), Q·Kᵀ with both operands in shared memory, P̃·V with P̃ from registers.
 //
 // A block runs query tiles of 64·kConsumers rows of one head b·Hq + h: one per block, or (persistent
-// configurations) one wave of blocks each running tiles one after another (for_each_query_tile), so that a
+// configurations) one wave of blocks each running tiles one after another (PersistentTiles), so that a
 // block's next Q tile and first key tiles land while its consumers finish the last tile's rows. Warpgroup 0
 // is the producer, warpgroups 1..kConsumers the consumers, consumer c owning rows [64c, 64c + 64) of the tile.
 //   Producer (one thread; the warpgroup gives its registers to the consumers with setmaxnreg): copies the Q
@@ -40,7 +40,7 @@ using mma::FragC;
 
 // A configuration: head-dimension bucket, consumer warpgroups (each 64 query rows), keys per tile, stages
 // of the ring, registers of a consumer and of the producer, blocks per SM (tma::WarpSpecialised), and whether
-// the blocks are persistent (one wave of blocks, each running query tiles one after another: for_each_query_tile).
+// the blocks are persistent (one wave of blocks, each running query tiles one after another: PersistentTiles).
 template <int kHeadDimBucket, int kConsumerWarpgroups, int kKeysPerTile, int kRingStages, int kConsumerRegs,
           int kProducerRegs, int kBlocksPerSm, bool kPersistentBlocks>
 struct TmaForwardConfig : tma::WarpSpecialised<kConsumerWarpgroups, kConsumerRegs, kProducerRegs, kBlocksPerSm> {
@@ -52,19 +52,25 @@ struct TmaForwardConfig : tma::WarpSpecialised<kConsumerWarpgroups, kConsumerReg
 // lost its dropout code where p = 0, which took most of its spills; ms at B·T 16384, H 2048/D but 12 at D 64
 // T 1024; docs/PERFORMANCE.md has the whole table). Spills are ptxas's without dropout; with it they are
 // 1,476 bytes (D 64 long) and 144 (D 128 long), as before the split.
-// - D 128, beyond 2048 keys: two consumers, 128 keys, two stages, one block per SM (240 registers, no
+// - D 128, long key ranges (the rest): two consumers, 128 keys, two stages, one block per SM (240 registers, no
 //   spills): 0.289 / 0.482 / 1.722 non-causal at T 1024 / 2048 / 8192, against 0.317 / 0.577 / 2.149 for the
 //   short configuration; 176 keys (FlashAttention-3's) 1-8% slower (256 bytes of spills); two consumers at
 //   64 keys and four stages, and ping-pong (the consumers taking turns at the tensor cores,
 //   FlashAttention-3's schedule), 3-57% slower at every T but 512 causal (H100, 2026-11-26).
 using TmaForward128 = TmaForwardConfig<128, 2, 128, 2, 240, 24, 1, false>;
-// - D 128, up to 2048 keys: the same, persistent (H200, 2026-11-30, bench/tma_forward_configs.cu, TFLOP/s at T 512 /
-//   1024 / 2048): 438.5 / 536.3 / 600.2 non-causal and 270.4 / 388.4 / 497.9 causal, against 369.0 / 483.6 / 571.4 and
-//   222.3 / 331.6 / 444.8 for a block per query tile, and 374.3 / 443.2 / 484.5 and 255.3 / 341.8 / 415.6 for the
-//   short configuration that ran at most 512 keys (1024 causal) until then (one consumer, 64 keys, three stages, two
-//   blocks per SM; persistent 379.7 and 273.8 at T 512). The blocks' start and end were what the short kernels lost to,
-//   not the width of their tiles. At T 8192 persistence was 1.4% slower without a mask and 1.2% faster causal.
-using TmaForward128Persistent = TmaForwardConfig<128, 2, 128, 2, 240, 24, 1, true>;
+// - D 128, up to 2048 keys without a mask or window (tiles of one cost): the same, persistent (H200, 2026-11-30,
+//   bench/tma_forward_configs.cu, TFLOP/s at T 512 / 1024 / 2048, two calls): 438.5 / 536.3 / 600.2 and 436.1 / 534.8 /
+//   594.9, against 369.0 / 483.6 / 571.4 and 352.1 / 466.5 / 563.7 for a block per query tile, and 374.3 / 443.2 /
+//   484.5 and 366.4 / 437.7 / 484.7 for the short configuration; at B 1, H 16, T 1280 307.6 against 304.1 and 267.4.
+//   The blocks' start and end were what the short kernels lost to, not the width of their tiles. At T 4096 / 8192
+//   persistence was +1.5% / −2%. Its producer has 32 registers (the consumers 232; 0.3-1.5% faster than 240 / 24,
+//   where the tile loop's state spilled 68 bytes in the producer). Dropout runs the configurations below.
+using TmaForward128Persistent = TmaForwardConfig<128, 2, 128, 2, 232, 32, 1, true>;
+// - D 128, short key ranges under a causal mask or a window, or with dropout (at most 512 keys, or 1024 under a causal
+//   mask): one consumer, 64 keys, three stages, two blocks per SM (232 registers, no spills), so that one block's start
+//   and end overlap the other's work: 0.190 non-causal at T 512 and 0.137 / 0.202 causal at T 512 / 1024, against
+//   0.193 and 0.161 / 0.211 for the long configuration; two stages 1-2% slower (H100, 2026-11-26).
+using TmaForward128Short = TmaForwardConfig<128, 1, 64, 3, 232, 24, 2, false>;
 // - D 64, long key ranges: three consumers (192 query rows a block, 160 registers each; 64 bytes of spills, 216
 //   with the softcap), 128 keys, two stages: 0.638 / 2.221 non-causal at T 2048 / 8192 and 1.228 causal at T 8192,
 //   against 0.700 / 2.706 and 1.403 for the short configuration. Two consumers at 240 registers were 4-19% slower, a
@@ -81,12 +87,6 @@ using TmaForward64Long = TmaForwardConfig<64, 3, 128, 2, 160, 32, 1, false>;
 //   either way up to T 4096, 14-20% slower causal from T 8192, where a block's fixed share of long and short tiles
 //   balances worse than the hardware's handing out of blocks as others end).
 using TmaForward64Short = TmaForwardConfig<64, 1, 64, 4, 136, 24, 3, false>;
-
-// Configuration Traits with a block per query tile.
-template <class Traits>
-using OneTilePerBlock =
-    TmaForwardConfig<Traits::kHeadDim, Traits::kConsumers, Traits::kKeys, Traits::kStages, Traits::kConsumerRegisters,
-                     Traits::kProducerRegisters, Traits::kMinBlocks, false>;
 
 template <class Traits>
 struct TmaForwardShape {
@@ -108,28 +108,34 @@ struct TmaForwardArgs {
   CUtensorMap q, k, v;
 };
 
-// kDropout: p.dropout_p > 0, and kSoftcap: p.softcap > 0, as templates (mma_forward::softmax_tile_of's kMayDrop says
-// why; with both softmax variants in one kernel, the D 64 kernel for long key ranges spilled 216 bytes, 64 without the
-// softcap's).
-// The query tiles a block runs, body(QueryTile) for each. Not persistent: its grid position's (tile blockIdx.x
-// of head blockIdx.y). Persistent (a 1-D grid of G blocks, at most one wave): item r·G + x of round r for block
-// x in even rounds and r·G + G − 1 − x in odd ones, item = bh·tiles + tile from the end. The tiles of a head are
-// consecutive items, so the blocks running at once share its K and V in L2; the alternation gives each block
-// long and short rows in turn under a causal mask (without it block x would get tile x mod tiles every round
-// whenever G is a multiple of the tiles per head).
-template <bool kPersistent, class T, class Body>
-__device__ __forceinline__ void for_each_query_tile(const AttentionParams<T>& p, int rows, Body body) {
-  if constexpr (!kPersistent) {
-    body(query_tile(p, rows));
-  } else {
-    const int64_t tiles = (p.q_len + rows - 1) / rows, items = tiles * p.batch * p.q_heads, blocks = gridDim.x;
-    for (int64_t round = 0;; ++round) {
-      const int64_t item = round * blocks + (round % 2 ? blocks - 1 - blockIdx.x : blockIdx.x);
-      if (item >= items) return;
-      body(query_tile_at(p, rows, item % tiles, tiles, unsigned(item / tiles)));
-    }
+// The query tiles of a persistent launch (a 1-D grid of G blocks, at most one wave), worked out alike by every thread
+// of the block: item = bh·tiles + tile counted from the end, so that the tiles of a head are consecutive items and the
+// blocks running at once share its K and V in L2. Block x takes item r·G + x in even rounds r and r·G + G − 1 − x in
+// odd ones. A fixed share, so meant for tiles of one cost (no causal mask, no window: flash_attention_wgmma_forward);
+// under a causal mask it balanced up to 20% worse than one-tile blocks (D 64 from T 8192), and the model of it far
+// worse on some shapes. Blocks taking their next tile from a counter in memory instead (the item handed to the
+// consumers through shared memory) ran 4-8% faster than the one-tile configurations on causal rows at B·T 16384 but
+// 31% slower at B 1, H 16, T 1280, and their loop, on a loaded value, fails the constant-time audit (2026-11-30).
+struct PersistentTiles {
+  uint32_t tiles, items;  // query tiles per head, items in all (below 2^31: launch_tma_forward)
+  uint32_t item, step;    // the current item; to the next one
+
+  template <class T>
+  __device__ PersistentTiles(const AttentionParams<T>& p, int rows)
+      : tiles(uint32_t((p.q_len + rows - 1) / rows)),
+        items(tiles * uint32_t(p.batch * p.q_heads)),
+        item(blockIdx.x),
+        step(2 * (gridDim.x - blockIdx.x) - 1) {}
+  __device__ bool done() const { return item >= items; }
+  template <class T>
+  __device__ QueryTile tile(const AttentionParams<T>& p, int rows) const {
+    return query_tile_at(p, rows, item % tiles, tiles, item / tiles);
   }
-}
+  __device__ void advance() {
+    item += step;
+    step = 2 * gridDim.x - step;
+  }
+};
 
 // kDropout: p.dropout_p > 0, and kSoftcap: p.softcap > 0, as templates (mma_forward::softmax_tile_of's kMayDrop says
 // why; with both softmax variants in one kernel, the D 64 kernel for long key ranges spilled 216 bytes, 64 without the
@@ -139,7 +145,7 @@ __global__ void __launch_bounds__(TmaForwardShape<Traits>::kThreads, Traits::kMi
     tma_forward_kernel(const __grid_constant__ TmaForwardArgs<T> params) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   constexpr bool kPersistent = Traits::kPersistent;
-  static_assert(!(kPersistent && kDropout), "dropout runs a block per query tile (launch_tma_forward)");
+  static_assert(!(kPersistent && kDropout), "dropout runs a configuration of a block per query tile");
   using Shape = TmaForwardShape<Traits>;
   constexpr int kHeadDim = Traits::kHeadDim, kKeys = Traits::kKeys, kStages = Traits::kStages;
   constexpr int kN = kKeys / 8, kO = kHeadDim / 8;
@@ -169,7 +175,6 @@ __global__ void __launch_bounds__(TmaForwardShape<Traits>::kThreads, Traits::kMi
   const int warpgroup = __shfl_sync(kFullWarp, warp / 4, 0);
   // Producer and consumers count the block's query tiles (m, the Q tile's phases) and key tiles (n, the ring's
   // slots; kept below 2·kStages between query tiles, which keeps its stage and parity) alike.
-  uint32_t m = 0;
   int n = 0;
 
   if (warpgroup == 0) {
@@ -178,13 +183,21 @@ __global__ void __launch_bounds__(TmaForwardShape<Traits>::kThreads, Traits::kMi
       tma::prefetch_map(&params.q);
       tma::prefetch_map(&params.k);
       tma::prefetch_map(&params.v);
-      for_each_query_tile<kPersistent>(p, Shape::kRows, [&](const QueryTile& tile) {
-        tma::wait(q_empty, (m++ & 1) ^ 1);
+      auto produce = [&](const QueryTile& tile) {
         tma::arrive_expect_bytes(q_full, Shape::QTile::kBytes);
         tma::load_tile(q_tile, params.q, q_full, tile.first_row, tile.h, tile.b);
         n = ring.produce(k_tiles, v_tiles, params.k, params.v, tile.key_begin, tile.key_end, tile.kv_head, tile.b, n) %
             (2 * kStages);
-      });
+      };
+      if constexpr (kPersistent) {
+        PersistentTiles tiles(p, Shape::kRows);
+        for (uint32_t m = 0; !tiles.done(); ++m, tiles.advance()) {
+          tma::wait(q_empty, (m & 1) ^ 1);
+          produce(tiles.tile(p, Shape::kRows));
+        }
+      } else {
+        produce(query_tile(p, Shape::kRows));
+      }
     }
   } else {
     tma::grow_registers<Traits::kConsumerRegisters>();
@@ -193,7 +206,7 @@ __global__ void __launch_bounds__(TmaForwardShape<Traits>::kThreads, Traits::kMi
     const int row0 = 64 * consumer + 16 * (warp % 4);
     const Softcap softcap = softcap_of(p);
     const float scale_log2 = p.scale * kLog2e;
-    for_each_query_tile<kPersistent>(p, Shape::kRows, [&](const QueryTile& tile) {
+    auto consume = [&](const QueryTile& tile) {
       const int64_t i0 = tile.first_row, bh = tile.bh;
       const int64_t group_first_row = i0 + 64 * consumer;
       const bool group_has_rows = group_first_row < p.q_len;
@@ -225,7 +238,6 @@ __global__ void __launch_bounds__(TmaForwardShape<Traits>::kThreads, Traits::kMi
         previous_stage = -1;
       };
 
-      tma::wait(q_full, m++ & 1);
       for (int64_t j0 = tile.key_begin; j0 < tile.key_end; j0 += kKeys, ++n) {
         const auto [stage, parity] = tma::ring_slot<kStages>(n);
         const bool group_sees_tile = group_has_rows && j0 < group_last_keys.end && j0 + kKeys > group_first_keys.begin;
@@ -276,7 +288,17 @@ __global__ void __launch_bounds__(TmaForwardShape<Traits>::kThreads, Traits::kMi
       tma::hand_back(q_empty, lane);
       finish_previous();
       mma_forward::store_rows<T, 1, kO>(a, tile.b, tile.h, bh, i0 + row0, lane, acc, row_max, row_sum);
-    });
+    };
+    if constexpr (kPersistent) {
+      PersistentTiles tiles(p, Shape::kRows);
+      for (uint32_t m = 0; !tiles.done(); ++m, tiles.advance()) {
+        tma::wait(q_full, m & 1);
+        consume(tiles.tile(p, Shape::kRows));
+      }
+    } else {
+      tma::wait(q_full, 0);
+      consume(query_tile(p, Shape::kRows));
+    }
   }
 #else
   __trap();  // built without sm_90a: the host never launches this (wgmma_kernels_run)
@@ -291,23 +313,32 @@ void launch_tma_forward(const AttentionForwardArgs<T>& args, cudaStream_t stream
   constexpr const char* kOp = "flash_attention_forward";
   const AttentionParams<T>& p = args.params;
   const TmaForwardArgs<T> params{
-      args,
-      tma::head_tensor_map(args.q, p.q_strides, p.batch, p.q_len, p.q_heads, p.head_dim, Shape::kRows, kOp, "q"),
+      args, tma::head_tensor_map(args.q, p.q_strides, p.batch, p.q_len, p.q_heads, p.head_dim, Shape::kRows, kOp, "q"),
       tma::head_tensor_map(args.k, p.k_strides, p.batch, p.kv_len, p.kv_heads, p.head_dim, Shape::kKeys, kOp, "k"),
       tma::head_tensor_map(args.v, p.v_strides, p.batch, p.kv_len, p.kv_heads, p.value_dim, Shape::kKeys, kOp, "v")};
   const unsigned tiles = tile_count(p.q_len, Shape::kRows), heads = heads_extent(p.batch * p.q_heads, kOp);
   const bool dropout = p.dropout_p > 0, softcap = p.softcap > 0;
-  // With dropout, a block per query tile even in a persistent configuration: the tile loop's state beside the dropout
-  // mask's spilled (8 bytes in the short D 64 configuration, at 136 registers).
-  using WithDropout = OneTilePerBlock<Traits>;
-  const auto kernel =
-      dropout
-          ? (softcap ? tma_forward_kernel<T, WithDropout, true, true> : tma_forward_kernel<T, WithDropout, true, false>)
-          : (softcap ? tma_forward_kernel<T, Traits, false, true> : tma_forward_kernel<T, Traits, false, false>);
+  const auto kernel = [&] {
+    if constexpr (Traits::kPersistent) {
+      // Dropout runs a configuration of a block per query tile (flash_attention_wgmma_forward): the tile loop's state
+      // beside the dropout mask's spilled (8 bytes in the short D 64 configuration, at 136 registers).
+      if (dropout)
+        raise<BackendError>(kOp, "dropout_p", "0 for a persistent configuration", std::to_string(p.dropout_p));
+      return softcap ? tma_forward_kernel<T, Traits, false, true> : tma_forward_kernel<T, Traits, false, false>;
+    } else {
+      return dropout
+                 ? (softcap ? tma_forward_kernel<T, Traits, true, true> : tma_forward_kernel<T, Traits, true, false>)
+                 : (softcap ? tma_forward_kernel<T, Traits, false, true> : tma_forward_kernel<T, Traits, false, false>);
+    }
+  }();
   dim3 grid(tiles, heads);
-  if (Traits::kPersistent && !dropout)
-    grid = dim3(unsigned(
-        std::min<int64_t>(int64_t(tiles) * heads, resident_blocks(kernel, kOp, Shape::kThreads, Shape::kSharedBytes))));
+  if constexpr (Traits::kPersistent) {
+    const int64_t items = int64_t(tiles) * heads;  // PersistentTiles counts them in 32 bits (a Q of 64 TiB and more)
+    if (items > INT32_MAX)
+      raise<ShapeError>(kOp, "query tiles·batch·heads", "below 2^31",
+                        std::to_string(tiles) + "·" + std::to_string(heads));
+    grid = dim3(unsigned(std::min(items, resident_blocks(kernel, kOp, Shape::kThreads, Shape::kSharedBytes))));
+  }
   launch_with_shared(kernel, kOp, grid, Shape::kThreads, Shape::kSharedBytes, stream, params);
 }
 
