@@ -2,12 +2,13 @@
 # On a GPU machine: builds the CUDA backend (sm_90a, build/cuda), then runs the attention harness checks,
 # the GPU attention tests and, with --bench, the attention benchmark against PyTorch SDPA (flash, cuDNN);
 # logs go to $OUT (or ./gpu-logs). With --jvp, the attention JVP's instead: its harness check, its GPU and
-# CPU tests (and the naive JVP's) and, with --bench, bench/attention_jvp.py (against torch.func.jvp).
-# Usage: scripts/attention-gpu.sh [--jvp] [--bench] [--full-bench] [--no-check]
+# CPU tests (and the naive JVP's) and, with --bench, bench/attention_jvp.py (against torch.func.jvp). With --configs,
+# also the Hopper forward's configurations side by side (bench/tma_forward_configs.cu: $OUT/tma_forward_configs.jsonl).
+# Usage: scripts/attention-gpu.sh [--jvp] [--bench] [--full-bench] [--configs] [--no-check]
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out="${OUT:-gpu-logs}"
-bench="" check=1
+bench="" check=1 configs=0
 filter=attention labels="-L cuda" tests="Flash|Attention|Training" bench_script=bench/flash_attention.py
 for arg in "$@"; do
   case "$arg" in
@@ -16,6 +17,7 @@ for arg in "$@"; do
     --bench) bench="--quick" ;;
     --full-bench) bench="full" ;;
     --no-check) check=0 ;;
+    --configs) configs=1 ;;
     *) echo "unknown argument $arg" >&2; exit 2 ;;
   esac
 done
@@ -23,7 +25,9 @@ mkdir -p "$out"
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$out/gpu.txt"
 start=$(date +%s)
 cmake --preset cuda -DALPHA_PYTHON= > "$out/configure.log" 2>&1 || { tail -30 "$out/configure.log"; exit 1; }
-cmake --build build/cuda -j 16 --target alpha alpha_attention_bench alpha_tests > "$out/build.log" 2>&1 ||
+targets="alpha alpha_attention_bench alpha_tests"
+[ "$configs" = 1 ] && targets="$targets alpha_tma_forward_configs"
+cmake --build build/cuda -j 16 --target $targets > "$out/build.log" 2>&1 ||
   { grep -E "error" "$out/build.log" | head -30; exit 1; }
 echo "build: $(( $(date +%s) - start )) s"
 rc=0
@@ -39,5 +43,16 @@ if [ -n "$bench" ]; then
   flags=$([ "$bench" = "--quick" ] && echo --quick)
   PYTHONUNBUFFERED=1 python3 "$bench_script" --bench build/cuda/alpha_attention_bench $flags --out "$out" \
     2>&1 | tee "$out/bench-$filter.log" || rc=1
+fi
+if [ "$configs" = 1 ]; then
+  build/cuda/alpha_tma_forward_configs > "$out/tma_forward_configs.jsonl" || rc=1
+  python3 - "$out/tma_forward_configs.jsonl" <<'PY'
+import json, sys
+for line in open(sys.argv[1]):
+    r = json.loads(line)
+    mask = "causal" if r["causal"] else "no mask"
+    print(f"D {r['head_dim']:3d}  B {r['batch']:3d}  T {r['seq']:5d}  {mask:7s}  {r['tflops']:6.1f} TFLOP/s  "
+          f"max diff {r['max_diff']:.3g}  {r['config']}")
+PY
 fi
 exit $rc
