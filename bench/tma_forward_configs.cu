@@ -131,6 +131,8 @@ using D64Long = tf::TmaForward64Long;
 using D64LongPersistent = tf::TmaForwardConfig<64, 3, 128, 2, 160, 32, 1, true>;
 using D64TwoConsumersShort = tf::TmaForwardConfig<64, 2, 64, 4, 104, 24, 2, false>;
 using D64Long96Keys = tf::TmaForwardConfig<64, 3, 96, 2, 160, 32, 1, false>;
+// D 128's persistent shape at D 64 (not yet timed).
+using D64TwoConsumersPersistent = tf::TmaForwardConfig<64, 2, 128, 3, 232, 40, 1, true>;
 using D128Short = tf::TmaForward128Short;
 using D128Long = tf::TmaForward128;
 using D128LongPersistent = tf::TmaForward128Persistent;
@@ -156,6 +158,7 @@ int main(int argc, char** argv) {
       measure<D64LongPersistent>("64 long, persistent", problem, warmup, iters);
       measure<D64TwoConsumersShort>("64: 2 consumers, 64 keys, 4 stages, 2 blocks/SM", problem, warmup, iters);
       measure<D64Long96Keys>("64: 3 consumers, 96 keys, 2 stages", problem, warmup, iters);
+      measure<D64TwoConsumersPersistent>("64: 2 consumers, 128 keys, 3 stages, persistent", problem, warmup, iters);
     }
     for (const Shape& s :
          {Shape{32, 16, 512, 128, causal}, Shape{16, 16, 1024, 128, causal}, Shape{8, 16, 2048, 128, causal},
