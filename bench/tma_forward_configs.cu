@@ -124,19 +124,20 @@ void measure(const char* name, const Problem& problem, int warmup, int iters) {
 }
 
 // The configurations compared: TmaForwardConfig<bucket, consumer warpgroups, keys per tile, stages,
-// consumer registers, producer registers, blocks per SM, persistent blocks>.
+// consumer registers, producer registers, blocks per SM, tile schedule>.
 using D64Short = tf::TmaForward64Short;
-using D64ShortPersistent = tf::TmaForwardConfig<64, 1, 64, 4, 136, 24, 3, true>;
+using D64ShortPersistent = tf::TmaForwardConfig<64, 1, 64, 4, 136, 24, 3, tf::TileSchedule::kPersistentByHead>;
 using D64Long = tf::TmaForward64Long;
-using D64LongPersistent = tf::TmaForwardConfig<64, 3, 128, 2, 160, 32, 1, true>;
-using D64TwoConsumersShort = tf::TmaForwardConfig<64, 2, 64, 4, 104, 24, 2, false>;
-using D64Long96Keys = tf::TmaForwardConfig<64, 3, 96, 2, 160, 32, 1, false>;
+using D64LongPersistent = tf::TmaForwardConfig<64, 3, 128, 2, 160, 32, 1, tf::TileSchedule::kPersistentByHead>;
+using D64TwoConsumersShort = tf::TmaForwardConfig<64, 2, 64, 4, 104, 24, 2, tf::TileSchedule::kOnePerBlock>;
+using D64Long96Keys = tf::TmaForwardConfig<64, 3, 96, 2, 160, 32, 1, tf::TileSchedule::kOnePerBlock>;
 // D 128's persistent shape at D 64 (not yet timed).
-using D64TwoConsumersPersistent = tf::TmaForwardConfig<64, 2, 128, 3, 232, 40, 1, true>;
+using D64TwoConsumersPersistent = tf::TmaForwardConfig<64, 2, 128, 3, 232, 40, 1, tf::TileSchedule::kPersistentByHead>;
 using D128Short = tf::TmaForward128Short;
 using D128Long = tf::TmaForward128;
 using D128LongPersistent = tf::TmaForward128Persistent;
-using D128LongPersistent240 = tf::TmaForwardConfig<128, 2, 128, 2, 240, 24, 1, true>;
+using D128LongPersistentByTile = tf::TmaForwardConfig<128, 2, 128, 2, 232, 32, 1, tf::TileSchedule::kPersistentByTile>;
+using D128LongPersistent240 = tf::TmaForwardConfig<128, 2, 128, 2, 240, 24, 1, tf::TileSchedule::kPersistentByHead>;
 
 }  // namespace
 
@@ -167,6 +168,7 @@ int main(int argc, char** argv) {
       measure<D128Short>("128 short: 1 consumer, 64 keys, 3 stages, 2 blocks/SM", problem, warmup, iters);
       measure<D128Long>("128 long: 2 consumers, 128 keys, 2 stages", problem, warmup, iters);
       measure<D128LongPersistent>("128 long, persistent (232 / 32 registers)", problem, warmup, iters);
+      measure<D128LongPersistentByTile>("128 long, persistent, tiles ordered tile by tile", problem, warmup, iters);
       measure<D128LongPersistent240>("128 long, persistent, 240 / 24 registers", problem, warmup, iters);
     }
   }

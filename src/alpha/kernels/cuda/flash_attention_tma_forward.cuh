@@ -38,14 +38,21 @@ namespace alpha::kernels::cuda::tma_forward {
 using mma::FragA;
 using mma::FragC;
 
+// How a configuration's blocks take query tiles: a block per tile, or one wave of persistent blocks running fixed
+// shares of them one after another (PersistentTiles), the tiles ordered head by head (a head's tiles consecutive, so
+// that the blocks running at once share its K and V in L2) or tile by tile (every head's last tile first, then the
+// tiles before: under a causal mask the longest first, which balances the shares, K and V of many heads at once).
+enum class TileSchedule { kOnePerBlock, kPersistentByHead, kPersistentByTile };
+
 // A configuration: head-dimension bucket, consumer warpgroups (each 64 query rows), keys per tile, stages
-// of the ring, registers of a consumer and of the producer, blocks per SM (tma::WarpSpecialised), and whether
-// the blocks are persistent (one wave of blocks, each running query tiles one after another: PersistentTiles).
+// of the ring, registers of a consumer and of the producer, blocks per SM (tma::WarpSpecialised), and the blocks'
+// tile schedule.
 template <int kHeadDimBucket, int kConsumerWarpgroups, int kKeysPerTile, int kRingStages, int kConsumerRegs,
-          int kProducerRegs, int kBlocksPerSm, bool kPersistentBlocks>
+          int kProducerRegs, int kBlocksPerSm, TileSchedule kTileSchedule>
 struct TmaForwardConfig : tma::WarpSpecialised<kConsumerWarpgroups, kConsumerRegs, kProducerRegs, kBlocksPerSm> {
   static constexpr int kHeadDim = kHeadDimBucket, kKeys = kKeysPerTile, kStages = kRingStages;
-  static constexpr bool kPersistent = kPersistentBlocks;
+  static constexpr TileSchedule kSchedule = kTileSchedule;
+  static constexpr bool kPersistent = kTileSchedule != TileSchedule::kOnePerBlock;
 };
 // Chosen with bench/tma_forward_configs.cu (the configurations side by side on the same inputs; the numbers
 // below from one call on an H200, 2026-11-27, the rejected ones from an earlier call that day; after the kernel
@@ -57,7 +64,7 @@ struct TmaForwardConfig : tma::WarpSpecialised<kConsumerWarpgroups, kConsumerReg
 //   short configuration; 176 keys (FlashAttention-3's) 1-8% slower (256 bytes of spills); two consumers at
 //   64 keys and four stages, and ping-pong (the consumers taking turns at the tensor cores,
 //   FlashAttention-3's schedule), 3-57% slower at every T but 512 causal (H100, 2026-11-26).
-using TmaForward128 = TmaForwardConfig<128, 2, 128, 2, 240, 24, 1, false>;
+using TmaForward128 = TmaForwardConfig<128, 2, 128, 2, 240, 24, 1, TileSchedule::kOnePerBlock>;
 // - D 128, up to 2048 keys without a mask or window (tiles of one cost): the same, persistent (H200, 2026-11-30,
 //   bench/tma_forward_configs.cu, TFLOP/s at T 512 / 1024 / 2048, two calls): 438.5 / 536.3 / 600.2 and 436.1 / 534.8 /
 //   594.9, against 369.0 / 483.6 / 571.4 and 352.1 / 466.5 / 563.7 for a block per query tile, and 374.3 / 443.2 /
@@ -65,19 +72,19 @@ using TmaForward128 = TmaForwardConfig<128, 2, 128, 2, 240, 24, 1, false>;
 //   The blocks' start and end were what the short kernels lost to, not the width of their tiles. At T 4096 / 8192
 //   persistence was +1.5% / −2%. Its producer has 32 registers (the consumers 232; 0.3-1.5% faster than 240 / 24,
 //   where the tile loop's state spilled 68 bytes in the producer). Dropout runs the configurations below.
-using TmaForward128Persistent = TmaForwardConfig<128, 2, 128, 2, 232, 32, 1, true>;
+using TmaForward128Persistent = TmaForwardConfig<128, 2, 128, 2, 232, 32, 1, TileSchedule::kPersistentByHead>;
 // - D 128, short key ranges under a causal mask or a window, or with dropout (at most 512 keys, or 1024 under a causal
 //   mask): one consumer, 64 keys, three stages, two blocks per SM (232 registers, no spills), so that one block's start
 //   and end overlap the other's work: 0.190 non-causal at T 512 and 0.137 / 0.202 causal at T 512 / 1024, against
 //   0.193 and 0.161 / 0.211 for the long configuration; two stages 1-2% slower (H100, 2026-11-26).
-using TmaForward128Short = TmaForwardConfig<128, 1, 64, 3, 232, 24, 2, false>;
+using TmaForward128Short = TmaForwardConfig<128, 1, 64, 3, 232, 24, 2, TileSchedule::kOnePerBlock>;
 // - D 64, long key ranges: three consumers (192 query rows a block, 160 registers each; 64 bytes of spills, 216
 //   with the softcap), 128 keys, two stages: 0.638 / 2.221 non-causal at T 2048 / 8192 and 1.228 causal at T 8192,
 //   against 0.700 / 2.706 and 1.403 for the short configuration. Two consumers at 240 registers were 4-19% slower, a
 //   third stage 1-3% slower, 176 keys with two consumers 23-35% slower (H200, the same day). 96 keys, the one tile at
 //   three consumers whose registers hold it without spilling (S and the previous P̃ take 48 and 24 of the 160 instead of
 //   64 and 32), 6-11% slower from T 2048 (H200, 2026-11-30).
-using TmaForward64Long = TmaForwardConfig<64, 3, 128, 2, 160, 32, 1, false>;
+using TmaForward64Long = TmaForwardConfig<64, 3, 128, 2, 160, 32, 1, TileSchedule::kOnePerBlock>;
 // - D 64, short key ranges (at most 1024 keys, or 2048 under a causal mask): one consumer, 64 keys, four
 //   stages, three blocks per SM (136 registers, no spills): 0.218 / 0.148 non-causal at T 512 / 1024 and
 //   0.163 / 0.100 / 0.406 causal at T 512 / 1024 / 2048, against 0.240 / 0.164 and 0.172 / 0.111 / 0.449 for
@@ -86,7 +93,7 @@ using TmaForward64Long = TmaForwardConfig<64, 3, 128, 2, 160, 32, 1, false>;
 //   same call as D 128's: the short one 3% slower without a mask up to T 1024, 3% faster causal; the long one 1-3%
 //   either way up to T 4096, 14-20% slower causal from T 8192, where a block's fixed share of long and short tiles
 //   balances worse than the hardware's handing out of blocks as others end).
-using TmaForward64Short = TmaForwardConfig<64, 1, 64, 4, 136, 24, 3, false>;
+using TmaForward64Short = TmaForwardConfig<64, 1, 64, 4, 136, 24, 3, TileSchedule::kOnePerBlock>;
 
 template <class Traits>
 struct TmaForwardShape {
@@ -109,27 +116,33 @@ struct TmaForwardArgs {
 };
 
 // The query tiles of a persistent launch (a 1-D grid of G blocks, at most one wave), worked out alike by every thread
-// of the block: item = bh·tiles + tile counted from the end, so that the tiles of a head are consecutive items and the
-// blocks running at once share its K and V in L2. Block x takes item r·G + x in even rounds r and r·G + G − 1 − x in
-// odd ones. A fixed share, so meant for tiles of one cost (no causal mask, no window: flash_attention_wgmma_forward);
-// under a causal mask it balanced up to 20% worse than one-tile blocks (D 64 from T 8192), and the model of it far
-// worse on some shapes. Blocks taking their next tile from a counter in memory instead (the item handed to the
-// consumers through shared memory) ran 4-8% faster than the one-tile configurations on causal rows at B·T 16384 but
-// 31% slower at B 1, H 16, T 1280, and their loop, on a loaded value, fails the constant-time audit (2026-11-30).
+// of the block: item = bh·tiles + tile counted from the end by head (TileSchedule), tile·B·Hq + bh by tile. Block x
+// takes item r·G + x in even rounds r and r·G + G − 1 − x in odd ones. A fixed share: by head, meant for tiles of one
+// cost (no causal mask, no window: flash_attention_wgmma_forward); under a causal mask it balanced up to 20% worse
+// than one-tile blocks (D 64 from T 8192), and a model of it far worse on some shapes, which the order by tile
+// balances (in the model within 2% of blocks handed out as others end; not yet timed). Blocks taking their next tile
+// from a counter in memory instead (the item handed to the consumers through shared memory) ran 4-8% faster than the
+// one-tile configurations on causal rows at B·T 16384 but 31% slower at B 1, H 16, T 1280, and their loop, on a loaded
+// value, fails the constant-time audit (2026-11-30).
+template <TileSchedule kSchedule>
 struct PersistentTiles {
-  uint32_t tiles, items;  // query tiles per head, items in all (below 2^31: launch_tma_forward)
-  uint32_t item, step;    // the current item; to the next one
+  uint32_t tiles, heads, items;  // query tiles per head, heads (B·Hq), items in all (below 2^31: launch_tma_forward)
+  uint32_t item, step;           // the current item; to the next one
 
   template <class T>
   __device__ PersistentTiles(const AttentionParams<T>& p, int rows)
       : tiles(uint32_t((p.q_len + rows - 1) / rows)),
-        items(tiles * uint32_t(p.batch * p.q_heads)),
+        heads(uint32_t(p.batch * p.q_heads)),
+        items(tiles * heads),
         item(blockIdx.x),
         step(2 * (gridDim.x - blockIdx.x) - 1) {}
   __device__ bool done() const { return item >= items; }
   template <class T>
   __device__ QueryTile tile(const AttentionParams<T>& p, int rows) const {
-    return query_tile_at(p, rows, item % tiles, tiles, item / tiles);
+    if constexpr (kSchedule == TileSchedule::kPersistentByTile)
+      return query_tile_at(p, rows, item / heads, tiles, item % heads);
+    else
+      return query_tile_at(p, rows, item % tiles, tiles, item / tiles);
   }
   __device__ void advance() {
     item += step;
@@ -190,7 +203,7 @@ __global__ void __launch_bounds__(TmaForwardShape<Traits>::kThreads, Traits::kMi
             (2 * kStages);
       };
       if constexpr (kPersistent) {
-        PersistentTiles tiles(p, Shape::kRows);
+        PersistentTiles<Traits::kSchedule> tiles(p, Shape::kRows);
         for (uint32_t m = 0; !tiles.done(); ++m, tiles.advance()) {
           tma::wait(q_empty, (m & 1) ^ 1);
           produce(tiles.tile(p, Shape::kRows));
@@ -290,7 +303,7 @@ __global__ void __launch_bounds__(TmaForwardShape<Traits>::kThreads, Traits::kMi
       mma_forward::store_rows<T, 1, kO>(a, tile.b, tile.h, bh, i0 + row0, lane, acc, row_max, row_sum);
     };
     if constexpr (kPersistent) {
-      PersistentTiles tiles(p, Shape::kRows);
+      PersistentTiles<Traits::kSchedule> tiles(p, Shape::kRows);
       for (uint32_t m = 0; !tiles.done(); ++m, tiles.advance()) {
         tma::wait(q_full, m & 1);
         consume(tiles.tile(p, Shape::kRows));
