@@ -156,6 +156,32 @@ TEST_F(CudaFlash, Bf16BackwardOfSequencesFrom2To31Raises) {
   p.kv_len = 64;
   EXPECT_ALPHA_ERROR(kernels::cuda::flash_attention_backward(args, nullptr, Stream{}), ShapeError,
                      "flash_attention_backward", "q_len", "below 2^31", "2147483648");
+  // Shorter, but its GQA group of 2 walks 2^31 steps.
+  p.q_len = int64_t(1) << 30;
+  p.q_heads = 4;
+  p.kv_heads = 2;
+  EXPECT_ALPHA_ERROR(kernels::cuda::flash_attention_backward(args, nullptr, Stream{}), ShapeError,
+                     "flash_attention_backward", "q_heads / kv_heads", "below 2^31", "1073741824·2");
+#endif
+}
+
+// The D 128 forward's persistent blocks (Hopper, no mask, up to 2048 keys) count their query tiles in 32 bits:
+// tiles·B·Hq from 2^31 is refused before anything is built or queued (the shape only: the pointers stay null).
+// Elsewhere the one-tile kernels run, which have no such limit.
+TEST_F(CudaFlash, Bf16ForwardOf2To31PersistentTilesRaises) {
+#if ALPHA_WITH_CUDA
+  if (ops::flash_attention_kernels(Device::cuda(0), DType::bf16, 128, 128).find("Hopper") == std::string::npos)
+    GTEST_SKIP() << "the persistent forward runs on Hopper only";
+  kernels::AttentionForwardArgs<bf16> args{};
+  kernels::AttentionParams<bf16>& p = args.params;
+  p.batch = 1;
+  p.q_heads = p.kv_heads = 65535;
+  p.head_dim = p.value_dim = 128;
+  p.q_len = int64_t(32769) * 128;  // 32,769 tiles of 128 rows in each of 65,535 heads
+  p.kv_len = 64;
+  p.scale = 1.0f;
+  EXPECT_ALPHA_ERROR(kernels::cuda::flash_attention_forward(args, Stream{}), ShapeError, "flash_attention_forward",
+                     "query tiles·batch·heads", "below 2^31", "32769·65535");
 #endif
 }
 

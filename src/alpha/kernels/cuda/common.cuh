@@ -10,7 +10,10 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <map>
+#include <mutex>
 #include <string>
+#include <tuple>
 
 #include "alpha/core/dtype.h"
 #include "alpha/core/error.h"
@@ -240,16 +243,23 @@ void allow_shared(void (*kernel)(Params...), const char* name, size_t bytes) {
 }
 
 // The blocks of `kernel` (`threads` threads, `bytes` of dynamic shared memory) the current device runs at
-// once: a persistent kernel's grid.
+// once: a persistent kernel's grid. Worked out once per kernel, launch shape and device, not on every launch.
 template <class... Params>
 int64_t resident_blocks(void (*kernel)(Params...), const char* name, int threads, size_t bytes) {
-  allow_shared(kernel, name, bytes);
-  int device = 0, sms = 0, per_sm = 0;
+  int device = 0;
   ALPHA_CUDA_CHECK(cudaGetDevice(&device));
+  using Key = std::tuple<void (*)(Params...), int, int, size_t>;
+  static std::mutex mutex;
+  static std::map<Key, int64_t> known;
+  const Key key{kernel, device, threads, bytes};
+  std::lock_guard lock(mutex);
+  if (const auto found = known.find(key); found != known.end()) return found->second;
+  allow_shared(kernel, name, bytes);
+  int sms = 0, per_sm = 0;
   ALPHA_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
   ALPHA_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, bytes));
   if (per_sm == 0) raise<BackendError>(name, "resident blocks", "at least one block per SM", "0");
-  return int64_t(sms) * per_sm;
+  return known[key] = int64_t(sms) * per_sm;
 }
 
 // Launches kernel<<<grid, threads, bytes of dynamic shared memory, stream>>>(args...), after checking the

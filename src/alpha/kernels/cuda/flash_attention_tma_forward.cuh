@@ -187,7 +187,7 @@ __global__ void __launch_bounds__(TmaForwardShape<Traits>::kThreads, Traits::kMi
   // divergent, and the wgmma inside them are not serialised.
   const int warpgroup = __shfl_sync(kFullWarp, warp / 4, 0);
   // Producer and consumers count the block's query tiles (m, the Q tile's phases) and key tiles (n, the ring's
-  // slots; kept below 2·kStages between query tiles, which keeps its stage and parity) alike.
+  // slots; wrapped between query tiles, tma::ring_count_wrapped) alike.
   int n = 0;
 
   if (warpgroup == 0) {
@@ -199,8 +199,8 @@ __global__ void __launch_bounds__(TmaForwardShape<Traits>::kThreads, Traits::kMi
       auto produce = [&](const QueryTile& tile) {
         tma::arrive_expect_bytes(q_full, Shape::QTile::kBytes);
         tma::load_tile(q_tile, params.q, q_full, tile.first_row, tile.h, tile.b);
-        n = ring.produce(k_tiles, v_tiles, params.k, params.v, tile.key_begin, tile.key_end, tile.kv_head, tile.b, n) %
-            (2 * kStages);
+        n = tma::ring_count_wrapped<kStages>(
+            ring.produce(k_tiles, v_tiles, params.k, params.v, tile.key_begin, tile.key_end, tile.kv_head, tile.b, n));
       };
       if constexpr (kPersistent) {
         PersistentTiles<Traits::kSchedule> tiles(p, Shape::kRows);
@@ -296,7 +296,7 @@ __global__ void __launch_bounds__(TmaForwardShape<Traits>::kThreads, Traits::kMi
         previous_stage = stage;
         previous_parity = parity;
       }
-      n %= 2 * kStages;
+      n = tma::ring_count_wrapped<kStages>(n);
       // Every S of this tile has been waited for: Q is free for the block's next query tile.
       tma::hand_back(q_empty, lane);
       finish_previous();
@@ -325,33 +325,35 @@ void launch_tma_forward(const AttentionForwardArgs<T>& args, cudaStream_t stream
   using Shape = TmaForwardShape<Traits>;
   constexpr const char* kOp = "flash_attention_forward";
   const AttentionParams<T>& p = args.params;
+  // What the launch refuses, checked before anything is built or queued.
+  const unsigned tiles = tile_count(p.q_len, Shape::kRows), heads = heads_extent(p.batch * p.q_heads, kOp);
+  const bool dropout = p.dropout_p > 0, softcap = p.softcap > 0;
+  const int64_t items = int64_t(tiles) * heads;
+  if constexpr (Traits::kPersistent) {
+    // Dropout runs a configuration of a block per query tile (flash_attention_wgmma_forward): the tile loop's state
+    // beside the dropout mask's spilled (8 bytes in the short D 64 configuration, at 136 registers).
+    if (dropout) raise<BackendError>(kOp, "dropout_p", "0 for a persistent configuration", std::to_string(p.dropout_p));
+    // PersistentTiles counts the tiles in 32 bits (reached only by a Q of about 70 TB).
+    if (items > INT32_MAX)
+      raise<ShapeError>(kOp, "query tiles·batch·heads", "below 2^31",
+                        std::to_string(tiles) + "·" + std::to_string(heads));
+  }
+  const auto kernel = [&] {
+    if constexpr (Traits::kPersistent)
+      return softcap ? tma_forward_kernel<T, Traits, false, true> : tma_forward_kernel<T, Traits, false, false>;
+    else
+      return dropout
+                 ? (softcap ? tma_forward_kernel<T, Traits, true, true> : tma_forward_kernel<T, Traits, true, false>)
+                 : (softcap ? tma_forward_kernel<T, Traits, false, true> : tma_forward_kernel<T, Traits, false, false>);
+  }();
+  const dim3 grid =
+      Traits::kPersistent
+          ? dim3(unsigned(std::min(items, resident_blocks(kernel, kOp, Shape::kThreads, Shape::kSharedBytes))))
+          : dim3(tiles, heads);
   const TmaForwardArgs<T> params{
       args, tma::head_tensor_map(args.q, p.q_strides, p.batch, p.q_len, p.q_heads, p.head_dim, Shape::kRows, kOp, "q"),
       tma::head_tensor_map(args.k, p.k_strides, p.batch, p.kv_len, p.kv_heads, p.head_dim, Shape::kKeys, kOp, "k"),
       tma::head_tensor_map(args.v, p.v_strides, p.batch, p.kv_len, p.kv_heads, p.value_dim, Shape::kKeys, kOp, "v")};
-  const unsigned tiles = tile_count(p.q_len, Shape::kRows), heads = heads_extent(p.batch * p.q_heads, kOp);
-  const bool dropout = p.dropout_p > 0, softcap = p.softcap > 0;
-  const auto kernel = [&] {
-    if constexpr (Traits::kPersistent) {
-      // Dropout runs a configuration of a block per query tile (flash_attention_wgmma_forward): the tile loop's state
-      // beside the dropout mask's spilled (8 bytes in the short D 64 configuration, at 136 registers).
-      if (dropout)
-        raise<BackendError>(kOp, "dropout_p", "0 for a persistent configuration", std::to_string(p.dropout_p));
-      return softcap ? tma_forward_kernel<T, Traits, false, true> : tma_forward_kernel<T, Traits, false, false>;
-    } else {
-      return dropout
-                 ? (softcap ? tma_forward_kernel<T, Traits, true, true> : tma_forward_kernel<T, Traits, true, false>)
-                 : (softcap ? tma_forward_kernel<T, Traits, false, true> : tma_forward_kernel<T, Traits, false, false>);
-    }
-  }();
-  dim3 grid(tiles, heads);
-  if constexpr (Traits::kPersistent) {
-    const int64_t items = int64_t(tiles) * heads;  // PersistentTiles counts them in 32 bits (a Q of 64 TiB and more)
-    if (items > INT32_MAX)
-      raise<ShapeError>(kOp, "query tiles·batch·heads", "below 2^31",
-                        std::to_string(tiles) + "·" + std::to_string(heads));
-    grid = dim3(unsigned(std::min(items, resident_blocks(kernel, kOp, Shape::kThreads, Shape::kSharedBytes))));
-  }
   launch_with_shared(kernel, kOp, grid, Shape::kThreads, Shape::kSharedBytes, stream, params);
 }
 

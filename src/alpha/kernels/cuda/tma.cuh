@@ -167,6 +167,12 @@ template <int kStages>
 __device__ __forceinline__ RingSlot ring_slot(int n) {
   return {n % kStages, uint32_t((n / kStages) & 1)};
 }
+// A tile count with the same stage and parity as n, below 2·kStages: what a block that runs many tiles through one
+// ring keeps between its units of work, so that the count never overflows.
+template <int kStages>
+__device__ __forceinline__ int ring_count_wrapped(int n) {
+  return n % (2 * kStages);
+}
 
 // A consumer warp's hand-back of a stage it no longer reads (after its own wgmma wait): one arrival per
 // warp, so empty barriers count the consumer warps. For stages the copy engine refills. A stage that threads
