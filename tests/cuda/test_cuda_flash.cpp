@@ -165,9 +165,9 @@ TEST_F(CudaFlash, Bf16BackwardOfSequencesFrom2To31Raises) {
 #endif
 }
 
-// The D 128 forward's persistent blocks (Hopper, no mask, up to 2048 keys) count their query tiles in 32 bits:
-// tiles·B·Hq from 2^31 is refused before anything is built or queued (the shape only: the pointers stay null).
-// Elsewhere the one-tile kernels run, which have no such limit.
+// The D 128 forward's persistent blocks (Hopper, no dropout or window, up to 2048 keys or 4096 causal) count their
+// query tiles in 32 bits: tiles·B·Hq from 2^31 is refused before anything is built or queued (the shape only: the
+// pointers stay null). Elsewhere the one-tile kernels run, which have no such limit.
 TEST_F(CudaFlash, Bf16ForwardOf2To31PersistentTilesRaises) {
 #if ALPHA_WITH_CUDA
   if (ops::flash_attention_kernels(Device::cuda(0), DType::bf16, 128, 128).find("Hopper") == std::string::npos)

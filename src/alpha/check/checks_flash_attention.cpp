@@ -6,8 +6,9 @@
 // matrix products, as FlashAttention does). The cases cover every head-dimension bucket and tile shape of the kernels
 // (D = 32, 48, 64, 96, 128, 256; Dv != D within and across buckets), lengths that are not multiples of the tiles (1,
 // 17, 63, 127, 250, 600, 700, 1000, 1030, 1100, 1300, 1500, 2100, 4099; on Hopper the D 128 forward's persistent
-// configuration runs up to 2048 keys without a mask or window, its short one up to 512 (1024 causal) otherwise, the D
-// 64 forward's configurations meet at 1024 keys (2048 causal), and each runs with and without dropout), causal and not,
+// configurations run without dropout or a window up to 2048 keys (4096 causal, its tiles head by head or tile by tile),
+// its short one up to 512 (1024 causal) otherwise, the D 64 forward's configurations meet at 1024 keys (2048 causal),
+// and each runs with and without dropout), causal and not,
 // Tq < Tk and Tq > Tk (leading rows that see no key), softcap, dropout, GQA ratios 1, 2, 8 and MQA, strided q/k/v
 // slices of one fused qkv tensor, and sliding windows (left, right, both, empty rows, zero width) whose edges fall
 // inside tiles, so that the kernels skip key tiles on both sides and query tiles in the dK/dV pass. bf16/f16 run every
@@ -45,9 +46,11 @@ constexpr AttentionCase kCases[] = {
     // The D 128 forward causal across several key tiles (its ring wraps).
     {"causal_tq100_tk600_d128", 1, 100, 600, 2, 2, 128, 128, true, 0.0, 0.0, false},
     // More query tiles (240 of 128 rows) than an H100's or H200's SMs for the D 128 forward's persistent blocks (one
-    // per SM, up to Tk 2048 without a mask), so that blocks run several; and many short causal ones.
+    // per SM), so that blocks run several: without a mask; causal, taken tile by tile (few tiles a block, of unequal
+    // cost); causal with Tq < Tk, tiles of one cost taken head by head.
     {"persistent_b30_tq130_tk500_d128", 30, 130, 500, 4, 4, 128, 128, false, 0.0, 0.0, false},
     {"causal_b20_t250_gqa2_d128", 20, 250, 250, 4, 2, 128, 128, true, 0.0, 0.0, false},
+    {"causal_b8_tq130_tk300_h10_d128", 8, 130, 300, 10, 10, 128, 128, true, 0.0, 0.0, false},
     // Past Tk 2048 without a mask: the D 128 forward's blocks of one query tile, the D 97-128 backward adding dQ itself
     // (config.deterministic false).
     {"tq31_tk2100_gqa2_d128", 1, 31, 2100, 4, 2, 128, 128, false, 0.0, 0.0, false},

@@ -224,13 +224,16 @@ class StreamScratch {
   cudaStream_t stream_;
 };
 
-// The shared memory the current device offers a block (its opt-in maximum), in bytes.
-inline size_t block_shared_memory_limit() {
-  int device = 0, limit = 0;
+// An attribute of the current device (the runtime answers from what it learnt of the device at its start).
+inline int device_attribute(cudaDeviceAttr attribute) {
+  int device = 0, value = 0;
   ALPHA_CUDA_CHECK(cudaGetDevice(&device));
-  ALPHA_CUDA_CHECK(cudaDeviceGetAttribute(&limit, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
-  return size_t(limit);
+  ALPHA_CUDA_CHECK(cudaDeviceGetAttribute(&value, attribute, device));
+  return value;
 }
+
+// The shared memory the current device offers a block (its opt-in maximum), in bytes.
+inline size_t block_shared_memory_limit() { return size_t(device_attribute(cudaDevAttrMaxSharedMemoryPerBlockOptin)); }
 
 // Checks that the device offers `bytes` of shared memory to a block and raises the kernel's limit to it.
 template <class... Params>
@@ -255,11 +258,10 @@ int64_t resident_blocks(void (*kernel)(Params...), const char* name, int threads
   std::lock_guard lock(mutex);
   if (const auto found = known.find(key); found != known.end()) return found->second;
   allow_shared(kernel, name, bytes);
-  int sms = 0, per_sm = 0;
-  ALPHA_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  int per_sm = 0;
   ALPHA_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, bytes));
   if (per_sm == 0) raise<BackendError>(name, "resident blocks", "at least one block per SM", "0");
-  return known[key] = int64_t(sms) * per_sm;
+  return known[key] = int64_t(device_attribute(cudaDevAttrMultiProcessorCount)) * per_sm;
 }
 
 // Launches kernel<<<grid, threads, bytes of dynamic shared memory, stream>>>(args...), after checking the

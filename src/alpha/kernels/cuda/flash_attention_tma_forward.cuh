@@ -71,9 +71,17 @@ using TmaForward128 = TmaForwardConfig<128, 2, 128, 2, 240, 24, 1, TileSchedule:
 //   484.5 and 366.4 / 437.7 / 484.7 for the short configuration; at B 1, H 16, T 1280 307.6 against 304.1 and 267.4.
 //   The blocks' start and end were what the short kernels lost to, not the width of their tiles. At T 4096 / 8192
 //   persistence was +1.5% / −2%. Its producer has 32 registers (the consumers 232; 0.3-1.5% faster than 240 / 24,
-//   where the tile loop's state spilled 68 bytes in the producer). Dropout runs the configurations below.
+//   where the tile loop's state spilled 68 bytes in the producer). Dropout and windows run the configurations below.
+//   Under a causal mask, up to 4096 keys (2026-11-30, same tool, call 1): 268.3 / 386.6 / 497.9 / 577.5 at T 512 / 1024
+//   / 2048 / 4096, against 252.9 (short) / 344.6 (short) / 432.9 / 530.8 for a block per query tile; at T 8192 +3%.
 using TmaForward128Persistent = TmaForwardConfig<128, 2, 128, 2, 232, 32, 1, TileSchedule::kPersistentByHead>;
-// - D 128, short key ranges under a causal mask or a window, or with dropout (at most 512 keys, or 1024 under a causal
+// - The same, tiles taken tile by tile, for the causal shapes whose fixed shares head by head would balance badly
+//   (flash_attention_wgmma_forward's rule): at B 1, H 16, T 1280 262.5 against 178.6 head by head and 230.2 for the
+//   short configuration, at B 1, H 12, T 2048 368.1 against 252.1 and 273.1 (long); where both orders balance, 4-16%
+//   slower than head by head (the bench's rows: 245.0 / 333.9 / 418.4 / 522.8 against 267.1 / 391.6 / 498.9 / 579.4 at
+//   T 512 to 4096), as the blocks running at once read the K and V of as many heads.
+using TmaForward128PersistentByTile = TmaForwardConfig<128, 2, 128, 2, 232, 32, 1, TileSchedule::kPersistentByTile>;
+// - D 128, short key ranges with a window or dropout (at most 512 keys, or 1024 under a causal
 //   mask): one consumer, 64 keys, three stages, two blocks per SM (232 registers, no spills), so that one block's start
 //   and end overlap the other's work: 0.190 non-causal at T 512 and 0.137 / 0.202 causal at T 512 / 1024, against
 //   0.193 and 0.161 / 0.211 for the long configuration; two stages 1-2% slower (H100, 2026-11-26).
@@ -117,13 +125,14 @@ struct TmaForwardArgs {
 
 // The query tiles of a persistent launch (a 1-D grid of G blocks, at most one wave), worked out alike by every thread
 // of the block: item = bh·tiles + tile counted from the end by head (TileSchedule), tile·B·Hq + bh by tile. Block x
-// takes item r·G + x in even rounds r and r·G + G − 1 − x in odd ones. A fixed share: by head, meant for tiles of one
-// cost (no causal mask, no window: flash_attention_wgmma_forward); under a causal mask it balanced up to 20% worse
-// than one-tile blocks (D 64 from T 8192), and a model of it far worse on some shapes, which the order by tile
-// balances (in the model within 2% of blocks handed out as others end; not yet timed). Blocks taking their next tile
-// from a counter in memory instead (the item handed to the consumers through shared memory) ran 4-8% faster than the
-// one-tile configurations on causal rows at B·T 16384 but 31% slower at B 1, H 16, T 1280, and their loop, on a loaded
-// value, fails the constant-time audit (2026-11-30).
+// takes item r·G + x in even rounds r and r·G + G − 1 − x in odd ones. A fixed share: by head, balanced for tiles of
+// one cost, and under a causal mask over many rounds (it balanced up to 20% worse than one-tile blocks at D 64 from
+// T 8192, and a model of it far worse on shapes of few tiles a block), which the order by tile balances (in the model
+// within 2% of blocks handed out as others end) but runs 4-16% slower where both balance (the blocks running at once
+// read as many heads' K and V; flash_attention_wgmma_forward chooses between the two). Blocks taking
+// their next tile from a counter in memory instead (the item handed to the consumers through shared memory) ran 4-8%
+// faster than the one-tile configurations on causal rows at B·T 16384 but 31% slower at B 1, H 16, T 1280, and their
+// loop, on a loaded value, fails the constant-time audit (2026-11-30).
 template <TileSchedule kSchedule>
 struct PersistentTiles {
   uint32_t tiles, heads, items;  // query tiles per head, heads (B·Hq), items in all (below 2^31: launch_tma_forward)

@@ -982,10 +982,8 @@ template <class... Params, class... Args>
 void launch_shared(void (*kernel)(Params...), const char* op, dim3 grid, int threads, size_t bytes, cudaStream_t stream,
                    const Args&... args) {
   if (grid.x == 0 || grid.y == 0) return;
-  int device = 0, limit = 0;
-  ALPHA_CUDA_CHECK(cudaGetDevice(&device));
-  ALPHA_CUDA_CHECK(cudaDeviceGetAttribute(&limit, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
-  if (bytes > size_t(limit))
+  const size_t limit = block_shared_memory_limit();
+  if (bytes > limit)
     raise<BackendError>(op, "shared memory",
                         "at most " + std::to_string(limit) +
                             " bytes per block on this device (fewer query heads "
