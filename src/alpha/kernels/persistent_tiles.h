@@ -1,0 +1,50 @@
+// A model of how a persistent attention launch's fixed shares balance, for choosing the order in which its blocks take
+// query tiles (the Hopper forward's PersistentTiles, kernels/cuda/flash_attention_tma_forward.cuh): G blocks take the
+// B·Hq·tiles items, block x item r·G + x in even rounds r and r·G + G − 1 − x in odd ones; the items are numbered head
+// by head (head·tiles + tile counted from the end) or tile by tile (tile counted from the end · B·Hq + head). A query
+// tile costs its key tiles plus one (its Q tile and its rows), a cost that matched which order ran faster on 14 causal
+// shapes on an H200 (docs/PERFORMANCE.md, thirty-fourth session). Host code without CUDA, so that CPU tests check it.
+#pragma once
+#include <algorithm>
+#include <cstdint>
+#include <vector>
+
+#include "alpha/kernels/attention_reference.h"
+
+namespace alpha::kernels {
+
+// The modelled cost of the most loaded of `blocks` persistent blocks, query tiles of `rows` rows and key tiles of
+// `keys` keys taken head by head or (by_tile) tile by tile.
+template <class T>
+int64_t most_loaded_block(const AttentionParams<T>& p, int rows, int keys, int64_t blocks, bool by_tile) {
+  const int64_t tiles = (p.q_len + rows - 1) / rows, heads = p.batch * p.q_heads, items = tiles * heads;
+  std::vector<int64_t> cost(size_t(tiles), 1);  // by tile counted from the end
+  for (int64_t from_end = 0; from_end < tiles; ++from_end) {
+    const int64_t first_row = (tiles - 1 - from_end) * rows, last_row = std::min(first_row + rows, p.q_len) - 1;
+    const int64_t begin = visible_key_range(p, first_row).begin, end = visible_key_range(p, last_row).end;
+    if (end > begin) cost[size_t(from_end)] += (end - begin + keys - 1) / keys;
+  }
+  int64_t most = 0;
+  for (int64_t x = 0; x < blocks; ++x) {
+    int64_t load = 0;
+    for (int64_t round = 0;; ++round) {
+      const int64_t item = round * blocks + (round % 2 == 0 ? x : blocks - 1 - x);
+      if (item >= items) break;  // the next rounds' items are larger still
+      load += cost[size_t(by_tile ? item / heads : item % tiles)];
+    }
+    most = std::max(most, load);
+  }
+  return most;
+}
+
+// Whether the tiles are better taken tile by tile: head by head, the blocks running at once share a head's K and V
+// and ran 4-19% faster wherever both orders balance, so tile by tile only where head by head's most loaded block
+// carries over 1.1× tile by tile's. Past 64 tiles a block, head by head without modelling (the model's cost grows with
+// the tiles, and so many rounds balance).
+template <class T>
+bool tiles_balance_better_by_tile(const AttentionParams<T>& p, int rows, int keys, int64_t blocks) {
+  if ((p.q_len + rows - 1) / rows * p.batch * p.q_heads > 64 * blocks) return false;
+  return 10 * most_loaded_block(p, rows, keys, blocks, false) > 11 * most_loaded_block(p, rows, keys, blocks, true);
+}
+
+}  // namespace alpha::kernels
