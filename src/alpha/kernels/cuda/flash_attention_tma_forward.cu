@@ -36,7 +36,8 @@ bool wgmma_kernels_run(int bucket) {
 namespace {
 
 // Whether a persistent launch under a causal mask takes its tiles tile by tile, every head's longest first, rather
-// than head by head (kernels/persistent_tiles.h says how and why), worked out on the host once per shape and device.
+// than head by head (kernels/persistent_tiles.h says how and why), worked out on the host once per shape and number
+// of resident blocks.
 template <class Traits, class T>
 bool causal_tiles_by_tile(const AttentionParams<T>& p) {
   const int64_t blocks = int64_t(device_attribute(cudaDevAttrMultiProcessorCount)) * Traits::kMinBlocks;
