@@ -162,7 +162,8 @@ int main(int argc, char** argv) {
   bool causal_only = false;
   app.add_option("--iters", iters);
   app.add_option("--warmup", warmup);
-  app.add_option("--head-dim", head_dim, "only this head dimension's shapes (64 or 128; 0: both)");
+  app.add_option("--head-dim", head_dim, "only this head dimension's shapes (64 or 128; 0: both)")
+      ->check(CLI::IsMember({0, 64, 128}));
   app.add_flag("--causal-only", causal_only, "only the shapes under a causal mask");
   CLI11_PARSE(app, argc, argv);
   std::mt19937_64 rng(7);

@@ -120,6 +120,24 @@ ALPHA_HD KeyRange visible_key_range(const AttentionParams<T>& p, int64_t i) {
   return {begin, end};
 }
 
+// The last row of the tile of `rows` rows starting at `first`, out of `total`.
+ALPHA_HD int64_t tile_last_row(int64_t first, int rows, int64_t total) {
+  return first + rows < total ? first + rows - 1 : total - 1;
+}
+
+// The keys the query rows [first_row, first_row + rows) ∩ [0, Tq) see: `any` by at least one of them (the first
+// row's begin to the last row's end), `every` by all of them (the last row's begin to the first row's end; no
+// masking there). Shared by the CUDA kernels' query tiles and the host's model of their cost (persistent_tiles.h).
+struct TileKeyRanges {
+  KeyRange any, every;
+};
+template <class T>
+ALPHA_HD TileKeyRanges tile_key_ranges(const AttentionParams<T>& p, int64_t first_row, int rows) {
+  const KeyRange first = visible_key_range(p, first_row);
+  const KeyRange last = visible_key_range(p, tile_last_row(first_row, rows, p.q_len));
+  return {{first.begin, last.end}, {last.begin, first.end}};
+}
+
 // The queries that see at least one key of [key_begin, key_end) (0 <= key_begin <= key_end <= Tk): a
 // contiguous range, as begin and end of visible_key_range never decrease with i and the rows that see no
 // key are leading or trailing ones. Query i qualifies iff end(i) > key_begin and begin(i) < key_end; with

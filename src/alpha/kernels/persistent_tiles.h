@@ -9,9 +9,22 @@
 #include <cstdint>
 #include <vector>
 
+#include "alpha/core/hd.h"
 #include "alpha/kernels/attention_reference.h"
 
 namespace alpha::kernels {
+
+// Item `item`'s query tile, counted from the end, and head b·Hq + h, head by head or (by_tile) tile by tile: what
+// PersistentTiles (in 32 bits) and the model below (in 64) both read an item as.
+template <class Index>
+struct PersistentItem {
+  Index from_end, bh;
+};
+template <class Index>
+ALPHA_HD PersistentItem<Index> persistent_item(Index item, Index tiles, Index heads, bool by_tile) {
+  if (by_tile) return {item / heads, item % heads};
+  return {item % tiles, item / tiles};
+}
 
 // The modelled cost of the most loaded of `blocks` persistent blocks, query tiles of `rows` rows and key tiles of
 // `keys` keys taken head by head or (by_tile) tile by tile.
@@ -20,9 +33,8 @@ int64_t most_loaded_block(const AttentionParams<T>& p, int rows, int keys, int64
   const int64_t tiles = (p.q_len + rows - 1) / rows, heads = p.batch * p.q_heads, items = tiles * heads;
   std::vector<int64_t> cost(size_t(tiles), 1);  // by tile counted from the end
   for (int64_t from_end = 0; from_end < tiles; ++from_end) {
-    const int64_t first_row = (tiles - 1 - from_end) * rows, last_row = std::min(first_row + rows, p.q_len) - 1;
-    const int64_t begin = visible_key_range(p, first_row).begin, end = visible_key_range(p, last_row).end;
-    if (end > begin) cost[size_t(from_end)] += (end - begin + keys - 1) / keys;
+    const KeyRange seen = tile_key_ranges(p, (tiles - 1 - from_end) * rows, rows).any;
+    if (seen.end > seen.begin) cost[size_t(from_end)] += (seen.end - seen.begin + keys - 1) / keys;
   }
   int64_t most = 0;
   for (int64_t x = 0; x < blocks; ++x) {
@@ -30,7 +42,7 @@ int64_t most_loaded_block(const AttentionParams<T>& p, int rows, int keys, int64
     for (int64_t round = 0;; ++round) {
       const int64_t item = round * blocks + (round % 2 == 0 ? x : blocks - 1 - x);
       if (item >= items) break;  // the next rounds' items are larger still
-      load += cost[size_t(by_tile ? item / heads : item % tiles)];
+      load += cost[size_t(persistent_item(item, tiles, heads, by_tile).from_end)];
     }
     most = std::max(most, load);
   }

@@ -105,11 +105,6 @@ __device__ __forceinline__ BlockHeads kv_heads_of_row(const AttentionParams<T>& 
   return {row / heads, head, head, group};
 }
 
-// The last row of the tile of `rows` rows starting at `first`, out of `total`.
-__device__ __forceinline__ int64_t tile_last_row(int64_t first, int rows, int64_t total) {
-  return first + rows < total ? first + rows - 1 : total - 1;
-}
-
 // Query tile `from_end` of `tiles` tiles of `rows` rows of head bh = b·Hq + h (counted from the last tile, so
 // that under a causal mask the longest rows start first), and the keys it sees: [key_begin, key_end) by any of
 // its rows, [whole_begin, whole_end) by every one (no masking there). query_tile: the block's, tile blockIdx.x
@@ -122,10 +117,9 @@ __device__ __forceinline__ QueryTile query_tile_at(const AttentionParams<T>& p, 
                                                    int64_t tiles, unsigned bh) {
   const BlockHeads heads = query_heads_of_row(p, bh);
   const int64_t first_row = (tiles - 1 - from_end) * rows;
-  const KeyRange first_keys = visible_key_range(p, first_row);
-  const KeyRange last_keys = visible_key_range(p, tile_last_row(first_row, rows, p.q_len));
-  return {int64_t(bh),      heads.b,       heads.head,      heads.kv_head, first_row,
-          first_keys.begin, last_keys.end, last_keys.begin, first_keys.end};
+  const TileKeyRanges keys = tile_key_ranges(p, first_row, rows);
+  return {int64_t(bh),    heads.b,      heads.head,       heads.kv_head, first_row,
+          keys.any.begin, keys.any.end, keys.every.begin, keys.every.end};
 }
 template <class T>
 __device__ __forceinline__ QueryTile query_tile(const AttentionParams<T>& p, int rows) {

@@ -40,15 +40,17 @@ namespace {
 // of resident blocks.
 template <class Traits, class T>
 bool causal_tiles_by_tile(const AttentionParams<T>& p) {
-  const int64_t blocks = int64_t(device_attribute(cudaDevAttrMultiProcessorCount)) * Traits::kMinBlocks;
+  using Shape = tma_forward::TmaForwardShape<Traits>;
+  // The grid launch_tma_forward gives the configuration, so that the model's blocks are the launch's.
+  const int64_t blocks = resident_blocks(tma_forward::tma_forward_kernel_for<T, Traits>(p), "flash_attention_forward",
+                                         Shape::kThreads, Shape::kSharedBytes);
   using Key = std::tuple<int64_t, int64_t, int64_t, int64_t>;
   static std::mutex mutex;
   static std::map<Key, bool> known;
   const Key key{blocks, p.batch * p.q_heads, p.q_len, p.kv_len};
   std::lock_guard lock(mutex);
   if (const auto found = known.find(key); found != known.end()) return found->second;
-  return known[key] =
-             tiles_balance_better_by_tile(p, tma_forward::TmaForwardShape<Traits>::kRows, Traits::kKeys, blocks);
+  return known[key] = tiles_balance_better_by_tile(p, Shape::kRows, Traits::kKeys, blocks);
 }
 
 }  // namespace

@@ -32,6 +32,7 @@
 #include "alpha/kernels/cuda/flash_attention_mma_forward.cuh"
 #include "alpha/kernels/cuda/tma.cuh"
 #include "alpha/kernels/cuda/wgmma.cuh"
+#include "alpha/kernels/persistent_tiles.h"
 
 namespace alpha::kernels::cuda::tma_forward {
 
@@ -148,10 +149,8 @@ struct PersistentTiles {
   __device__ bool done() const { return item >= items; }
   template <class T>
   __device__ QueryTile tile(const AttentionParams<T>& p, int rows) const {
-    if constexpr (kSchedule == TileSchedule::kPersistentByTile)
-      return query_tile_at(p, rows, item / heads, tiles, item % heads);
-    else
-      return query_tile_at(p, rows, item % tiles, tiles, item / tiles);
+    const auto [from_end, bh] = persistent_item(item, tiles, heads, kSchedule == TileSchedule::kPersistentByTile);
+    return query_tile_at(p, rows, from_end, tiles, bh);
   }
   __device__ void advance() {
     item += step;
@@ -329,6 +328,19 @@ __global__ void __launch_bounds__(TmaForwardShape<Traits>::kThreads, Traits::kMi
 
 // Launches the kernel of configuration Traits (the library's choice per bucket: flash_attention_tma_forward.cu;
 // bench/tma_forward_configs.cu times others).
+// The kernel a configuration runs for these parameters: dropout and softcap are its template arguments (a
+// persistent configuration has no dropout variant: launch_tma_forward refuses dropout there).
+template <class T, class Traits>
+auto tma_forward_kernel_for(const AttentionParams<T>& p) {
+  const bool softcap = p.softcap > 0;
+  if constexpr (Traits::kPersistent)
+    return softcap ? tma_forward_kernel<T, Traits, false, true> : tma_forward_kernel<T, Traits, false, false>;
+  else
+    return p.dropout_p > 0
+               ? (softcap ? tma_forward_kernel<T, Traits, true, true> : tma_forward_kernel<T, Traits, true, false>)
+               : (softcap ? tma_forward_kernel<T, Traits, false, true> : tma_forward_kernel<T, Traits, false, false>);
+}
+
 template <class T, class Traits>
 void launch_tma_forward(const AttentionForwardArgs<T>& args, cudaStream_t stream) {
   using Shape = TmaForwardShape<Traits>;
@@ -336,7 +348,7 @@ void launch_tma_forward(const AttentionForwardArgs<T>& args, cudaStream_t stream
   const AttentionParams<T>& p = args.params;
   // What the launch refuses, checked before anything is built or queued.
   const unsigned tiles = tile_count(p.q_len, Shape::kRows), heads = heads_extent(p.batch * p.q_heads, kOp);
-  const bool dropout = p.dropout_p > 0, softcap = p.softcap > 0;
+  const bool dropout = p.dropout_p > 0;
   const int64_t items = int64_t(tiles) * heads;
   if constexpr (Traits::kPersistent) {
     // Dropout runs a configuration of a block per query tile (flash_attention_wgmma_forward): the tile loop's state
@@ -347,14 +359,7 @@ void launch_tma_forward(const AttentionForwardArgs<T>& args, cudaStream_t stream
       raise<ShapeError>(kOp, "query tiles·batch·heads", "below 2^31",
                         std::to_string(tiles) + "·" + std::to_string(heads));
   }
-  const auto kernel = [&] {
-    if constexpr (Traits::kPersistent)
-      return softcap ? tma_forward_kernel<T, Traits, false, true> : tma_forward_kernel<T, Traits, false, false>;
-    else
-      return dropout
-                 ? (softcap ? tma_forward_kernel<T, Traits, true, true> : tma_forward_kernel<T, Traits, true, false>)
-                 : (softcap ? tma_forward_kernel<T, Traits, false, true> : tma_forward_kernel<T, Traits, false, false>);
-  }();
+  const auto kernel = tma_forward_kernel_for<T, Traits>(p);
   const dim3 grid =
       Traits::kPersistent
           ? dim3(unsigned(std::min(items, resident_blocks(kernel, kOp, Shape::kThreads, Shape::kSharedBytes))))
