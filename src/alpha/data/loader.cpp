@@ -84,7 +84,7 @@ std::vector<int32_t> Loader::distinct_inputs_ahead(int64_t batches) const {
                "in [1, " + std::to_string(batches_per_epoch_) + "], the batches per epoch of these shards", batches);
   // next() moves to the next epoch's order when this one is used up: the batches ahead may lie there.
   std::vector<uint32_t> next_order;
-  std::vector<uint8_t> seen(size_t(options_.vocab_size), 0);
+  std::vector<bool> seen(size_t(options_.vocab_size), false);
   const int64_t B = options_.batch_size, T = options_.seq_len;
   for (int64_t k = 0, index = index_; k < batches; ++k, ++index) {
     if (index == batches_per_epoch_ && next_order.empty()) {
@@ -95,7 +95,7 @@ std::vector<int32_t> Loader::distinct_inputs_ahead(int64_t batches) const {
     const size_t first = size_t((index % batches_per_epoch_) * options_.world_size * B);
     for (size_t w = first; w < first + size_t(options_.world_size * B); ++w) {
       const uint16_t* tokens = window_tokens(order[w]);
-      for (int64_t t = 0; t < T; ++t) seen[tokens[t]] = 1;
+      for (int64_t t = 0; t < T; ++t) seen[tokens[t]] = true;
     }
   }
   std::vector<int32_t> ids;

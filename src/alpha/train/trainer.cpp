@@ -435,8 +435,6 @@ std::string Trainer::run(std::optional<int64_t> stop_at_step) {
   // With cuda_graphs the first step of a run is made without the graph: it creates what a captured step reads
   // and must find in place (the compute copies of the weights, the position ids, the AdamW terms' buffer).
   bool made_a_step = false;
-  const bool splits_table = data_->tied_table && t.grad_accum == 1;
-  std::optional<std::vector<int32_t>> late_rows;  // the split table's, for the coming step
   for (int64_t step = steps_done_; step < last; ++step) {
     std::optional<StepProfiler> profiler;
     if (step + 1 == profile_step) {
@@ -456,13 +454,9 @@ std::string Trainer::run(std::optional<int64_t> stop_at_step) {
     const bool graphed = t.cuda_graphs && made_a_step && !profiler;
     made_a_step = true;
     // Data parallel, one micro-step: the tied table's gradient is reduced apart from the rows the step looks up
-    // (every rank's), beside backward (DataParallel::split_table_reduction). Those rows are worked out while the host
-    // waits for the step before (below), not here, where the device may be waiting for the host's launches.
-    if (splits_table) {
-      if (!late_rows) late_rows = data_->train->distinct_inputs_ahead(1);
-      data_->parallel->split_table_reduction(*data_->tied_table, std::move(*late_rows));
-      late_rows.reset();
-    }
+    // (every rank's), beside backward (DataParallel::split_table_reduction).
+    if (data_->tied_table && t.grad_accum == 1)
+      data_->parallel->split_table_reduction(*data_->tied_table, data_->train->distinct_inputs_ahead(1));
     for (int64_t micro = 0; micro < (graphed ? 0 : t.grad_accum); ++micro) {
       Stopwatch data_clock;
       data::Batch batch = data_->train->next();
@@ -512,7 +506,6 @@ std::string Trainer::run(std::optional<int64_t> stop_at_step) {
       else
         data_->optimizer->queued_step(lr, factor);
       optimizer_s = phase.seconds();
-      if (splits_table && step + 1 < last) late_rows = data_->train->distinct_inputs_ahead(1);  // the next step's
       if (data_->parallel) data_->parallel->synchronize_step();
       const std::vector<Tensor> host = read.wait();
       phase.restart();
