@@ -32,13 +32,6 @@ class LoaderTest : public ::testing::Test {
   LoaderOptions options(int64_t batch, uint64_t seed = 1) const {
     return {.batch_size = batch, .seq_len = kT, .vocab_size = kVocab, .seed = seed};
   }
-  // Rank `rank` of `world`'s loader of batches of `batch` windows.
-  Loader rank_loader(int64_t batch, int rank, int world) const {
-    auto opts = options(batch);
-    opts.rank = rank;
-    opts.world_size = world;
-    return Loader(paths, opts);
-  }
   // The first token of every window in the batch.
   static std::vector<int32_t> window_ids(const Batch& batch) {
     std::vector<int32_t> ids;
@@ -136,7 +129,10 @@ TEST_F(LoaderTest, RanksTakeDisjointWindows) {
   constexpr int kWorld = 3;
   std::multiset<int32_t> seen;
   for (int rank = 0; rank < kWorld; ++rank) {
-    Loader loader = rank_loader(2, rank, kWorld);
+    auto opts = options(2);
+    opts.rank = rank;
+    opts.world_size = kWorld;
+    Loader loader(paths, opts);
     EXPECT_EQ(loader.batches_per_epoch(), 5);  // 32 windows / (2 * 3)
     for (int64_t step = 0; step < loader.batches_per_epoch(); ++step)
       for (int32_t id : window_ids(loader.next())) seen.insert(id);
@@ -154,7 +150,12 @@ TEST_F(LoaderTest, AccumulatedMicroBatchesSeeTheWindowsOfRanksAcrossEpochs) {
   Loader one(paths, single);
   EXPECT_EQ(one.batches_per_epoch(), 4);
   std::vector<Loader> ranks;
-  for (int rank = 0; rank < 2; ++rank) ranks.push_back(rank_loader(6, rank, 2));
+  for (int rank = 0; rank < 2; ++rank) {
+    auto opts = options(6);
+    opts.rank = rank;
+    opts.world_size = 2;
+    ranks.emplace_back(paths, opts);
+  }
   EXPECT_EQ(ranks[0].batches_per_epoch(), 2);
   for (int64_t step = 0; step < 5; ++step)  // into the third epoch
     for (int rank = 0; rank < 2; ++rank)
@@ -164,34 +165,6 @@ TEST_F(LoaderTest, AccumulatedMicroBatchesSeeTheWindowsOfRanksAcrossEpochs) {
   EXPECT_ALPHA_ERROR(Loader(paths, single), ConfigError, "batch_size * world_size * micro_steps = 36");
   single.micro_steps = 0;
   EXPECT_ALPHA_ERROR(Loader(paths, single), ConfigError, "micro_steps", "at least 1");
-}
-
-// What every rank's next batches look up, known ahead on any rank: the union of the inputs next() then returns on
-// each, across an epoch's end (2 ranks of 2 windows: 8 batches an epoch), without moving the loader.
-TEST_F(LoaderTest, DistinctInputsAheadAreEveryRanksNextInputs) {
-  constexpr int kWorld = 2;
-  std::vector<Loader> ranks;
-  for (int rank = 0; rank < kWorld; ++rank) ranks.push_back(rank_loader(2, rank, kWorld));
-  ASSERT_EQ(ranks[0].batches_per_epoch(), 8);
-  for (int64_t step = 0; step < 19; ++step) {  // into the third epoch; 3 batches ahead from every step
-    const int64_t ahead = step % 3 + 1;
-    std::vector<int32_t> predicted = ranks[size_t(step % kWorld)].distinct_inputs_ahead(ahead);
-    const LoaderPosition before = ranks[0].position();
-    EXPECT_EQ(ranks[0].distinct_inputs_ahead(ahead), predicted) << "the same list on every rank";
-    EXPECT_EQ(ranks[0].position(), before);
-    std::set<int32_t> looked_up;
-    std::vector<Loader> copies;
-    for (int rank = 0; rank < kWorld; ++rank) {
-      copies.push_back(rank_loader(2, rank, kWorld));
-      copies.back().seek(ranks[size_t(rank)].position());
-      for (int64_t k = 0; k < ahead; ++k)
-        for (int32_t id : copies.back().next().inputs.to_vector<int32_t>()) looked_up.insert(id);
-    }
-    EXPECT_EQ(predicted, std::vector<int32_t>(looked_up.begin(), looked_up.end())) << "step " << step;
-    for (auto& loader : ranks) loader.next();
-  }
-  EXPECT_ALPHA_ERROR(ranks[0].distinct_inputs_ahead(0), ConfigError, "batches", "in [1, 8]");
-  EXPECT_ALPHA_ERROR(ranks[0].distinct_inputs_ahead(9), ConfigError, "batches", "in [1, 8]");
 }
 
 TEST_F(LoaderTest, PositionJsonRoundTripAndRejects) {

@@ -91,24 +91,22 @@ void InProcessCommunicator::exchange(const char* collective, const void* send, v
 }
 
 void InProcessCommunicator::all_reduce(void* data, size_t count, DType dtype, ReduceOp op) {
-  reduce_buffers("all_reduce", {{data, count, dtype}}, op);
+  reduce_in_place("all_reduce", {{data, count, dtype}}, op);
 }
 
 void InProcessCommunicator::all_reduce_many(const std::vector<Buffer>& buffers, ReduceOp op) {
-  reduce_buffers("all_reduce_many", buffers, op);
+  reduce_in_place("all_reduce_many", buffers, op);
 }
 
-void InProcessCommunicator::reduce_buffers(const char* collective, const std::vector<Buffer>& buffers, ReduceOp op) {
+void InProcessCommunicator::reduce_in_place(const char* collective, const std::vector<Buffer>& buffers, ReduceOp op) {
   for (const Buffer& b : buffers) require_collective_dtype(collective, b.dtype);
   // One exchange: every rank posts its list, each buffer i reduced over the ranks' buffers i.
   std::vector<std::vector<double>> results(buffers.size());
   exchange(collective, &buffers, nullptr, [&](const auto& posted) {
     for (size_t i = 0; i < buffers.size(); ++i) {
       std::vector<InProcessGroup::Posted> of_buffer;
-      for (const auto& p : posted) {
-        const Buffer& theirs = (*static_cast<const std::vector<Buffer>*>(p.send))[i];
-        of_buffer.push_back({theirs.send ? theirs.send : theirs.data, nullptr});
-      }
+      for (const auto& p : posted)
+        of_buffer.push_back({(*static_cast<const std::vector<Buffer>*>(p.send))[i].data, nullptr});
       for (size_t e = 0; e < buffers[i].count; ++e)
         results[i].push_back(reduce_element(of_buffer, e, buffers[i].dtype, op));
     }

@@ -76,9 +76,8 @@ class InProcessCommunicator : public Communicator {
   // Posts the buffers, waits for all ranks, runs `compute` (reading the others' buffers), waits again.
   template <class Compute>
   void exchange(const char* collective, const void* send, void* recv, Compute compute);
-  // all_reduce and all_reduce_many: each buffer reduced over the ranks' buffers of its index (their sends, out of
-  // place), in one exchange.
-  void reduce_buffers(const char* collective, const std::vector<Buffer>& buffers, ReduceOp op);
+  // all_reduce and all_reduce_many: each buffer reduced over the ranks' buffers of its index, in one exchange.
+  void reduce_in_place(const char* collective, const std::vector<Buffer>& buffers, ReduceOp op);
 
   std::shared_ptr<InProcessGroup> group_;
   int rank_;

@@ -5,7 +5,6 @@
 
 #include <chrono>
 #include <cmath>
-#include <set>
 
 #include "alpha/autograd/functions.h"
 #include "alpha/autograd/variable.h"
@@ -275,108 +274,6 @@ TEST(DataParallel, BackwardLaunchesEachBucketAsSoonAsItsGradientsAreComplete) {
     EXPECT_EQ(grad_a[size_t(r)], std::vector<float>(3, 18.0f));
     EXPECT_EQ(grad_b[size_t(r)], std::vector<float>(3, 6.0f));
   }
-}
-
-// A tied table as in the GPT: looked up first in the forward, so backward adds the lookup's gradient (its rows) last,
-// after the output layer's (every row). Reduced in two parts, the table's gradient and the other parameter's are the
-// bits of the whole reduction, step after step, with the first part reduced while backward still runs.
-TEST(DataParallel, TiedTableReducedInTwoPartsGivesTheWholeReductionsBits) {
-  constexpr int64_t kRows = 11, kColumns = 5, kSteps = 2;
-  const Tensor table_value = alpha::test::random({kRows, kColumns}), other_value = alpha::test::random({3});
-  for (int world : {2, 3}) {
-    // Rank r's lookups at step s, and the step's union over the ranks.
-    auto ids_of = [](int rank, int64_t step) {
-      return std::vector<int32_t>{int32_t((rank * 3 + step) % kRows), 7, int32_t((rank + 5 * step) % kRows), 7};
-    };
-    std::vector<std::vector<int32_t>> late(kSteps);
-    for (int64_t step = 0; step < kSteps; ++step) {
-      std::set<int32_t> rows;
-      for (int r = 0; r < world; ++r)
-        for (int32_t id : ids_of(r, step)) rows.insert(id);
-      late[size_t(step)].assign(rows.begin(), rows.end());
-    }
-    std::vector<Tensor> scales;  // per rank, so that the ranks' gradients differ everywhere
-    for (int r = 0; r < world; ++r) scales.push_back(alpha::test::random({3}));
-    // [split][rank][step]: the table's and the other parameter's averaged gradients
-    std::vector<std::vector<std::vector<Tensor>>> table_grads(2), other_grads(2);
-    for (int split = 0; split < 2; ++split) {
-      table_grads[size_t(split)].resize(size_t(world));
-      other_grads[size_t(split)].resize(size_t(world));
-      auto group = std::make_shared<InProcessGroup>(world, milliseconds(10000));
-      run_ranks(world, [&](int rank) {
-        InProcessCommunicator comm(group, rank);
-        autograd::Variable table(table_value.clone(), true, "table"), other(other_value.clone(), true, "other");
-        DataParallel dp(comm, {{"table", table, true}, {"other", other, true}},
-                        {/*bucket_bytes=*/1 << 20, false, false, std::nullopt, /*packed_below_bytes=*/0});
-        for (int64_t step = 0; step < kSteps; ++step) {
-          const bool splits = split && dp.split_table_reduction(0, late[size_t(step)]);
-          EXPECT_EQ(splits, bool(split));
-          const std::vector<int32_t> ids = ids_of(rank, step);
-          autograd::Variable looked_up = autograd::embedding(Tensor::from_vector(ids, {int64_t(ids.size())}), table);
-          autograd::Variable logits = autograd::linear(looked_up, table, autograd::Variable());
-          autograd::Variable loss =
-              autograd::add(autograd::sum(autograd::mul(logits, logits)),
-                            autograd::sum(autograd::mul(other, autograd::Variable(scales[size_t(rank)]))));
-          const int64_t before = comm.collectives();
-          int64_t at_table_ready = -1;
-          autograd::LeafReadyFn ready = dp.gradient_ready_hook();
-          autograd::backward(
-              loss, {},
-              [&](const autograd::VariableState& leaf) {
-                if (&leaf == table.state().get()) at_table_ready = comm.collectives() - before;
-                ready(leaf);
-              },
-              dp.gradient_first_part_hook());
-          EXPECT_EQ(at_table_ready, split) << "the first part went out while backward ran";
-          alpha::test::reduce_gradients(dp);
-          table_grads[size_t(split)][size_t(rank)].push_back(table.grad().clone());
-          other_grads[size_t(split)][size_t(rank)].push_back(other.grad().clone());
-          table.clear_grad();
-          other.clear_grad();
-        }
-      });
-    }
-    for (int r = 0; r < world; ++r)
-      for (int64_t step = 0; step < kSteps; ++step) {
-        EXPECT_TRUE(alpha::test::bit_equal(table_grads[1][size_t(r)][size_t(step)], table_grads[0][0][size_t(step)]))
-            << "world " << world << ", rank " << r << ", step " << step;
-        EXPECT_TRUE(alpha::test::bit_equal(other_grads[1][size_t(r)][size_t(step)], other_grads[0][0][size_t(step)]))
-            << "world " << world << ", rank " << r << ", step " << step;
-      }
-    // The whole reduction itself: the average of the ranks' gradients (the untouched rows too).
-    Tensor sum = Tensor::zeros({kRows, kColumns}, DType::f32);
-    for (int r = 0; r < world; ++r) {
-      autograd::Variable table(table_value.clone(), true, "table");
-      const std::vector<int32_t> ids = ids_of(r, 0);
-      autograd::Variable logits = autograd::linear(
-          autograd::embedding(Tensor::from_vector(ids, {int64_t(ids.size())}), table), table, autograd::Variable());
-      autograd::backward(autograd::sum(autograd::mul(logits, logits)));
-      ops::add_(sum, table.grad());
-    }
-    EXPECT_TRUE(alpha::test::all_close(table_grads[1][0][0], ops::scale(sum, 1.0 / world), "sum"));
-  }
-}
-
-TEST(DataParallel, TableReductionSplitsOnlyWhereItReducesInPlaceAndNamesBadRows) {
-  auto group = std::make_shared<InProcessGroup>(1, milliseconds(10000));
-  InProcessCommunicator comm(group, 0);
-  autograd::Variable table(alpha::test::random({6, 2}), true, "wte"), bias(alpha::test::random({2}), true, "b");
-  const std::vector<nn::NamedParameter> parameters = {{"wte", table, true}, {"b", bias, true}};
-  DataParallel in_place(comm, parameters, {1 << 20, false, false, std::nullopt, /*packed_below_bytes=*/0});
-  EXPECT_TRUE(in_place.split_table_reduction(0, {0, 2, 3}));
-  EXPECT_TRUE(in_place.split_table_reduction(0, {}));
-  EXPECT_FALSE(in_place.split_table_reduction(0, {0, 1, 2, 3, 4, 5})) << "every row late: nothing to split";
-  EXPECT_ALPHA_ERROR(in_place.split_table_reduction(2, {0}), ValueError, "parameter", "an index below 2");
-  EXPECT_ALPHA_ERROR(in_place.split_table_reduction(0, {0, 3, 3}), ValueError, "late_rows",
-                     "ascending distinct rows of wte in [0, 6)", "3 at 2");
-  EXPECT_ALPHA_ERROR(in_place.split_table_reduction(0, {6}), ValueError, "late_rows", "6 at 0");
-  EXPECT_ALPHA_ERROR(in_place.split_table_reduction(0, {-1}), ValueError, "late_rows", "-1 at 0");
-  DataParallel packed(comm, parameters, {1 << 20, false});  // a 48-byte table is packed with the bias
-  EXPECT_FALSE(packed.split_table_reduction(0, {1}));
-  DataParallel zero1(comm, parameters, {1 << 20, true});
-  EXPECT_FALSE(zero1.split_table_reduction(0, {1}));
-  DataParallel deterministic(comm, parameters, {1 << 20, false, true, std::nullopt, 0});
-  EXPECT_FALSE(deterministic.split_table_reduction(0, {1}));
 }
 
 TEST(DataParallel, Zero1StepMatchesAdamWOnTheAveragedGradients) {

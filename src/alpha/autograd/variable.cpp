@@ -222,8 +222,7 @@ Variable record(const char* op, Tensor output, const std::vector<Variable>& inpu
   return result;
 }
 
-void backward(const Variable& root, const Tensor& grad_output, const LeafReadyFn& on_leaf_ready,
-              const LeafFirstPartFn& on_leaf_first_part) {
+void backward(const Variable& root, const Tensor& grad_output, const LeafReadyFn& on_leaf_ready) {
   if (!root.requires_grad())
     raise<ValueError>("backward", "root", "a variable that requires a gradient", "one that does not");
   Tensor seed = grad_output;
@@ -249,13 +248,11 @@ void backward(const Variable& root, const Tensor& grad_output, const LeafReadyFn
     int64_t last_feeder;
     int64_t edges = 0;
     Tensor pass_grad;
-    bool first_part_passed = false;  // on_leaf_first_part has seen it
   };
   std::unordered_map<const VariableState*, LeafFeed> feeds;
   for (int64_t i = 0; i <= start; ++i)
     for (const Edge& e : nodes[size_t(i)].inputs)
-      if (e.leaf && e.needs_grad())
-        ++feeds.try_emplace(e.leaf.get(), LeafFeed{i, 0, Tensor(), false}).first->second.edges;
+      if (e.leaf && e.needs_grad()) ++feeds.try_emplace(e.leaf.get(), LeafFeed{i, 0, Tensor()}).first->second.edges;
 
   NoGradGuard no_grad;  // backward functions run ops; they must not record
   for (int64_t i = start; i >= 0; --i) {
@@ -301,16 +298,6 @@ void backward(const Variable& root, const Tensor& grad_output, const LeafReadyFn
         if (feed.edges > 1) accumulate(feed.pass_grad, e.leaf->value.shape(), grads[j], node.op, Slot::backward_owned);
         else accumulate(e.leaf->grad, e.leaf->value.shape(), grads[j], node.op, Slot::leaf);
       }
-      if (on_leaf_first_part)
-        for (size_t j = 0; j < needs.size() && j < grads.size(); ++j) {
-          const Edge& e = node.inputs[j];
-          if (!needs[j] || !e.leaf) continue;
-          LeafFeed& feed = feeds.at(e.leaf.get());
-          if (feed.edges > 1 && feed.last_feeder != i && feed.pass_grad.defined() && !feed.first_part_passed) {
-            feed.first_part_passed = true;
-            on_leaf_first_part(*e.leaf, feed.pass_grad);
-          }
-        }
     }
     for (const Edge& e : node.inputs) {
       auto feed = e.leaf ? feeds.find(e.leaf.get()) : feeds.end();

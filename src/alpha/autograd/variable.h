@@ -88,18 +88,10 @@ bool needs_recording(const std::vector<Variable>& inputs);
 // parallel training starts reducing that gradient while backward goes on).
 using LeafReadyFn = std::function<void(const VariableState& leaf)>;
 
-// Called during backward with a leaf fed by several nodes (a tied embedding), once, after the first of them has run:
-// `so_far` is this pass's gradient of the leaf until then, which the later feeders add into in place where they can
-// (so a caller must not hold on to the tensor, only read its storage while backward goes on). Data-parallel training
-// starts reducing the part of a tied table's gradient that the later feeders leave alone.
-using LeafFirstPartFn = std::function<void(const VariableState& leaf, const Tensor& so_far)>;
-
 // Backpropagates from a scalar (seed gradient 1) or from `grad_output` of the root's shape, then clears
 // the tape. Gradients of leaves that require them are accumulated into their grad buffers; with
-// `on_leaf_ready`, each such leaf is passed to it as soon as its gradient is complete; with `on_leaf_first_part`,
-// each leaf fed more than once is passed to it after its first feeder.
-void backward(const Variable& root, const Tensor& grad_output = {}, const LeafReadyFn& on_leaf_ready = {},
-              const LeafFirstPartFn& on_leaf_first_part = {});
+// `on_leaf_ready`, each such leaf is passed to it as soon as its gradient is complete.
+void backward(const Variable& root, const Tensor& grad_output = {}, const LeafReadyFn& on_leaf_ready = {});
 
 // While backward runs a node's backward function: the gradient slot of the node's input `index` when the
 // function may add its gradient for that input into it in place, else an undefined tensor. The engine offers a

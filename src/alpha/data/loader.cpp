@@ -69,39 +69,12 @@ Loader::Loader(const std::vector<std::string>& shard_paths, const LoaderOptions&
   shuffle_for_epoch();
 }
 
-void Loader::shuffle_for_epoch() { fill_order(order_, epoch_); }
-
-void Loader::fill_order(std::vector<uint32_t>& order, int64_t epoch) const {
-  std::iota(order.begin(), order.end(), uint32_t(0));
+void Loader::shuffle_for_epoch() {
+  std::iota(order_.begin(), order_.end(), uint32_t(0));
   if (!options_.shuffle) return;
   // One stream per (seed, epoch): the seed's first output keys it, the epoch offsets it.
-  SplitMix64 rng(SplitMix64(options_.seed).next() + uint64_t(epoch) * 0xD1B54A32D192ED03ull);
-  for (size_t i = order.size(); i > 1; --i) std::swap(order[i - 1], order[rng.below(i)]);  // Fisher-Yates
-}
-
-std::vector<int32_t> Loader::distinct_inputs_ahead(int64_t batches) const {
-  check_option(batches >= 1 && batches <= batches_per_epoch_, "batches",
-               "in [1, " + std::to_string(batches_per_epoch_) + "], the batches per epoch of these shards", batches);
-  // next() moves to the next epoch's order when this one is used up: the batches ahead may lie there.
-  std::vector<uint32_t> next_order;
-  std::vector<bool> seen(size_t(options_.vocab_size), false);
-  const int64_t B = options_.batch_size, T = options_.seq_len;
-  for (int64_t k = 0, index = index_; k < batches; ++k, ++index) {
-    if (index == batches_per_epoch_ && next_order.empty()) {
-      next_order.resize(order_.size());
-      fill_order(next_order, epoch_ + 1);
-    }
-    const std::vector<uint32_t>& order = index >= batches_per_epoch_ ? next_order : order_;
-    const size_t first = size_t((index % batches_per_epoch_) * options_.world_size * B);
-    for (size_t w = first; w < first + size_t(options_.world_size * B); ++w) {
-      const uint16_t* tokens = window_tokens(order[w]);
-      for (int64_t t = 0; t < T; ++t) seen[tokens[t]] = true;
-    }
-  }
-  std::vector<int32_t> ids;
-  for (size_t id = 0; id < seen.size(); ++id)
-    if (seen[id]) ids.push_back(int32_t(id));
-  return ids;
+  SplitMix64 rng(SplitMix64(options_.seed).next() + uint64_t(epoch_) * 0xD1B54A32D192ED03ull);
+  for (size_t i = order_.size(); i > 1; --i) std::swap(order_[i - 1], order_[rng.below(i)]);  // Fisher-Yates
 }
 
 const uint16_t* Loader::window_tokens(uint64_t w) const {

@@ -51,10 +51,6 @@ class Loader {
   Loader(const std::vector<std::string>& shard_paths, const LoaderOptions& options);
 
   Batch next();
-  // The distinct token ids, ascending, among the inputs of the next `batches` batches of every rank: what next()
-  // returns in its next `batches` calls on any rank (data-parallel training reduces the rows of a tied table these
-  // look up apart from the rest). ConfigError outside [1, batches_per_epoch()].
-  std::vector<int32_t> distinct_inputs_ahead(int64_t batches) const;
   LoaderPosition position() const { return {epoch_, index_}; }
   // Continues from a position saved by position() (ConfigError when it lies outside the data).
   void seek(const LoaderPosition& position);
@@ -64,7 +60,6 @@ class Loader {
 
  private:
   void shuffle_for_epoch();
-  void fill_order(std::vector<uint32_t>& order, int64_t epoch) const;  // the windows' order in `epoch`
   // The tokens of window w: T + 1 of them.
   const uint16_t* window_tokens(uint64_t w) const;
 

@@ -53,8 +53,6 @@ class Communicator {
     void* data;
     size_t count;
     DType dtype;
-    // Out of place when given: the reduction of every rank's `send` lands in `data`, and `send` is only read.
-    const void* send = nullptr;
   };
   virtual void all_reduce_many(const std::vector<Buffer>& buffers, ReduceOp op) = 0;
   // `send` holds world_size blocks of `recv_count` elements; rank r receives the reduction of block r.

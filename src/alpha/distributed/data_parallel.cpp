@@ -188,14 +188,6 @@ void DataParallel::launch_bucket(size_t b) {
     if (flat_[b].defined()) buffers.push_back({flat_[b].raw_data(), size_t(flat_[b].numel()), dtype_});
     for (size_t parameter : in_place_[b]) {
       Tensor g = flat_gradient(parameter);
-      // A split table whose first part was reduced from the gradient complete now: only its late rows are left.
-      if (split_ && split_->parameter == parameter && split_->first_part == g.raw_data()) {
-        split_->late = Tensor::empty({split_->late_numel}, dtype_, communicator_.device());
-        copy_late_rows(g, /*into_table=*/false);
-        split_->late_packed = true;
-        if (split_->late_numel > 0) buffers.push_back({split_->late.raw_data(), size_t(split_->late_numel), dtype_});
-        continue;
-      }
       buffers.push_back({g.raw_data(), size_t(g.numel()), g.dtype()});
     }
     communicator_.all_reduce_many(buffers, ReduceOp::average);
@@ -221,73 +213,6 @@ void DataParallel::on_gradient_ready(const autograd::VariableState& leaf) {
 
 autograd::LeafReadyFn DataParallel::gradient_ready_hook() {
   return [this](const autograd::VariableState& leaf) { on_gradient_ready(leaf); };
-}
-
-bool DataParallel::split_table_reduction(size_t parameter, std::vector<int32_t> late_rows) {
-  constexpr const char* op = "DataParallel::split_table_reduction";
-  split_.reset();
-  if (parameter >= parameters_.size())
-    raise<ValueError>(op, "parameter", "an index below " + std::to_string(parameters_.size()),
-                      std::to_string(parameter));
-  const nn::NamedParameter& table = parameters_[parameter];
-  if (table.variable.value().dim() < 1 || table.variable.size(0) < 1)
-    raise<ShapeError>(op, table.name, "a table of rows (at least one dimension, one row)",
-                      shape_str(table.variable.shape()));
-  const int64_t rows = table.variable.size(0);
-  for (size_t i = 0; i < late_rows.size(); ++i)
-    if (late_rows[i] < 0 || late_rows[i] >= rows || (i > 0 && late_rows[i] <= late_rows[i - 1]))
-      raise<ValueError>(op, "late_rows",
-                        "ascending distinct rows of " + table.name + " in [0, " + std::to_string(rows) + ")",
-                        std::to_string(late_rows[i]) + " at " + std::to_string(i));
-  const std::vector<size_t>& in_place = in_place_[bucket_of_[parameter]];
-  if (!reduces_in_place() || std::find(in_place.begin(), in_place.end(), parameter) == in_place.end() ||
-      int64_t(late_rows.size()) >= rows)
-    return false;
-  SplitTable split;
-  split.parameter = parameter;
-  split.row_numel = table.variable.value().numel() / rows;
-  for (int32_t row : late_rows) {
-    if (!split.runs.empty() && split.runs.back().first + split.runs.back().second == row)
-      ++split.runs.back().second;
-    else
-      split.runs.push_back({row, 1});
-  }
-  split.late_numel = int64_t(late_rows.size()) * split.row_numel;
-  split_ = std::move(split);
-  return true;
-}
-
-autograd::LeafFirstPartFn DataParallel::gradient_first_part_hook() {
-  return [this](const autograd::VariableState& leaf, const Tensor& so_far) { on_first_part(leaf, so_far); };
-}
-
-void DataParallel::on_first_part(const autograd::VariableState& leaf, const Tensor& so_far) {
-  if (!split_ || split_->first_part) return;
-  auto it = parameter_of_.find(&leaf);
-  if (it == parameter_of_.end() || it->second != split_->parameter) return;
-  const int64_t numel = parameters_[split_->parameter].variable.value().numel();
-  // Only a gradient the later feeders add into where it is can be told apart when complete (launch_bucket).
-  if (so_far.dtype() != dtype_ || !so_far.is_contiguous() || so_far.numel() != numel) return;
-  if (!first_part_reduced_.defined()) first_part_reduced_ = Tensor::empty({numel}, dtype_, communicator_.device());
-  communicator_.all_reduce_many({{first_part_reduced_.raw_data(), size_t(numel), dtype_, so_far.raw_data()}},
-                                ReduceOp::average);
-  split_->first_part = so_far.raw_data();
-}
-
-void DataParallel::copy_late_rows(const Tensor& table, bool into_table) {
-  std::vector<Tensor> in_table, in_late;
-  int64_t packed = 0;
-  for (const auto& [first, count] : split_->runs) {
-    const int64_t begin = first * split_->row_numel, numel = count * split_->row_numel;
-    in_table.push_back(table.view({-1}).slice(0, begin, begin + numel));
-    in_late.push_back(split_->late.slice(0, packed, packed + numel));
-    packed += numel;
-  }
-  if (in_table.empty()) return;
-  if (into_table)
-    copy_many(in_table, in_late);
-  else
-    copy_many(in_late, in_table);
 }
 
 Tensor DataParallel::queue_reduction(const Tensor& step_losses) {
@@ -320,13 +245,7 @@ Tensor DataParallel::queue_reduction(const Tensor& step_losses) {
   // back; under a bf16 reduction the bf16 average, which AdamW reads as it is). The next backward makes fresh
   // gradients (the optimiser releases these after its step). A gradient of another dtype than the buckets'
   // without one (a bf16 model's gradient of an f32 parameter) takes the average in its own dtype. Those reduced in
-  // place are averaged already; a split table's gradient is its first part's reduction, its late rows copied over.
-  if (split_ && split_->late_packed) {
-    copy_late_rows(first_part_reduced_, /*into_table=*/true);
-    autograd::Variable table = parameters_[split_->parameter].variable;
-    table.set_grad(first_part_reduced_.view(table.shape()));
-  }
-  split_.reset();
+  // place are averaged already.
   for (size_t b = 0; b < buckets_.size(); ++b) {
     for (const auto& e : packed_[b]) {
       autograd::Variable v = parameters_[e.parameter].variable;

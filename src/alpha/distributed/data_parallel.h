@@ -15,13 +15,6 @@
 // the device's stream, and packing nothing made NCCL's group slower by more than that on `seed`'s many small
 // parameters (docs/PERFORMANCE.md, twenty-ninth session).
 //
-// A tied table (GPT's wte) in the plain step: its gradient is the output layer's, which backward has at its start,
-// plus the lookup's, which backward makes last and which touches only the looked-up rows; reduced whole, its
-// all-reduce (154 MB on gpt2-124m) could only follow backward. split_table_reduction takes the rows every rank looks
-// up in the step (the trainer knows them from the loader ahead of time: no collective, no wait) and reduces every row
-// of the first part as soon as backward has it, into a buffer of its own, then only the late rows after backward,
-// copied into that buffer over their early values: the same sums as the whole reduction, bit for bit.
-//
 // ZeRO-1: each bucket is padded to whole aligned shards (kShardAlignment) and split into world_size equal shards; the
 // gradients are reduce-scattered, so rank r holds the averaged gradient of shard r of every bucket, keeps
 // AdamW's m and v for those elements only, updates those parameters, and all-gathers the updated values.
@@ -139,22 +132,6 @@ class DataParallel {
   // gradients are complete (buckets in order, the same on every rank). queue_reduction() then finishes.
   autograd::LeafReadyFn gradient_ready_hook();
 
-  // A tied table's gradient reduced in two parts, for the plain step that reduces in place (else false, and nothing
-  // changes). The table's gradient is the output layer's, complete when backward starts, plus the lookup's, which
-  // backward makes last and which touches only the rows some position looks up. Given those rows for the coming
-  // backward (`late_rows`: of the parameter `parameter`, a table of rows along its first dimension; every rank's
-  // lookups of the step, so the same list on every rank, ascending and distinct), gradient_first_part_hook all-reduces
-  // every row of the first part into a buffer of this DataParallel's beside backward, and once backward completes the
-  // gradient only the late rows are all-reduced (copied out and back, one launch each) over the first part's: the
-  // same sums, rank by rank, as reducing the whole gradient after backward (an untouched row's lookup part is no
-  // addition at all). Returns whether it will: false when the parameter is reduced packed with others (under
-  // packed_below_bytes), when every row is late, and in the other modes. For this backward only; it must be the
-  // table's whole gradient (no micro-steps accumulated before): otherwise the complete gradient is reduced whole,
-  // the first part's reduction wasted. On 2 H200s the 154 MB table of gpt2-124m was most of the step's exposed tail.
-  bool split_table_reduction(size_t parameter, std::vector<int32_t> late_rows);
-  // For autograd::backward beside gradient_ready_hook (autograd::LeafFirstPartFn): starts the first part's reduction.
-  autograd::LeafFirstPartFn gradient_first_part_hook();
-
   // ZeRO-1's step, queued as the one-GPU step is (nothing here waits for the device or the peers), after
   // queue_reduction:
   //   norm = queue_sharded_norm();                                      // read it when the step is done
@@ -209,10 +186,6 @@ class DataParallel {
 
  private:
   void on_gradient_ready(const autograd::VariableState& leaf);
-  void on_first_part(const autograd::VariableState& leaf, const Tensor& so_far);
-  // A split table's late rows between `table` (its gradient, or the first part's reduction) and split_->late, where
-  // they are packed in row order: one copy_many.
-  void copy_late_rows(const Tensor& table, bool into_table);
   bool reduces_in_place() const;      // plain, not deterministic, in the parameters' dtype: no packing (above)
   void launch_bucket(size_t bucket);  // packs its gradients (unless in place), queues its collective
   Tensor flat_gradient(size_t parameter) const;             // 1-D view of a parameter's gradient
@@ -236,19 +209,6 @@ class DataParallel {
   Tensor exchange_;                // deterministic: world_size blocks of the largest shard (all_to_all's receiver)
   std::vector<size_t> bucket_of_;  // by parameter
   std::unordered_map<const autograd::VariableState*, size_t> parameter_of_;
-  // A tied table's gradient reduced in two parts this step (split_table_reduction). Its first part's reduction reads
-  // the gradient where backward goes on adding the late rows: their reduced values there are replaced afterwards.
-  struct SplitTable {
-    size_t parameter = 0;
-    int64_t row_numel = 0;                          // elements per row
-    std::vector<std::pair<int64_t, int64_t>> runs;  // the late rows as runs of consecutive rows: (first, count)
-    int64_t late_numel = 0;                         // elements of the late rows
-    const void* first_part = nullptr;               // the gradient the first part was reduced from, once it was
-    bool late_packed = false;                       // the late rows were packed and reduced (not the whole table)
-    Tensor late;                                    // the late rows, packed in row order
-  };
-  std::optional<SplitTable> split_;
-  Tensor first_part_reduced_;           // the split table's reduced gradient, kept from step to step
   std::vector<size_t> not_ready_;       // this step: the gradients each bucket still waits for
   size_t launched_ = 0;                 // this step: buckets whose collective is queued (0 .. launched_-1)
   std::vector<ShardSegment> segments_;  // ZeRO-1: this rank's shards, parameter by parameter

@@ -222,8 +222,8 @@ class NcclCommunicator : public Communicator {
     launch("ncclAllReduce (grouped)", [&] {
       ncclResult_t result = ncclGroupStart();
       for (size_t i = 0; i < buffers.size() && (result == ncclSuccess || result == ncclInProgress); ++i)
-        result = ncclAllReduce(buffers[i].send ? buffers[i].send : buffers[i].data, buffers[i].data, buffers[i].count,
-                               types[i], nccl_op(op), comm_, stream_);
+        result =
+            ncclAllReduce(buffers[i].data, buffers[i].data, buffers[i].count, types[i], nccl_op(op), comm_, stream_);
       const ncclResult_t ended = ncclGroupEnd();  // closes the group whatever happened inside it
       return result == ncclSuccess || result == ncclInProgress ? ended : result;
     });

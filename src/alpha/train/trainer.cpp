@@ -112,7 +112,6 @@ struct Trainer::Data {
   std::unique_ptr<WarmupCosineSchedule> schedule;
   std::unique_ptr<MetricsWriter> metrics;  // rank 0 only
   std::unique_ptr<distributed::DataParallel> parallel;  // with a communicator
-  std::optional<size_t> tied_table;  // data parallel, tied embeddings: wte's index in parallel's list
   std::unique_ptr<LossScaler> scaler;                    // with loss scaling (f16 by default)
   // With cuda_graphs, once captured: the device tensors the step reads (the batch, which the host writes before
   // each replay) and leaves (the loss as a one-element f32 vector, the scaled gradient norm), and the graph.
@@ -161,15 +160,14 @@ struct MicroStep {
   double forward_s, backward_s;
 };
 MicroStep micro_step(const nn::GPT& model, const Tensor& ids, const Tensor& targets, const nn::ForwardOptions& fo,
-                     double loss_factor, const autograd::LeafReadyFn& on_leaf_ready = {},
-                     const autograd::LeafFirstPartFn& on_leaf_first_part = {}) {
+                     double loss_factor, const autograd::LeafReadyFn& on_leaf_ready = {}) {
   Stopwatch phase;
   autograd::Variable loss = model.forward(ids, targets, fo).loss;
   MicroStep out{loss.value(), 0, 0};
   if (loss_factor != 1.0) loss = autograd::scale(loss, loss_factor);
   out.forward_s = phase.seconds();
   phase.restart();
-  autograd::backward(loss, {}, on_leaf_ready, on_leaf_first_part);
+  autograd::backward(loss, {}, on_leaf_ready);
   out.backward_s = phase.seconds();
   return out;
 }
@@ -232,9 +230,6 @@ Trainer::Trainer(TrainerOptions options) : options_(std::move(options)), data_(s
   data_->optimizer = std::make_unique<AdamW>(sharded(options_) ? std::vector<nn::NamedParameter>{} : parameters,
                                              AdamWOptions{t.beta1, t.beta2, t.adam_eps, t.weight_decay,
                                                           rounding_seed(options_)});
-  if (options_.communicator && options_.model.tie_embeddings)
-    for (size_t i = 0; i < parameters.size(); ++i)
-      if (parameters[i].name == "wte.weight") data_->tied_table = i;
   if (options_.communicator)
     data_->parallel = std::make_unique<distributed::DataParallel>(
         *options_.communicator, parameters,
@@ -453,10 +448,6 @@ std::string Trainer::run(std::optional<int64_t> stop_at_step) {
     std::vector<Tensor> micro_losses;
     const bool graphed = t.cuda_graphs && made_a_step && !profiler;
     made_a_step = true;
-    // Data parallel, one micro-step: the tied table's gradient is reduced apart from the rows the step looks up
-    // (every rank's), beside backward (DataParallel::split_table_reduction).
-    if (data_->tied_table && t.grad_accum == 1)
-      data_->parallel->split_table_reduction(*data_->tied_table, data_->train->distinct_inputs_ahead(1));
     for (int64_t micro = 0; micro < (graphed ? 0 : t.grad_accum); ++micro) {
       Stopwatch data_clock;
       data::Batch batch = data_->train->next();
@@ -466,8 +457,7 @@ std::string Trainer::run(std::optional<int64_t> stop_at_step) {
       const MicroStep done =
           micro_step(*model_, batch.inputs, batch.targets, {true, uint64_t(step), uint64_t(micro), recompute},
                      loss_scale / double(t.grad_accum),
-                     data_->parallel && last_micro ? data_->parallel->gradient_ready_hook() : nullptr,
-                     data_->parallel && last_micro ? data_->parallel->gradient_first_part_hook() : nullptr);
+                     data_->parallel && last_micro ? data_->parallel->gradient_ready_hook() : nullptr);
       micro_losses.push_back(done.loss);
       forward_s += done.forward_s;
       backward_s += done.backward_s;
