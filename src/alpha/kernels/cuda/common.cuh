@@ -14,6 +14,7 @@
 #include <mutex>
 #include <string>
 #include <tuple>
+#include <utility>
 
 #include "alpha/core/dtype.h"
 #include "alpha/core/error.h"
@@ -235,14 +236,24 @@ inline int device_attribute(cudaDeviceAttr attribute) {
 // The shared memory the current device offers a block (its opt-in maximum), in bytes.
 inline size_t block_shared_memory_limit() { return size_t(device_attribute(cudaDevAttrMaxSharedMemoryPerBlockOptin)); }
 
-// Checks that the device offers `bytes` of shared memory to a block and raises the kernel's limit to it.
+// Checks that the device offers `bytes` of shared memory to a block and raises the kernel's limit to it. Launch paths
+// call this every launch, so the driver is asked once per kernel, device and larger size: a limit already raised as
+// far serves every smaller launch.
 template <class... Params>
 void allow_shared(void (*kernel)(Params...), const char* name, size_t bytes) {
+  int device = 0;
+  ALPHA_CUDA_CHECK(cudaGetDevice(&device));
+  static std::mutex mutex;
+  static std::map<std::pair<void (*)(Params...), int>, size_t> raised;  // the limit set so far
+  std::lock_guard lock(mutex);
+  size_t& limit_set = raised[{kernel, device}];
+  if (bytes <= limit_set) return;
   const size_t limit = block_shared_memory_limit();
   if (bytes > limit)
     raise<BackendError>(name, "shared memory", "at most " + std::to_string(limit) + " bytes per block on this device",
                         std::to_string(bytes));
   ALPHA_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes)));
+  limit_set = bytes;
 }
 
 // The blocks of `kernel` (`threads` threads, `bytes` of dynamic shared memory) the current device runs at

@@ -35,22 +35,19 @@ bool wgmma_kernels_run(int bucket) {
 
 namespace {
 
-// Whether a persistent launch under a causal mask takes its tiles tile by tile, every head's longest first, rather
-// than head by head (kernels/persistent_tiles.h says how and why), worked out on the host once per shape and number
-// of resident blocks.
+// Whether a persistent launch of `blocks` resident blocks under a causal mask takes its tiles tile by tile, every
+// head's longest first, rather than head by head (kernels/persistent_tiles.h says how and why), worked out on the
+// host once per shape and number of resident blocks.
 template <class Traits, class T>
-bool causal_tiles_by_tile(const AttentionParams<T>& p) {
-  using Shape = tma_forward::TmaForwardShape<Traits>;
-  // The grid launch_tma_forward gives the configuration, so that the model's blocks are the launch's.
-  const int64_t blocks = resident_blocks(tma_forward::tma_forward_kernel_for<T, Traits>(p), "flash_attention_forward",
-                                         Shape::kThreads, Shape::kSharedBytes);
+bool causal_tiles_by_tile(const AttentionParams<T>& p, int64_t blocks) {
   using Key = std::tuple<int64_t, int64_t, int64_t, int64_t>;
   static std::mutex mutex;
   static std::map<Key, bool> known;
   const Key key{blocks, p.batch * p.q_heads, p.q_len, p.kv_len};
   std::lock_guard lock(mutex);
   if (const auto found = known.find(key); found != known.end()) return found->second;
-  return known[key] = tiles_balance_better_by_tile(p, Shape::kRows, Traits::kKeys, blocks);
+  return known[key] =
+             tiles_balance_better_by_tile(p, tma_forward::TmaForwardShape<Traits>::kRows, Traits::kKeys, blocks);
 }
 
 }  // namespace
@@ -62,8 +59,12 @@ void flash_attention_wgmma_forward(const AttentionForwardArgs<T>& args, int buck
   if (bucket == 128) {
     const bool no_window = p.window_left < 0 && p.window_right < 0;
     if (p.dropout_p == 0 && no_window && p.kv_len <= (p.causal ? 4096 : 2048)) {
-      if (p.causal && causal_tiles_by_tile<TmaForward128PersistentByTile>(p))
-        return launch_tma_forward<T, TmaForward128PersistentByTile>(args, stream);
+      if (p.causal) {
+        // The model's blocks are the launch's grid.
+        const int64_t blocks = tma_forward_resident_blocks<T, TmaForward128PersistentByTile>(p);
+        if (causal_tiles_by_tile<TmaForward128PersistentByTile>(p, blocks))
+          return launch_tma_forward<T, TmaForward128PersistentByTile>(args, stream, blocks);
+      }
       return launch_tma_forward<T, TmaForward128Persistent>(args, stream);
     }
     if (p.kv_len <= (p.causal ? 1024 : 512)) return launch_tma_forward<T, TmaForward128Short>(args, stream);

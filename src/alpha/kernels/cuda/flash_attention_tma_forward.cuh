@@ -326,23 +326,35 @@ __global__ void __launch_bounds__(TmaForwardShape<Traits>::kThreads, Traits::kMi
 #endif
 }
 
-// Launches the kernel of configuration Traits (the library's choice per bucket: flash_attention_tma_forward.cu;
-// bench/tma_forward_configs.cu times others).
 // The kernel a configuration runs for these parameters: dropout and softcap are its template arguments (a
 // persistent configuration has no dropout variant: launch_tma_forward refuses dropout there).
+template <class T, class Traits, bool kDropout>
+auto tma_forward_kernel_with_softcap(bool softcap) {
+  return softcap ? tma_forward_kernel<T, Traits, kDropout, true> : tma_forward_kernel<T, Traits, kDropout, false>;
+}
 template <class T, class Traits>
 auto tma_forward_kernel_for(const AttentionParams<T>& p) {
   const bool softcap = p.softcap > 0;
   if constexpr (Traits::kPersistent)
-    return softcap ? tma_forward_kernel<T, Traits, false, true> : tma_forward_kernel<T, Traits, false, false>;
+    return tma_forward_kernel_with_softcap<T, Traits, false>(softcap);
   else
-    return p.dropout_p > 0
-               ? (softcap ? tma_forward_kernel<T, Traits, true, true> : tma_forward_kernel<T, Traits, true, false>)
-               : (softcap ? tma_forward_kernel<T, Traits, false, true> : tma_forward_kernel<T, Traits, false, false>);
+    return p.dropout_p > 0 ? tma_forward_kernel_with_softcap<T, Traits, true>(softcap)
+                           : tma_forward_kernel_with_softcap<T, Traits, false>(softcap);
 }
 
+// The blocks of a persistent configuration's kernel for these parameters the device runs at once: its grid, at most.
 template <class T, class Traits>
-void launch_tma_forward(const AttentionForwardArgs<T>& args, cudaStream_t stream) {
+int64_t tma_forward_resident_blocks(const AttentionParams<T>& p) {
+  using Shape = TmaForwardShape<Traits>;
+  return resident_blocks(tma_forward_kernel_for<T, Traits>(p), "flash_attention_forward", Shape::kThreads,
+                         Shape::kSharedBytes);
+}
+
+// Launches the kernel of configuration Traits (the library's choice per bucket: flash_attention_tma_forward.cu;
+// bench/tma_forward_configs.cu times others). A persistent configuration's grid is the resident blocks, which a
+// caller that has worked them out (tma_forward_resident_blocks) passes on; 0: worked out here.
+template <class T, class Traits>
+void launch_tma_forward(const AttentionForwardArgs<T>& args, cudaStream_t stream, int64_t resident = 0) {
   using Shape = TmaForwardShape<Traits>;
   constexpr const char* kOp = "flash_attention_forward";
   const AttentionParams<T>& p = args.params;
@@ -360,10 +372,8 @@ void launch_tma_forward(const AttentionForwardArgs<T>& args, cudaStream_t stream
                         std::to_string(tiles) + "·" + std::to_string(heads));
   }
   const auto kernel = tma_forward_kernel_for<T, Traits>(p);
-  const dim3 grid =
-      Traits::kPersistent
-          ? dim3(unsigned(std::min(items, resident_blocks(kernel, kOp, Shape::kThreads, Shape::kSharedBytes))))
-          : dim3(tiles, heads);
+  if (Traits::kPersistent && resident <= 0) resident = tma_forward_resident_blocks<T, Traits>(p);
+  const dim3 grid = Traits::kPersistent ? dim3(unsigned(std::min(items, resident))) : dim3(tiles, heads);
   const TmaForwardArgs<T> params{
       args, tma::head_tensor_map(args.q, p.q_strides, p.batch, p.q_len, p.q_heads, p.head_dim, Shape::kRows, kOp, "q"),
       tma::head_tensor_map(args.k, p.k_strides, p.batch, p.kv_len, p.kv_heads, p.head_dim, Shape::kKeys, kOp, "k"),
