@@ -2,10 +2,11 @@
 # On a GPU machine: the one-GPU test label (every CUDA test but the NCCL ones, which scripts/distributed-gpu.sh
 # runs; the kernel harness's families among them) split into one gtest shard per visible GPU, each shard on its own
 # GPU with its share of the CPU cores, and with --check CHECKS `alpha check kernels --filter CHECKS` after it on fresh
-# random inputs (its seed from the clock). Why: on one H200 the label takes about 300 s, most of a
-# device call; two shards should take about half (not yet measured with the cores shared out). Each shard gets the cores divided by the shards for OpenMP and OpenBLAS:
-# the tests' CPU references use every core, and two shards (and the kernel check beside them) with 32 threads each
-# ran them 6-30 times slower (2x H200, 2026-11-30). Logs and a summary go to $OUT (or ./gpu-logs).
+# random inputs (its seed from the clock). Why: on one H200 the label takes about 300 s, most of a device call;
+# two shards should take about half (not yet measured with the cores shared out). Each shard gets the cores divided
+# by the shards for OpenMP and OpenBLAS: the tests' CPU references use every core, and two shards (and the kernel
+# check beside them) with 32 threads each ran them 6-30 times slower (2x H200, 2026-11-30). Logs and a summary go to
+# $OUT (or ./gpu-logs).
 # Usage: scripts/gpu-label.sh [--skip-build] [--shards N (default: the GPUs)] [--check CHECKS] [--timeout S (300)]
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
