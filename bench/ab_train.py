@@ -10,7 +10,9 @@ Per run: the median tokens/s over the steps after --warmup (metrics.jsonl, the p
 largest per-step peak of the caching allocator's bytes in use, and, from the profiled step (profile.json), the
 GPU span, its active time and the kernels whose time differs most between the first variant and the others.
 It also says whether each variant's losses are the first's bit for bit (a change meant to leave the numbers
-alone must).
+alone must). With --clocks, nvidia-smi samples the GPUs' SM clock and power every 100 ms during each run, and each
+run reports the means of its GPUs over the second half of the samples: the H200s train at their power limit, so a
+run's clock says how much of a difference is the GPU's state rather than the code.
 
 Data parallel (issue 11): with --gpus N every variant trains on N GPUs (`alpha train --gpus N`, the batch per
 GPU); --scaling adds, each round, a run of the first variant on each of those GPUs alone (cuda:0 .. cuda:N-1), and
@@ -20,12 +22,14 @@ slowest's pace), and tokens/s ÷ (N × cuda:0's median), the figure the earlier 
 
 Usage: python3 bench/ab_train.py --variant new=build/cuda/alpha --variant old=/tmp/alpha_old
        [--config gpt2-124m] [--batch-size 16] [--seq-len 1024] [--steps 40] [--warmup 5] [--rounds 2]
-       [--device cuda:0] [--gpus N [--scaling]] [--profile-step 20] [--out DIR] [-- extra alpha train flags]
+       [--device cuda:0] [--gpus N [--scaling]] [--profile-step 20] [--clocks] [--out DIR]
+       [-- extra alpha train flags]
 Writes DIR/ab_CONFIG.json with every run.
 """
 import argparse
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -39,7 +43,14 @@ def run_train(binary, config, args, data_dir, run_dir, extra, gpus, device):
            "--save-every", "-1", "--data", data_dir, "--out", run_dir] + where
     if args.profile_step:
         cmd += ["--profile-step", str(args.profile_step)]
-    done = subprocess.run(cmd + extra, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    samples_path = run_dir + ".clocks.csv"
+    sampler = start_clock_sampler(samples_path) if args.clocks else None
+    try:
+        done = subprocess.run(cmd + extra, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    finally:
+        if sampler:
+            sampler.terminate()
+            sampler.wait()
     if done.returncode != 0:
         lines = done.stderr.strip().splitlines()
         tail = "\n".join(lines[-20:]) if lines else f"exit status {done.returncode}"
@@ -52,14 +63,55 @@ def run_train(binary, config, args, data_dir, run_dir, extra, gpus, device):
     result = {"tokens_per_second": statistics.median(r["tokens_per_second"] for r in timed),
               "timed_steps": len(timed), "peak_bytes": max(r["peak_bytes"] for r in records),
               "final_loss": records[-1]["loss"], "losses": [r["loss"] for r in records if "loss" in r]}
+    if sampler:
+        used = list(range(gpus)) if gpus > 1 else [int(device.partition(":")[2] or 0)]
+        result.update(clocks_of(samples_path, used))
     profile_path = os.path.join(run_dir, "profile.json")
     if args.profile_step and os.path.exists(profile_path):
         with open(profile_path) as f:
             report = json.load(f)
         if "span_s" in report:
             result.update(span_s=report["span_s"], active_s=report["active_s"])
-        result["kernels"] = {k["name"]: k["time_s"] for k in report.get("kernels", [])}
+        # profile.json has a row per kernel and the op that queued it: a kernel's time is the sum of its rows.
+        kernels = {}
+        for k in report.get("kernels", []):
+            kernels[k["name"]] = kernels.get(k["name"], 0.0) + k["time_s"]
+        result["kernels"] = kernels
     return result
+
+
+def start_clock_sampler(path):
+    """nvidia-smi writing every GPU's SM clock and power draw every 100 ms to `path` until terminated."""
+    with open(path, "w") as out:
+        return subprocess.Popen(["nvidia-smi", "--query-gpu=index,clocks.sm,power.draw",
+                                 "--format=csv,noheader,nounits", "-lms", "100"], stdout=out,
+                                stderr=subprocess.DEVNULL)
+
+
+def clocks_of(path, gpus):
+    """The mean SM clock (MHz) and power draw (W) of GPUs `gpus` (nvidia-smi's indices) over the second half of the
+    samples: the run's steady state, past its start-up and the GPUs' climb to their power limit."""
+    rows = []
+    with open(path) as f:
+        for line in f:
+            fields = [x.strip() for x in line.split(",")]
+            if len(fields) == 3 and fields[0].isdigit() and int(fields[0]) in gpus:
+                try:
+                    rows.append((float(fields[1]), float(fields[2])))
+                except ValueError:
+                    pass  # "[N/A]" and the like
+    rows = rows[len(rows) // 2:]
+    if not rows:
+        return {}
+    return {"sm_mhz": statistics.mean(r[0] for r in rows), "power_w": statistics.mean(r[1] for r in rows)}
+
+
+def clocks_text(runs):
+    """The runs' median SM clock and power, when sampled."""
+    if not all("sm_mhz" in run for run in runs):
+        return ""
+    return (f", SM {statistics.median(r['sm_mhz'] for r in runs):,.0f} MHz, "
+            f"{statistics.median(r['power_w'] for r in runs):.0f} W")
 
 
 def parse_variant(text):
@@ -91,6 +143,9 @@ def main():
                              "the efficiency")
     parser.add_argument("--profile-step", type=int, default=20, help="0: no profiled step")
     parser.add_argument("--out", default=".")
+    parser.add_argument("--clocks", action="store_true",
+                        help="sample the GPUs' SM clock and power with nvidia-smi during each run and report their "
+                             "means over its second half (the H200s train power-capped: docs/PERFORMANCE.md)")
     args = parser.parse_args(argv)
     variants = [parse_variant(v) for v in args.variant]
     if len(variants) < 2 or len({name for name, _ in variants}) != len(variants):
@@ -102,6 +157,8 @@ def main():
         parser.error(f"--warmup: expected 0 <= warmup < steps ({args.steps}), got {args.warmup}")
     if args.gpus < 1:
         parser.error(f"--gpus: expected a positive count, got {args.gpus}")
+    if args.clocks and shutil.which("nvidia-smi") is None:
+        parser.error("--clocks: expected nvidia-smi on the PATH, found none")
     if args.scaling and args.gpus < 2:
         parser.error(f"--scaling: expected --gpus of 2 or more (the runs it compares with one GPU), got {args.gpus}")
     # --scaling's runs: the first variant on each GPU alone.
@@ -125,6 +182,8 @@ def main():
                 runs[name].append(result)
                 active = f", GPU active {result['active_s'] * 1e3:.2f} of {result['span_s'] * 1e3:.2f} ms" \
                     if "active_s" in result else ""
+                if "sm_mhz" in result:
+                    active += f", SM {result['sm_mhz']:,.0f} MHz, {result['power_w']:.0f} W"
                 print(f"round {r + 1} {name:10s} {result['tokens_per_second']:12,.0f} tokens/s, peak "
                       f"{result['peak_bytes'] / 2**20:9.1f} MiB{active}", flush=True)
 
@@ -135,14 +194,14 @@ def main():
           f"{args.rounds} rounds")
     alone = {name: statistics.median(x["tokens_per_second"] for x in runs[name]) for name in baselines}
     for i, name in enumerate(baselines):
-        print(f"  {name:10s} {alone[name]:12,.0f} tokens/s  ({base_name} on cuda:{i} alone)")
+        print(f"  {name:10s} {alone[name]:12,.0f} tokens/s  ({base_name} on cuda:{i} alone){clocks_text(runs[name])}")
     for name, _ in variants:
         tps = statistics.median(x["tokens_per_second"] for x in runs[name])
         efficiency = (f"  efficiency {tps / sum(alone.values()):.3f} (÷ the GPUs alone), "
                       f"{tps / (args.gpus * alone[baselines[0]]):.3f} (÷ {args.gpus} × cuda:0)") if alone else ""
         same = all(run["losses"] == base_run["losses"] for run, base_run in zip(runs[name], runs[base_name]))
         print(f"  {name:10s} {tps:12,.0f} tokens/s  {tps / base:6.3f} x {base_name}{efficiency}  losses "
-              f"{'bit-identical to' if same else 'differ from'} {base_name}'s")
+              f"{'bit-identical to' if same else 'differ from'} {base_name}'s{clocks_text(runs[name])}")
     if all(run.get("kernels") for name, _ in variants for run in runs[name]):
         def kernel_ms(name):
             names = set().union(*(run["kernels"] for run in runs[name]))
