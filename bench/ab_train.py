@@ -29,6 +29,7 @@ Writes DIR/ab_CONFIG.json with every run.
 import argparse
 import json
 import os
+import re
 import shutil
 import statistics
 import subprocess
@@ -159,6 +160,9 @@ def main():
         parser.error(f"--gpus: expected a positive count, got {args.gpus}")
     if args.clocks and shutil.which("nvidia-smi") is None:
         parser.error("--clocks: expected nvidia-smi on the PATH, found none")
+    if args.clocks and args.gpus == 1 and not re.fullmatch(r"cuda(:[0-9]+)?", args.device):
+        parser.error(f"--clocks: expected a CUDA --device (cuda or cuda:N, the GPU whose clocks are sampled), "
+                     f"got {args.device}")
     if args.scaling and args.gpus < 2:
         parser.error(f"--scaling: expected --gpus of 2 or more (the runs it compares with one GPU), got {args.gpus}")
     # --scaling's runs: the first variant on each GPU alone.
