@@ -22,14 +22,16 @@ while [ $# -gt 0 ]; do
   esac
   shift
 done
+# The arguments first, so that a mistake is named before anything looks for GPUs.
+if [ -n "$shards" ] && ! [[ "$shards" =~ ^[1-9][0-9]*$ ]]; then
+  echo "--shards: expected a positive count, got '$shards'" >&2
+  exit 2
+fi
+[[ "$limit" =~ ^[1-9][0-9]*$ ]] || { echo "--timeout: expected seconds, a positive count, got '$limit'" >&2; exit 2; }
 gpus=$(nvidia-smi --list-gpus 2>/dev/null | wc -l)
 [ "$gpus" -ge 1 ] || { echo "gpu-label.sh: no GPU found (nvidia-smi lists none)" >&2; exit 1; }
 shards="${shards:-$gpus}"
-if ! [[ "$shards" =~ ^[1-9][0-9]*$ ]] || [ "$shards" -gt "$gpus" ]; then
-  echo "--shards: expected 1 to $gpus (the GPUs found), got '$shards'" >&2
-  exit 2
-fi
-[[ "$limit" =~ ^[1-9][0-9]*$ ]] || { echo "--timeout: expected seconds, got '$limit'" >&2; exit 2; }
+[ "$shards" -le "$gpus" ] || { echo "--shards: expected at most $gpus (the GPUs found), got $shards" >&2; exit 2; }
 mkdir -p "$out"
 summary="$out/label-summary.txt"
 : > "$summary"
