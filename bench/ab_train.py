@@ -47,7 +47,9 @@ def run_train(binary, config, args, data_dir, run_dir, extra, gpus, device):
     samples_path = run_dir + ".clocks.csv"
     sampler = start_clock_sampler(samples_path) if args.clocks else None
     try:
-        done = subprocess.run(cmd + extra, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        # Sampled, the run numbers its GPUs as nvidia-smi does (PCI order), so that cuda:N is the clocks' index N.
+        env = dict(os.environ, CUDA_DEVICE_ORDER="PCI_BUS_ID") if sampler else None
+        done = subprocess.run(cmd + extra, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env)
     finally:
         if sampler:
             sampler.terminate()
