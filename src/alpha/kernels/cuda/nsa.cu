@@ -976,22 +976,19 @@ __global__ void __launch_bounds__(kKeyThreads)
   }
 }
 
-// Launches kernel<<<grid, threads, bytes, stream>>> after raising its shared-memory limit to `bytes` (refusing
-// more than the device offers a block).
+// launch_with_shared, refusing a launch that asks more shared memory than the device offers a block with what an NSA
+// caller can change to fit.
 template <class... Params, class... Args>
 void launch_shared(void (*kernel)(Params...), const char* op, dim3 grid, int threads, size_t bytes, cudaStream_t stream,
                    const Args&... args) {
   if (grid.x == 0 || grid.y == 0) return;
-  const size_t limit = block_shared_memory_limit();
-  if (bytes > limit)
+  if (const size_t limit = block_shared_memory_limit(); bytes > limit)
     raise<BackendError>(op, "shared memory",
                         "at most " + std::to_string(limit) +
                             " bytes per block on this device (fewer query heads "
                             "per kv head, smaller head dims or a longer select_len)",
                         std::to_string(bytes));
-  ALPHA_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes)));
-  kernel<<<grid, threads, bytes, stream>>>(args...);
-  alpha::cuda::check(cudaGetLastError(), op, __FILE__, __LINE__);
+  launch_with_shared(kernel, op, grid, threads, bytes, stream, args...);
 }
 
 template <class T>
