@@ -80,6 +80,13 @@ TEST_F(CudaNccl, CollectivesGiveEveryRankTheExpectedValues) {
     comm->all_gather(own.raw_data(), gathered.raw_data(), 2, DType::f32);
     Tensor root = Tensor::from_vector(std::vector<float>{float(rank + 5)}, {1}).to(device);
     comm->broadcast(root.raw_data(), 1, DType::f32, 1);
+    // Reduces to their owners as one group, as ZeRO-1 reduces its gradients: element 0 to rank 0 in place, the other
+    // from a buffer of its own to rank 1; each rank's other element stays.
+    Tensor owned = Tensor::from_vector(std::vector<float>{1.0f + rank, 10.0f + rank}, {2}).to(device);
+    Tensor apart = Tensor::from_vector(std::vector<float>{3.0f * rank}, {1}).to(device);
+    comm->reduce_many(
+        {{owned.raw_data(), owned.raw_data(), 1, 0}, {apart.raw_data(), owned.slice(0, 1, 2).raw_data(), 1, 1}},
+        DType::f32, ReduceOp::average);
     Tensor low = Tensor::from_vector(std::vector<float>{1.5f + rank}, {1}).to(DType::bf16).to(device);
     comm->all_reduce(low.raw_data(), 1, DType::bf16, ReduceOp::sum);
     // Several buffers of several dtypes and sizes averaged in place as one grouped collective (the plain step's
@@ -123,6 +130,7 @@ TEST_F(CudaNccl, CollectivesGiveEveryRankTheExpectedValues) {
     EXPECT_EQ(on_host(average), (std::vector<float>{0.5f, 5.0f, 1.0f, -2.0f}));
     std::vector<float> expected_shard = rank == 0 ? std::vector<float>{3.0f, 4.0f} : std::vector<float>{6.0f, 9.0f};
     EXPECT_EQ(on_host(shard), expected_shard);
+    EXPECT_EQ(on_host(owned), rank == 0 ? (std::vector<float>{1.5f, 10.0f}) : (std::vector<float>{2.0f, 1.5f}));
     EXPECT_EQ(on_host(gathered), (std::vector<float>{0.0f, 0.0f, 1.0f, -1.0f}));
     EXPECT_EQ(on_host(root), std::vector<float>{6.0f});
     EXPECT_EQ(on_host(low), std::vector<float>{4.0f});
@@ -206,14 +214,17 @@ TEST_F(CudaNccl, DataParallelAndZero1MatchTheInProcessCommunicatorOnTheCpu) {
     // cancel, and AdamW's first steps move an element about ±lr whatever its size: 2·lr apart, seen on 2 H200s.
     // The CPU backend has no bf16 reduction to compare with: it sums no bf16 squares.)
     std::optional<DType> reduce_dtype = std::nullopt;
-    int64_t packed_below_bytes =
-        1 << 20;  // the plain step: 64 reduces the 480-byte parameter in place, beside the rest
+    // 64: the plain step reduces the 480-byte parameter in place, beside the rest; ZeRO-1 reduces it from its
+    // gradient to the ranks whose shards it meets (with 1 MiB buckets, between packed runs).
+    int64_t packed_below_bytes = 1 << 20;
+    int64_t bucket_bytes = 32;
   };
   for (const Variant& variant :
        {Variant{false, false, false}, Variant{false, false, false, std::nullopt, 64}, Variant{false, true, false},
         Variant{true, false, false}, Variant{true, true, false}, Variant{true, false, true},
+        Variant{true, false, false, std::nullopt, 64}, Variant{true, false, true, std::nullopt, 64, 1 << 20},
         Variant{false, false, false, DType::bf16}, Variant{true, false, true, DType::bf16}}) {
-    const DataParallelOptions options{/*bucket_bytes=*/32, variant.zero1, variant.deterministic, variant.reduce_dtype,
+    const DataParallelOptions options{variant.bucket_bytes, variant.zero1, variant.deterministic, variant.reduce_dtype,
                                       variant.packed_below_bytes};
     std::vector<std::unique_ptr<Communicator>> nccl(static_cast<size_t>(kWorld));
     test::run_ranks(kWorld, [&](int rank) { nccl[size_t(rank)] = join(rank, milliseconds(60000)); });
@@ -233,6 +244,7 @@ TEST_F(CudaNccl, DataParallelAndZero1MatchTheInProcessCommunicatorOnTheCpu) {
           ASSERT_NEAR(gpu[size_t(r)][p][i], cpu[0][p][i], variant.reduce_dtype ? 1e-3 : 1e-5)
               << (variant.zero1 ? "ZeRO-1" : "plain") << (variant.deterministic ? ", deterministic" : "")
               << (variant.hold_copies ? ", bf16 copies held" : "") << (variant.reduce_dtype ? ", bf16 reduction" : "")
+              << ", packed below " << variant.packed_below_bytes << " bytes, buckets of " << variant.bucket_bytes
               << " rank " << r << " parameter " << p << " [" << i << "]";
     test::run_ranks(kWorld, [&](int rank) { nccl[size_t(rank)].reset(); });
   }

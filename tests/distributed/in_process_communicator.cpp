@@ -135,6 +135,17 @@ void InProcessCommunicator::all_gather(const void* send, void* recv, size_t send
   });
 }
 
+void InProcessCommunicator::reduce(const void* send, void* recv, size_t count, DType dtype, ReduceOp op, int root) {
+  require_collective_dtype("reduce", dtype);
+  std::vector<double> result;
+  exchange("reduce", send, recv, [&](const auto& posted) {
+    if (rank_ == root)
+      for (size_t i = 0; i < count; ++i) result.push_back(reduce_element(posted, i, dtype, op));
+  });
+  // Written after the last barrier: nobody reads this rank's buffers any more (in place, the root's send is its recv).
+  for (size_t i = 0; i < result.size(); ++i) store(recv, dtype, i, result[i]);
+}
+
 void InProcessCommunicator::all_to_all(const void* send, void* recv, size_t count, DType dtype) {
   require_collective_dtype("all_to_all", dtype);
   const size_t bytes = count * dtype_size(dtype);

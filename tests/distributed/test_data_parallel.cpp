@@ -276,58 +276,100 @@ TEST(DataParallel, BackwardLaunchesEachBucketAsSoonAsItsGradientsAreComplete) {
   }
 }
 
+// Also with p2's gradient (480 bytes) reduced from where it is (packed_below_bytes 64), in buckets of a parameter or
+// two and in one bucket, where it spans shards and sits between packed runs.
 TEST(DataParallel, Zero1StepMatchesAdamWOnTheAveragedGradients) {
   const DataParallel::AdamW adamw{0.9, 0.95, 1e-8, 0.1};
   const double lr = 1e-2, clip = 0.5;
-  for (int world : {1, 2, 3, 4, 8}) {
-    // The reference: every parameter stepped twice by AdamW with the averaged gradient, clipped by its norm.
-    Replica reference(0);
-    std::vector<Tensor> grads, m, v;
-    for (size_t p = 0; p < reference.parameters.size(); ++p) {
-      grads.push_back(averaged_grad(p, world));
-      m.push_back(Tensor::zeros(grads.back().shape(), DType::f32));
-      v.push_back(Tensor::zeros(grads.back().shape(), DType::f32));
-    }
-    double norm = ops::global_grad_norm(grads);
-    std::vector<Tensor> clipped;
-    for (auto& g : grads) clipped.push_back(g.clone());
-    ops::clip_grad_norm(clipped, clip, norm);
-    for (int64_t step = 1; step <= 2; ++step)
+  for (const auto& [bucket_bytes, packed_below_bytes] :
+       std::vector<std::pair<int64_t, int64_t>>{{32, 1 << 20}, {32, 64}, {1 << 20, 64}})
+    for (int world : {1, 2, 3, 4, 8}) {
+      // The reference: every parameter stepped twice by AdamW with the averaged gradient, clipped by its norm.
+      Replica reference(0);
+      std::vector<Tensor> grads, m, v;
       for (size_t p = 0; p < reference.parameters.size(); ++p) {
-        ops::AdamWConfig config{
-            lr, adamw.beta1, adamw.beta2, adamw.eps, reference.parameters[p].decay ? adamw.weight_decay : 0.0, step};
-        ops::adamw_step(reference.parameters[p].variable.mutable_value(), clipped[p], m[p], v[p], config);
+        grads.push_back(averaged_grad(p, world));
+        m.push_back(Tensor::zeros(grads.back().shape(), DType::f32));
+        v.push_back(Tensor::zeros(grads.back().shape(), DType::f32));
       }
+      double norm = ops::global_grad_norm(grads);
+      std::vector<Tensor> clipped;
+      for (auto& g : grads) clipped.push_back(g.clone());
+      ops::clip_grad_norm(clipped, clip, norm);
+      for (int64_t step = 1; step <= 2; ++step)
+        for (size_t p = 0; p < reference.parameters.size(); ++p) {
+          ops::AdamWConfig config{
+              lr, adamw.beta1, adamw.beta2, adamw.eps, reference.parameters[p].decay ? adamw.weight_decay : 0.0, step};
+          ops::adamw_step(reference.parameters[p].variable.mutable_value(), clipped[p], m[p], v[p], config);
+        }
 
+      auto group = std::make_shared<InProcessGroup>(world, milliseconds(10000));
+      std::vector<Replica> replicas;
+      for (int r = 0; r < world; ++r) replicas.emplace_back(r);
+      std::vector<double> norms(static_cast<size_t>(world));
+      run_ranks(world, [&](int rank) {
+        InProcessCommunicator comm(group, rank);
+        Replica& mine = replicas[size_t(rank)];
+        DataParallelOptions options{bucket_bytes, true};
+        options.packed_below_bytes = packed_below_bytes;
+        DataParallel dp(comm, mine.parameters, options);
+        for (int step = 0; step < 2; ++step) {
+          if (step == 1)  // the same gradients again (the first step's were consumed)
+            for (size_t p = 0; p < mine.parameters.size(); ++p)
+              autograd::backward(mine.parameters[p].variable, Replica(rank).parameters[p].variable.grad());
+          alpha::test::reduce_gradients(dp);
+          for (const auto& p : mine.parameters)
+            EXPECT_FALSE(p.variable.grad().defined()) << "ZeRO-1 consumes the local gradients";
+          norms[size_t(rank)] = alpha::test::sharded_step(dp, lr, clip, adamw);
+        }
+        EXPECT_EQ(dp.step_count(), 2);
+      });
+      for (int r = 0; r < world; ++r) {
+        EXPECT_NEAR(norms[size_t(r)], norm, 1e-5 * norm) << "world " << world;
+        for (size_t p = 0; p < reference.parameters.size(); ++p) {
+          std::vector<float> expected = reference.parameters[p].variable.value().to_vector<float>();
+          std::vector<float> got = replicas[size_t(r)].parameters[p].variable.value().to_vector<float>();
+          for (size_t i = 0; i < got.size(); ++i)
+            ASSERT_NEAR(got[i], expected[i], 1e-6)
+                << "world " << world << " rank " << r << " param " << p << " [" << i << "], buckets of " << bucket_bytes
+                << " bytes, packed below " << packed_below_bytes;
+        }
+      }
+    }
+}
+
+// ZeRO-1's reduces from where the large gradients are leave each rank's shards bit for bit as packing every gradient
+// does (the same elements at the same places, the same sums), and so the same norm; a large gradient of another dtype
+// than the parameters' (f64 here) is packed, converted, and reduced from the bucket's buffer instead.
+TEST(DataParallel, Zero1ReducesFromTheGradientsGiveThePackedShards) {
+  enum Variant { kPackedAll, kFromGradients, kF64Gradient };
+  for (int world : {1, 2, 3, 4, 8}) {
     auto group = std::make_shared<InProcessGroup>(world, milliseconds(10000));
-    std::vector<Replica> replicas;
-    for (int r = 0; r < world; ++r) replicas.emplace_back(r);
-    std::vector<double> norms(static_cast<size_t>(world));
+    std::vector<std::vector<std::vector<std::vector<float>>>> shards(
+        3, std::vector<std::vector<std::vector<float>>>(static_cast<size_t>(world)));
+    std::vector<std::vector<int64_t>> reduces(3, std::vector<int64_t>(static_cast<size_t>(world)));
     run_ranks(world, [&](int rank) {
       InProcessCommunicator comm(group, rank);
-      Replica& mine = replicas[size_t(rank)];
-      DataParallel dp(comm, mine.parameters, {/*bucket_bytes=*/32, true});
-      for (int step = 0; step < 2; ++step) {
-        if (step == 1)  // the same gradients again (the first step's were consumed)
-          for (size_t p = 0; p < mine.parameters.size(); ++p)
-            autograd::backward(mine.parameters[p].variable, Replica(rank).parameters[p].variable.grad());
+      for (Variant variant : {kPackedAll, kFromGradients, kF64Gradient}) {
+        Replica mine(rank);
+        if (variant == kF64Gradient) {
+          autograd::Variable p2 = mine.parameters[2].variable;
+          p2.set_grad(p2.grad().to(DType::f64));  // the f32 values exactly
+        }
+        DataParallelOptions options{/*bucket_bytes=*/1 << 20, true};
+        options.packed_below_bytes = variant == kPackedAll ? 1 << 20 : 64;  // p2 (480 bytes) from its gradient
+        DataParallel dp(comm, mine.parameters, options);
+        const int64_t before = comm.collectives();
         alpha::test::reduce_gradients(dp);
-        for (const auto& p : mine.parameters)
-          EXPECT_FALSE(p.variable.grad().defined()) << "ZeRO-1 consumes the local gradients";
-        norms[size_t(rank)] = alpha::test::sharded_step(dp, lr, clip, adamw);
+        reduces[variant][size_t(rank)] = comm.collectives() - before;
+        for (const Tensor& shard : dp.gradient_shards())
+          shards[variant][size_t(rank)].push_back(shard.to_vector<float>());
       }
-      EXPECT_EQ(dp.step_count(), 2);
     });
-    for (int r = 0; r < world; ++r) {
-      EXPECT_NEAR(norms[size_t(r)], norm, 1e-5 * norm) << "world " << world;
-      for (size_t p = 0; p < reference.parameters.size(); ++p) {
-        std::vector<float> expected = reference.parameters[p].variable.value().to_vector<float>();
-        std::vector<float> got = replicas[size_t(r)].parameters[p].variable.value().to_vector<float>();
-        for (size_t i = 0; i < got.size(); ++i)
-          ASSERT_NEAR(got[i], expected[i], 1e-6)
-              << "world " << world << " rank " << r << " param " << p << " [" << i << "]";
-      }
-    }
+    EXPECT_EQ(shards[kFromGradients], shards[kPackedAll]) << "world " << world;
+    EXPECT_EQ(shards[kF64Gradient], shards[kPackedAll]) << "world " << world;
+    // p2 read from its gradient cuts the packed run in two: more reduces (the in-process group runs them one by one).
+    EXPECT_GT(reduces[kFromGradients][0], reduces[kPackedAll][0]) << "world " << world;
   }
 }
 

@@ -54,6 +54,32 @@ TEST(InProcessCommunicator, AllReduceManyReducesEachBufferAsOneCollective) {
   });
 }
 
+// reduce: the root's recv gets the reduction (in place or not), the others' recv stays as it was; reduce_many runs
+// each part to its own root.
+TEST(InProcessCommunicator, ReduceWritesTheRootsBufferOnly) {
+  constexpr int kWorld = 3;
+  auto group = std::make_shared<InProcessGroup>(kWorld, milliseconds(5000));
+  std::vector<std::vector<float>> in_place(kWorld), apart(kWorld);
+  run_ranks(kWorld, [&](int rank) {
+    InProcessCommunicator comm(group, rank);
+    std::vector<float>& mine = in_place[size_t(rank)];
+    mine = {float(rank + 1), 10.0f * float(rank + 1), float(rank) - 1.0f};
+    std::vector<float> send{float(rank), 2.0f}, recv{-7.0f, -7.0f};
+    comm.reduce_many({{mine.data(), mine.data(), 2, 1}, {send.data(), recv.data(), 2, 2}}, DType::f32, ReduceOp::sum);
+    comm.reduce(mine.data() + 2, mine.data() + 2, 1, DType::f32, ReduceOp::average, 0);
+    apart[size_t(rank)] = recv;
+    std::vector<int32_t> ids{rank};
+    EXPECT_ALPHA_ERROR(comm.reduce(ids.data(), ids.data(), 1, DType::i32, ReduceOp::sum, 0), DTypeError, "[reduce]",
+                       "i32");
+  });
+  EXPECT_EQ(in_place[0], (std::vector<float>{1.0f, 10.0f, 0.0f}));
+  EXPECT_EQ(in_place[1], (std::vector<float>{6.0f, 60.0f, 0.0f}));
+  EXPECT_EQ(in_place[2], (std::vector<float>{3.0f, 30.0f, 1.0f}));
+  EXPECT_EQ(apart[0], (std::vector<float>{-7.0f, -7.0f}));
+  EXPECT_EQ(apart[1], (std::vector<float>{-7.0f, -7.0f}));
+  EXPECT_EQ(apart[2], (std::vector<float>{3.0f, 6.0f}));
+}
+
 TEST(InProcessCommunicator, Bf16RoundsTheF32Sum) {
   auto group = std::make_shared<InProcessGroup>(2, milliseconds(5000));
   std::vector<float> got(2);

@@ -95,21 +95,41 @@ DataParallel::DataParallel(Communicator& communicator, std::vector<nn::NamedPara
   // move. One exchange serves every bucket: a bucket's sum, queued in the collectives' order, has read it before the
   // next bucket's all-to-all writes it.
   // Reducing in place, only the parameters smaller than packed_below_bytes are packed, into a buffer of their own;
-  // otherwise all are, at their offsets in the bucket (packed in order from 0, as here).
-  const int64_t pack_below = reduces_in_place() ? options_.packed_below_bytes : std::numeric_limits<int64_t>::max();
+  // reducing to the owners, they are packed at their offsets in the bucket's buffer; otherwise all are (packed in
+  // order from 0, as here).
+  const int64_t pack_below =
+      reduces_in_place() || reduces_to_owners() ? options_.packed_below_bytes : std::numeric_limits<int64_t>::max();
   int64_t largest_shard = 0;
   for (const auto& b : buckets_) {
     largest_shard = std::max(largest_shard, b.shard_numel);
-    std::vector<BucketEntry> packed;
-    std::vector<size_t> in_place;
+    std::vector<BucketEntry> packed, in_place;
     int64_t packed_numel = 0;
     for (const auto& e : b.entries) {
       if (e.numel * int64_t(dtype_size(dtype_)) >= pack_below) {
-        in_place.push_back(e.parameter);
+        in_place.push_back(e);
       } else {
-        packed.push_back({e.parameter, packed_numel, e.numel});
+        packed.push_back({e.parameter, reduces_to_owners() ? e.offset : packed_numel, e.numel});
         packed_numel += e.numel;
       }
+    }
+    if (reduces_to_owners()) {
+      // The bucket's runs in offset order (a large gradient, or consecutive packed ones), each cut where a shard ends.
+      std::vector<OwnerPart> parts;
+      int64_t packed_run_end = -1;
+      for (const auto& e : b.entries) {
+        const bool from_gradient = e.numel * int64_t(dtype_size(dtype_)) >= pack_below;
+        for (int64_t at = e.offset; at < e.offset + e.numel;) {
+          const int root = int(at / b.shard_numel);
+          const int64_t end = std::min(e.offset + e.numel, (root + 1) * b.shard_numel);
+          if (!from_gradient && packed_run_end == at && parts.back().root == root)
+            parts.back().count += end - at;  // continues the packed run before it, in the same shard
+          else
+            parts.push_back({from_gradient ? e.parameter : kPacked, at - e.offset, at, end - at, root});
+          packed_run_end = from_gradient ? -1 : end;
+          at = end;
+        }
+      }
+      owner_parts_.push_back(std::move(parts));
     }
     packed_.push_back(std::move(packed));
     in_place_.push_back(std::move(in_place));
@@ -174,20 +194,46 @@ bool DataParallel::reduces_in_place() const {
   return !options_.zero1 && !options_.deterministic && !options_.reduce_dtype;
 }
 
+bool DataParallel::reduces_to_owners() const {
+  return options_.zero1 && !options_.deterministic && !options_.reduce_dtype;
+}
+
+void DataParallel::reduce_to_owners(size_t b) {
+  const size_t element = dtype_size(dtype_);
+  char* flat = static_cast<char*>(flat_[b].raw_data());
+  std::vector<Communicator::ReducePart> parts;
+  for (const OwnerPart& part : owner_parts_[b]) {
+    char* at = flat + part.bucket_offset * int64_t(element);  // the root's place in its shard
+    const void* send = at;
+    if (part.parameter != kPacked) {
+      const Tensor g = flat_gradient(part.parameter);
+      if (g.dtype() == dtype_) send = static_cast<const char*>(g.raw_data()) + part.source_offset * int64_t(element);
+    }
+    parts.push_back({send, at, size_t(part.count), part.root});
+  }
+  communicator_.reduce_many(parts, dtype_, ReduceOp::average);
+}
+
 void DataParallel::launch_bucket(size_t b) {
   std::vector<Tensor> slices, grads;
   for (const auto& e : packed_[b]) {
     slices.push_back(run_of(flat_[b], e));
     grads.push_back(flat_gradient(e.parameter));
   }
+  if (reduces_to_owners())  // a gradient of another dtype than the bucket's is packed (converted) at its place
+    for (const auto& e : in_place_[b])
+      if (Tensor g = flat_gradient(e.parameter); g.dtype() != dtype_) {
+        slices.push_back(run_of(flat_[b], e));
+        grads.push_back(g);
+      }
   // One launch on a GPU, not one per parameter, in the device's stream: copies on the communicator's stream
   // (cudaMemcpyAsync, one per parameter) measured slower, 2026-11-29 (docs/PERFORMANCE.md).
   if (!slices.empty()) copy_many(slices, grads);
   if (reduces_in_place()) {
     std::vector<Communicator::Buffer> buffers;
     if (flat_[b].defined()) buffers.push_back({flat_[b].raw_data(), size_t(flat_[b].numel()), dtype_});
-    for (size_t parameter : in_place_[b]) {
-      Tensor g = flat_gradient(parameter);
+    for (const auto& e : in_place_[b]) {
+      Tensor g = flat_gradient(e.parameter);
       buffers.push_back({g.raw_data(), size_t(g.numel()), g.dtype()});
     }
     communicator_.all_reduce_many(buffers, ReduceOp::average);
@@ -195,6 +241,8 @@ void DataParallel::launch_bucket(size_t b) {
   }
   if (options_.deterministic)
     reduce_in_rank_order(b);
+  else if (reduces_to_owners())
+    reduce_to_owners(b);
   else if (options_.zero1)
     communicator_.reduce_scatter(flat_[b].raw_data(), shard_of(flat_[b], b).raw_data(), size_t(buckets_[b].shard_numel),
                                  reduce_dtype_, ReduceOp::average);

@@ -17,7 +17,13 @@
 //
 // ZeRO-1: each bucket is padded to whole aligned shards (kShardAlignment) and split into world_size equal shards; the
 // gradients are reduce-scattered, so rank r holds the averaged gradient of shard r of every bucket, keeps
-// AdamW's m and v for those elements only, updates those parameters, and all-gathers the updated values.
+// AdamW's m and v for those elements only, updates those parameters, and all-gathers the updated values. In the
+// parameters' dtype (not deterministic, no reduce_dtype) the reduce-scatter is a group of reduces
+// (Communicator::reduce_many): each gradient of at least packed_below_bytes goes from where backward left it, each
+// run of the smaller ones from the bucket's buffer they are packed into, every part to the rank whose shard it falls
+// in, the root writing the average at its place in its shard. So the large gradients are not copied (on 2 H200s the
+// packing cost 0.28 ms of a 33 ms gpt2-124m step: docs/PERFORMANCE.md, thirty-seventh session), and the shards are
+// the same elements in the same places as a packed reduce-scatter gives.
 // Clipping uses the global norm: each bucket's sum of squares over the ranks' shards (an all-reduce), then
 // the buckets' sums added in order. The parameters' values live in one buffer per bucket (each parameter's
 // value is a view of its run there), so the all-gather lands in place. When every parameter holds a compute
@@ -187,6 +193,8 @@ class DataParallel {
  private:
   void on_gradient_ready(const autograd::VariableState& leaf);
   bool reduces_in_place() const;      // plain, not deterministic, in the parameters' dtype: no packing (above)
+  bool reduces_to_owners() const;     // ZeRO-1, not deterministic, in the parameters' dtype: reduces (above)
+  void reduce_to_owners(size_t bucket);  // its reduces, after the packing (those of other dtypes packed too)
   void launch_bucket(size_t bucket);  // packs its gradients (unless in place), queues its collective
   Tensor flat_gradient(size_t parameter) const;             // 1-D view of a parameter's gradient
   static Tensor run_of(const Tensor& buffer, const BucketEntry& entry);  // a parameter's run in a bucket's buffer
@@ -205,7 +213,16 @@ class DataParallel {
   std::vector<Bucket> buckets_;
   std::vector<Tensor> flat_;  // one buffer per bucket (reducing in place: its small parameters', if any)
   std::vector<std::vector<BucketEntry>> packed_;  // per bucket, the runs packed into flat_ (all entries but in place)
-  std::vector<std::vector<size_t>> in_place_;     // per bucket, the parameters reduced in place
+  std::vector<std::vector<BucketEntry>> in_place_;  // per bucket, the parameters reduced where they are
+  // reduces_to_owners: per bucket, where each reduce reads (a parameter's gradient, from source_offset, or the packed
+  // buffer: kPacked) and the bucket offset its root writes (and the packed buffer's part starts at)
+  struct OwnerPart {
+    size_t parameter;
+    int64_t source_offset, bucket_offset, count;
+    int root;
+  };
+  static constexpr size_t kPacked = SIZE_MAX;
+  std::vector<std::vector<OwnerPart>> owner_parts_;
   Tensor exchange_;                // deterministic: world_size blocks of the largest shard (all_to_all's receiver)
   std::vector<size_t> bucket_of_;  // by parameter
   std::unordered_map<const autograd::VariableState*, size_t> parameter_of_;

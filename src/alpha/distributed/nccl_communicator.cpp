@@ -219,13 +219,18 @@ class NcclCommunicator : public Communicator {
   void all_reduce_many(const std::vector<Buffer>& buffers, ReduceOp op) override {
     std::vector<ncclDataType_t> types;
     for (const Buffer& b : buffers) types.push_back(nccl_dtype("all_reduce_many", b.dtype));
-    launch("ncclAllReduce (grouped)", [&] {
-      ncclResult_t result = ncclGroupStart();
-      for (size_t i = 0; i < buffers.size() && (result == ncclSuccess || result == ncclInProgress); ++i)
-        result =
-            ncclAllReduce(buffers[i].data, buffers[i].data, buffers[i].count, types[i], nccl_op(op), comm_, stream_);
-      const ncclResult_t ended = ncclGroupEnd();  // closes the group whatever happened inside it
-      return result == ncclSuccess || result == ncclInProgress ? ended : result;
+    grouped("ncclAllReduce (grouped)", buffers.size(), [&](size_t i) {
+      return ncclAllReduce(buffers[i].data, buffers[i].data, buffers[i].count, types[i], nccl_op(op), comm_, stream_);
+    });
+  }
+  void reduce(const void* send, void* recv, size_t count, DType dtype, ReduceOp op, int root) override {
+    ncclDataType_t type = nccl_dtype("reduce", dtype);
+    launch("ncclReduce", [&] { return ncclReduce(send, recv, count, type, nccl_op(op), root, comm_, stream_); });
+  }
+  void reduce_many(const std::vector<ReducePart>& parts, DType dtype, ReduceOp op) override {
+    ncclDataType_t type = nccl_dtype("reduce_many", dtype);
+    grouped("ncclReduce (grouped)", parts.size(), [&](size_t i) {
+      return ncclReduce(parts[i].send, parts[i].recv, parts[i].count, type, nccl_op(op), parts[i].root, comm_, stream_);
     });
   }
   void reduce_scatter(const void* send, void* recv, size_t recv_count, DType dtype, ReduceOp op) override {
@@ -357,6 +362,17 @@ class NcclCommunicator : public Communicator {
     check_cuda(cudaEventRecord(queued_, default_stream_of(device_.index)), "cudaEventRecord");
     check_cuda(cudaStreamWaitEvent(stream_, queued_, 0), "cudaStreamWaitEvent");
     wait_ready(call(), name);
+  }
+
+  // call(0) .. call(count - 1) as one NCCL group: one launch.
+  template <class Call>
+  void grouped(const char* name, size_t count, Call call) {
+    launch(name, [&] {
+      ncclResult_t result = ncclGroupStart();
+      for (size_t i = 0; i < count && (result == ncclSuccess || result == ncclInProgress); ++i) result = call(i);
+      const ncclResult_t ended = ncclGroupEnd();  // closes the group whatever happened inside it
+      return result == ncclSuccess || result == ncclInProgress ? ended : result;
+    });
   }
 
   // A non-blocking call returns ncclInProgress until it has been issued; polls it within the timeout.
