@@ -72,7 +72,8 @@ struct DataParallelOptions {
   bool deterministic = false;       // all-gather and add in rank order (above)
   // The gradients' dtype in the buckets and collectives: the parameters' (none), or bf16 (below).
   std::optional<DType> reduce_dtype = std::nullopt;
-  // The plain step in the parameters' dtype reduces a gradient where it is from this size up, and packs smaller ones.
+  // In the parameters' dtype (not deterministic) the plain step and ZeRO-1 reduce a gradient from where it is from
+  // this size up, and pack smaller ones.
   int64_t packed_below_bytes = 1 << 20;
   void validate() const;  // ConfigError naming the field
 };
