@@ -281,8 +281,10 @@ TEST(DataParallel, BackwardLaunchesEachBucketAsSoonAsItsGradientsAreComplete) {
 TEST(DataParallel, Zero1StepMatchesAdamWOnTheAveragedGradients) {
   const DataParallel::AdamW adamw{0.9, 0.95, 1e-8, 0.1};
   const double lr = 1e-2, clip = 0.5;
-  for (const auto& [bucket_bytes, packed_below_bytes] :
-       std::vector<std::pair<int64_t, int64_t>>{{32, 1 << 20}, {32, 64}, {1 << 20, 64}})
+  struct Layout {
+    int64_t bucket_bytes, packed_below_bytes;
+  };
+  for (const Layout& layout : {Layout{32, 1 << 20}, Layout{32, 64}, Layout{1 << 20, 64}})
     for (int world : {1, 2, 3, 4, 8}) {
       // The reference: every parameter stepped twice by AdamW with the averaged gradient, clipped by its norm.
       Replica reference(0);
@@ -310,8 +312,8 @@ TEST(DataParallel, Zero1StepMatchesAdamWOnTheAveragedGradients) {
       run_ranks(world, [&](int rank) {
         InProcessCommunicator comm(group, rank);
         Replica& mine = replicas[size_t(rank)];
-        DataParallelOptions options{bucket_bytes, true};
-        options.packed_below_bytes = packed_below_bytes;
+        DataParallelOptions options{layout.bucket_bytes, true};
+        options.packed_below_bytes = layout.packed_below_bytes;
         DataParallel dp(comm, mine.parameters, options);
         for (int step = 0; step < 2; ++step) {
           if (step == 1)  // the same gradients again (the first step's were consumed)
@@ -331,8 +333,8 @@ TEST(DataParallel, Zero1StepMatchesAdamWOnTheAveragedGradients) {
           std::vector<float> got = replicas[size_t(r)].parameters[p].variable.value().to_vector<float>();
           for (size_t i = 0; i < got.size(); ++i)
             ASSERT_NEAR(got[i], expected[i], 1e-6)
-                << "world " << world << " rank " << r << " param " << p << " [" << i << "], buckets of " << bucket_bytes
-                << " bytes, packed below " << packed_below_bytes;
+                << "world " << world << " rank " << r << " param " << p << " [" << i << "], buckets of "
+                << layout.bucket_bytes << " bytes, packed below " << layout.packed_below_bytes;
         }
       }
     }
