@@ -146,6 +146,10 @@ void InProcessCommunicator::reduce(const void* send, void* recv, size_t count, D
   for (size_t i = 0; i < result.size(); ++i) store(recv, dtype, i, result[i]);
 }
 
+void InProcessCommunicator::reduce_many(const std::vector<ReducePart>& parts, DType dtype, ReduceOp op) {
+  for (const ReducePart& p : parts) reduce(p.send, p.recv, p.count, dtype, op, p.root);
+}
+
 void InProcessCommunicator::all_to_all(const void* send, void* recv, size_t count, DType dtype) {
   require_collective_dtype("all_to_all", dtype);
   const size_t bytes = count * dtype_size(dtype);

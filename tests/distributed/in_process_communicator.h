@@ -60,7 +60,9 @@ class InProcessCommunicator : public Communicator {
   void all_reduce_many(const std::vector<Buffer>& buffers, ReduceOp op) override;
   void reduce_scatter(const void* send, void* recv, size_t recv_count, DType dtype, ReduceOp op) override;
   void all_gather(const void* send, void* recv, size_t send_count, DType dtype) override;
-  void reduce(const void* send, void* recv, size_t count, DType dtype, ReduceOp op, int root) override;
+  // One part of reduce_many, which runs its parts one after another (each counts as a collective).
+  void reduce(const void* send, void* recv, size_t count, DType dtype, ReduceOp op, int root);
+  void reduce_many(const std::vector<ReducePart>& parts, DType dtype, ReduceOp op) override;
   void all_to_all(const void* send, void* recv, size_t count, DType dtype) override;
   void queue_in_collective_order(const std::function<void(Stream)>& work) override { work(Stream{}); }
   void broadcast(void* data, size_t count, DType dtype, int root) override;

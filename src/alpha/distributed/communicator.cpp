@@ -9,10 +9,6 @@ Tensor Communicator::gather_buffer(int64_t block_numel, DType dtype) {
   return make_gather_buffer(block_numel, dtype);
 }
 
-void Communicator::reduce_many(const std::vector<ReducePart>& parts, DType dtype, ReduceOp op) {
-  for (const ReducePart& p : parts) reduce(p.send, p.recv, p.count, dtype, op, p.root);
-}
-
 Tensor Communicator::make_gather_buffer(int64_t block_numel, DType dtype) {
   return Tensor::zeros({world_size(), block_numel}, dtype, device());
 }

@@ -59,19 +59,17 @@ class Communicator {
   virtual void reduce_scatter(const void* send, void* recv, size_t recv_count, DType dtype, ReduceOp op) = 0;
   // Rank r's `send_count` elements land at offset r * send_count of every rank's `recv`.
   virtual void all_gather(const void* send, void* recv, size_t send_count, DType dtype) = 0;
-  // Rank `root`'s `recv` receives the reduction of every rank's `count` elements of `send` (in place when they are the
-  // same); the other ranks' `recv` is not touched.
-  virtual void reduce(const void* send, void* recv, size_t count, DType dtype, ReduceOp op, int root) = 0;
-  // reduce of each part, as one collective (NCCL: one group, one launch): the parts of a buffer reduce-scattered
-  // from where they are, each to the rank that owns it. Every rank passes the same parts' counts and roots in the
-  // same order. Here: one reduce after another.
+  // For each part, rank `root`'s `recv` receives the reduction of every rank's `count` elements of `send` (in place
+  // when they are the same; the other ranks' `recv` is not touched), all as one collective (NCCL: one group, one
+  // launch): the parts of a buffer reduce-scattered from where they are, each to the rank that owns it. Every rank
+  // passes the same parts' counts and roots in the same order.
   struct ReducePart {
     const void* send;
     void* recv;
     size_t count;
     int root;
   };
-  virtual void reduce_many(const std::vector<ReducePart>& parts, DType dtype, ReduceOp op);
+  virtual void reduce_many(const std::vector<ReducePart>& parts, DType dtype, ReduceOp op) = 0;
   // Root's `count` elements are copied into every other rank's `data`.
   virtual void broadcast(void* data, size_t count, DType dtype, int root) = 0;
   // `send` holds world_size blocks of `count` elements: block q goes to rank q, which receives it as block r (this

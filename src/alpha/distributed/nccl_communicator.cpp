@@ -223,10 +223,6 @@ class NcclCommunicator : public Communicator {
       return ncclAllReduce(buffers[i].data, buffers[i].data, buffers[i].count, types[i], nccl_op(op), comm_, stream_);
     });
   }
-  void reduce(const void* send, void* recv, size_t count, DType dtype, ReduceOp op, int root) override {
-    ncclDataType_t type = nccl_dtype("reduce", dtype);
-    launch("ncclReduce", [&] { return ncclReduce(send, recv, count, type, nccl_op(op), root, comm_, stream_); });
-  }
   void reduce_many(const std::vector<ReducePart>& parts, DType dtype, ReduceOp op) override {
     ncclDataType_t type = nccl_dtype("reduce_many", dtype);
     grouped("ncclReduce (grouped)", parts.size(), [&](size_t i) {
