@@ -103,34 +103,30 @@ DataParallel::DataParallel(Communicator& communicator, std::vector<nn::NamedPara
   for (const auto& b : buckets_) {
     largest_shard = std::max(largest_shard, b.shard_numel);
     std::vector<BucketEntry> packed, in_place;
-    int64_t packed_numel = 0;
+    std::vector<OwnerPart> parts;  // reducing to the owners
+    int64_t packed_numel = 0, packed_run_end = -1;
     for (const auto& e : b.entries) {
-      if (e.numel * int64_t(dtype_size(dtype_)) >= pack_below) {
+      const bool from_gradient = e.numel * int64_t(dtype_size(dtype_)) >= pack_below;
+      if (from_gradient) {
         in_place.push_back(e);
       } else {
         packed.push_back({e.parameter, reduces_to_owners() ? e.offset : packed_numel, e.numel});
         packed_numel += e.numel;
       }
-    }
-    if (reduces_to_owners()) {
+      if (!reduces_to_owners()) continue;
       // The bucket's runs in offset order (a large gradient, or consecutive packed ones), each cut where a shard ends.
-      std::vector<OwnerPart> parts;
-      int64_t packed_run_end = -1;
-      for (const auto& e : b.entries) {
-        const bool from_gradient = e.numel * int64_t(dtype_size(dtype_)) >= pack_below;
-        for (int64_t at = e.offset; at < e.offset + e.numel;) {
-          const int root = int(at / b.shard_numel);
-          const int64_t end = std::min(e.offset + e.numel, (root + 1) * b.shard_numel);
-          if (!from_gradient && packed_run_end == at && parts.back().root == root)
-            parts.back().count += end - at;  // continues the packed run before it, in the same shard
-          else
-            parts.push_back({from_gradient ? e.parameter : kPacked, at - e.offset, at, end - at, root});
-          packed_run_end = from_gradient ? -1 : end;
-          at = end;
-        }
+      for (int64_t at = e.offset; at < e.offset + e.numel;) {
+        const int root = int(at / b.shard_numel);
+        const int64_t end = std::min(e.offset + e.numel, (root + 1) * b.shard_numel);
+        if (!from_gradient && packed_run_end == at && parts.back().root == root)
+          parts.back().count += end - at;  // continues the packed run before it, in the same shard
+        else
+          parts.push_back({from_gradient ? e.parameter : kPacked, at - e.offset, at, end - at, root});
+        packed_run_end = from_gradient ? -1 : end;
+        at = end;
       }
-      owner_parts_.push_back(std::move(parts));
     }
+    if (reduces_to_owners()) owner_parts_.push_back(std::move(parts));
     packed_.push_back(std::move(packed));
     in_place_.push_back(std::move(in_place));
     if (reduces_in_place())
