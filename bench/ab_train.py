@@ -11,8 +11,9 @@ largest per-step peak of the caching allocator's bytes in use, and, from the pro
 GPU span, its active time and the kernels whose time differs most between the first variant and the others.
 It also says whether each variant's losses are the first's bit for bit (a change meant to leave the numbers
 alone must). With --clocks, nvidia-smi samples the GPUs' SM clock and power every 100 ms during each run, and each
-run reports the means of its GPUs over the second half of the samples: the H200s train at their power limit, so a
-run's clock says how much of a difference is the GPU's state rather than the code.
+run reports the means of its GPUs over the second half of the samples: some H200 machines train at their power
+limit (the thirty-sixth session's did, the thirty-seventh's did not), so a run's clock says how much of a difference
+is the GPU's state rather than the code.
 
 Data parallel (issue 11): with --gpus N every variant trains on N GPUs (`alpha train --gpus N`, the batch per
 GPU); --scaling adds, each round, a run of the first variant on each of those GPUs alone (cuda:0 .. cuda:N-1), and
@@ -148,7 +149,7 @@ def main():
     parser.add_argument("--out", default=".")
     parser.add_argument("--clocks", action="store_true",
                         help="sample the GPUs' SM clock and power with nvidia-smi during each run and report their "
-                             "means over its second half (the H200s train power-capped: docs/PERFORMANCE.md)")
+                             "means over its second half (some H200s train power-capped: docs/PERFORMANCE.md)")
     args = parser.parse_args(argv)
     variants = [parse_variant(v) for v in args.variant]
     if len(variants) < 2 or len({name for name, _ in variants}) != len(variants):

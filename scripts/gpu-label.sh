@@ -2,8 +2,8 @@
 # On a GPU machine: the one-GPU test label (every CUDA test but the NCCL ones, which scripts/distributed-gpu.sh
 # runs; the kernel harness's families among them) split into one gtest shard per visible GPU, each shard on its own
 # GPU with its share of the CPU cores, and with --check CHECKS `alpha check kernels --filter CHECKS` after it on fresh
-# random inputs (its seed from the clock). Why: on one H200 the label takes about 300 s, most of a device call;
-# two shards should take about half (not yet measured with the cores shared out). Each shard gets the cores divided
+# random inputs (its seed from the clock). Why: on one H200 the label takes about 300 s, most of a device call; two
+# shards on 2 H200s took 135 s (2026-11-30, thirty-seventh session). Each shard gets the cores divided
 # by the shards for OpenMP and OpenBLAS: the tests' CPU references use every core, and two shards (and the kernel
 # check beside them) with 32 threads each ran them 6-30 times slower (2x H200, 2026-11-30). Logs and a summary go to
 # $OUT (or ./gpu-logs).
