@@ -13,15 +13,19 @@
 #      f32 values only for the checkpoint) against plain: losses and final weights bit for bit;
 #   3. throughput: tokens/s of `seed` and `gpt2-124m` (bf16) on 1 GPU and on N GPUs, plain and ZeRO-1, at
 #      the same batch per GPU -> scaling efficiency = tokens/s on N / (N × tokens/s on 1);
+#   2c. the step captured in a CUDA graph with its collectives (--cuda-graphs true): bf16 plain and ZeRO-1 and f32
+#      deterministic on N GPUs against the same runs without the graph, losses and final weights bit for bit;
 #   4. failure: `alpha train --gpus N`, worker rank 1 killed with SIGKILL mid-run: rank 0 must stop
-#      within the collective timeout (20 s) + 30 s, with an error naming rank 1, and the launcher too.
+#      within the collective timeout (20 s) + 30 s, with an error naming rank 1, and the launcher too; again with
+#      the step replayed from a CUDA graph.
 # Usage: scripts/distributed-gpu.sh [--skip-build] [--gpus N (2, 4, 8 or 16; default 2)] [--loss-steps S]
-#        [--throughput-only (step 3 alone) | --loss-only (steps 0-2 alone) | --no-throughput (all but step 3)]
+#        [--throughput-only (step 3 alone) | --loss-only (steps 0-2 alone) | --no-throughput (all but step 3)
+#         | --failure-only (step 4 alone)]
 # (issue 12: --gpus 8 --loss-steps 200). Exit code 0 only when every check passed.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out="${OUT:-gpu-logs}"
-build=1 world=2 loss_steps=100 throughput_only=0 loss_only=0 no_throughput=0
+build=1 world=2 loss_steps=100 throughput_only=0 loss_only=0 no_throughput=0 failure_only=0
 while [ $# -gt 0 ]; do
   case "$1" in
     --skip-build) build=0 ;;
@@ -30,12 +34,13 @@ while [ $# -gt 0 ]; do
     --throughput-only) throughput_only=1 ;;
     --loss-only) loss_only=1 ;;
     --no-throughput) no_throughput=1 ;;
+    --failure-only) failure_only=1 ;;
     *) echo "unknown argument $1" >&2; exit 2 ;;
   esac
   shift
 done
-[ $(( throughput_only + loss_only + no_throughput )) -gt 1 ] &&
-  { echo "--throughput-only, --loss-only and --no-throughput: choose one" >&2; exit 2; }
+[ $(( throughput_only + loss_only + no_throughput + failure_only )) -gt 1 ] &&
+  { echo "--throughput-only, --loss-only, --no-throughput and --failure-only: choose one" >&2; exit 2; }
 case "$world" in
   2 | 4 | 8 | 16) ;;  # they divide the loss match's global batch of 16
   *) echo "--gpus: expected 2, 4, 8 or 16, got $world" >&2; exit 2 ;;
@@ -112,7 +117,7 @@ EOF
 }
 efficiency() { python3 -c "print(f'{$2 / ($world * $1):.3f}' if $1 > 0 else 'n/a')"; }
 
-if [ "$throughput_only" = 0 ]; then
+if [ "$throughput_only" = 0 ] && [ "$failure_only" = 0 ]; then
 say "== 0. NCCL communicator tests"
 timeout -k 10 180 build/cuda/tests/alpha_tests --gtest_filter='CudaNccl*' > "$out/test-nccl.log" 2>&1 ||
   fail "CudaNccl tests (see test-nccl.log)"
@@ -167,10 +172,22 @@ if cmp -s "$runs/bf16-plain/checkpoints/$last/model.safetensors" "$runs/bf16-zer
 else
   fail "bf16 $world GPUs, ZeRO-1 vs plain: final weights differ"
 fi
+
+say "== 2c. the step captured in a CUDA graph with its collectives (--cuda-graphs true) vs the same steps without"
+# Every step after a run's first is a replay: the same kernels and collectives, so the same bits.
+graphed_pair() {  # graphed_pair EAGER_RUN GRAPHED_RUN: losses and final weights bit for bit
+  line=$(compare_losses "$1" "$2" 0) || fail "$2 vs $1: $line"
+  say "$2 vs $1: $line"
+  cmp -s "$runs/$1/checkpoints/$last/model.safetensors" "$runs/$2/checkpoints/$last/model.safetensors" &&
+    say "$2 vs $1: final weights bit-identical" || fail "$2 vs $1: final weights differ"
+}
+run bf16-plain-graphs "${bf16[@]}" --cuda-graphs true && graphed_pair bf16-plain bf16-plain-graphs
+run bf16-zero1-graphs "${bf16[@]}" --zero1 true --cuda-graphs true && graphed_pair bf16-zero1 bf16-zero1-graphs
+run det-graphs "${f32[@]}" "${n_gpus[@]}" --deterministic-reduce true --cuda-graphs true && graphed_pair det-a det-graphs
 fi
 
 [ "$loss_only" = 1 ] && finish
-if [ "$no_throughput" = 0 ]; then
+if [ "$no_throughput" = 0 ] && [ "$failure_only" = 0 ]; then
   say "== 3. throughput (bf16, same batch per GPU; median tokens/s over steps 6-30)"
   echo "| config | batch per GPU x seq | 1 GPU tok/s | $world GPUs tok/s | efficiency | $world GPUs ZeRO-1 tok/s | efficiency |" > "$out/scaling.md"
   echo "|---|---|---|---|---|---|---|" >> "$out/scaling.md"
@@ -189,37 +206,53 @@ if [ "$no_throughput" = 0 ]; then
 fi
 
 [ "$throughput_only" = 1 ] && finish
-say "== 4. failure: worker rank 1 killed mid-run, dist timeout 20 s"
-"$alpha" train "${common[@]}" --config seed --gpus "$world" --batch-size 8 --seq-len 256 --steps 100000 \
-  --data "$runs/one-gpu/data" --dist-timeout-s 20 --out "$runs/kill" > "$out/kill.log" 2>&1 &
-launcher=$!
-for _ in $(seq 1 120); do  # until training runs (metrics written), at most 60 s
-  [ -s "$runs/kill/metrics.jsonl" ] && [ "$(wc -l < "$runs/kill/metrics.jsonl")" -ge 5 ] && break
-  sleep 0.5
-done
-victim=""
-for pid in $(pgrep -P "$launcher"); do
-  tr '\0' '\n' < "/proc/$pid/environ" 2>/dev/null | grep -qx "RANK=1" && victim=$pid
-done
-if [ -z "$victim" ]; then
-  fail "failure test: no worker with RANK=1 found under launcher $launcher"
-  kill "$launcher" 2>/dev/null
-else
+say "== 4. failure: worker rank 1 killed mid-run, dist timeout 20 s (without, then with --cuda-graphs true)"
+[ -d "$runs/one-gpu/data" ] || "$alpha" prepare --builtin --out "$runs/one-gpu/data" > "$out/prepare.log" 2>&1 ||
+  fail "alpha prepare (see prepare.log)"
+kill_test() {  # kill_test NAME [TRAIN ARGS...]
+  local name="$1"; shift
+  "$alpha" train "${common[@]}" --config seed --gpus "$world" --batch-size 8 --seq-len 256 --steps 100000 \
+    --data "$runs/one-gpu/data" --dist-timeout-s 20 --out "$runs/$name" "$@" > "$out/$name.log" 2>&1 &
+  local launcher=$!
+  for _ in $(seq 1 120); do  # until training runs (metrics written), at most 60 s
+    [ -s "$runs/$name/metrics.jsonl" ] && [ "$(wc -l < "$runs/$name/metrics.jsonl")" -ge 5 ] && break
+    sleep 0.5
+  done
+  local victim=""
+  for pid in $(pgrep -P "$launcher"); do
+    tr '\0' '\n' < "/proc/$pid/environ" 2>/dev/null | grep -qx "RANK=1" && victim=$pid
+  done
+  if [ -z "$victim" ]; then
+    fail "$name: no worker with RANK=1 found under launcher $launcher"
+    kill "$launcher" 2>/dev/null
+    return
+  fi
   kill -9 "$victim"
-  killed_at=$(date +%s)
-  for _ in $(seq 1 120); do kill -0 "$launcher" 2>/dev/null || break; sleep 0.5; done
+  local killed_at=$(date +%s)
+  for _ in $(seq 1 120); do
+    kill -0 "$launcher" 2>/dev/null || break
+    sleep 0.5
+    # Still running 35 s after the kill (the timeout is 20 s): where rank 0 waits, where gdb is installed.
+    if [ $(( $(date +%s) - killed_at )) = 35 ] && [ ! -e "$out/$name.stacks.txt" ] && command -v gdb > /dev/null; then
+      for pid in $(pgrep -P "$launcher"); do
+        gdb -p "$pid" -batch -ex "thread apply all bt 12" >> "$out/$name.stacks.txt" 2>&1
+      done
+    fi
+  done
   if kill -0 "$launcher" 2>/dev/null; then
-    fail "failure test: the launcher still runs 60 s after rank 1 was killed"
+    fail "$name: the launcher still runs 60 s after rank 1 was killed"
     pkill -P "$launcher"; kill "$launcher"
   fi
-  wait "$launcher"; status=$?
-  took=$(( $(date +%s) - killed_at ))
-  say "failure test: launcher exited with $status, $took s after rank 1 was killed"
-  grep -E "rank 1" "$out/kill.log" | head -5 | tee -a "$summary"
-  [ "$status" != 0 ] || fail "failure test: the launcher exited 0"
-  grep -q "worker rank 1 exited" "$out/kill.log" || fail "failure test: the launcher did not name rank 1"
-  grep -q "rank 1 failed" "$out/kill.log" || fail "failure test: rank 0's error did not name rank 1"
-  [ "$took" -le 50 ] || fail "failure test: took $took s (timeout 20 s + 30 s grace)"
-fi
+  wait "$launcher"; local status=$?
+  local took=$(( $(date +%s) - killed_at ))
+  say "$name: launcher exited with $status, $took s after rank 1 was killed"
+  grep -E "rank 1" "$out/$name.log" | head -5 | tee -a "$summary"
+  [ "$status" != 0 ] || fail "$name: the launcher exited 0"
+  grep -q "worker rank 1 exited" "$out/$name.log" || fail "$name: the launcher did not name rank 1"
+  grep -q "^alpha: \[nccl\] .* rank 1 failed" "$out/$name.log" || fail "$name: rank 0's error did not name rank 1"
+  [ "$took" -le 50 ] || fail "$name: took $took s (timeout 20 s + 30 s grace)"
+}
+kill_test kill
+kill_test kill-graphs --cuda-graphs true
 
 finish

@@ -3,13 +3,16 @@
 // gradient averaging and a ZeRO-1 step against the in-process communicator's on the CPU (ZeRO-1 also with every
 // parameter holding a bf16 copy: the copies all-gathered, the values after them; and both with the gradients
 // reduced in bf16, within its rounding), and a rank that stops participating named within the timeout. Skipped without
-// NCCL or with fewer than two GPUs.
+// NCCL or with fewer than two GPUs. And the trainer's step captured with its collectives in a CUDA graph against the
+// same steps made without it, on two GPUs or one (a group of one rank).
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <filesystem>
 #include <functional>
+#include <map>
 #include <optional>
 #include <string>
 #include <thread>
@@ -22,8 +25,10 @@
 #include "alpha/distributed/nccl_communicator.h"
 #include "alpha/ops/elementwise.h"
 #include "distributed/in_process_communicator.h"
+#include "support/checks.h"
 #include "support/data_parallel_steps.h"
 #include "support/gpu.h"
+#include "train/golden_run_util.h"
 #if ALPHA_WITH_CUDA
 #include "alpha/runtime/cuda_backend.h"
 #endif
@@ -34,26 +39,44 @@ namespace {
 using std::chrono::milliseconds;
 constexpr int kWorld = 2;
 
-class CudaNccl : public alpha::test::GpuTest<> {
+// Rank `rank` of `world` on cuda:<rank>, through the rendezvous at `port`.
+std::unique_ptr<Communicator> join_group(int rank, int world, int port, milliseconds timeout) {
+  LaunchEnv env;
+  env.rank = rank;
+  env.local_rank = rank;
+  env.world_size = world;
+  env.master_port = port;
+  env.source = "test";
+  return make_nccl_communicator(env, timeout);
+}
+
+// On as many GPUs as there are, up to two: NCCL's one-rank group still runs its collectives through the
+// communicator's stream and events, so one GPU checks what a capture records of them.
+class CudaNcclUpToTwoGpus : public alpha::test::GpuTest<> {
  protected:
   void SetUp() override {
     alpha::test::GpuTest<>::SetUp();
     if (IsSkipped()) return;
     if (!nccl_built()) GTEST_SKIP() << "built without NCCL";
 #if ALPHA_WITH_CUDA
-    if (cuda::device_count() < kWorld) GTEST_SKIP() << "needs " << kWorld << " GPUs";
+    world_ = std::min(cuda::device_count(), kWorld);
 #endif
+  }
+  int world_ = 1;
+};
+
+// On two GPUs, skipped with fewer.
+class CudaNccl : public CudaNcclUpToTwoGpus {
+ protected:
+  void SetUp() override {
+    CudaNcclUpToTwoGpus::SetUp();
+    if (IsSkipped()) return;
+    if (world_ < kWorld) GTEST_SKIP() << "needs " << kWorld << " GPUs";
     port_ = free_local_port();
   }
 
   std::unique_ptr<Communicator> join(int rank, milliseconds timeout) const {
-    LaunchEnv env;
-    env.rank = rank;
-    env.local_rank = rank;
-    env.world_size = kWorld;
-    env.master_port = port_;
-    env.source = "test";
-    return make_nccl_communicator(env, timeout);
+    return join_group(rank, kWorld, port_, timeout);
   }
 
   int port_ = 0;
@@ -301,6 +324,43 @@ TEST_F(CudaNccl, ARankThatStopsParticipatingIsNamedWithinTheTimeout) {
   EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(30));
   EXPECT_EQ(failed, 1) << message;
   EXPECT_NE(message.find("rank 1 failed"), std::string::npos) << message;
+}
+
+// The trainer's step captured in a CUDA graph with its collectives (cuda_graphs on two ranks, or one): the replayed
+// steps give the losses, gradient norms and weights of the steps made without the graph, bit for bit, plain and ZeRO-1
+// (bf16 compute: ZeRO-1 gathers the held copies), two micro-steps a step (the buckets launched from the last backward).
+TEST_F(CudaNcclUpToTwoGpus, TrainingStepsReplayedFromACudaGraphAreTheStepsWithoutIt) {
+  constexpr int64_t kSteps = 6;
+  alpha::test::TempDir dir;
+  for (bool zero1 : {false, true}) {
+    std::map<bool, std::filesystem::path> runs;
+    for (bool graphs : {false, true}) {
+      const std::filesystem::path run_dir = dir / (std::string(zero1 ? "zero1" : "plain") + (graphs ? "-graphs" : ""));
+      train::TrainerOptions o = train::tiny_options(run_dir, kSteps);
+      o.train.device = "cuda";
+      o.train.precision = "bf16";
+      o.train.grad_accum = 2;
+      o.train.zero1 = zero1;
+      o.train.cuda_graphs = graphs;
+      if (graphs) o.data = {(runs[false] / "data").string()};
+      const int port = free_local_port();
+      test::run_ranks(world_, [&](int rank) {
+        train::TrainerOptions mine = o;
+        mine.communicator = join_group(rank, world_, port, milliseconds(60000));
+        train::Trainer(mine).run();
+      });
+      runs[graphs] = run_dir;
+    }
+    const std::vector<nlohmann::json> eager = train::metrics_of(runs[false]), graphed = train::metrics_of(runs[true]);
+    ASSERT_EQ(eager.size(), size_t(kSteps));
+    ASSERT_EQ(graphed.size(), size_t(kSteps));
+    for (size_t i = 0; i < eager.size(); ++i) {
+      EXPECT_EQ(graphed[i]["loss"].get<double>(), eager[i]["loss"].get<double>()) << "step " << i + 1;
+      EXPECT_EQ(graphed[i]["grad_norm"].get<double>(), eager[i]["grad_norm"].get<double>()) << "step " << i + 1;
+      EXPECT_EQ(graphed[i].contains("graph_nodes"), i > 0) << "every step after the first is a replay";
+    }
+    train::expect_same_checkpoint(runs[false], runs[true], false);
+  }
 }
 
 }  // namespace

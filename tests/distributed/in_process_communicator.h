@@ -69,6 +69,7 @@ class InProcessCommunicator : public Communicator {
   void synchronize() override {}  // every collective completes before it returns
   void mark_issued() override {}
   void synchronize_marked() override {}
+  void synchronize_device() override {}
   void order_after_collectives() override {}
   void abort(const std::string& reason) override { group_->abort(reason); }
   std::chrono::milliseconds timeout() const override { return group_->timeout(); }

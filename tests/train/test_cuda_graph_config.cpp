@@ -1,14 +1,10 @@
-// cuda_graphs on the CPU side: the config refuses what a captured step cannot replay (a CPU device, loss scaling,
-// stochastic rounding), naming the field and why, and the trainer dropout and several processes; a CudaGraph of a
-// CPU device raises DeviceError. The captured steps themselves are tests/cuda/test_cuda_training.cpp's.
+// cuda_graphs on the CPU side: the config refuses what a captured step cannot replay (a CPU device, loss scaling),
+// naming the field and why, and the trainer dropout; a CudaGraph of a CPU device raises DeviceError. The captured steps
+// themselves are tests/cuda/test_cuda_training.cpp's.
 #include <gtest/gtest.h>
-
-#include <chrono>
-#include <memory>
 
 #include "alpha/tensor/cuda_graph.h"
 #include "alpha/train/train_config.h"
-#include "distributed/in_process_communicator.h"
 #include "support/checks.h"
 #include "train/golden_run_util.h"
 
@@ -39,17 +35,13 @@ TEST(CudaGraphConfig, RefusesWhatACapturedStepCannotReplay) {
 }
 
 // What the trainer refuses beyond TrainConfig, before it touches a device (so this runs without a GPU).
-TEST(CudaGraphConfig, TheTrainerRefusesDropoutAndSeveralProcesses) {
+TEST(CudaGraphConfig, TheTrainerRefusesDropout) {
   test::TempDir dir;
   TrainerOptions o = tiny_options(dir.path(), 2);
   o.train.device = "cuda:0";
   o.train.cuda_graphs = true;
   o.model.dropout = 0.1;
   EXPECT_ALPHA_ERROR(Trainer{o}, ConfigError, "'cuda_graphs'", "dropout");
-  o.model.dropout = 0.0;
-  o.communicator = std::make_shared<distributed::test::InProcessCommunicator>(
-      std::make_shared<distributed::test::InProcessGroup>(1, std::chrono::milliseconds(1000)), 0);
-  EXPECT_ALPHA_ERROR(Trainer{o}, ConfigError, "'cuda_graphs'", "several processes");
 }
 
 TEST(CudaGraphConfig, ACpuGraphRaises) {

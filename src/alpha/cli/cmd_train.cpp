@@ -3,8 +3,8 @@
 // from the configs' JSON fields so that a new field needs no CLI code; flags override the config file,
 // and on --resume they override the configs the run was saved with.
 #include <CLI/CLI.hpp>
-
 #include <chrono>
+#include <cstdlib>
 #include <filesystem>
 #include <iostream>
 #include <memory>
@@ -132,7 +132,16 @@ void run_train(const TrainArgs& args) {
     server->start();
     std::cout << "dashboard: " << server->url() << " (runs in " << runs_dir.string() << ")" << std::endl;
   }
-  train::Trainer(options).run();
+  train::Trainer trainer(options);
+  try {
+    trainer.run();
+  } catch (const distributed::RankFailureError& e) {
+    // The group failed and was aborted, but the device may still hold kernels waiting for the dead peer forever (a
+    // collective inside a replayed CUDA graph, whose graph the trainer's destructor would wait for): the error is
+    // said as main says errors, and the process ends here, with main's status for them.
+    std::cerr << "alpha: " << e.what() << std::endl;
+    std::_Exit(1);
+  }
 }
 
 struct SampleArgs {

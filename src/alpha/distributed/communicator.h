@@ -99,6 +99,9 @@ class Communicator {
   // next one. The collectives left running are waited for by the next synchronize().
   virtual void mark_issued() = 0;
   virtual void synchronize_marked() = 0;
+  // synchronize(), and also for the work queued on the device's default stream so far: a replayed CUDA graph's
+  // collectives run inside the graph's launch there, where synchronize() does not see them. Forgets a mark.
+  virtual void synchronize_device() = 0;
   // Makes the work queued on the device's default stream from now on wait for every collective issued so far,
   // without the host waiting (on a GPU, a stream's wait for an event). That wait has no timeout of its own: a
   // host that then waits for the device must call synchronize() first, which is where a failed peer is named.

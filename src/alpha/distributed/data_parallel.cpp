@@ -15,6 +15,10 @@ namespace {
 
 constexpr const char* kOp = "DataParallel";
 
+void require_factor(const char* op, const Tensor& factor) {
+  if (!factor.defined()) raise<ValueError>(op, "factor", "a device factor (ops::step_guard's)", "an undefined tensor");
+}
+
 std::string state_name(const char* slot, size_t bucket) {
   return std::string(slot) + "/bucket_" + std::to_string(bucket);
 }
@@ -388,11 +392,24 @@ void DataParallel::hold_copies_in_buckets(DType copy_dtype) {
 
 void DataParallel::queue_sharded_step(double lr, const Tensor& factor, const AdamW& adamw) {
   constexpr const char* op = "DataParallel::queue_sharded_step";
+  require_factor(op, factor);  // before the step is marked queued: a refused call changes nothing
+  prepare_step(op, lr, adamw);
+  queue_sharded_update(op, factor);
+}
+
+void DataParallel::prepare_sharded_step(double lr, const AdamW& adamw) {
+  prepare_step("DataParallel::prepare_sharded_step", lr, adamw);
+}
+
+void DataParallel::queue_sharded_update(const Tensor& factor) {
+  queue_sharded_update("DataParallel::queue_sharded_update", factor);
+}
+
+void DataParallel::prepare_step(const char* op, double lr, const AdamW& adamw) {
   if (!options_.zero1) raise<ConfigError>(op, "zero1", "a DataParallel built with zero1 on", "zero1 off");
   if (step_queued_)
     raise<ValueError>(op, "self", "no queued step unsettled (call settle_sharded_step first)",
                       "step " + std::to_string(step_count_ + 1) + " queued");
-  if (!factor.defined()) raise<ValueError>(op, "factor", "a device factor (ops::step_guard's)", "an undefined tensor");
   if (values_stale_)  // the forward must have read the gathered copies, not a stale value converted afresh
     for (size_t b = 0; b < buckets_.size(); ++b)
       for (const auto& e : buckets_[b].entries)
@@ -416,9 +433,26 @@ void DataParallel::queue_sharded_step(double lr, const Tensor& factor, const Ada
       v.mutable_value();
     }
   }
+  step_configs_.clear();
+  std::vector<Tensor> params;
+  for (const auto& s : segments_) {
+    params.push_back(shard_of(values_[s.bucket], s.bucket).slice(0, s.shard_offset, s.shard_offset + s.numel));
+    step_configs_.push_back({lr, adamw.beta1, adamw.beta2, adamw.eps,
+                             parameters_[s.parameter].decay ? adamw.weight_decay : 0.0, step_count_ + 1});
+    if (gathers_copies_ && adamw.stochastic_rounding_seed)  // the whole tensor's bits, from this run's first index
+      step_configs_.back().stochastic_rounding =
+          ops::StochasticRounding{*adamw.stochastic_rounding_seed, uint32_t(s.parameter), s.parameter_offset};
+  }
+  if (!params.empty()) ops::write_adamw_step_terms(terms_, params, step_configs_);
+  queued_rounding_seed_ = gathers_copies_ ? std::nullopt : adamw.stochastic_rounding_seed;
+  step_queued_ = true;
+}
+
+void DataParallel::queue_sharded_update(const char* op, const Tensor& factor) {
+  if (!step_queued_) raise<ValueError>(op, "self", "a step prepared by prepare_sharded_step", "none prepared");
+  require_factor(op, factor);
   std::vector<Tensor> shards = gradient_shards();
   std::vector<Tensor> params, grads, ms, vs, copies;
-  std::vector<ops::AdamWConfig> configs;
   for (const auto& s : segments_) {
     const int64_t first = s.shard_offset, last = s.shard_offset + s.numel;
     params.push_back(shard_of(values_[s.bucket], s.bucket).slice(0, first, last));
@@ -426,13 +460,7 @@ void DataParallel::queue_sharded_step(double lr, const Tensor& factor, const Ada
     ms.push_back(m_[s.bucket].slice(0, first, last));
     vs.push_back(v_[s.bucket].slice(0, first, last));
     copies.push_back(gathers_copies_ ? shard_of(copies_[s.bucket], s.bucket).slice(0, first, last) : Tensor());
-    configs.push_back({lr, adamw.beta1, adamw.beta2, adamw.eps,
-                       parameters_[s.parameter].decay ? adamw.weight_decay : 0.0, step_count_ + 1});
-    if (gathers_copies_ && adamw.stochastic_rounding_seed)  // the whole tensor's bits, from this run's first index
-      configs.back().stochastic_rounding =
-          ops::StochasticRounding{*adamw.stochastic_rounding_seed, uint32_t(s.parameter), s.parameter_offset};
   }
-  if (!params.empty()) ops::write_adamw_step_terms(terms_, params, configs);
   // Bucket by bucket, each bucket's all-gather queued as soon as its update is: the gather of one runs on the
   // communicator's stream beside the update of the next. From the last bucket (the forward's first parameters,
   // the tied table among them: the largest) to the first, so that what is left to gather after the last
@@ -448,7 +476,7 @@ void DataParallel::queue_sharded_step(double lr, const Tensor& factor, const Ada
       };
       std::vector<Tensor> bucket_params = part(params), bucket_ms = part(ms), bucket_vs = part(vs),
                           bucket_copies = part(copies);
-      const std::vector<ops::AdamWConfig> bucket_configs(configs.begin() + begin, configs.begin() + end);
+      const std::vector<ops::AdamWConfig> bucket_configs(step_configs_.begin() + begin, step_configs_.begin() + end);
       ops::adamw_step(bucket_params, part(grads), bucket_ms, bucket_vs, bucket_copies, bucket_configs, factor,
                       terms_.slice(0, int64_t(begin), int64_t(end)));
     }
@@ -456,8 +484,6 @@ void DataParallel::queue_sharded_step(double lr, const Tensor& factor, const Ada
     end = begin;
   }
   communicator_.order_after_collectives();
-  queued_rounding_seed_ = gathers_copies_ ? std::nullopt : adamw.stochastic_rounding_seed;
-  step_queued_ = true;
 }
 
 void DataParallel::settle_sharded_step(bool applied) {

@@ -62,6 +62,7 @@
 
 #include "alpha/distributed/communicator.h"
 #include "alpha/nn/module.h"
+#include "alpha/ops/optim.h"
 #include "alpha/tensor/tensor.h"
 
 namespace alpha::distributed {
@@ -165,6 +166,13 @@ class DataParallel {
     std::optional<uint64_t> stochastic_rounding_seed = std::nullopt;
   };
   void queue_sharded_step(double lr, const Tensor& factor, const AdamW& adamw);
+  // queue_sharded_step in two halves, for a step captured once and replayed (a CUDA graph), as
+  // train::AdamW::prepare_step and queue_update: prepare_sharded_step does the host's part (the checks, the copies'
+  // buffers, the per-step scalars of lr and the step count written where the update reads them) and marks the step
+  // queued; queue_sharded_update queues the updates and the all-gathers, which a capture records once and every
+  // replay makes with the scalars the host prepared before it.
+  void prepare_sharded_step(double lr, const AdamW& adamw);
+  void queue_sharded_update(const Tensor& factor);
   // Says whether the queued step was applied (the factor finite: the caller read the norm and the losses),
   // which advances step_count() or not; a step not applied leaves the held compute copies as they were.
   // When the step gathered the copies and was applied, the values outside this rank's shards are stale from
@@ -204,6 +212,8 @@ class DataParallel {
   DType gathered_copy_dtype() const;  // the held copies' common narrower dtype, else dtype_ (values gathered)
   void hold_copies_in_buckets(DType copy_dtype);  // each held copy moved into (and made a view of) copies_
   bool holds_gathered_copy(size_t bucket, const BucketEntry& entry) const;  // its held copy is its run of copies_
+  void prepare_step(const char* op, double lr, const AdamW& adamw);  // the sharded step's halves, errors under `op`
+  void queue_sharded_update(const char* op, const Tensor& factor);
   void reduce_in_rank_order(size_t bucket);  // deterministic: all-to-all, rank-order sum (plain: and all-gather)
 
   Communicator& communicator_;
@@ -236,6 +246,7 @@ class DataParallel {
   bool values_stale_ = false;           // ZeRO-1: the values outside this rank's shards await complete_parameters
   std::vector<Tensor> m_, v_;           // ZeRO-1: AdamW moments of this rank's shard of each bucket
   Tensor terms_;                        // ZeRO-1: the queued step's AdamW scalars, on the device
+  std::vector<ops::AdamWConfig> step_configs_;  // ZeRO-1: the queued step's, by segment
   bool step_queued_ = false;            // ZeRO-1: a queue_sharded_step not yet settled
   std::optional<uint64_t> queued_rounding_seed_;  // its stochastic rounding
   std::vector<Tensor> held_copies_;               // the compute copies it dropped, for settle_sharded_step

@@ -9,7 +9,9 @@
 #include <nccl.h>
 
 #include <algorithm>
+#include <future>
 #include <initializer_list>
+#include <memory>
 #include <mutex>
 #include <thread>
 #include <vector>
@@ -65,6 +67,24 @@ ncclResult_t in_flight(ncclComm_t comm, ncclResult_t result) {
   if (result == ncclSuccess) ncclCommGetAsyncError(comm, &result);
   return result;
 }
+
+// ncclCommAbort, waited for at most `limit`: NCCL frees the communicator's device memory there, which waits for the
+// device, and a collective inside a replayed CUDA graph can stay stuck on it after the abort (on 2 H200s the abort of
+// a rank whose peer was killed mid-replay never returned). The caller then goes on to raise: the process is failing,
+// and the abort finishes, or not, on a thread of its own.
+void abort_within(ncclComm_t comm, std::chrono::milliseconds limit) {
+  auto finished = std::make_shared<std::promise<void>>();
+  std::future<void> done = finished->get_future();
+  std::thread([comm, finished] {
+    ncclCommAbort(comm);
+    finished->set_value();
+  }).detach();
+  done.wait_for(limit);
+}
+
+// How long a failing rank waits for NCCL's abort (abort_within), at most: it returned within a second whenever no
+// graph's collective was stuck (2 H200s).
+constexpr std::chrono::milliseconds kAbortWait{10000};
 
 // The device's default stream, where the ops queue their work.
 cudaStream_t default_stream_of(int device) { return static_cast<cudaStream_t>(cuda::default_stream(device).handle); }
@@ -198,7 +218,7 @@ class NcclCommunicator : public Communicator {
       if (settled(comm_, ncclCommFinalize(comm_), timeout_) == ncclSuccess)
         ncclCommDestroy(comm_);
       else
-        ncclCommAbort(comm_);
+        abort_within(comm_, std::min(timeout_, kAbortWait));
     }
     cudaEventDestroy(queued_);
     cudaEventDestroy(done_);
@@ -305,16 +325,19 @@ class NcclCommunicator : public Communicator {
     wait_for(marked_done_, "synchronize_marked");
   }
 
+  void synchronize_device() override {
+    if (aborted_) fail("synchronize_device", "the communicator was aborted earlier");
+    follow_default_stream();
+    synchronize();
+  }
+
   void order_after_collectives() override {
     record_issued(issued_, "order_after_collectives");
     check_cuda(cudaStreamWaitEvent(default_stream_of(device_.index), issued_, 0), "cudaStreamWaitEvent");
   }
 
   void abort(const std::string&) override {
-    if (aborted_) return;
-    aborted_ = true;
-    windows_->close(/*deregister=*/false);
-    ncclCommAbort(comm_);
+    if (!aborted_) abort_group();
   }
 
  private:
@@ -354,10 +377,15 @@ class NcclCommunicator : public Communicator {
   template <class Call>
   void launch(const char* name, Call call) {
     if (aborted_) fail(name, "the communicator was aborted earlier");
+    follow_default_stream();
+    wait_ready(call(), name);
+  }
+
+  // The communicator's stream waits for the work queued so far on the device's default stream.
+  void follow_default_stream() {
     cuda::set_device(device_.index);
     check_cuda(cudaEventRecord(queued_, default_stream_of(device_.index)), "cudaEventRecord");
     check_cuda(cudaStreamWaitEvent(stream_, queued_, 0), "cudaStreamWaitEvent");
-    wait_ready(call(), name);
   }
 
   // call(0) .. call(count - 1) as one NCCL group: one launch.
@@ -383,13 +411,17 @@ class NcclCommunicator : public Communicator {
       fail(call, std::string(ncclGetErrorString(result)) + (comm_ ? std::string(": ") + ncclGetLastError(comm_) : ""));
   }
 
+  // The windows released without deregistering (their memory kept), then NCCL's abort, waited for a bounded time.
+  void abort_group() {
+    aborted_ = true;
+    windows_->close(/*deregister=*/false);
+    abort_within(comm_, std::min(timeout_, kAbortWait));
+  }
+
   // Names the failed rank (asking the rendezvous), aborts the communicator and raises.
   [[noreturn]] void fail(const char* call, const std::string& what) {
     FailedRank failed = store_->failed_rank();
-    if (comm_ && !aborted_) {
-      windows_->close(/*deregister=*/false);
-      ncclCommAbort(comm_);
-    }
+    if (comm_ && !aborted_) abort_group();
     aborted_ = true;
     std::string who = failed.rank >= 0 ? "rank " + std::to_string(failed.rank) + " failed: " + failed.why
                                        : "no rank could be blamed: " + failed.why;

@@ -153,6 +153,12 @@ std::optional<uint64_t> rounding_seed(const TrainerOptions& o) {
   return nn::derive_seed(o.model.seed, kStochasticRoundingStream);
 }
 
+// ZeRO-1's AdamW settings, the trainer's.
+distributed::DataParallel::AdamW sharded_adamw(const TrainerOptions& o) {
+  const TrainConfig& t = o.train;
+  return {t.beta1, t.beta2, t.adam_eps, t.weight_decay, rounding_seed(o)};
+}
+
 // One micro-step: the forward of (ids, targets), then the backward of its loss times loss_factor (the loss scale
 // over the micro-steps; no op for 1). Its loss as the forward gave it, on the device, and the host time of each.
 struct MicroStep {
@@ -196,9 +202,6 @@ Trainer::Trainer(TrainerOptions options) : options_(std::move(options)), data_(s
   options_.model.validate();
   options_.train.validate();
   // What a captured step cannot replay that TrainConfig alone does not know, refused before any work.
-  if (options_.train.cuda_graphs && options_.communicator)
-    raise<ConfigError>(kOp, "cuda_graphs", "false with several processes (the gradients' all-reduce is not captured)",
-                       "true");
   if (options_.train.cuda_graphs && options_.model.dropout > 0)
     raise<ConfigError>(kOp, "cuda_graphs",
                        "false with dropout > 0 (its masks are drawn per step from a seed passed by value)", "true");
@@ -341,6 +344,7 @@ double Trainer::validation_loss() {
 std::pair<double, double> Trainer::graphed_step(int64_t step, double lr, nn::Recompute recompute) {
   const Device device = model_->device();
   const int64_t micro_steps = options_.train.grad_accum;
+  distributed::DataParallel* parallel = data_->parallel.get();  // null for one process
   std::vector<data::Batch> batches;
   for (int64_t micro = 0; micro < micro_steps; ++micro) {
     batches.push_back(data_->train->next());
@@ -349,7 +353,10 @@ std::pair<double, double> Trainer::graphed_step(int64_t step, double lr, nn::Rec
     ops::check_index_range(kOp, "ids", batches.back().inputs.contiguous(), vocab, "position");
     ops::check_index_range(kOp, "targets", batches.back().targets.contiguous(), vocab, "position");
   }
-  data_->optimizer->prepare_step(lr);
+  if (sharded(options_))
+    parallel->prepare_sharded_step(lr, sharded_adamw(options_));
+  else
+    data_->optimizer->prepare_step(lr);
   auto& captured = data_->captured;
   if (!captured) {  // kept only once the capture has succeeded
     Data::CapturedStep fresh;
@@ -358,18 +365,27 @@ std::pair<double, double> Trainer::graphed_step(int64_t step, double lr, nn::Rec
       fresh.targets.push_back(Tensor::empty(batch.targets.shape(), DType::i32, device));
     }
     // What run() queues for a step without the graph (the same bits): the micro-steps, the norm, the guard and
-    // the update. The step number the forward takes selects dropout masks, which cuda_graphs excludes.
+    // the update; data parallel, the gradients' collectives launched from backward and the losses' gather too
+    // (ZeRO-1: the norm's all-reduce and the weights' all-gathers), which the graph replays on the device's stream.
+    // The step number the forward takes selects dropout masks, which cuda_graphs excludes.
     fresh.graph = std::make_unique<CudaGraph>(device, [&] {
       std::vector<Tensor> micro_losses;
       for (int64_t micro = 0; micro < micro_steps; ++micro) {
         const nn::ForwardOptions fo{true, uint64_t(step), uint64_t(micro), recompute, /*inputs_checked=*/true};
-        micro_losses.push_back(
-            micro_step(*model_, fresh.ids[size_t(micro)], fresh.targets[size_t(micro)], fo, 1.0 / double(micro_steps))
-                .loss);
+        const bool last_micro = micro + 1 == micro_steps;
+        micro_losses.push_back(micro_step(*model_, fresh.ids[size_t(micro)], fresh.targets[size_t(micro)], fo,
+                                          1.0 / double(micro_steps),
+                                          parallel && last_micro ? parallel->gradient_ready_hook() : nullptr)
+                                   .loss);
       }
-      fresh.losses = stacked_losses(micro_losses, accumulation_dtype(micro_losses[0].dtype()), device);
-      fresh.norm = data_->optimizer->grad_norm_tensor();
-      data_->optimizer->queue_update(ops::step_guard(fresh.norm, fresh.losses, 1.0, options_.train.grad_clip));
+      fresh.losses = parallel ? parallel->queue_reduction(stacked_losses(micro_losses, DType::f32, device))
+                              : stacked_losses(micro_losses, accumulation_dtype(micro_losses[0].dtype()), device);
+      fresh.norm = sharded(options_) ? parallel->queue_sharded_norm() : data_->optimizer->grad_norm_tensor();
+      const Tensor factor = ops::step_guard(fresh.norm, fresh.losses, 1.0, options_.train.grad_clip);
+      if (sharded(options_))
+        parallel->queue_sharded_update(factor);
+      else
+        data_->optimizer->queue_update(factor);
     });
     captured = std::move(fresh);
   }
@@ -378,9 +394,12 @@ std::pair<double, double> Trainer::graphed_step(int64_t step, double lr, nn::Rec
     captured->targets[micro].copy_from(batches[micro].targets);
   }
   captured->graph->replay();
+  // Within the timeout, naming a failed peer: the collectives run inside the replay, and a host read of the
+  // device alone would wait for a dead peer forever.
+  if (parallel) options_.communicator->synchronize_device();
   const std::vector<Tensor> host = HostCopy({captured->losses, captured->norm}).wait();
   double loss_sum = 0;
-  for (double micro_loss : host[0].to_vector<double>()) loss_sum += micro_loss;  // in micro-step order
+  for (double micro_loss : host[0].to(DType::f64).to_vector<double>()) loss_sum += micro_loss;  // in micro-step order
   return {loss_sum, host[1].item()};
 }
 
@@ -466,7 +485,7 @@ std::string Trainer::run(std::optional<int64_t> stop_at_step) {
     // gradients' reduction: every rank sums the same values in the same order (the global batch's) and then
     // skips the step, or not, together.
     Tensor gathered_losses;
-    if (data_->parallel)
+    if (data_->parallel && !graphed)  // a replay gathers them itself
       gathered_losses = data_->parallel->queue_reduction(stacked_losses(micro_losses, DType::f32, device));
     inject_gradient_fault(*model_, step + 1);  // test-only, off unless ALPHA_FAULT_* is set
     Stopwatch phase;  // the optimizer's host time: queueing its work, then settling the step after the wait
@@ -491,8 +510,7 @@ std::string Trainer::run(std::optional<int64_t> stop_at_step) {
       HostCopy read({losses, queued_norm});
       const Tensor factor = ops::step_guard(queued_norm, losses, loss_scale, t.grad_clip);
       if (sharded(options_))
-        data_->parallel->queue_sharded_step(lr, factor,
-                                            {t.beta1, t.beta2, t.adam_eps, t.weight_decay, rounding_seed(options_)});
+        data_->parallel->queue_sharded_step(lr, factor, sharded_adamw(options_));
       else
         data_->optimizer->queued_step(lr, factor);
       optimizer_s = phase.seconds();
@@ -501,9 +519,9 @@ std::string Trainer::run(std::optional<int64_t> stop_at_step) {
       phase.restart();
       // In micro-step order (data parallel: rank by rank, the global batch's order), summed in f64.
       for (double micro_loss : host[0].to(DType::f64).to_vector<double>()) loss_sum += micro_loss;
-      if (data_->parallel) loss_sum /= double(world_of(options_));
       scaled_norm = host[1].item();
     }
+    if (data_->parallel) loss_sum /= double(world_of(options_));  // every rank's micro-batches were summed
     // A NaN or Inf in the loss or the gradients skips the step: no parameter or optimizer-state update.
     const double norm = scaled_norm / loss_scale;  // exact: a power of two
     const bool skipped = !std::isfinite(norm) || !std::isfinite(loss_sum);

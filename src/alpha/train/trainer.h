@@ -69,7 +69,8 @@ class Trainer {
   double validation_loss();
   void save(int64_t steps_done);
   // One step replayed from the captured graph (cuda_graphs; captured at the first call): queues the batch's
-  // copy, the AdamW terms and the replay, and reads the step's loss and scaled gradient norm back.
+  // copy, the AdamW terms and the replay, and reads the step's loss and scaled gradient norm back (data parallel:
+  // the sum of every rank's micro-batches' losses, after waiting for the replay within the communicator's timeout).
   std::pair<double, double> graphed_step(int64_t step, double lr, nn::Recompute recompute);
 
   TrainerOptions options_;
