@@ -69,9 +69,9 @@ ncclResult_t in_flight(ncclComm_t comm, ncclResult_t result) {
 }
 
 // ncclCommAbort, waited for at most `limit`: NCCL frees the communicator's device memory there, which waits for the
-// device, and a collective inside a replayed CUDA graph can stay stuck on it after the abort (on 2 H200s the abort of
-// a rank whose peer was killed mid-replay never returned). The caller then goes on to raise: the process is failing,
-// and the abort finishes, or not, on a thread of its own.
+// device, and a collective inside a replayed CUDA graph can stay stuck on it after the abort (on 2 H200s the abort
+// of a rank whose peer was killed mid-replay had not returned 30 s later). The caller then goes on to raise: the
+// process is failing, and the abort finishes, or not, on a thread of its own.
 void abort_within(ncclComm_t comm, std::chrono::milliseconds limit) {
   auto finished = std::make_shared<std::promise<void>>();
   std::future<void> done = finished->get_future();
