@@ -198,6 +198,8 @@ bool DataParallel::reduces_to_owners() const {
   return options_.zero1 && !options_.deterministic && !options_.reduce_dtype;
 }
 
+bool DataParallel::read_where_it_is(const Tensor& gradient) const { return gradient.dtype() == dtype_; }
+
 void DataParallel::reduce_to_owners(size_t b) {
   const size_t element = dtype_size(dtype_);
   char* flat = static_cast<char*>(flat_[b].raw_data());
@@ -207,7 +209,7 @@ void DataParallel::reduce_to_owners(size_t b) {
     const void* send = at;
     if (part.parameter != kPacked) {
       const Tensor g = flat_gradient(part.parameter);
-      if (g.dtype() == dtype_) send = static_cast<const char*>(g.raw_data()) + part.source_offset * int64_t(element);
+      if (read_where_it_is(g)) send = static_cast<const char*>(g.raw_data()) + part.source_offset * int64_t(element);
     }
     parts.push_back({send, at, size_t(part.count), part.root});
   }
@@ -220,9 +222,9 @@ void DataParallel::launch_bucket(size_t b) {
     slices.push_back(run_of(flat_[b], e));
     grads.push_back(flat_gradient(e.parameter));
   }
-  if (reduces_to_owners())  // a gradient of another dtype than the bucket's is packed (converted) at its place
+  if (reduces_to_owners())  // the large gradients not read where they are are packed (converted) at their place
     for (const auto& e : in_place_[b])
-      if (Tensor g = flat_gradient(e.parameter); g.dtype() != dtype_) {
+      if (Tensor g = flat_gradient(e.parameter); !read_where_it_is(g)) {
         slices.push_back(run_of(flat_[b], e));
         grads.push_back(g);
       }

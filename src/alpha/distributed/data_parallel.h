@@ -204,6 +204,9 @@ class DataParallel {
   bool reduces_in_place() const;      // plain, not deterministic, in the parameters' dtype: no packing (above)
   bool reduces_to_owners() const;     // ZeRO-1, not deterministic, in the parameters' dtype: reduces (above)
   void reduce_to_owners(size_t bucket);  // its reduces, after the packing (those of other dtypes packed too)
+  // Reducing to the owners, a large gradient is sent from where it is when it has the parameters' dtype; one of
+  // another dtype is packed, converted, at its place in the bucket's buffer and sent from there.
+  bool read_where_it_is(const Tensor& gradient) const;
   void launch_bucket(size_t bucket);  // packs its gradients (unless in place), queues its collective
   Tensor flat_gradient(size_t parameter) const;             // 1-D view of a parameter's gradient
   static Tensor run_of(const Tensor& buffer, const BucketEntry& entry);  // a parameter's run in a bucket's buffer
