@@ -7,6 +7,7 @@
 # Usage: scripts/attention-gpu.sh [--jvp] [--bench] [--full-bench] [--configs] [--no-check]
 set -uo pipefail
 cd "$(dirname "$0")/.."
+. scripts/build-cuda.sh  # build_cuda
 out="${OUT:-gpu-logs}"
 bench="" check=1 configs=0
 filter=attention labels="-L cuda" tests="Flash|Attention|Training" bench_script=bench/flash_attention.py
@@ -24,11 +25,9 @@ done
 mkdir -p "$out"
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$out/gpu.txt"
 start=$(date +%s)
-cmake --preset cuda -DALPHA_PYTHON= > "$out/configure.log" 2>&1 || { tail -30 "$out/configure.log"; exit 1; }
-targets="alpha alpha_attention_bench alpha_tests"
-[ "$configs" = 1 ] && targets="$targets alpha_tma_forward_configs"
-cmake --build build/cuda -j 16 --target $targets > "$out/build.log" 2>&1 ||
-  { grep -E "error" "$out/build.log" | head -30; exit 1; }
+targets=(alpha alpha_attention_bench alpha_tests)
+[ "$configs" = 1 ] && targets+=(alpha_tma_forward_configs)
+build_cuda "${targets[@]}"
 echo "build: $(( $(date +%s) - start )) s"
 rc=0
 if [ "$check" = 1 ]; then

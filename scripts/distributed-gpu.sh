@@ -24,6 +24,7 @@
 # (issue 12: --gpus 8 --loss-steps 200). Exit code 0 only when every check passed.
 set -uo pipefail
 cd "$(dirname "$0")/.."
+. scripts/build-cuda.sh  # build_cuda
 out="${OUT:-gpu-logs}"
 build=1 world=2 loss_steps=100 throughput_only=0 loss_only=0 no_throughput=0 failure_only=0
 while [ $# -gt 0 ]; do
@@ -68,10 +69,7 @@ export NCCL_DEBUG=WARN
 
 start=$(date +%s)
 if [ "$build" = 1 ]; then
-  cmake --preset cuda -DALPHA_PYTHON= -DALPHA_NCCL=ON > "$out/configure.log" 2>&1 ||
-    { tail -30 "$out/configure.log"; exit 1; }
-  cmake --build build/cuda -j 32 --target alpha alpha_tests > "$out/build.log" 2>&1 ||
-    { grep -E "error" "$out/build.log" | head -30; exit 1; }
+  build_cuda -DALPHA_NCCL=ON alpha alpha_tests
 fi
 say "build: $(( $(date +%s) - start )) s"
 alpha="$PWD/build/cuda/alpha"

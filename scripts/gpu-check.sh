@@ -4,6 +4,7 @@
 # $OUT (or ./gpu-logs). Usage: scripts/gpu-check.sh [--bench] [--no-cpu]
 set -uo pipefail
 cd "$(dirname "$0")/.."
+. scripts/build-cuda.sh  # build_cuda
 out="${OUT:-gpu-logs}"
 bench=0 cpu=1
 for arg in "$@"; do
@@ -15,8 +16,7 @@ for arg in "$@"; do
 done
 mkdir -p "$out"
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv | tee "$out/gpu.txt"
-cmake --preset cuda -DALPHA_PYTHON= > "$out/configure.log" 2>&1 || { tail -30 "$out/configure.log"; exit 1; }
-cmake --build build/cuda -j 16 > "$out/build.log" 2>&1 || { grep -E "error" "$out/build.log" | head -30; exit 1; }
+build_cuda
 rc=0
 build/cuda/alpha check kernels --seed 20261122 > "$out/check-kernels.log" 2>&1 || rc=1
 grep -E "FAIL" "$out/check-kernels.log" | head -40

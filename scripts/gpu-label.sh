@@ -10,6 +10,7 @@
 # Usage: scripts/gpu-label.sh [--skip-build] [--shards N (default: the GPUs)] [--check CHECKS] [--timeout S (300)]
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
+. scripts/build-cuda.sh  # build_cuda
 out="${OUT:-gpu-logs}"
 build=1 shards="" check="" limit=300
 while [ $# -gt 0 ]; do
@@ -38,10 +39,7 @@ summary="$out/label-summary.txt"
 say() { echo "$*" | tee -a "$summary"; }
 if [ "$build" = 1 ]; then
   start=$(date +%s)
-  cmake --preset cuda -DALPHA_PYTHON= -DALPHA_DASHBOARD=OFF > "$out/configure.log" 2>&1 ||
-    { tail -30 "$out/configure.log"; exit 1; }
-  cmake --build build/cuda -j "$(nproc)" --target alpha alpha_tests > "$out/build.log" 2>&1 ||
-    { grep -E "error" "$out/build.log" | head -30; exit 1; }
+  build_cuda -DALPHA_DASHBOARD=OFF alpha alpha_tests
   say "build: $(( $(date +%s) - start )) s"
 fi
 for binary in build/cuda/tests/alpha_tests build/cuda/alpha; do

@@ -9,6 +9,7 @@
 #   --sanitize  also the small NSA GPU tests under compute-sanitizer (memcheck, racecheck, synccheck)
 set -uo pipefail
 cd "$(dirname "$0")/.."
+. scripts/build-cuda.sh  # build_cuda
 out="${OUT:-gpu-logs}"
 bench=1 long="" build=1 sanitize=0
 for arg in "$@"; do
@@ -24,9 +25,7 @@ mkdir -p "$out" && out="$(cd "$out" && pwd)"
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$out/gpu.txt"
 if [ "$build" = 1 ]; then
   start=$(date +%s)
-  cmake --preset cuda -DALPHA_PYTHON= > "$out/nsa-configure.log" 2>&1 || { tail -30 "$out/nsa-configure.log"; exit 1; }
-  cmake --build build/cuda -j 16 --target alpha_tests alpha_nsa_bench > "$out/nsa-build.log" 2>&1 ||
-    { grep -E "error" "$out/nsa-build.log" | head -30; exit 1; }
+  build_cuda --log-prefix nsa- alpha_tests alpha_nsa_bench
   echo "build: $(( $(date +%s) - start )) s"
 fi
 rc=0

@@ -8,6 +8,7 @@
 # ABI, as its wheels do; otherwise python/setup.py configures build/python-cuda with torch's ABI.
 set -uo pipefail
 cd "$(dirname "$0")/.."
+. scripts/build-cuda.sh  # build_cuda
 out="${OUT:-gpu-logs}"
 python="${PYTHON:-python3}"
 bench=0
@@ -20,11 +21,7 @@ start=$(date +%s)
 build=auto
 if [ "$("$python" -c 'import torch; print(int(torch._C._GLIBCXX_USE_CXX11_ABI))')" = 1 ]; then
   build=build/cuda
-  if [ ! -f build/cuda/build.ninja ]; then
-    cmake --preset cuda -DALPHA_PYTHON= > "$out/configure.log" 2>&1 || { tail -30 "$out/configure.log"; exit 1; }
-  fi
-  cmake --build build/cuda -j "$(nproc)" --target alpha_lib alpha_attention_bench > "$out/build.log" 2>&1 ||
-    { grep -E "error" "$out/build.log" | head -30; exit 1; }
+  build_cuda alpha_lib alpha_attention_bench
 fi
 rc=0
 PYTHONUNBUFFERED=1 MAX_JOBS="$(nproc)" python/run_tests.sh "$python" "$build" build/python-gpu "$@" 2>&1 |
