@@ -353,10 +353,7 @@ std::pair<double, double> Trainer::graphed_step(int64_t step, double lr, nn::Rec
     ops::check_index_range(kOp, "ids", batches.back().inputs.contiguous(), vocab, "position");
     ops::check_index_range(kOp, "targets", batches.back().targets.contiguous(), vocab, "position");
   }
-  if (sharded(options_))
-    parallel->prepare_sharded_step(lr, sharded_adamw(options_));
-  else
-    data_->optimizer->prepare_step(lr);
+  prepare_update(lr);
   auto& captured = data_->captured;
   if (!captured) {  // kept only once the capture has succeeded
     Data::CapturedStep fresh;
@@ -380,12 +377,8 @@ std::pair<double, double> Trainer::graphed_step(int64_t step, double lr, nn::Rec
       }
       fresh.losses = parallel ? parallel->queue_reduction(stacked_losses(micro_losses, DType::f32, device))
                               : stacked_losses(micro_losses, accumulation_dtype(micro_losses[0].dtype()), device);
-      fresh.norm = sharded(options_) ? parallel->queue_sharded_norm() : data_->optimizer->grad_norm_tensor();
-      const Tensor factor = ops::step_guard(fresh.norm, fresh.losses, 1.0, options_.train.grad_clip);
-      if (sharded(options_))
-        parallel->queue_sharded_update(factor);
-      else
-        data_->optimizer->queue_update(factor);
+      fresh.norm = queue_norm();
+      queue_update(ops::step_guard(fresh.norm, fresh.losses, 1.0, options_.train.grad_clip));
     });
     captured = std::move(fresh);
   }
@@ -401,6 +394,24 @@ std::pair<double, double> Trainer::graphed_step(int64_t step, double lr, nn::Rec
   double loss_sum = 0;
   for (double micro_loss : host[0].to(DType::f64).to_vector<double>()) loss_sum += micro_loss;  // in micro-step order
   return {loss_sum, host[1].item()};
+}
+
+Tensor Trainer::queue_norm() {
+  return sharded(options_) ? data_->parallel->queue_sharded_norm() : data_->optimizer->grad_norm_tensor();
+}
+
+void Trainer::prepare_update(double lr) {
+  if (sharded(options_))
+    data_->parallel->prepare_sharded_step(lr, sharded_adamw(options_));
+  else
+    data_->optimizer->prepare_step(lr);
+}
+
+void Trainer::queue_update(const Tensor& factor) {
+  if (sharded(options_))
+    data_->parallel->queue_sharded_update(factor);
+  else
+    data_->optimizer->queue_update(factor);
 }
 
 void Trainer::save(int64_t steps_done) {
@@ -502,17 +513,14 @@ std::string Trainer::run(std::optional<int64_t> stop_at_step) {
       // all of it is queued behind the gradients' collectives (ZeRO-1: the norm's all-reduce too, and the
       // update is followed by the weights' all-gather), and the host waits for the collectives the step's numbers
       // come from (within the timeout, naming a failed peer) before it reads; ZeRO-1's all-gather runs on.
-      const Tensor queued_norm =
-          sharded(options_) ? data_->parallel->queue_sharded_norm() : data_->optimizer->grad_norm_tensor();
+      const Tensor queued_norm = queue_norm();
       const Tensor losses = data_->parallel
                                 ? gathered_losses
                                 : stacked_losses(micro_losses, accumulation_dtype(micro_losses[0].dtype()), device);
       HostCopy read({losses, queued_norm});
       const Tensor factor = ops::step_guard(queued_norm, losses, loss_scale, t.grad_clip);
-      if (sharded(options_))
-        data_->parallel->queue_sharded_step(lr, factor, sharded_adamw(options_));
-      else
-        data_->optimizer->queued_step(lr, factor);
+      prepare_update(lr);
+      queue_update(factor);
       optimizer_s = phase.seconds();
       if (data_->parallel) data_->parallel->synchronize_step();
       const std::vector<Tensor> host = read.wait();

@@ -72,6 +72,12 @@ class Trainer {
   // copy, the AdamW terms and the replay, and reads the step's loss and scaled gradient norm back (data parallel:
   // the sum of every rank's micro-batches' losses, after waiting for the replay within the communicator's timeout).
   std::pair<double, double> graphed_step(int64_t step, double lr, nn::Recompute recompute);
+  // The step's gradient norm (a 0-d f64 device tensor) and its update, queued after the reduction, the same with and
+  // without the graph: prepare_update writes the update's per-step scalars (AdamW::prepare_step, ZeRO-1's
+  // DataParallel::prepare_sharded_step), which the queued update reads.
+  Tensor queue_norm();
+  void prepare_update(double lr);
+  void queue_update(const Tensor& factor);
 
   TrainerOptions options_;
   std::unique_ptr<nn::GPT> model_;
