@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <functional>
 
 #include "alpha/core/half.h"
 #include "distributed/in_process_communicator.h"
@@ -13,12 +14,19 @@ namespace {
 
 using std::chrono::milliseconds;
 
+// fn(comm, rank) on each of `world` ranks of one group (a thread each), the group's timeout 5 s.
+void on_each_rank(int world, const std::function<void(InProcessCommunicator& comm, int rank)>& fn) {
+  auto group = std::make_shared<InProcessGroup>(world, milliseconds(5000));
+  run_ranks(world, [&](int rank) {
+    InProcessCommunicator comm(group, rank);
+    fn(comm, rank);
+  });
+}
+
 TEST(InProcessCommunicator, AllReduceSumsAndAveragesInRankOrder) {
   constexpr int kWorld = 3;
-  auto group = std::make_shared<InProcessGroup>(kWorld, milliseconds(5000));
   std::vector<std::vector<float>> sums(kWorld), averages(kWorld);
-  run_ranks(kWorld, [&](int rank) {
-    InProcessCommunicator comm(group, rank);
+  on_each_rank(kWorld, [&](InProcessCommunicator& comm, int rank) {
     std::vector<float> data{float(rank), float(rank * 10), 1.0f};
     comm.all_reduce(data.data(), data.size(), DType::f32, ReduceOp::sum);
     sums[size_t(rank)] = data;
@@ -36,9 +44,7 @@ TEST(InProcessCommunicator, AllReduceSumsAndAveragesInRankOrder) {
 // collective; a dtype no collective adds is refused.
 TEST(InProcessCommunicator, AllReduceManyReducesEachBufferAsOneCollective) {
   constexpr int kWorld = 3;
-  auto group = std::make_shared<InProcessGroup>(kWorld, milliseconds(5000));
-  run_ranks(kWorld, [&](int rank) {
-    InProcessCommunicator comm(group, rank);
+  on_each_rank(kWorld, [&](InProcessCommunicator& comm, int rank) {
     std::vector<float> first{float(rank), 1.0f, float(-rank)};
     std::vector<double> second{0.5 * rank, 7.0};
     comm.all_reduce_many({{first.data(), first.size(), DType::f32}, {second.data(), second.size(), DType::f64}},
@@ -58,10 +64,8 @@ TEST(InProcessCommunicator, AllReduceManyReducesEachBufferAsOneCollective) {
 // each part to its own root.
 TEST(InProcessCommunicator, ReduceWritesTheRootsBufferOnly) {
   constexpr int kWorld = 3;
-  auto group = std::make_shared<InProcessGroup>(kWorld, milliseconds(5000));
   std::vector<std::vector<float>> in_place(kWorld), apart(kWorld);
-  run_ranks(kWorld, [&](int rank) {
-    InProcessCommunicator comm(group, rank);
+  on_each_rank(kWorld, [&](InProcessCommunicator& comm, int rank) {
     std::vector<float>& mine = in_place[size_t(rank)];
     mine = {float(rank + 1), 10.0f * float(rank + 1), float(rank) - 1.0f};
     std::vector<float> send{float(rank), 2.0f}, recv{-7.0f, -7.0f};
@@ -81,10 +85,8 @@ TEST(InProcessCommunicator, ReduceWritesTheRootsBufferOnly) {
 }
 
 TEST(InProcessCommunicator, Bf16RoundsTheF32Sum) {
-  auto group = std::make_shared<InProcessGroup>(2, milliseconds(5000));
   std::vector<float> got(2);
-  run_ranks(2, [&](int rank) {
-    InProcessCommunicator comm(group, rank);
+  on_each_rank(2, [&](InProcessCommunicator& comm, int rank) {
     bf16 value(rank == 0 ? 1.0f : 0.00390625f);  // 1 + 2^-8 is not a bf16: rounds to even, 1
     comm.all_reduce(&value, 1, DType::bf16, ReduceOp::sum);
     got[size_t(rank)] = float(value);
@@ -94,10 +96,8 @@ TEST(InProcessCommunicator, Bf16RoundsTheF32Sum) {
 }
 
 TEST(InProcessCommunicator, F16RoundsTheF32Average) {
-  auto group = std::make_shared<InProcessGroup>(2, milliseconds(5000));
   std::vector<float> got(2);
-  run_ranks(2, [&](int rank) {
-    InProcessCommunicator comm(group, rank);
+  on_each_rank(2, [&](InProcessCommunicator& comm, int rank) {
     // (2 + 3·2^-10) / 2 = 1 + 2^-10 + 2^-11, half an f16 step (2^-10) above 1 + 2^-10: to even, 1 + 2^-9 (bf16
     // would give 1).
     f16 value(rank == 0 ? 2.0f : 0.0029296875f);
@@ -110,9 +110,7 @@ TEST(InProcessCommunicator, F16RoundsTheF32Average) {
 
 TEST(InProcessCommunicator, ReduceScatterAllGatherAndBroadcast) {
   constexpr int kWorld = 4;
-  auto group = std::make_shared<InProcessGroup>(kWorld, milliseconds(5000));
-  run_ranks(kWorld, [&](int rank) {
-    InProcessCommunicator comm(group, rank);
+  on_each_rank(kWorld, [&](InProcessCommunicator& comm, int rank) {
     std::vector<float> send(kWorld * 2);
     for (size_t i = 0; i < send.size(); ++i) send[i] = float(i + 100 * rank);
     std::vector<float> shard(2);
@@ -151,9 +149,7 @@ TEST(InProcessCommunicator, ReduceScatterAllGatherAndBroadcast) {
 
 TEST(InProcessCommunicator, AllToAllHandsRankQEveryRanksBlockQInRankOrder) {
   constexpr int kWorld = 3;
-  auto group = std::make_shared<InProcessGroup>(kWorld, milliseconds(5000));
-  run_ranks(kWorld, [&](int rank) {
-    InProcessCommunicator comm(group, rank);
+  on_each_rank(kWorld, [&](InProcessCommunicator& comm, int rank) {
     // Rank r's block q holds 100 r + 10 q + {0, 1}.
     std::vector<float> send;
     for (int q = 0; q < kWorld; ++q)
