@@ -236,11 +236,19 @@ inline int device_attribute(cudaDeviceAttr attribute) {
 // The shared memory the current device offers a block (its opt-in maximum), in bytes.
 inline size_t block_shared_memory_limit() { return size_t(device_attribute(cudaDevAttrMaxSharedMemoryPerBlockOptin)); }
 
+// The operation a launch is named after in errors, and what its caller can change when the device offers a block less
+// shared memory than the launch asks (a size the caller's arguments set, as NSA's group and head dims do).
+struct SharedLaunchName {
+  SharedLaunchName(const char* op, const char* remedy = nullptr) : op(op), remedy(remedy) {}
+  const char* op;
+  const char* remedy;
+};
+
 // Checks that the device offers `bytes` of shared memory to a block and raises the kernel's limit to it. Launch paths
 // call this every launch, so the driver is asked once per kernel, device and larger size: a limit already raised as
 // far serves every smaller launch.
 template <class... Params>
-void allow_shared(void (*kernel)(Params...), const char* name, size_t bytes) {
+void allow_shared(void (*kernel)(Params...), SharedLaunchName name, size_t bytes) {
   int device = 0;
   ALPHA_CUDA_CHECK(cudaGetDevice(&device));
   static std::mutex mutex;
@@ -250,7 +258,9 @@ void allow_shared(void (*kernel)(Params...), const char* name, size_t bytes) {
   if (bytes <= limit_set) return;
   const size_t limit = block_shared_memory_limit();
   if (bytes > limit)
-    raise<BackendError>(name, "shared memory", "at most " + std::to_string(limit) + " bytes per block on this device",
+    raise<BackendError>(name.op, "shared memory",
+                        "at most " + std::to_string(limit) + " bytes per block on this device" +
+                            (name.remedy ? std::string(" (") + name.remedy + ")" : std::string()),
                         std::to_string(bytes));
   ALPHA_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes)));
   limit_set = bytes;
@@ -278,12 +288,12 @@ int64_t resident_blocks(void (*kernel)(Params...), const char* name, int threads
 // Launches kernel<<<grid, threads, bytes of dynamic shared memory, stream>>>(args...), after checking the
 // device offers that much shared memory to a block and raising the kernel's limit to it.
 template <class... Params, class... Args>
-void launch_with_shared(void (*kernel)(Params...), const char* name, dim3 grid, int threads, size_t bytes,
+void launch_with_shared(void (*kernel)(Params...), SharedLaunchName name, dim3 grid, int threads, size_t bytes,
                         cudaStream_t stream, const Args&... args) {
   if (grid.x == 0 || grid.y == 0) return;
   allow_shared(kernel, name, bytes);
   kernel<<<grid, threads, bytes, stream>>>(args...);
-  alpha::cuda::check(cudaGetLastError(), name, __FILE__, __LINE__);
+  alpha::cuda::check(cudaGetLastError(), name.op, __FILE__, __LINE__);
 }
 
 }  // namespace alpha::kernels::cuda

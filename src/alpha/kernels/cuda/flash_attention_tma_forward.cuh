@@ -29,6 +29,8 @@
 #pragma once
 #include <cuda.h>
 
+#include <optional>
+
 #include "alpha/kernels/cuda/flash_attention_mma_forward.cuh"
 #include "alpha/kernels/cuda/tma.cuh"
 #include "alpha/kernels/cuda/wgmma.cuh"
@@ -352,9 +354,10 @@ int64_t tma_forward_resident_blocks(const AttentionParams<T>& p) {
 
 // Launches the kernel of configuration Traits (the library's choice per bucket: flash_attention_tma_forward.cu;
 // bench/tma_forward_configs.cu times others). A persistent configuration's grid is the resident blocks, which a
-// caller that has worked them out (tma_forward_resident_blocks) passes on; 0: worked out here.
+// caller that has worked them out (tma_forward_resident_blocks) passes on; without them they are worked out here.
 template <class T, class Traits>
-void launch_tma_forward(const AttentionForwardArgs<T>& args, cudaStream_t stream, int64_t resident = 0) {
+void launch_tma_forward(const AttentionForwardArgs<T>& args, cudaStream_t stream,
+                        std::optional<int64_t> resident = std::nullopt) {
   using Shape = TmaForwardShape<Traits>;
   constexpr const char* kOp = "flash_attention_forward";
   const AttentionParams<T>& p = args.params;
@@ -372,8 +375,12 @@ void launch_tma_forward(const AttentionForwardArgs<T>& args, cudaStream_t stream
                         std::to_string(tiles) + "·" + std::to_string(heads));
   }
   const auto kernel = tma_forward_kernel_for<T, Traits>(p);
-  if (Traits::kPersistent && resident <= 0) resident = tma_forward_resident_blocks<T, Traits>(p);
-  const dim3 grid = Traits::kPersistent ? dim3(unsigned(std::min(items, resident))) : dim3(tiles, heads);
+  dim3 grid(tiles, heads);
+  if constexpr (Traits::kPersistent) {
+    const int64_t blocks = resident ? *resident : tma_forward_resident_blocks<T, Traits>(p);
+    if (blocks <= 0) raise<ValueError>(kOp, "resident blocks", "at least 1", std::to_string(blocks));
+    grid = dim3(unsigned(std::min(items, blocks)));
+  }
   const TmaForwardArgs<T> params{
       args, tma::head_tensor_map(args.q, p.q_strides, p.batch, p.q_len, p.q_heads, p.head_dim, Shape::kRows, kOp, "q"),
       tma::head_tensor_map(args.k, p.k_strides, p.batch, p.kv_len, p.kv_heads, p.head_dim, Shape::kKeys, kOp, "k"),

@@ -976,19 +976,13 @@ __global__ void __launch_bounds__(kKeyThreads)
   }
 }
 
-// launch_with_shared, refusing a launch that asks more shared memory than the device offers a block with what an NSA
-// caller can change to fit.
+// launch_with_shared, naming what an NSA caller can change when a launch asks more shared memory than the device offers
+// a block.
 template <class... Params, class... Args>
 void launch_shared(void (*kernel)(Params...), const char* op, dim3 grid, int threads, size_t bytes, cudaStream_t stream,
                    const Args&... args) {
-  if (grid.x == 0 || grid.y == 0) return;
-  if (const size_t limit = block_shared_memory_limit(); bytes > limit)
-    raise<BackendError>(op, "shared memory",
-                        "at most " + std::to_string(limit) +
-                            " bytes per block on this device (fewer query heads "
-                            "per kv head, smaller head dims or a longer select_len)",
-                        std::to_string(bytes));
-  launch_with_shared(kernel, op, grid, threads, bytes, stream, args...);
+  launch_with_shared(kernel, {op, "fewer query heads per kv head, smaller head dims or a longer select_len"}, grid,
+                     threads, bytes, stream, args...);
 }
 
 template <class T>
