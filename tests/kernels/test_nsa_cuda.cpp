@@ -396,6 +396,18 @@ TEST_F(CudaNsa, HeadDimsBeyondTheKernelsRaise) {
   EXPECT_ALPHA_ERROR(ops::nsa(gin, c.config), ShapeError, "[nsa]", "'q'", "at most 256", "264");
 }
 
+// A group of 64 query heads at head dim 256 asks about 270 KB of shared memory a block of the query kernels, more than
+// an H100 or H200 offers (227 KB): the error says so and names what the caller can change.
+TEST_F(CudaNsa, SharedMemoryBeyondTheDeviceRaisesNamingWhatToChange) {
+  const NsaGpuCase c{"wide_group", 1, 8, 64, 1, 256, 256, nsa_config(4, 2, 4, 3, 4)};
+  for (DType dtype : {DType::f32, DType::bf16}) {
+    SCOPED_TRACE(dtype_name(dtype));
+    const ops::NsaInputs gin = on(make_inputs(c), dtype, Device::cuda(0));
+    EXPECT_ALPHA_ERROR(ops::nsa(gin, c.config), BackendError, "[nsa]", "shared memory", "bytes per block",
+                       "fewer query heads per kv head");
+  }
+}
+
 // Runs on the CPU: the dtypes the CPU backend lacks still raise typed errors.
 TEST(NsaDispatch, CpuBf16Raises) {
   const NsaGpuCase c{"t8", 1, 8, 2, 1, 8, 8, nsa_config(4, 2, 4, 3, 4)};
