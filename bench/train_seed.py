@@ -178,11 +178,19 @@ def peer_optimizer(model):
     return torch.optim.AdamW(model.parameters(), lr=3e-4, betas=(0.9, 0.95), weight_decay=0.1, fused=True)
 
 
-def peer_step(model, step_model, opt, ids):
-    """One training step of a peer on ids [B, T + 1]: bf16 autocast, clipping at 1.0, AdamW. Returns the loss."""
+def peer_backward(step_model, ids, micro_steps=1):
+    """One micro-batch's forward and backward on ids [B, T + 1] under bf16 autocast, its gradients added to the
+    parameters' as one of micro_steps equal parts of a step. Returns the micro-batch's loss."""
     with torch.autocast("cuda", dtype=torch.bfloat16):
         loss = step_model(ids[:, :-1], ids[:, 1:])
-    loss.backward()
+    (loss / micro_steps if micro_steps > 1 else loss).backward()
+    return loss
+
+
+def peer_step(model, step_model, opt, ids, micro_steps=1):
+    """The last micro-batch of a peer's training step on ids [B, T + 1] (the whole step when micro_steps is 1):
+    bf16 autocast, clipping at 1.0, AdamW. Returns the micro-batch's loss."""
+    loss = peer_backward(step_model, ids, micro_steps)
     torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
     opt.step()
     opt.zero_grad(set_to_none=True)
