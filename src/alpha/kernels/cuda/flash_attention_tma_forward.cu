@@ -63,7 +63,7 @@ void flash_attention_wgmma_forward(const AttentionForwardArgs<T>& args, int buck
         // The model's blocks are the launch's grid.
         const int64_t blocks = tma_forward_resident_blocks<T, TmaForward128PersistentByTile>(p);
         if (causal_tiles_by_tile<TmaForward128PersistentByTile>(p, blocks))
-          return launch_tma_forward<T, TmaForward128PersistentByTile>(args, stream, blocks);
+          return launch_tma_forward<T, TmaForward128PersistentByTile>(args, stream);
       }
       return launch_tma_forward<T, TmaForward128Persistent>(args, stream);
     }

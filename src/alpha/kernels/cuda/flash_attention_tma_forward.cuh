@@ -29,8 +29,6 @@
 #pragma once
 #include <cuda.h>
 
-#include <optional>
-
 #include "alpha/kernels/cuda/flash_attention_mma_forward.cuh"
 #include "alpha/kernels/cuda/tma.cuh"
 #include "alpha/kernels/cuda/wgmma.cuh"
@@ -353,11 +351,10 @@ int64_t tma_forward_resident_blocks(const AttentionParams<T>& p) {
 }
 
 // Launches the kernel of configuration Traits (the library's choice per bucket: flash_attention_tma_forward.cu;
-// bench/tma_forward_configs.cu times others). A persistent configuration's grid is the resident blocks, which a
-// caller that has worked them out (tma_forward_resident_blocks) passes on; without them they are worked out here.
+// bench/tma_forward_configs.cu times others). A persistent configuration's grid is the resident blocks
+// (tma_forward_resident_blocks: worked out once per kernel and device, a lookup after that).
 template <class T, class Traits>
-void launch_tma_forward(const AttentionForwardArgs<T>& args, cudaStream_t stream,
-                        std::optional<int64_t> resident = std::nullopt) {
+void launch_tma_forward(const AttentionForwardArgs<T>& args, cudaStream_t stream) {
   using Shape = TmaForwardShape<Traits>;
   constexpr const char* kOp = "flash_attention_forward";
   const AttentionParams<T>& p = args.params;
@@ -376,11 +373,8 @@ void launch_tma_forward(const AttentionForwardArgs<T>& args, cudaStream_t stream
   }
   const auto kernel = tma_forward_kernel_for<T, Traits>(p);
   dim3 grid(tiles, heads);
-  if constexpr (Traits::kPersistent) {
-    // Every count comes from resident_blocks, which refuses a kernel no SM can hold: at least one block per SM.
-    const int64_t blocks = resident ? *resident : tma_forward_resident_blocks<T, Traits>(p);
-    grid = dim3(unsigned(std::min(items, blocks)));
-  }
+  // resident_blocks refuses a kernel no SM can hold, so a persistent grid has at least one block per SM.
+  if constexpr (Traits::kPersistent) grid = dim3(unsigned(std::min(items, tma_forward_resident_blocks<T, Traits>(p))));
   const TmaForwardArgs<T> params{
       args, tma::head_tensor_map(args.q, p.q_strides, p.batch, p.q_len, p.q_heads, p.head_dim, Shape::kRows, kOp, "q"),
       tma::head_tensor_map(args.k, p.k_strides, p.batch, p.kv_len, p.kv_heads, p.head_dim, Shape::kKeys, kOp, "k"),
