@@ -244,7 +244,6 @@ void dispatch_dtype_groups(std::string_view op, const std::vector<Tensor>& tenso
     dispatch_float(op, tensors[group[0]], [&]<class T>(const auto& where) { fn.template operator()<T>(where, group); });
 }
 
-// A 0-d f64 tensor of the grads' device holding the norm (checked: on that device, f64, one element).
 // A single-element f64 tensor on `device` (a norm, a factor).
 void check_f64_scalar(std::string_view op, std::string_view arg, const Tensor& t, Device device) {
   check_defined(op, arg, t);
@@ -396,6 +395,68 @@ Tensor norm_of_sums_of_squares(const Tensor& squares) {
     ALPHA_KERNEL(grad_norm)(where, kernels::GradNormArgs{squares.data<double>(), squares.numel(), norm.data<double>()});
   });
   return norm;
+}
+
+int64_t squares_chunk_numel(Device device) {
+  int64_t numel = 0;
+  dispatch_device("squares_chunk_numel", device, [&](const auto& where) {
+    if constexpr (std::is_same_v<std::decay_t<decltype(where)>, OnCpu>)
+      numel = kernels::cpu::squares_chunk_numel();
+#if ALPHA_WITH_CUDA
+    else
+      numel = kernels::cuda::squares_chunk_numel();
+#endif
+  });
+  return numel;
+}
+
+namespace {
+
+// A contiguous 1-D f64 tensor of `numel` elements (-1: any) on `device`, written in place.
+void check_f64_vector(std::string_view op, std::string_view arg, const Tensor& t, int64_t numel, Device device) {
+  check_defined(op, arg, t);
+  check_dtype(op, arg, t, {DType::f64});
+  check_dim(op, arg, t, 1);
+  check_contiguous(op, arg, t);
+  if (numel >= 0 && t.numel() != numel)
+    raise<ShapeError>(op, arg, std::to_string(numel) + " elements", shape_str(t.shape()));
+  if (t.device() != device) raise<DeviceError>(op, arg, "a tensor on " + device.str(), t.device().str());
+}
+
+}  // namespace
+
+void square_partials(const Tensor& x, int64_t first_chunk, Tensor& partials, Stream stream) {
+  constexpr std::string_view op = "square_partials";
+  check_backend_float(op, "x", x);
+  check_contiguous(op, "x", x);
+  check_f64_vector(op, "partials", partials, -1, x.device());
+  const int64_t chunk = squares_chunk_numel(x.device()), chunks = (x.numel() + chunk - 1) / chunk;
+  if (first_chunk < 0 || first_chunk + partials.numel() > chunks)
+    raise<ValueError>(op, "first_chunk",
+                      "the first of " + std::to_string(partials.numel()) + " chunks (one a partial) among x's " +
+                          std::to_string(chunks) + " of " + std::to_string(chunk) + " elements",
+                      std::to_string(first_chunk));
+  dispatch_float(
+      op, x,
+      [&]<class T>(const auto& where) {
+        ALPHA_KERNEL(square_partials)
+        (where, kernels::SquarePartialsArgs<T>{x.data<T>(), x.numel(), first_chunk, partials.numel(),
+                                               partials.data<double>()});
+      },
+      stream);
+}
+
+void sum_partials(const Tensor& partials, Tensor& slot, Stream stream) {
+  constexpr std::string_view op = "sum_partials";
+  check_f64_vector(op, "partials", partials, -1, partials.device());
+  check_f64_vector(op, "slot", slot, 1, partials.device());
+  dispatch_device(
+      op, partials.device(),
+      [&](const auto& where) {
+        ALPHA_KERNEL(sum_partials)
+        (where, kernels::SumPartialsArgs{partials.data<double>(), partials.numel(), slot.data<double>()});
+      },
+      stream);
 }
 
 Tensor global_grad_norm_tensor(const std::vector<Tensor>& grads) {
