@@ -295,6 +295,7 @@ TEST_F(CudaNccl, TailGatheredBesideTheUpdateGivesTheAllReducesGradientsAndNormBi
       DataParallelOptions options{/*bucket_bytes=*/8 << 10, false};
       options.packed_below_bytes = 1 << 10;  // the table reduced where it is, the others packed
       options.gather_tail_beside_update = split;
+      options.norm_beside_reduction = split;
       DataParallel dp(*comm, parameters, options);
       EXPECT_EQ(dp.tail_parameter(), split ? std::optional<size_t>(0) : std::nullopt);
       dp.queue_reduction();
@@ -385,6 +386,7 @@ TEST_F(CudaNcclUpToTwoGpus, TrainingStepsReplayedFromACudaGraphAreTheStepsWithou
       o.train.grad_accum = 2;
       o.train.zero1 = variant == "zero1";
       o.train.gather_tail_beside_update = variant == "tail";
+      o.train.norm_beside_reduction = variant == "tail";
       if (variant == "tail") o.model.vocab_size = 4096;
       o.train.cuda_graphs = graphs;
       if (graphs) o.data = {(runs[false] / "data").string()};

@@ -149,8 +149,9 @@ struct TiedTableReplica {
 
 TEST(DataParallel, TailGatheredBesideTheUpdateGivesTheAverageAndTheNormsBits) {
   ASSERT_EQ(ops::squares_chunk_numel(Device::cpu()), 4096) << "the table's size below assumes it";
-  for (int world : {1, 2, 3, 4, 8}) {
-    SCOPED_TRACE("world " + std::to_string(world));
+  for (const auto& [world, beside] : std::vector<std::pair<int, bool>>{
+           {1, false}, {2, false}, {3, false}, {4, false}, {8, false}, {2, true}, {3, true}, {8, true}}) {
+    SCOPED_TRACE("world " + std::to_string(world) + (beside ? ", the norm's sums beside the reduction" : ""));
     std::vector<TiedTableReplica> replicas;
     for (int r = 0; r < world; ++r) replicas.emplace_back(r);
     // Each parameter's average over the ranks in rank order (the in-process communicator's), and their norm.
@@ -169,11 +170,12 @@ TEST(DataParallel, TailGatheredBesideTheUpdateGivesTheAverageAndTheNormsBits) {
     const bool split = world > 1 && world < 8;
     auto group = std::make_shared<InProcessGroup>(world, milliseconds(10000));
     std::vector<int64_t> collectives(static_cast<size_t>(world));
-    run_ranks(world, [&](int rank) {
+    run_ranks(world, [&, world = world, beside = beside](int rank) {
       InProcessCommunicator comm(group, rank);
       DataParallelOptions options{/*bucket_bytes=*/8 << 10, false};
       options.packed_below_bytes = 1 << 10;  // t0 and t1 (and t5, in a bucket of its own) reduced where they are
       options.gather_tail_beside_update = true;
+      options.norm_beside_reduction = beside;
       DataParallel dp(comm, replicas[size_t(rank)].parameters, options);
       ASSERT_EQ(dp.buckets().size(), 2u);
       EXPECT_EQ(dp.tail_parameter(), split ? std::optional<size_t>(0) : std::nullopt);
@@ -186,8 +188,9 @@ TEST(DataParallel, TailGatheredBesideTheUpdateGivesTheAverageAndTheNormsBits) {
     });
     // The first bucket's all-reduce and the last one's; split, the table's reduce-scatter, its partials' and its
     // own all-gathers too.
-    if (world > 1)
+    if (world > 1) {
       for (int64_t count : collectives) EXPECT_EQ(count, split ? 5 : 2);
+    }
     for (int r = 0; r < world; ++r)
       for (size_t p = 0; p < averages.size(); ++p)
         EXPECT_TRUE(alpha::test::bit_equal(replicas[size_t(r)].parameters[p].variable.grad(), averages[p]))
@@ -562,9 +565,12 @@ TEST(DataParallel, RejectsParametersWithoutGradientsAndBadOptions) {
        std::vector<std::pair<DataParallelOptions, const char*>>{{{64, true}, "zero1 on"},
                                                                 {{64, false, true}, "deterministic on"},
                                                                 {{64, false, false, DType::bf16}, "bf16"}}) {
-    DataParallelOptions split = options;
+    DataParallelOptions split = options, beside = options;
     split.gather_tail_beside_update = true;
+    beside.norm_beside_reduction = true;
     EXPECT_ALPHA_ERROR(DataParallel(comm, {{"w", no_grad, true}}, split), ConfigError, "'gather_tail_beside_update'",
+                       "off with zero1, deterministic or reduce_dtype", got);
+    EXPECT_ALPHA_ERROR(DataParallel(comm, {{"w", no_grad, true}}, beside), ConfigError, "'norm_beside_reduction'",
                        "off with zero1, deterministic or reduce_dtype", got);
   }
   DataParallel zero1(comm, {{"w", no_grad, true}}, {64, true});

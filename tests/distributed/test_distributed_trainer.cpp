@@ -129,11 +129,12 @@ TEST(DistributedTrainer, TailGatheredBesideTheUpdateKeepsTwoRanksBitForBitWithOn
   one.model.vocab_size = 4096;
   Trainer(one).run();
   std::map<bool, int64_t> collectives;
-  for (bool split : {false, true}) {
+  for (bool split : {false, true}) {  // split: the norm's sums beside the reduction too
     TrainerOptions two = options_for(dir / (split ? "split" : "plain"), 4);
     two.model.vocab_size = 4096;
     two.train.grad_accum = 1;
     two.train.gather_tail_beside_update = split;
+    two.train.norm_beside_reduction = split;
     two.data = {(dir / "one" / "data").string()};
     auto group = std::make_shared<InProcessGroup>(2, std::chrono::seconds(60));
     std::vector<int64_t> counts(2);

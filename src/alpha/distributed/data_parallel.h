@@ -83,6 +83,10 @@ struct DataParallelOptions {
   // norm (queue_plain_norm, order_after_tail_gather). Only where its element count splits into whole chunks of the
   // sums of squares on every rank; otherwise that gradient is all-reduced as the others.
   bool gather_tail_beside_update = false;
+  // The same plain step: each bucket's sums of squares for the norm (ops::sums_of_squares, a slot a parameter, the
+  // same bits) computed on the communicator's stream as soon as the bucket is averaged, beside backward, so that only
+  // the last bucket's remain after backward.
+  bool norm_beside_reduction = false;
   void validate() const;  // ConfigError naming the field
 };
 
@@ -241,6 +245,7 @@ class DataParallel {
   // squares computed on the communicator's stream and all-gathered.
   void reduce_scatter_tail();
   Tensor tail_shard() const;  // this rank's shard of the tail parameter's flat gradient
+  void queue_bucket_squares(size_t bucket);  // norm_beside_reduction: its parameters' slots, on the collectives' stream
 
   Communicator& communicator_;
   std::vector<nn::NamedParameter> parameters_;
@@ -280,6 +285,8 @@ class DataParallel {
   std::optional<size_t> tail_parameter_;  // gather_tail_beside_update: the last bucket's largest gradient, split
   Tensor tail_partials_;                  // its chunks' sums of squares (f64), rank r's in the r-th block
   bool tail_gather_pending_ = false;      // its all-gather issued, the device's later work not yet behind it
+  Tensor squares_;      // norm_beside_reduction: each parameter's Σ g² (f64), written bucket by bucket
+  Tensor no_gradient_;  // an empty gradient: the tail's stand-in in its bucket's sums (its slot from the partials)
 };
 
 // Returns once every rank of the group has called it (RankFailureError after the communicator's timeout).

@@ -239,9 +239,10 @@ void adamw_list(std::vector<Tensor>& params, const std::vector<Tensor>& grads, s
 // Calls fn.template operator()<T>(where, group) once per dtype among `tensors` (checked: float tensors of
 // one device), with the indices of the tensors of that dtype: one multi-tensor launch each.
 template <class Fn>
-void dispatch_dtype_groups(std::string_view op, const std::vector<Tensor>& tensors, Fn&& fn) {
+void dispatch_dtype_groups(std::string_view op, const std::vector<Tensor>& tensors, Fn&& fn, Stream stream = {}) {
   for (const std::vector<size_t>& group : group_by(tensors.size(), [&](size_t i) { return tensors[i].dtype(); }))
-    dispatch_float(op, tensors[group[0]], [&]<class T>(const auto& where) { fn.template operator()<T>(where, group); });
+    dispatch_float(
+        op, tensors[group[0]], [&]<class T>(const auto& where) { fn.template operator()<T>(where, group); }, stream);
 }
 
 // A single-element f64 tensor on `device` (a norm, a factor).
@@ -249,6 +250,17 @@ void check_f64_scalar(std::string_view op, std::string_view arg, const Tensor& t
   check_defined(op, arg, t);
   check_dtype(op, arg, t, {DType::f64});
   if (t.numel() != 1) raise<ShapeError>(op, arg, "a single-element tensor", shape_str(t.shape()));
+  if (t.device() != device) raise<DeviceError>(op, arg, "a tensor on " + device.str(), t.device().str());
+}
+
+// A contiguous 1-D f64 tensor of `numel` elements (-1: any) on `device`, written in place.
+void check_f64_vector(std::string_view op, std::string_view arg, const Tensor& t, int64_t numel, Device device) {
+  check_defined(op, arg, t);
+  check_dtype(op, arg, t, {DType::f64});
+  check_dim(op, arg, t, 1);
+  check_contiguous(op, arg, t);
+  if (numel >= 0 && t.numel() != numel)
+    raise<ShapeError>(op, arg, std::to_string(numel) + " elements", shape_str(t.shape()));
   if (t.device() != device) raise<DeviceError>(op, arg, "a tensor on " + device.str(), t.device().str());
 }
 
@@ -361,29 +373,43 @@ Tensor step_guard(const Tensor& scaled_norm, const Tensor& losses, double loss_s
 
 namespace {
 
-// The sums of squares of global_grad_norm under the name of the op that asked for them.
-Tensor sums_of_squares_for(std::string_view op, const std::vector<Tensor>& grads) {
+// Each grad's Σ g² into its slot of `squares` (f64, one a grad, on their device), under `op`'s name.
+void sums_of_squares_into(std::string_view op, const std::vector<Tensor>& grads, Tensor& squares, Stream stream) {
   for (size_t i = 0; i < grads.size(); ++i) {
     check_backend_float(op, grad_name(i), grads[i]);
     check_same_device(op, grad_name(i), grads[i], grads[0]);
   }
-  const Device device = grads.empty() ? Device::cpu() : grads[0].device();
   // One slot per tensor, written by that tensor's fixed-order sum: deterministic.
-  Tensor squares = Tensor::empty({int64_t(grads.size())}, DType::f64, device);
   std::vector<Tensor> contiguous;
   for (const Tensor& g : grads) contiguous.push_back(g.contiguous());
-  dispatch_dtype_groups(op, contiguous, [&]<class T>(const auto& where, const std::vector<size_t>& group) {
-    std::vector<kernels::SumSquaresArgs<T>> list;
-    for (size_t i : group)
-      list.push_back({contiguous[i].data<T>(), squares.data<double>() + i, contiguous[i].numel()});
-    ALPHA_KERNEL(multi_sum_squares)(where, std::span<const kernels::SumSquaresArgs<T>>(list));
-  });
+  dispatch_dtype_groups(
+      op, contiguous,
+      [&]<class T>(const auto& where, const std::vector<size_t>& group) {
+        std::vector<kernels::SumSquaresArgs<T>> list;
+        for (size_t i : group)
+          list.push_back({contiguous[i].data<T>(), squares.data<double>() + i, contiguous[i].numel()});
+        ALPHA_KERNEL(multi_sum_squares)(where, std::span<const kernels::SumSquaresArgs<T>>(list));
+      },
+      stream);
+}
+
+// The sums of squares of global_grad_norm under the name of the op that asked for them.
+Tensor sums_of_squares_for(std::string_view op, const std::vector<Tensor>& grads) {
+  const Device device = grads.empty() ? Device::cpu() : grads[0].device();
+  Tensor squares = Tensor::empty({int64_t(grads.size())}, DType::f64, device);
+  sums_of_squares_into(op, grads, squares, {});
   return squares;
 }
 
 }  // namespace
 
 Tensor sums_of_squares(const std::vector<Tensor>& grads) { return sums_of_squares_for("sums_of_squares", grads); }
+
+void sums_of_squares(const std::vector<Tensor>& grads, Tensor& squares, Stream stream) {
+  constexpr std::string_view op = "sums_of_squares";
+  if (!grads.empty()) check_f64_vector(op, "squares", squares, int64_t(grads.size()), grads[0].device());
+  sums_of_squares_into(op, grads, squares, stream);
+}
 
 Tensor norm_of_sums_of_squares(const Tensor& squares) {
   constexpr std::string_view op = "norm_of_sums_of_squares";
@@ -409,21 +435,6 @@ int64_t squares_chunk_numel(Device device) {
   });
   return numel;
 }
-
-namespace {
-
-// A contiguous 1-D f64 tensor of `numel` elements (-1: any) on `device`, written in place.
-void check_f64_vector(std::string_view op, std::string_view arg, const Tensor& t, int64_t numel, Device device) {
-  check_defined(op, arg, t);
-  check_dtype(op, arg, t, {DType::f64});
-  check_dim(op, arg, t, 1);
-  check_contiguous(op, arg, t);
-  if (numel >= 0 && t.numel() != numel)
-    raise<ShapeError>(op, arg, std::to_string(numel) + " elements", shape_str(t.shape()));
-  if (t.device() != device) raise<DeviceError>(op, arg, "a tensor on " + device.str(), t.device().str());
-}
-
-}  // namespace
 
 void square_partials(const Tensor& x, int64_t first_chunk, Tensor& partials, Stream stream) {
   constexpr std::string_view op = "square_partials";

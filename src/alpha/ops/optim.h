@@ -112,6 +112,10 @@ Tensor global_grad_norm_tensor(const std::vector<Tensor>& grads);
 // √(the slots added in list order), 0-d f64 there. Between them the slots can be summed over the processes
 // (an all-reduce), elementwise, so the norm still adds the same number of terms in the same order on every one.
 Tensor sums_of_squares(const std::vector<Tensor>& grads);
+// The same slots written into `squares` (a contiguous f64 vector of grads.size() on their device), queued on
+// `stream` (Stream{}: the device's default one): a data-parallel rank's sums over the gradients of a bucket just
+// averaged, on the communicator's stream.
+void sums_of_squares(const std::vector<Tensor>& grads, Tensor& squares, Stream stream = {});
 Tensor norm_of_sums_of_squares(const Tensor& squares);
 // One tensor's slot of sums_of_squares with its chunks summed in several places (a gradient whose parts
 // different processes hold averaged: kernels/optim.h): squares_chunk_numel(device) elements a chunk on that

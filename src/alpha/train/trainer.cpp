@@ -241,7 +241,8 @@ Trainer::Trainer(TrainerOptions options) : options_(std::move(options)), data_(s
             .zero1 = t.zero1,
             .deterministic = t.deterministic_reduce,
             .reduce_dtype = t.reduce_precision == "bf16" ? std::optional(DType::bf16) : std::nullopt,
-            .gather_tail_beside_update = t.gather_tail_beside_update});
+            .gather_tail_beside_update = t.gather_tail_beside_update,
+            .norm_beside_reduction = t.norm_beside_reduction});
   if (t.scales_loss())
     data_->scaler = std::make_unique<LossScaler>(LossScalerOptions{t.loss_scale, t.loss_scale_growth_interval});
   data_->schedule = std::make_unique<WarmupCosineSchedule>(t.lr, t.min_lr, t.effective_warmup_steps(), t.effective_decay_steps());
