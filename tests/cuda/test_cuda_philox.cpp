@@ -1,9 +1,9 @@
 // The dropout, optimiser and attention ops on a GPU against the same ops on the CPU: dispatch by the
 // tensors' device, the claims of exact agreement (dropout masks and values, AdamW, clipping by a host or a
 // device norm), the materialising attention within tolerance, determinism of the grad norm and of the
-// attention backward, the multi-tensor optimiser kernels (one launch for a list) and the norm's split sums of
-// squares against the single-tensor ones bit for bit, and the errors. The kernels themselves are checked in depth by
-// the harness (alpha/check/checks_{dropout,optim,attention}.cpp).
+// attention backward, the multi-tensor optimiser kernels (one launch for a list) against the single-tensor
+// ones bit for bit, and the errors. The kernels themselves are checked in depth by the harness
+// (alpha/check/checks_{dropout,optim,attention}.cpp).
 //
 // Every test skips itself (GTEST_SKIP, which CTest reports as skipped) in a build without CUDA or on a
 // machine without a GPU.
@@ -25,7 +25,6 @@
 #include "support/adamw_configs.h"
 #include "support/checks.h"
 #include "support/gpu.h"
-#include "support/square_partials_check.h"
 
 namespace alpha {
 namespace {
@@ -313,14 +312,6 @@ TEST_F(CudaPhilox, MultiTensorNormAndScalingKernelsMatchPerTensorKernelsBitForBi
   kernels::cuda::grad_norm(kernels::GradNormArgs{squares.data<double>(), squares.numel(), want.data<double>()},
                            Stream{});
   EXPECT_TRUE(test::bit_equal(ops::global_grad_norm_tensor(grads), want.to(Device::cpu())));
-#endif
-}
-
-// A tensor's slot of the norm summed chunk range by chunk range (data-parallel ranks holding parts of a gradient),
-// then finished from every chunk's partial: the bits of the slot in one go.
-TEST_F(CudaPhilox, SquarePartialsOfEveryChunkFinishTheSlotOfTheWholeTensor) {
-#if ALPHA_WITH_CUDA
-  for (DType dtype : kAllGpuDtypes) test::expect_square_partials_give_the_sum_of_squares(kGpu, dtype);
 #endif
 }
 

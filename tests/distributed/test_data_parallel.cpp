@@ -1,7 +1,6 @@
 // Gradient bucketing, ZeRO-1 sharding and rank bookkeeping on the CPU, through the in-process
 // communicator, for 1, 2, 3, 4 and 8 ranks: the averaged gradients, the sharded AdamW step against a
-// plain AdamW step on the averaged gradients, the global norm (with the tail gradient's gathered beside the update
-// too), the shard state, and the resume check.
+// plain AdamW step on the averaged gradients, the global norm, the shard state, and the resume check.
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -127,74 +126,6 @@ TEST(DataParallel, AllReduceLeavesTheAverageOnEveryRank) {
           ASSERT_NEAR(got[i], expected[i], 1e-6) << "world " << world << " rank " << r << " param " << p;
       }
     }
-  }
-}
-
-// A "model" whose first parameter, a table of 3 · 4 · 4096 elements, lands in the last bucket (the one reduced after
-// backward) with gradients reduced where they are: with gather_tail_beside_update on 2, 3 and 4 ranks its gradient
-// is reduce-scattered, the norm finished from the ranks' chunk partials and the gradient all-gathered after it.
-struct TiedTableReplica {
-  std::vector<nn::NamedParameter> parameters;
-
-  explicit TiedTableReplica(int rank) {
-    const std::vector<Shape> shapes{{384, 128}, {32, 16}, {3, 5}, {7}, {40, 3}, {64, 64}};
-    for (size_t i = 0; i < shapes.size(); ++i) {
-      std::string name = std::string("t").append(std::to_string(i));
-      autograd::Variable v(Tensor::normal(shapes[i], 0.0, 1.0, 200 + i), true, name);
-      autograd::backward(v, Tensor::normal(shapes[i], 0.0, 1.0, 3000 * (rank + 1) + i));
-      parameters.push_back({name, v, true});
-    }
-  }
-};
-
-TEST(DataParallel, TailGatheredBesideTheUpdateGivesTheAverageAndTheNormsBits) {
-  ASSERT_EQ(ops::squares_chunk_numel(Device::cpu()), 4096) << "the table's size below assumes it";
-  for (const auto& [world, beside] : std::vector<std::pair<int, bool>>{
-           {1, false}, {2, false}, {3, false}, {4, false}, {8, false}, {2, true}, {3, true}, {8, true}}) {
-    SCOPED_TRACE("world " + std::to_string(world) + (beside ? ", the norm's sums beside the reduction" : ""));
-    std::vector<TiedTableReplica> replicas;
-    for (int r = 0; r < world; ++r) replicas.emplace_back(r);
-    // Each parameter's average over the ranks in rank order (the in-process communicator's), and their norm.
-    std::vector<Tensor> averages;
-    for (size_t p = 0; p < replicas[0].parameters.size(); ++p) {
-      std::vector<float> total = replicas[0].parameters[p].variable.grad().to_vector<float>();
-      for (int r = 1; r < world; ++r) {
-        const std::vector<float> g = replicas[size_t(r)].parameters[p].variable.grad().to_vector<float>();
-        for (size_t i = 0; i < total.size(); ++i) total[i] += g[i];
-      }
-      for (float& x : total) x /= float(world);
-      averages.push_back(Tensor::from_vector(total, replicas[0].parameters[p].variable.grad().shape()));
-    }
-    const Tensor want_norm = ops::global_grad_norm_tensor(averages);
-    // 3 · 4 · 4096 elements split into whole chunks on 2, 3 and 4 ranks, not on 8; one rank reduces nothing.
-    const bool split = world > 1 && world < 8;
-    auto group = std::make_shared<InProcessGroup>(world, milliseconds(10000));
-    std::vector<int64_t> collectives(static_cast<size_t>(world));
-    run_ranks(world, [&, world = world, beside = beside](int rank) {
-      InProcessCommunicator comm(group, rank);
-      DataParallelOptions options{/*bucket_bytes=*/8 << 10, false};
-      options.packed_below_bytes = 1 << 10;  // t0 and t1 (and t5, in a bucket of its own) reduced where they are
-      options.gather_tail_beside_update = true;
-      options.norm_beside_reduction = beside;
-      DataParallel dp(comm, replicas[size_t(rank)].parameters, options);
-      ASSERT_EQ(dp.buckets().size(), 2u);
-      EXPECT_EQ(dp.tail_parameter(), split ? std::optional<size_t>(0) : std::nullopt);
-      dp.queue_reduction();
-      const Tensor norm = dp.queue_plain_norm();
-      dp.order_after_tail_gather();
-      comm.synchronize();
-      EXPECT_TRUE(alpha::test::bit_equal(norm, want_norm)) << "rank " << rank;
-      collectives[size_t(rank)] = comm.collectives();
-    });
-    // The first bucket's all-reduce and the last one's; split, the table's reduce-scatter, its partials' and its
-    // own all-gathers too.
-    if (world > 1) {
-      for (int64_t count : collectives) EXPECT_EQ(count, split ? 5 : 2);
-    }
-    for (int r = 0; r < world; ++r)
-      for (size_t p = 0; p < averages.size(); ++p)
-        EXPECT_TRUE(alpha::test::bit_equal(replicas[size_t(r)].parameters[p].variable.grad(), averages[p]))
-            << "rank " << r << " parameter " << p;
   }
 }
 
@@ -561,21 +492,6 @@ TEST(DataParallel, RejectsParametersWithoutGradientsAndBadOptions) {
                      "'reduce_dtype'", "bf16", "f16");
   EXPECT_ALPHA_ERROR(DataParallel(comm, {{"w", no_grad, true}}, {64, false, true, DType::bf16}), ConfigError,
                      "'reduce_dtype'", "deterministic");
-  for (const auto& [options, got] :
-       std::vector<std::pair<DataParallelOptions, const char*>>{{{64, true}, "zero1 on"},
-                                                                {{64, false, true}, "deterministic on"},
-                                                                {{64, false, false, DType::bf16}, "bf16"}}) {
-    DataParallelOptions split = options, beside = options;
-    split.gather_tail_beside_update = true;
-    beside.norm_beside_reduction = true;
-    EXPECT_ALPHA_ERROR(DataParallel(comm, {{"w", no_grad, true}}, split), ConfigError, "'gather_tail_beside_update'",
-                       "off with zero1, deterministic or reduce_dtype", got);
-    EXPECT_ALPHA_ERROR(DataParallel(comm, {{"w", no_grad, true}}, beside), ConfigError, "'norm_beside_reduction'",
-                       "off with zero1, deterministic or reduce_dtype", got);
-  }
-  DataParallel zero1(comm, {{"w", no_grad, true}}, {64, true});
-  EXPECT_ALPHA_ERROR(zero1.queue_plain_norm(), ConfigError, "[DataParallel::queue_plain_norm]", "'zero1'",
-                     "queue_sharded_norm");
 }
 
 TEST(CheckResume, NamesTheWorldSizeFirstThenTheShardingLayout) {

@@ -119,46 +119,6 @@ TEST(DistributedTrainer, TwoRanksEqualOneRankAccumulatingTheirBatchesBitForBit) 
   expect_same_checkpoint(dir / "one", dir / "two", false);
 }
 
-// The same with the tied table's gradient reduce-scattered and gathered beside the other parameters' update
-// (gather_tail_beside_update): a table of 4096 x 64 elements, reduced where it is (1 MiB) and split into whole chunks
-// of the norm's sums of squares on two ranks. Bit for bit again, and three more collectives a step than without
-// (the reduce-scatter, the partials' and the gradient's all-gathers) show the split taken.
-TEST(DistributedTrainer, TailGatheredBesideTheUpdateKeepsTwoRanksBitForBitWithOneAccumulating) {
-  test::TempDir dir;
-  TrainerOptions one = options_for(dir / "one", 4);
-  one.model.vocab_size = 4096;
-  Trainer(one).run();
-  std::map<bool, int64_t> collectives;
-  for (bool split : {false, true}) {  // split: the norm's sums beside the reduction too
-    TrainerOptions two = options_for(dir / (split ? "split" : "plain"), 4);
-    two.model.vocab_size = 4096;
-    two.train.grad_accum = 1;
-    two.train.gather_tail_beside_update = split;
-    two.train.norm_beside_reduction = split;
-    two.data = {(dir / "one" / "data").string()};
-    auto group = std::make_shared<InProcessGroup>(2, std::chrono::seconds(60));
-    std::vector<int64_t> counts(2);
-    run_ranks(2, [&](int rank) {
-      TrainerOptions mine = two;
-      auto comm = std::make_shared<InProcessCommunicator>(group, rank);
-      mine.communicator = comm;
-      Trainer(mine).run();
-      counts[size_t(rank)] = comm->collectives();
-    });
-    EXPECT_EQ(counts[0], counts[1]);
-    collectives[split] = counts[0];
-  }
-  EXPECT_EQ(collectives[true], collectives[false] + 3 * kSteps);
-  std::vector<nlohmann::json> a = metrics_of(dir / "one"), b = metrics_of(dir / "split");
-  ASSERT_EQ(a.size(), size_t(kSteps));
-  ASSERT_EQ(b.size(), size_t(kSteps));
-  for (size_t i = 0; i < a.size(); ++i) {
-    EXPECT_EQ(b[i]["loss"].get<double>(), a[i]["loss"].get<double>()) << "step " << i + 1;
-    EXPECT_EQ(b[i]["grad_norm"].get<double>(), a[i]["grad_norm"].get<double>()) << "step " << i + 1;
-  }
-  expect_same_checkpoint(dir / "one", dir / "split", false);
-}
-
 TEST(DistributedTrainer, Zero1MatchesOneRankWritesAShardPerRankAndResumesBitForBit) {
   test::TempDir dir;
   Trainer(options_for(dir / "one", 8)).run();

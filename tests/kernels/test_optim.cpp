@@ -15,7 +15,6 @@
 #include "kernels/kernel_helpers.h"
 #include "support/adamw_configs.h"
 #include "support/checks.h"
-#include "support/square_partials_check.h"
 
 namespace alpha {
 namespace {
@@ -149,23 +148,6 @@ TEST(Optim, NormInTwoHalvesIsTheNormInOne) {
   EXPECT_EQ(std::memcmp(&whole, &halves, sizeof whole), 0) << whole << " vs " << halves;
   EXPECT_ALPHA_ERROR(ops::norm_of_sums_of_squares(squares.to(DType::f32)), ValueError, "[norm_of_sums_of_squares]",
                      "'squares'", "f64");
-}
-
-// A tensor's slot of the norm with its chunks summed in several places (data-parallel ranks each holding some
-// chunks of an averaged gradient), then finished from every chunk's partial: the bits of the slot in one go.
-TEST(Optim, SquarePartialsOfEveryChunkFinishTheSlotOfTheWholeTensor) {
-  for (DType dtype : {DType::f32, DType::f64})
-    test::expect_square_partials_give_the_sum_of_squares(Device::cpu(), dtype);
-  const int64_t chunk = ops::squares_chunk_numel(Device::cpu());
-  const Tensor x = random({3 * chunk});
-  Tensor partials = Tensor::empty({2}, DType::f64);
-  EXPECT_ALPHA_ERROR(ops::square_partials(x, 2, partials), ValueError, "[square_partials]", "'first_chunk'",
-                     "the first of 2 chunks", "among x's 3", "2");
-  EXPECT_ALPHA_ERROR(ops::square_partials(x, -1, partials), ValueError, "[square_partials]", "'first_chunk'", "-1");
-  Tensor f32_partials = Tensor::empty({2}, DType::f32);
-  EXPECT_ALPHA_ERROR(ops::square_partials(x, 0, f32_partials), DTypeError, "[square_partials]", "'partials'", "f32");
-  Tensor slot = Tensor::empty({2}, DType::f64);
-  EXPECT_ALPHA_ERROR(ops::sum_partials(partials, slot), ShapeError, "[sum_partials]", "'slot'", "1 elements");
 }
 
 TEST(Optim, ClipScalesGradsToMaxNorm) {

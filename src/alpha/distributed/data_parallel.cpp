@@ -35,14 +35,6 @@ void DataParallelOptions::validate() const {
   if (reduce_dtype && deterministic)
     raise<ConfigError>(kOp, "reduce_dtype", "none with deterministic (its sums are the parameters' dtype's)",
                        std::string(dtype_name(*reduce_dtype)));
-  for (const auto& [on, field] : {std::pair{gather_tail_beside_update, "gather_tail_beside_update"},
-                                  std::pair{norm_beside_reduction, "norm_beside_reduction"}})
-    if (on && (zero1 || deterministic || reduce_dtype))
-      raise<ConfigError>(kOp, field,
-                         "off with zero1, deterministic or reduce_dtype (the plain step's all-reduce in place only)",
-                         zero1           ? "zero1 on"
-                         : deterministic ? "deterministic on"
-                                         : "reduce_dtype bf16");
 }
 
 std::vector<Bucket> plan_buckets(const std::vector<int64_t>& numels, size_t element_bytes, int64_t bucket_bytes,
@@ -149,19 +141,6 @@ DataParallel::DataParallel(Communicator& communicator, std::vector<nn::NamedPara
       flat_.push_back(Tensor::zeros({b.padded_numel}, reduce_dtype_, communicator_.device()));
   }
   if (options_.deterministic) exchange_ = communicator_.gather_buffer(largest_shard, reduce_dtype_).view({-1});
-  if (options_.gather_tail_beside_update && world > 1 && !in_place_.back().empty()) {
-    const BucketEntry& largest = *std::max_element(in_place_.back().begin(), in_place_.back().end(),
-                                                   [](const auto& a, const auto& b) { return a.numel < b.numel; });
-    const int64_t chunk = ops::squares_chunk_numel(communicator_.device());
-    if (largest.numel % (world * chunk) == 0) {
-      tail_parameter_ = largest.parameter;
-      tail_partials_ = Tensor::zeros({largest.numel / chunk}, DType::f64, communicator_.device());
-    }
-  }
-  if (options_.norm_beside_reduction) {
-    squares_ = Tensor::zeros({int64_t(parameters_.size())}, DType::f64, communicator_.device());
-    no_gradient_ = Tensor::empty({0}, dtype_, communicator_.device());
-  }
   if (options_.zero1) {
     segments_ = shard_segments(buckets_, communicator_.rank());
     for (const auto& b : buckets_) {
@@ -256,13 +235,10 @@ void DataParallel::launch_bucket(size_t b) {
     std::vector<Communicator::Buffer> buffers;
     if (flat_[b].defined()) buffers.push_back({flat_[b].raw_data(), size_t(flat_[b].numel()), dtype_});
     for (const auto& e : in_place_[b]) {
-      if (e.parameter == tail_parameter_) continue;
       Tensor g = flat_gradient(e.parameter);
       buffers.push_back({g.raw_data(), size_t(g.numel()), g.dtype()});
     }
-    if (!buffers.empty()) communicator_.all_reduce_many(buffers, ReduceOp::average);
-    if (tail_parameter_ && b + 1 == buckets_.size()) reduce_scatter_tail();
-    if (options_.norm_beside_reduction) queue_bucket_squares(b);
+    communicator_.all_reduce_many(buffers, ReduceOp::average);
     return;
   }
   if (options_.deterministic)
@@ -274,72 +250,6 @@ void DataParallel::launch_bucket(size_t b) {
                                  reduce_dtype_, ReduceOp::average);
   else
     communicator_.all_reduce(flat_[b].raw_data(), size_t(buckets_[b].padded_numel), reduce_dtype_, ReduceOp::average);
-}
-
-Tensor DataParallel::tail_shard() const {
-  const Tensor g = flat_gradient(*tail_parameter_);
-  const int64_t shard = g.numel() / communicator_.world_size(), first = communicator_.rank() * shard;
-  return g.slice(0, first, first + shard);
-}
-
-void DataParallel::reduce_scatter_tail() {
-  const Tensor g = flat_gradient(*tail_parameter_), mine = tail_shard();
-  communicator_.reduce_scatter(g.raw_data(), mine.raw_data(), size_t(mine.numel()), g.dtype(), ReduceOp::average);
-  // The shard is whole chunks: this rank's partials are those of the averaged gradient's chunks it holds.
-  const int64_t chunks = tail_partials_.numel() / communicator_.world_size(), first = communicator_.rank() * chunks;
-  Tensor partials = tail_partials_.slice(0, first, first + chunks);
-  communicator_.queue_in_collective_order([&](Stream stream) { ops::square_partials(g, first, partials, stream); });
-  communicator_.all_gather(partials.raw_data(), tail_partials_.raw_data(), size_t(chunks), DType::f64);
-}
-
-void DataParallel::queue_bucket_squares(size_t b) {
-  // A bucket holds consecutive parameters (plan_buckets), so their slots are one run of squares_, in list order.
-  size_t first = SIZE_MAX, last = 0;
-  for (const auto& e : buckets_[b].entries) first = std::min(first, e.parameter), last = std::max(last, e.parameter);
-  std::vector<Tensor> grads(last + 1 - first);
-  // A packed gradient's average is its run of the buffer, unless its dtype differs from the buffer's: then the
-  // gradient takes the average in its own dtype after the reduction, and queue_plain_norm sums that.
-  for (const auto& e : packed_[b])
-    grads[e.parameter - first] =
-        flat_gradient(e.parameter).dtype() == flat_[b].dtype() ? run_of(flat_[b], e) : no_gradient_;
-  for (const auto& e : in_place_[b])
-    grads[e.parameter - first] = e.parameter == tail_parameter_ ? no_gradient_ : flat_gradient(e.parameter);
-  Tensor slots = squares_.slice(0, int64_t(first), int64_t(last) + 1);
-  communicator_.queue_in_collective_order([&](Stream stream) { ops::sums_of_squares(grads, slots, stream); });
-}
-
-void DataParallel::order_after_tail_gather() {
-  if (!tail_gather_pending_) return;
-  communicator_.order_after_collectives();
-  tail_gather_pending_ = false;
-}
-
-Tensor DataParallel::queue_plain_norm() {
-  if (options_.zero1)
-    raise<ConfigError>("DataParallel::queue_plain_norm", "zero1", "a DataParallel built with zero1 off",
-                       "zero1 on (queue_sharded_norm)");
-  Tensor squares = squares_;  // norm_beside_reduction: every slot but the tail's written beside the reduction
-  if (!options_.norm_beside_reduction) {
-    std::vector<Tensor> grads;
-    for (size_t k = 0; k < parameters_.size(); ++k) {
-      const Tensor g = flat_gradient(k);
-      // The tail's slot comes from its partials: its gradient is not read here (only this rank's shard is averaged).
-      grads.push_back(k == tail_parameter_ ? Tensor::empty({0}, g.dtype(), g.device()) : g);
-    }
-    squares = ops::sums_of_squares(grads);
-  } else {
-    for (size_t b = 0; b < buckets_.size(); ++b)
-      for (const auto& e : packed_[b])
-        if (Tensor g = flat_gradient(e.parameter); g.dtype() != flat_[b].dtype()) {
-          Tensor slot = squares.slice(0, int64_t(e.parameter), int64_t(e.parameter) + 1);
-          ops::sums_of_squares({g}, slot);
-        }
-  }
-  if (tail_parameter_) {
-    Tensor slot = squares.slice(0, int64_t(*tail_parameter_), int64_t(*tail_parameter_) + 1);
-    ops::sum_partials(tail_partials_, slot);
-  }
-  return ops::norm_of_sums_of_squares(squares);
 }
 
 void DataParallel::on_gradient_ready(const autograd::VariableState& leaf) {
@@ -375,11 +285,6 @@ Tensor DataParallel::queue_reduction(const Tensor& step_losses) {
                              DType::f32);
   }
   communicator_.order_after_collectives();
-  if (tail_parameter_) {  // the device's later work (the norm, the other parameters' update) does not wait for it
-    const Tensor g = flat_gradient(*tail_parameter_), mine = tail_shard();
-    communicator_.all_gather(mine.raw_data(), g.raw_data(), size_t(mine.numel()), g.dtype());
-    tail_gather_pending_ = true;
-  }
   launched_ = 0;
   for (size_t b = 0; b < buckets_.size(); ++b) not_ready_[b] = buckets_[b].entries.size();
   if (options_.zero1) {

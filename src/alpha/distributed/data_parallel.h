@@ -76,17 +76,6 @@ struct DataParallelOptions {
   // In the parameters' dtype (not deterministic) the plain step and ZeRO-1 reduce a gradient from where it is from
   // this size up, and pack smaller ones.
   int64_t packed_below_bytes = 1 << 20;
-  // The plain step in the parameters' dtype (not ZeRO-1, deterministic or reduce_dtype): the last bucket's largest
-  // gradient (the tied embedding table's, reduced after backward with nothing to hide behind) is reduce-scattered
-  // instead of all-reduced; the norm takes its sum of squares from the ranks' chunks (ops::square_partials, gathered,
-  // the same bits), and its all-gather runs beside the update of the other parameters, whose AdamW needs only the
-  // norm (queue_plain_norm, order_after_tail_gather). Only where its element count splits into whole chunks of the
-  // sums of squares on every rank; otherwise that gradient is all-reduced as the others.
-  bool gather_tail_beside_update = false;
-  // The same plain step: each bucket's sums of squares for the norm (ops::sums_of_squares, a slot a parameter, the
-  // same bits) computed on the communicator's stream as soon as the bucket is averaged, beside backward, so that only
-  // the last bucket's remain after backward.
-  bool norm_beside_reduction = false;
   void validate() const;  // ConfigError naming the field
 };
 
@@ -150,18 +139,6 @@ class DataParallel {
   // For autograd::backward in the last micro-step: launches each bucket's collective as soon as its
   // gradients are complete (buckets in order, the same on every rank). queue_reduction() then finishes.
   autograd::LeafReadyFn gradient_ready_hook();
-
-  // The plain step's global L2 norm of the averaged gradients, queued after queue_reduction as a 0-d f64 tensor on
-  // the device: ops::global_grad_norm_tensor's bits over the parameters' gradients in list order. With
-  // gather_tail_beside_update the tail gradient's slot is finished from every rank's chunk partials, which
-  // queue_reduction gathered while the gradient itself is still being gathered: the caller then calls
-  // order_after_tail_gather() before it queues device work that reads the tail parameter's gradient (its update).
-  // ConfigError under ZeRO-1 (queue_sharded_norm).
-  Tensor queue_plain_norm();
-  // The parameter whose gradient's all-gather runs beside the update (gather_tail_beside_update), if any.
-  std::optional<size_t> tail_parameter() const { return tail_parameter_; }
-  // Makes the device's later work wait for the tail gradient's all-gather (nothing to do when none is pending).
-  void order_after_tail_gather();
 
   // ZeRO-1's step, queued as the one-GPU step is (nothing here waits for the device or the peers), after
   // queue_reduction:
@@ -241,11 +218,6 @@ class DataParallel {
   void prepare_step(const char* op, double lr, const AdamW& adamw);  // the sharded step's halves, errors under `op`
   void queue_sharded_update(const char* op, const Tensor& factor);
   void reduce_in_rank_order(size_t bucket);  // deterministic: all-to-all, rank-order sum (plain: and all-gather)
-  // gather_tail_beside_update: the tail gradient reduce-scattered in place, this rank's chunk partials of its sum of
-  // squares computed on the communicator's stream and all-gathered.
-  void reduce_scatter_tail();
-  Tensor tail_shard() const;  // this rank's shard of the tail parameter's flat gradient
-  void queue_bucket_squares(size_t bucket);  // norm_beside_reduction: its parameters' slots, on the collectives' stream
 
   Communicator& communicator_;
   std::vector<nn::NamedParameter> parameters_;
@@ -282,11 +254,6 @@ class DataParallel {
   std::optional<uint64_t> queued_rounding_seed_;  // its stochastic rounding
   std::vector<Tensor> held_copies_;               // the compute copies it dropped, for settle_sharded_step
   int64_t step_count_ = 0;
-  std::optional<size_t> tail_parameter_;  // gather_tail_beside_update: the last bucket's largest gradient, split
-  Tensor tail_partials_;                  // its chunks' sums of squares (f64), rank r's in the r-th block
-  bool tail_gather_pending_ = false;      // its all-gather issued, the device's later work not yet behind it
-  Tensor squares_;      // norm_beside_reduction: each parameter's Σ g² (f64), written bucket by bucket
-  Tensor no_gradient_;  // an empty gradient: the tail's stand-in in its bucket's sums (its slot from the partials)
 };
 
 // Returns once every rank of the group has called it (RankFailureError after the communicator's timeout).

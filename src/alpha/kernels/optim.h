@@ -21,10 +21,6 @@
 //   copy a step wrote, from the param it left: a resumed run, or ZeRO-1 after gathering the params).
 // - sum_squares gives Σ x² in f64 with a fixed reduction order, the building block of the global grad
 //   norm: the same grads give the same norm bits for every thread count (and, on a GPU, every run).
-//   Split: square_partials gives the partial sums of a range of its fixed chunks (squares_chunk_numel()
-//   elements each, the last one short) and sum_partials adds every chunk's partial in sum_squares' order, with
-//   sum_squares' bits: processes that each hold some chunks of an averaged gradient (data parallel) compute
-//   theirs, exchange the partials and finish the same norm.
 // - step_guard gives a step's gradient factor where the norm lies (AdamWArgs::grad_scale_at reads it): the
 //   optimiser's step can be queued before the host has read the loss and the norm, skipped on the device
 //   when either is not finite.
@@ -151,24 +147,6 @@ struct SumSquaresArgs {
   int64_t n;
 };
 
-// Σ x² of each of chunks [first_chunk, first_chunk + chunks) of x (squares_chunk_numel() elements a chunk; the
-// last chunk of x ends at n) into partials[k - first_chunk].
-template <class T>
-struct SquarePartialsArgs {
-  const T* x;  // (n) the whole tensor
-  int64_t n;
-  int64_t first_chunk;
-  int64_t chunks;
-  double* partials;  // (chunks)
-};
-
-// *out = the partials of every chunk of a tensor (count = its chunk count) added as sum_squares adds them.
-struct SumPartialsArgs {
-  const double* partials;  // (count)
-  int64_t count;
-  double* out;  // (1)
-};
-
 // norm = √(Σ_k squares[k]), the terms added in k order in f64.
 struct GradNormArgs {
   const double* squares;  // (count) per-tensor sums of squares
@@ -231,10 +209,6 @@ struct ScaleByArgs {
 namespace cpu {
 template <class T, class G, class C> void adamw_step(const AdamWArgs<T, G, C>& args);
 template <class T> void sum_squares(const SumSquaresArgs<T>& args);
-int64_t squares_chunk_numel();
-template <class T>
-void square_partials(const SquarePartialsArgs<T>& args);
-void sum_partials(const SumPartialsArgs& args);
 void grad_norm(const GradNormArgs& args);
 void clip_coefficient(const ClipCoefficientArgs& args);
 template <class L> void step_guard(const StepGuardArgs<L>& args);
@@ -262,10 +236,6 @@ template <class C> void multi_stochastic_round(std::span<const StochasticRoundAr
 namespace cuda {
 template <class T, class G, class C> void adamw_step(const AdamWArgs<T, G, C>& args, Stream stream);
 template <class T> void sum_squares(const SumSquaresArgs<T>& args, Stream stream);
-int64_t squares_chunk_numel();
-template <class T>
-void square_partials(const SquarePartialsArgs<T>& args, Stream stream);
-void sum_partials(const SumPartialsArgs& args, Stream stream);
 void grad_norm(const GradNormArgs& args, Stream stream);
 void clip_coefficient(const ClipCoefficientArgs& args, Stream stream);
 template <class L> void step_guard(const StepGuardArgs<L>& args, Stream stream);

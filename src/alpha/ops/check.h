@@ -73,11 +73,11 @@ void dispatch_float(std::string_view op, const Tensor& t, Fn&& fn, [[maybe_unuse
 #endif
 }
 
-// Calls fn(where) with OnCpu for the CPU, or OnCuda (the device made current, its default stream, or `stream`
-// when one is given) for a CUDA device: for kernels with no element type to dispatch on (dropout masks, the grad
-// norm's f64 scalars). Raises DeviceError for a device this build has no backend for. Counts one kernel launch.
+// Calls fn(where) with OnCpu for the CPU, or OnCuda (the device made current, its default stream) for a
+// CUDA device: for kernels with no element type to dispatch on (dropout masks, the grad norm's f64
+// scalars). Raises DeviceError for a device this build has no backend for. Counts one kernel launch.
 template <class Fn>
-void dispatch_device(std::string_view op, Device device, Fn&& fn, [[maybe_unused]] Stream stream = {}) {
+void dispatch_device(std::string_view op, Device device, Fn&& fn) {
   LaunchScope launch(op, device);
   if (device.is_cpu()) {
     fn(OnCpu{});
@@ -86,7 +86,7 @@ void dispatch_device(std::string_view op, Device device, Fn&& fn, [[maybe_unused
 #if ALPHA_WITH_CUDA
   cuda::require_device(op, device);
   cuda::set_device(device.index);
-  fn(OnCuda{stream.handle ? stream : cuda::default_stream(device.index)});
+  fn(OnCuda{cuda::default_stream(device.index)});
 #else
   raise<DeviceError>(op, "device", "a CPU device (no CUDA backend in this build)", device.str());
 #endif

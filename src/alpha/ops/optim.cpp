@@ -239,28 +239,17 @@ void adamw_list(std::vector<Tensor>& params, const std::vector<Tensor>& grads, s
 // Calls fn.template operator()<T>(where, group) once per dtype among `tensors` (checked: float tensors of
 // one device), with the indices of the tensors of that dtype: one multi-tensor launch each.
 template <class Fn>
-void dispatch_dtype_groups(std::string_view op, const std::vector<Tensor>& tensors, Fn&& fn, Stream stream = {}) {
+void dispatch_dtype_groups(std::string_view op, const std::vector<Tensor>& tensors, Fn&& fn) {
   for (const std::vector<size_t>& group : group_by(tensors.size(), [&](size_t i) { return tensors[i].dtype(); }))
-    dispatch_float(
-        op, tensors[group[0]], [&]<class T>(const auto& where) { fn.template operator()<T>(where, group); }, stream);
+    dispatch_float(op, tensors[group[0]], [&]<class T>(const auto& where) { fn.template operator()<T>(where, group); });
 }
 
+// A 0-d f64 tensor of the grads' device holding the norm (checked: on that device, f64, one element).
 // A single-element f64 tensor on `device` (a norm, a factor).
 void check_f64_scalar(std::string_view op, std::string_view arg, const Tensor& t, Device device) {
   check_defined(op, arg, t);
   check_dtype(op, arg, t, {DType::f64});
   if (t.numel() != 1) raise<ShapeError>(op, arg, "a single-element tensor", shape_str(t.shape()));
-  if (t.device() != device) raise<DeviceError>(op, arg, "a tensor on " + device.str(), t.device().str());
-}
-
-// A contiguous 1-D f64 tensor of `numel` elements (-1: any) on `device`, written in place.
-void check_f64_vector(std::string_view op, std::string_view arg, const Tensor& t, int64_t numel, Device device) {
-  check_defined(op, arg, t);
-  check_dtype(op, arg, t, {DType::f64});
-  check_dim(op, arg, t, 1);
-  check_contiguous(op, arg, t);
-  if (numel >= 0 && t.numel() != numel)
-    raise<ShapeError>(op, arg, std::to_string(numel) + " elements", shape_str(t.shape()));
   if (t.device() != device) raise<DeviceError>(op, arg, "a tensor on " + device.str(), t.device().str());
 }
 
@@ -373,43 +362,29 @@ Tensor step_guard(const Tensor& scaled_norm, const Tensor& losses, double loss_s
 
 namespace {
 
-// Each grad's Σ g² into its slot of `squares` (f64, one a grad, on their device), under `op`'s name.
-void sums_of_squares_into(std::string_view op, const std::vector<Tensor>& grads, Tensor& squares, Stream stream) {
+// The sums of squares of global_grad_norm under the name of the op that asked for them.
+Tensor sums_of_squares_for(std::string_view op, const std::vector<Tensor>& grads) {
   for (size_t i = 0; i < grads.size(); ++i) {
     check_backend_float(op, grad_name(i), grads[i]);
     check_same_device(op, grad_name(i), grads[i], grads[0]);
   }
+  const Device device = grads.empty() ? Device::cpu() : grads[0].device();
   // One slot per tensor, written by that tensor's fixed-order sum: deterministic.
+  Tensor squares = Tensor::empty({int64_t(grads.size())}, DType::f64, device);
   std::vector<Tensor> contiguous;
   for (const Tensor& g : grads) contiguous.push_back(g.contiguous());
-  dispatch_dtype_groups(
-      op, contiguous,
-      [&]<class T>(const auto& where, const std::vector<size_t>& group) {
-        std::vector<kernels::SumSquaresArgs<T>> list;
-        for (size_t i : group)
-          list.push_back({contiguous[i].data<T>(), squares.data<double>() + i, contiguous[i].numel()});
-        ALPHA_KERNEL(multi_sum_squares)(where, std::span<const kernels::SumSquaresArgs<T>>(list));
-      },
-      stream);
-}
-
-// The sums of squares of global_grad_norm under the name of the op that asked for them.
-Tensor sums_of_squares_for(std::string_view op, const std::vector<Tensor>& grads) {
-  const Device device = grads.empty() ? Device::cpu() : grads[0].device();
-  Tensor squares = Tensor::empty({int64_t(grads.size())}, DType::f64, device);
-  sums_of_squares_into(op, grads, squares, {});
+  dispatch_dtype_groups(op, contiguous, [&]<class T>(const auto& where, const std::vector<size_t>& group) {
+    std::vector<kernels::SumSquaresArgs<T>> list;
+    for (size_t i : group)
+      list.push_back({contiguous[i].data<T>(), squares.data<double>() + i, contiguous[i].numel()});
+    ALPHA_KERNEL(multi_sum_squares)(where, std::span<const kernels::SumSquaresArgs<T>>(list));
+  });
   return squares;
 }
 
 }  // namespace
 
 Tensor sums_of_squares(const std::vector<Tensor>& grads) { return sums_of_squares_for("sums_of_squares", grads); }
-
-void sums_of_squares(const std::vector<Tensor>& grads, Tensor& squares, Stream stream) {
-  constexpr std::string_view op = "sums_of_squares";
-  if (!grads.empty()) check_f64_vector(op, "squares", squares, int64_t(grads.size()), grads[0].device());
-  sums_of_squares_into(op, grads, squares, stream);
-}
 
 Tensor norm_of_sums_of_squares(const Tensor& squares) {
   constexpr std::string_view op = "norm_of_sums_of_squares";
@@ -421,53 +396,6 @@ Tensor norm_of_sums_of_squares(const Tensor& squares) {
     ALPHA_KERNEL(grad_norm)(where, kernels::GradNormArgs{squares.data<double>(), squares.numel(), norm.data<double>()});
   });
   return norm;
-}
-
-int64_t squares_chunk_numel(Device device) {
-  int64_t numel = 0;
-  dispatch_device("squares_chunk_numel", device, [&](const auto& where) {
-    if constexpr (std::is_same_v<std::decay_t<decltype(where)>, OnCpu>)
-      numel = kernels::cpu::squares_chunk_numel();
-#if ALPHA_WITH_CUDA
-    else
-      numel = kernels::cuda::squares_chunk_numel();
-#endif
-  });
-  return numel;
-}
-
-void square_partials(const Tensor& x, int64_t first_chunk, Tensor& partials, Stream stream) {
-  constexpr std::string_view op = "square_partials";
-  check_backend_float(op, "x", x);
-  check_contiguous(op, "x", x);
-  check_f64_vector(op, "partials", partials, -1, x.device());
-  const int64_t chunk = squares_chunk_numel(x.device()), chunks = (x.numel() + chunk - 1) / chunk;
-  if (first_chunk < 0 || first_chunk + partials.numel() > chunks)
-    raise<ValueError>(op, "first_chunk",
-                      "the first of " + std::to_string(partials.numel()) + " chunks (one a partial) among x's " +
-                          std::to_string(chunks) + " of " + std::to_string(chunk) + " elements",
-                      std::to_string(first_chunk));
-  dispatch_float(
-      op, x,
-      [&]<class T>(const auto& where) {
-        ALPHA_KERNEL(square_partials)
-        (where, kernels::SquarePartialsArgs<T>{x.data<T>(), x.numel(), first_chunk, partials.numel(),
-                                               partials.data<double>()});
-      },
-      stream);
-}
-
-void sum_partials(const Tensor& partials, Tensor& slot, Stream stream) {
-  constexpr std::string_view op = "sum_partials";
-  check_f64_vector(op, "partials", partials, -1, partials.device());
-  check_f64_vector(op, "slot", slot, 1, partials.device());
-  dispatch_device(
-      op, partials.device(),
-      [&](const auto& where) {
-        ALPHA_KERNEL(sum_partials)
-        (where, kernels::SumPartialsArgs{partials.data<double>(), partials.numel(), slot.data<double>()});
-      },
-      stream);
 }
 
 Tensor global_grad_norm_tensor(const std::vector<Tensor>& grads) {

@@ -18,7 +18,6 @@
 #include <optional>
 #include <vector>
 
-#include "alpha/core/stream.h"
 #include "alpha/tensor/tensor.h"
 
 namespace alpha::ops {
@@ -112,20 +111,7 @@ Tensor global_grad_norm_tensor(const std::vector<Tensor>& grads);
 // √(the slots added in list order), 0-d f64 there. Between them the slots can be summed over the processes
 // (an all-reduce), elementwise, so the norm still adds the same number of terms in the same order on every one.
 Tensor sums_of_squares(const std::vector<Tensor>& grads);
-// The same slots written into `squares` (a contiguous f64 vector of grads.size() on their device), queued on
-// `stream` (Stream{}: the device's default one): a data-parallel rank's sums over the gradients of a bucket just
-// averaged, on the communicator's stream.
-void sums_of_squares(const std::vector<Tensor>& grads, Tensor& squares, Stream stream = {});
 Tensor norm_of_sums_of_squares(const Tensor& squares);
-// One tensor's slot of sums_of_squares with its chunks summed in several places (a gradient whose parts
-// different processes hold averaged: kernels/optim.h): squares_chunk_numel(device) elements a chunk on that
-// device's backend (the last one short). square_partials writes the sums of squares of chunks [first_chunk,
-// first_chunk + partials.numel()) of x (contiguous) into `partials` (a contiguous f64 vector on x's device);
-// sum_partials, given every chunk's partial in chunk order, writes into `slot` (one f64 element there) the bits
-// sums_of_squares writes x's slot with. Queued on `stream` (Stream{}: the device's default stream).
-int64_t squares_chunk_numel(Device device);
-void square_partials(const Tensor& x, int64_t first_chunk, Tensor& partials, Stream stream = {});
-void sum_partials(const Tensor& partials, Tensor& slot, Stream stream = {});
 
 // min(1, max_norm / (norm + 1e-6)): the factor clip_grad_norm scales the grads by (max_norm > 0, norm finite
 // and >= 0; ValueError otherwise).

@@ -61,7 +61,7 @@ void AdamW::require_settled(const char* op) const {
 
 void AdamW::step_scaled(const char* op, double lr, double grad_scale) {
   require_settled(op);
-  update(op, lr, step_count_ + 1, grad_scale, Tensor(), 0, parameters_.size());
+  update(op, lr, step_count_ + 1, grad_scale, Tensor());
   ++step_count_;
 }
 
@@ -83,16 +83,11 @@ void AdamW::prepare_step(double lr) {
   queued_ = true;
 }
 
-void AdamW::queue_update(const Tensor& factor) { queue_update(factor, 0, parameters_.size()); }
-
-void AdamW::queue_update(const Tensor& factor, size_t first, size_t last) {
+void AdamW::queue_update(const Tensor& factor) {
   constexpr const char* op = "AdamW::queue_update";
   if (!queued_) raise<ValueError>(op, "self", "a step prepared by prepare_step", "none prepared");
   if (!factor.defined()) raise<ValueError>(op, "factor", "a device factor (ops::step_guard's)", "an undefined tensor");
-  if (first > last || last > parameters_.size())
-    raise<ValueError>(op, "first, last", "a range of the " + std::to_string(parameters_.size()) + " parameters",
-                      "[" + std::to_string(first) + ", " + std::to_string(last) + ")");
-  update(op, prepared_lr_, step_count_ + 1, 1.0, factor, first, last);
+  update(op, prepared_lr_, step_count_ + 1, 1.0, factor);
 }
 
 std::vector<ops::AdamWConfig> AdamW::configs(double lr, int64_t step) const {
@@ -108,38 +103,31 @@ void AdamW::settle(bool applied) {
   if (applied) ++step_count_;
 }
 
-void AdamW::update(const char* op, double lr, int64_t step, double grad_scale, const Tensor& factor, size_t first,
-                   size_t last) {
+void AdamW::update(const char* op, double lr, int64_t step, double grad_scale, const Tensor& factor) {
   if (!(lr >= 0.0 && std::isfinite(lr))) raise<ValueError>(op, "lr", "a finite value >= 0", std::to_string(lr));
-  const std::vector<Tensor> all_grads = gradients(op);
-  const std::vector<ops::AdamWConfig> all_configs = this->configs(lr, step);
-  const auto begin = ptrdiff_t(first), end = ptrdiff_t(last);
-  const std::vector<Tensor> grads(all_grads.begin() + begin, all_grads.begin() + end);
-  std::vector<ops::AdamWConfig> configs(all_configs.begin() + begin, all_configs.begin() + end);
-  std::vector<Tensor> params, copies, ms(m_.begin() + begin, m_.begin() + end),
-      vs(v_.begin() + begin, v_.begin() + end);
-  for (size_t i = 0; i < grads.size(); ++i) {
-    const size_t k = first + i;  // the parameter's index: its stochastic rounding's tensor
+  std::vector<Tensor> grads = gradients(op);
+  std::vector<Tensor> params, copies;
+  std::vector<ops::AdamWConfig> configs = this->configs(lr, step);
+  for (size_t k = 0; k < parameters_.size(); ++k) {
     autograd::Variable& variable = parameters_[k].variable;
     // A held compute copy (autograd::cast's bf16/f16 copy of an f32 parameter) is rewritten by the step
     // itself, in the same pass, and handed back below; mutable_value() drops it meanwhile.
     const Tensor& held = variable.compute_copy();
     const bool rewrite =
-        held.defined() && ops::adamw_takes_compute_copy(variable.dtype(), grads[i].dtype(), held.dtype());
+        held.defined() && ops::adamw_takes_compute_copy(variable.dtype(), grads[k].dtype(), held.dtype());
     copies.push_back(rewrite ? held : Tensor());
     params.push_back(variable.mutable_value());
     // A copy of another dtype than its parameter's is bf16 or f16 beside an f32 master: the one rounded.
     // (`held` is gone by now: mutable_value() dropped it; copies.back() holds it.)
     if (rewrite && options_.stochastic_rounding_seed && copies.back().dtype() != variable.dtype())
-      configs[i].stochastic_rounding = ops::StochasticRounding{*options_.stochastic_rounding_seed, uint32_t(k), 0};
+      configs[k].stochastic_rounding = ops::StochasticRounding{*options_.stochastic_rounding_seed, uint32_t(k), 0};
   }
-  if (grads.empty()) return;
   if (factor.defined())  // a queued step, its terms prepared
-    ops::adamw_step(params, grads, ms, vs, copies, configs, factor, terms_.slice(0, begin, end));
+    ops::adamw_step(params, grads, m_, v_, copies, configs, factor, terms_);
   else
-    ops::adamw_step(params, grads, ms, vs, copies, configs, grad_scale);
-  for (size_t i = 0; i < copies.size(); ++i)
-    if (copies[i].defined()) parameters_[first + i].variable.keep_compute_copy(copies[i]);
+    ops::adamw_step(params, grads, m_, v_, copies, configs, grad_scale);
+  for (size_t k = 0; k < parameters_.size(); ++k)
+    if (copies[k].defined()) parameters_[k].variable.keep_compute_copy(copies[k]);
 }
 
 double AdamW::grad_norm() const { return grad_norm_tensor().item(); }

@@ -77,10 +77,6 @@ class AdamW {
   // makes with the scalars prepare_step wrote before it. queued_step(lr, f) is prepare_step(lr), queue_update(f).
   void prepare_step(double lr);
   void queue_update(const Tensor& factor);
-  // The prepared step's update of parameters [first, last) only, so that a step can be queued in parts with a
-  // wait of the device's in between (data parallel: a gradient still being gathered, updated last). The parts of
-  // one step give the bits of the whole update; the step is settled once.
-  void queue_update(const Tensor& factor, size_t first, size_t last);
   // The unscaled norm and the clip coefficient clipped_step would use and return (a logger's numbers).
   static ClipResult clip_result(double loss_scale, double max_norm, double scaled_norm);
   // Releases every parameter's gradient, so that the next backward's gradient becomes the buffer itself: no
@@ -107,8 +103,7 @@ class AdamW {
   void step_scaled(const char* op, double lr, double grad_scale);
   // The update of step `step` (1-based), the gradients multiplied by `factor` (a device scalar) when it is
   // defined and by grad_scale otherwise.
-  void update(const char* op, double lr, int64_t step, double grad_scale, const Tensor& factor, size_t first,
-              size_t last);  // of parameters [first, last)
+  void update(const char* op, double lr, int64_t step, double grad_scale, const Tensor& factor);
   std::vector<ops::AdamWConfig> configs(double lr, int64_t step) const;
 
   std::vector<nn::NamedParameter> parameters_;

@@ -39,8 +39,7 @@ void read_field(const nlohmann::json& j, const char* name, T& value) {
   X(eval_every) X(eval_batches) X(save_every) X(keep_last) X(data_seed) X(val_fraction) X(sample_tokens)         \
   X(temperature) X(top_k) X(prompt) X(device) X(precision) X(stochastic_rounding) X(hold_compute_copies)         \
   X(loss_scaling) X(loss_scale) X(loss_scale_growth_interval) X(tf32) X(cuda_graphs) X(zero1)                    \
-  X(deterministic_reduce) X(bucket_mb) X(reduce_precision) X(gather_tail_beside_update) X(norm_beside_reduction) X(dist_timeout_s)          \
-  X(recompute)
+  X(deterministic_reduce) X(bucket_mb) X(reduce_precision) X(dist_timeout_s) X(recompute)
 // clang-format on
 
 TrainConfig TrainConfig::from_json(const nlohmann::json& j) {
@@ -100,12 +99,6 @@ void TrainConfig::validate() const {
   require(reduce_precision == "f32" || !deterministic_reduce, "reduce_precision",
           "\"f32\" with deterministic_reduce (its sums are one process's accumulation of the f32 gradients)",
           str(reduce_precision));
-  for (const auto& [on, field] : {std::pair{gather_tail_beside_update, "gather_tail_beside_update"},
-                                  std::pair{norm_beside_reduction, "norm_beside_reduction"}})
-    require(!on || (!zero1 && !deterministic_reduce && reduce_precision == "f32"), field,
-            "false with zero1, deterministic_reduce or a bf16 reduce_precision (the plain step's f32 all-reduce "
-            "only)",
-            "true");
   require(dist_timeout_s > 0, "dist_timeout_s", "> 0", str(dist_timeout_s));
   Device where = Device::parse(device, "device");
   require(precision == "f32" || precision == "bf16" || precision == "f16", "precision",

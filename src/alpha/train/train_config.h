@@ -70,13 +70,6 @@ struct TrainConfig {
   // The gradients' dtype in the collectives: "f32" (the master weights') or "bf16" (half the bytes, each rank's
   // gradient rounded to bf16 before the average, as PyTorch DDP's bf16 compression hook; docs/DISTRIBUTED.md).
   std::string reduce_precision = "f32";
-  // The plain step's tied-table gradient reduce-scattered, the norm taken from the ranks' shards (the same bits)
-  // and its all-gather run beside the other parameters' update (distributed::DataParallelOptions; f32 reduction
-  // without zero1 or deterministic_reduce).
-  bool gather_tail_beside_update = false;
-  // The plain step's sums of squares for the norm computed bucket by bucket beside backward, on the collectives'
-  // stream (the same bits; distributed::DataParallelOptions).
-  bool norm_beside_reduction = false;
   double dist_timeout_s = 300;      // a collective waiting longer for a peer fails the run, naming the rank
   bool tf32 = false;             // f32 matmuls on a GPU may use TF32 tensor cores (10-bit mantissa inputs)
   // A CUDA device's training step (forward, backward, norm, AdamW) captured once into a CUDA graph and replayed

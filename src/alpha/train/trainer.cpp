@@ -236,13 +236,8 @@ Trainer::Trainer(TrainerOptions options) : options_(std::move(options)), data_(s
   if (options_.communicator)
     data_->parallel = std::make_unique<distributed::DataParallel>(
         *options_.communicator, parameters,
-        distributed::DataParallelOptions{
-            .bucket_bytes = t.bucket_mb << 20,
-            .zero1 = t.zero1,
-            .deterministic = t.deterministic_reduce,
-            .reduce_dtype = t.reduce_precision == "bf16" ? std::optional(DType::bf16) : std::nullopt,
-            .gather_tail_beside_update = t.gather_tail_beside_update,
-            .norm_beside_reduction = t.norm_beside_reduction});
+        distributed::DataParallelOptions{t.bucket_mb << 20, t.zero1, t.deterministic_reduce,
+                                         t.reduce_precision == "bf16" ? std::optional(DType::bf16) : std::nullopt});
   if (t.scales_loss())
     data_->scaler = std::make_unique<LossScaler>(LossScalerOptions{t.loss_scale, t.loss_scale_growth_interval});
   data_->schedule = std::make_unique<WarmupCosineSchedule>(t.lr, t.min_lr, t.effective_warmup_steps(), t.effective_decay_steps());
@@ -402,8 +397,7 @@ std::pair<double, double> Trainer::graphed_step(int64_t step, double lr, nn::Rec
 }
 
 Tensor Trainer::queue_norm() {
-  if (sharded(options_)) return data_->parallel->queue_sharded_norm();
-  return data_->parallel ? data_->parallel->queue_plain_norm() : data_->optimizer->grad_norm_tensor();
+  return sharded(options_) ? data_->parallel->queue_sharded_norm() : data_->optimizer->grad_norm_tensor();
 }
 
 void Trainer::prepare_update(double lr) {
@@ -414,21 +408,10 @@ void Trainer::prepare_update(double lr) {
 }
 
 void Trainer::queue_update(const Tensor& factor) {
-  if (sharded(options_)) {
+  if (sharded(options_))
     data_->parallel->queue_sharded_update(factor);
-    return;
-  }
-  const std::optional<size_t> tail = data_->parallel ? data_->parallel->tail_parameter() : std::nullopt;
-  if (!tail) {
+  else
     data_->optimizer->queue_update(factor);
-    return;
-  }
-  // The parameters around the tail first, beside its gradient's all-gather, then the tail behind it.
-  AdamW& adamw = *data_->optimizer;
-  adamw.queue_update(factor, 0, *tail);
-  adamw.queue_update(factor, *tail + 1, adamw.parameters().size());
-  data_->parallel->order_after_tail_gather();
-  adamw.queue_update(factor, *tail, *tail + 1);
 }
 
 void Trainer::save(int64_t steps_done) {

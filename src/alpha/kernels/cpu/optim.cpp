@@ -47,30 +47,9 @@ void adamw_step(const AdamWArgs<T, G, C>& args) {
   }
 }
 
-namespace {
-
-template <class T>
-auto square_of(const T* x) {
-  return [x](int64_t i) { return double(x[i]) * double(x[i]); };
-}
-
-}  // namespace
-
 template <class T>
 void sum_squares(const SumSquaresArgs<T>& args) {
-  *args.out = deterministic_sum<double>(args.n, square_of(args.x));
-}
-
-int64_t squares_chunk_numel() { return kSumBlock; }
-
-template <class T>
-void square_partials(const SquarePartialsArgs<T>& args) {
-  block_partials(args.n, args.first_chunk, args.chunks, square_of(args.x), args.partials);
-}
-
-void sum_partials(const SumPartialsArgs& args) {
-  std::vector<double> partial(args.partials, args.partials + args.count);
-  *args.out = pairwise_total(partial.data(), args.count);
+  *args.out = deterministic_sum<double>(args.n, [x = args.x](int64_t i) { return double(x[i]) * double(x[i]); });
 }
 
 void grad_norm(const GradNormArgs& args) {
@@ -145,12 +124,11 @@ ALPHA_INSTANTIATE_ROUND(bf16)
 ALPHA_INSTANTIATE_ROUND(f16)
 #undef ALPHA_INSTANTIATE_ROUND
 
-#define ALPHA_INSTANTIATE(T)                                              \
-  template void sum_squares<T>(const SumSquaresArgs<T>&);                 \
-  template void square_partials<T>(const SquarePartialsArgs<T>&);         \
-  template void scale_by<T>(const ScaleByArgs<T>&);                       \
-  template void multi_sum_squares<T>(std::span<const SumSquaresArgs<T>>); \
-  template void multi_scale<T>(std::span<const ScaleArgs<T>>);            \
+#define ALPHA_INSTANTIATE(T)                                                \
+  template void sum_squares<T>(const SumSquaresArgs<T>&);                   \
+  template void scale_by<T>(const ScaleByArgs<T>&);                         \
+  template void multi_sum_squares<T>(std::span<const SumSquaresArgs<T>>);   \
+  template void multi_scale<T>(std::span<const ScaleArgs<T>>);              \
   template void multi_scale_by<T>(std::span<const ScaleByArgs<T>>);
 ALPHA_INSTANTIATE(float)
 ALPHA_INSTANTIATE(double)

@@ -11,8 +11,6 @@
 // Sum of squares: each block reduces one fixed chunk of kChunk elements (a fixed stride per thread,
 // then a shared-memory tree, all in f64) into a partial; one final block reduces the partials the same
 // way. The order depends only on n: the same grads give the same bits on every run; there are no atomics.
-// square_partials and sum_partials are the two passes apart (a range of the chunks; the final block over every
-// chunk's partial), for a sum whose chunks are computed on several GPUs.
 //
 // Stochastic rounding of the compute copy (and stochastic_round) calls the CPU's helpers, round_stochastic and
 // stochastic_rounding_bits (host and device code): the same bits as the CPU for every launch shape.
@@ -351,24 +349,6 @@ void sum_squares(const SumSquaresArgs<T>& args, Stream stream) {
   ALPHA_CUDA_LAUNCH(partials_kernel, 1, kThreads, s, partials.as<double>(), chunks, args.out);
 }
 
-int64_t squares_chunk_numel() { return kChunk; }
-
-template <class T>
-void square_partials(const SquarePartialsArgs<T>& args, Stream stream) {
-  if (args.chunks == 0) return;
-  // The chunks of the range are chunks 0, 1, ... of the elements from its first one: the same elements, added in
-  // the same order, as sum_squares' chunks of the whole tensor.
-  const int64_t first = args.first_chunk * kChunk, n = std::min(args.n - first, args.chunks * kChunk);
-  constexpr auto kernel = squares_kernel<T>;
-  ALPHA_CUDA_LAUNCH(kernel, unsigned(args.chunks), kThreads, alpha::cuda::stream_handle(stream), bits(args.x) + first,
-                    n, kChunk, args.partials);
-}
-
-void sum_partials(const SumPartialsArgs& args, Stream stream) {
-  ALPHA_CUDA_LAUNCH(partials_kernel, 1, kThreads, alpha::cuda::stream_handle(stream), args.partials, args.count,
-                    args.out);
-}
-
 void grad_norm(const GradNormArgs& args, Stream stream) {
   ALPHA_CUDA_LAUNCH(grad_norm_kernel, 1, 1, alpha::cuda::stream_handle(stream), args);
 }
@@ -478,12 +458,11 @@ ALPHA_INSTANTIATE_ADAMW(f16, f16, f16)
 ALPHA_MIXED_PRECISION_ADAMW_TYPES(ALPHA_INSTANTIATE_ADAMW)
 #undef ALPHA_INSTANTIATE_ADAMW
 
-#define ALPHA_INSTANTIATE(T)                                                      \
-  template void sum_squares<T>(const SumSquaresArgs<T>&, Stream);                 \
-  template void square_partials<T>(const SquarePartialsArgs<T>&, Stream);         \
-  template void scale_by<T>(const ScaleByArgs<T>&, Stream);                       \
-  template void multi_sum_squares<T>(std::span<const SumSquaresArgs<T>>, Stream); \
-  template void multi_scale<T>(std::span<const ScaleArgs<T>>, Stream);            \
+#define ALPHA_INSTANTIATE(T)                                                        \
+  template void sum_squares<T>(const SumSquaresArgs<T>&, Stream);                   \
+  template void scale_by<T>(const ScaleByArgs<T>&, Stream);                         \
+  template void multi_sum_squares<T>(std::span<const SumSquaresArgs<T>>, Stream);   \
+  template void multi_scale<T>(std::span<const ScaleArgs<T>>, Stream);              \
   template void multi_scale_by<T>(std::span<const ScaleByArgs<T>>, Stream);
 ALPHA_INSTANTIATE(float)
 ALPHA_INSTANTIATE(bf16)
